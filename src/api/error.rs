@@ -1,0 +1,310 @@
+//! One error type for the HTTP API, answered as RFC 9457 problem details
+//! (`application/problem+json`). User mistakes are 4xx with a useful detail;
+//! server faults are logged with their cause and answered with generic text.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::engine::guard::Refusal;
+use crate::engine::QueryError;
+
+/// An RFC 9457 problem details body.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Problem {
+    /// A URI naming the kind of problem.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// Short summary of the kind of problem.
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What went wrong with this request.
+    pub detail: String,
+    /// DuckDB's error class (Parser, Binder, Catalog, Conversion, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// The refused statement kind, for 403 refusals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub statement_kind: Option<String>,
+}
+
+/// Every way a request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{detail}")]
+    BadRequest {
+        slug: &'static str,
+        title: &'static str,
+        detail: String,
+    },
+    #[error("query failed")]
+    Query(#[from] QueryError),
+    #[error("unauthorized")]
+    Unauthorized { detail: &'static str },
+    #[error("admin API disabled")]
+    AdminDisabled,
+    #[error("not found")]
+    NotFound(String),
+    #[error("payload too large")]
+    PayloadTooLarge { limit: u64 },
+    #[error("unsupported media type")]
+    UnsupportedMediaType(String),
+    #[error("not acceptable")]
+    NotAcceptable(String),
+    #[error("overloaded")]
+    Overloaded,
+    #[error("request timed out")]
+    RequestTimeout,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_request(slug: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            slug,
+            title,
+            detail: detail.into(),
+        }
+    }
+}
+
+fn problem(status: StatusCode, slug: &str, title: &str, detail: impl Into<String>) -> Problem {
+    Problem {
+        type_uri: format!("urn:duckgate:problem:{slug}"),
+        title: title.to_string(),
+        status: status.as_u16(),
+        detail: detail.into(),
+        error_class: None,
+        statement_kind: None,
+    }
+}
+
+/// The status, problem body and extra headers for a query error.
+fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, HeaderValue)>) {
+    match e {
+        QueryError::Refused(Refusal::Parse(msg)) => {
+            let (class, message) = crate::engine::execute::split_class(msg);
+            let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message);
+            p.error_class = Some(if class == "Unknown" { "Parser".into() } else { class });
+            (p, None)
+        }
+        QueryError::Refused(Refusal::Bind(msg)) => {
+            let (class, message) = crate::engine::execute::split_class(msg);
+            let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message);
+            p.error_class = Some(class);
+            (p, None)
+        }
+        QueryError::Refused(Refusal::StatementCount(0)) => (
+            problem(StatusCode::BAD_REQUEST, "no-statement", "No statement", "the request holds no SQL statement"),
+            None,
+        ),
+        QueryError::Refused(Refusal::StatementCount(n)) => (
+            problem(
+                StatusCode::BAD_REQUEST,
+                "multiple-statements",
+                "Several statements",
+                format!("the request holds {n} statements; send exactly one per request"),
+            ),
+            None,
+        ),
+        QueryError::Refused(Refusal::Forbidden { kind, reason }) => {
+            let mut p = problem(
+                StatusCode::FORBIDDEN,
+                "statement-forbidden",
+                "Statement not allowed",
+                format!("{kind} is not allowed: {reason}"),
+            );
+            p.statement_kind = Some(kind.clone());
+            (p, None)
+        }
+        QueryError::Sql { class, message } => {
+            let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message.clone());
+            p.error_class = Some(class.clone());
+            (p, None)
+        }
+        QueryError::ParamCount { expected, got } => (
+            problem(
+                StatusCode::BAD_REQUEST,
+                "parameter-count",
+                "Wrong number of parameters",
+                format!("the statement has {expected} parameters but {got} were given"),
+            ),
+            None,
+        ),
+        QueryError::Param { index, message } => (
+            problem(
+                StatusCode::BAD_REQUEST,
+                "parameter-invalid",
+                "Invalid parameter",
+                format!("parameter {index}: {message}"),
+            ),
+            None,
+        ),
+        QueryError::Timeout(limit) => (
+            problem(
+                StatusCode::GATEWAY_TIMEOUT,
+                "query-timeout",
+                "Query timed out",
+                format!("the query ran past its time limit of {} ms and was interrupted", limit.as_millis()),
+            ),
+            None,
+        ),
+        QueryError::Cancelled => (
+            problem(StatusCode::REQUEST_TIMEOUT, "query-cancelled", "Query cancelled", "the query was cancelled"),
+            None,
+        ),
+        QueryError::ShuttingDown => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting-down",
+                "Shutting down",
+                "the gateway is shutting down; retry on another instance",
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+        ),
+        QueryError::PoolExhausted(waited) => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool-exhausted",
+                "All connections busy",
+                format!(
+                    "no database connection became free within {} ms; retry later",
+                    waited.as_millis()
+                ),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+        ),
+        QueryError::CredentialsExpired => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "credentials-expired",
+                "S3 credentials expired",
+                "the gateway's S3 credentials have expired and could not be refreshed; S3 queries fail until STS answers again",
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
+        ),
+        QueryError::Internal(_) => (
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error",
+                "the gateway failed to answer; the cause is in its log",
+            ),
+            None,
+        ),
+    }
+}
+
+/// The problem for an error that happens after a streamed body began (used
+/// for NDJSON's final error record).
+pub fn problem_json_for_stream(e: &QueryError) -> serde_json::Value {
+    serde_json::to_value(query_problem(e).0).unwrap_or(serde_json::Value::Null)
+}
+
+impl ApiError {
+    fn parts(&self) -> (Problem, Option<(header::HeaderName, HeaderValue)>) {
+        match self {
+            ApiError::BadRequest { slug, title, detail } => {
+                (problem(StatusCode::BAD_REQUEST, slug, title, detail.clone()), None)
+            }
+            ApiError::Query(e) => query_problem(e),
+            ApiError::Unauthorized { detail } => (
+                problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", *detail),
+                Some((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),
+            ),
+            ApiError::AdminDisabled => (
+                problem(
+                    StatusCode::FORBIDDEN,
+                    "admin-disabled",
+                    "Admin API disabled",
+                    "the admin API is off; start the gateway with DUCKGATE_ADMIN_TOKEN set to enable it",
+                ),
+                None,
+            ),
+            ApiError::NotFound(what) => (problem(StatusCode::NOT_FOUND, "not-found", "Not found", what.clone()), None),
+            ApiError::PayloadTooLarge { limit } => (
+                problem(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload-too-large",
+                    "Request too large",
+                    format!("the request body or SQL text exceeds the limit of {limit} bytes"),
+                ),
+                None,
+            ),
+            ApiError::UnsupportedMediaType(ct) => (
+                problem(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported-media-type",
+                    "Unsupported content type",
+                    format!(
+                        "content type `{ct}` is not accepted; send application/json, text/plain or application/sql"
+                    ),
+                ),
+                None,
+            ),
+            ApiError::NotAcceptable(what) => (
+                problem(
+                    StatusCode::NOT_ACCEPTABLE,
+                    "not-acceptable",
+                    "No acceptable format",
+                    format!(
+                        "{what}; available: application/json, application/x-ndjson, text/csv, application/vnd.apache.arrow.stream"
+                    ),
+                ),
+                None,
+            ),
+            ApiError::Overloaded => (
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "Overloaded",
+                    "the gateway is serving as many requests as it may; retry later",
+                ),
+                Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+            ),
+            ApiError::RequestTimeout => (
+                problem(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request-timeout",
+                    "Request timed out",
+                    "the request did not complete in time",
+                ),
+                None,
+            ),
+            ApiError::Internal(_) => (
+                problem(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "Internal error",
+                    "the gateway failed to answer; the cause is in its log",
+                ),
+                None,
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (body, extra) = self.parts();
+        let status = StatusCode::from_u16(body.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let ApiError::Internal(cause) | ApiError::Query(QueryError::Internal(cause)) = &self {
+            tracing::error!(error.cause = %cause, "request failed");
+        }
+        let mut response = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            )],
+            serde_json::to_vec(&body).unwrap_or_default(),
+        )
+            .into_response();
+        if let Some((name, value)) = extra {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}

@@ -1,0 +1,136 @@
+//! `/healthz` and `/readyz`: answered from the health snapshot alone.
+
+use std::sync::atomic::Ordering;
+use std::time::SystemTime;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde::Serialize;
+
+use crate::api::AppState;
+
+/// Pool figures.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PoolHealth {
+    /// Connections in the pool.
+    pub size: u64,
+    /// Connections serving a request.
+    pub in_use: u64,
+    /// Requests waiting for a connection.
+    pub waiting: u64,
+    /// Requests turned away after the acquire timeout, since start.
+    pub acquire_timeouts: u64,
+}
+
+/// One secret's credential state.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SecretHealth {
+    pub name: String,
+    pub epoch: u64,
+    /// Seconds until the credentials expire (negative once expired).
+    pub seconds_to_expiry: Option<f64>,
+    pub expires_at: Option<String>,
+    pub rotated_at: Option<String>,
+    pub last_error: Option<String>,
+}
+
+/// The health answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct HealthReport {
+    /// `ok`, `degraded` (a refresh is failing or credentials expired) or
+    /// `shutting_down`.
+    pub status: &'static str,
+    pub version: &'static str,
+    pub duckdb_version: String,
+    pub uptime_seconds: f64,
+    pub pool: PoolHealth,
+    /// Sum of all secrets' epochs.
+    pub credential_epoch: u64,
+    pub secrets: Vec<SecretHealth>,
+    /// Why the status is not `ok`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+fn report(state: &AppState) -> (HealthReport, bool) {
+    let h = &state.health;
+    let creds = h.credentials.load();
+    let now = SystemTime::now();
+    let mut reasons = Vec::new();
+    let secrets: Vec<SecretHealth> = creds
+        .secrets
+        .iter()
+        .map(|s| {
+            let seconds = s.seconds_to_expiry(now);
+            if seconds.is_some_and(|x| x <= 0.0) {
+                reasons.push(format!("secret {}: credentials expired", s.name));
+            }
+            if let Some(e) = &s.last_error {
+                reasons.push(format!("secret {}: refresh failing: {e}", s.name));
+            }
+            SecretHealth {
+                name: s.name.clone(),
+                epoch: s.epoch,
+                seconds_to_expiry: seconds.map(|x| (x * 10.0).round() / 10.0),
+                expires_at: s.expires_at.clone(),
+                rotated_at: s.rotated_at.clone(),
+                last_error: s.last_error.clone(),
+            }
+        })
+        .collect();
+    let expired = secrets
+        .iter()
+        .any(|s| s.seconds_to_expiry.is_some_and(|x| x <= 0.0));
+    let shutting_down = h.shutting_down.load(Ordering::Relaxed);
+    let status = if shutting_down {
+        "shutting_down"
+    } else if reasons.is_empty() {
+        "ok"
+    } else {
+        "degraded"
+    };
+    let ready = h.ready.load(Ordering::Relaxed) && !shutting_down && !expired;
+    (
+        HealthReport {
+            status,
+            version: h.version,
+            duckdb_version: h.duckdb_version.clone(),
+            uptime_seconds: (h.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            pool: PoolHealth {
+                size: h.pool.size.load(Ordering::Relaxed),
+                in_use: h.pool.in_use.load(Ordering::Relaxed),
+                waiting: h.pool.waiting.load(Ordering::Relaxed),
+                acquire_timeouts: h.pool.acquire_timeouts.load(Ordering::Relaxed),
+            },
+            credential_epoch: creds.epoch,
+            secrets,
+            reasons,
+        },
+        ready,
+    )
+}
+
+/// Liveness: 200 while the process serves, whatever its credentials.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The gateway is alive", body = HealthReport)))]
+pub async fn healthz(State(state): State<AppState>) -> Json<HealthReport> {
+    Json(report(&state).0)
+}
+
+/// Readiness: 200 when the gateway can serve queries, 503 while starting,
+/// shutting down, or with expired S3 credentials.
+#[utoipa::path(get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "Ready to serve", body = HealthReport),
+        (status = 503, description = "Not ready", body = HealthReport)))]
+pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let (report, ready) = report(&state);
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report))
+}

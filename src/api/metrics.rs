@@ -1,0 +1,81 @@
+//! `GET /metrics` (Prometheus text) and the HTTP request metrics layer.
+//! Gauges are read from the health snapshot at scrape time; nothing here
+//! touches the pool.
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::api::AppState;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder once (tests start several
+/// gateways in one process; they share it).
+pub fn recorder() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let secs = &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0, 30.0, 60.0, 300.0,
+            ];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), secs)
+                .expect("static buckets")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (a host program's):
+            // then this handle simply renders nothing of ours.
+            let _ = metrics::set_global_recorder(recorder);
+            handle
+        })
+        .clone()
+}
+
+/// Records requests by route and status, and their duration.
+pub async fn track(req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().to_string();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("duckgate_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!("duckgate_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", tag = "health",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let h = &state.health;
+    metrics::gauge!("duckgate_pool_size").set(h.pool.size.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("duckgate_pool_in_use").set(h.pool.in_use.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("duckgate_pool_waiting").set(h.pool.waiting.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("duckgate_uptime_seconds").set(h.started.elapsed().as_secs_f64());
+    let creds = h.credentials.load();
+    let now = SystemTime::now();
+    metrics::gauge!("duckgate_credential_epoch").set(creds.epoch as f64);
+    for s in &creds.secrets {
+        if let Some(secs) = s.seconds_to_expiry(now) {
+            metrics::gauge!("duckgate_credentials_seconds_to_expiry", "secret" => s.name.clone())
+                .set(secs);
+        }
+        metrics::gauge!("duckgate_credentials_consecutive_failures", "secret" => s.name.clone())
+            .set(s.consecutive_failures as f64);
+    }
+    let body = state.metrics.render();
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
+}

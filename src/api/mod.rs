@@ -1,0 +1,139 @@
+//! The HTTP API: one `router()` per concern, merged, with the tower layers
+//! that bound and observe every request.
+
+pub mod admin;
+pub mod auth;
+pub mod docs;
+pub mod error;
+pub mod health;
+pub mod metrics;
+pub mod query;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, Request};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::config::Config;
+use crate::credentials::Rotator;
+use crate::engine::Engine;
+use crate::health::Health;
+
+use self::auth::Tokens;
+use self::error::ApiError;
+
+/// Shared state of every handler: cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Database, query pool and control connection.
+    pub engine: Arc<Engine>,
+    /// The health snapshot.
+    pub health: Arc<Health>,
+    /// The credential lifecycle.
+    pub rotator: Arc<Rotator>,
+    /// Who may call what.
+    pub tokens: Arc<Tokens>,
+    /// Every setting.
+    pub config: Arc<Config>,
+    /// Prometheus renderer.
+    pub metrics: PrometheusHandle,
+    /// Cancelled when shutdown's grace period ends: running queries stop.
+    pub shutdown: CancellationToken,
+}
+
+/// The whole API.
+pub fn router(state: AppState) -> Router {
+    let limits = &state.config.limits;
+    // Queries are bounded by the pool and their own deadline; this is the
+    // backstop for everything else that could hang before the body starts.
+    let query_backstop = Duration::from_millis(
+        limits.max_query_timeout_ms + state.config.engine.acquire_timeout_ms + 5_000,
+    );
+    let query_routes = Router::new()
+        .route("/query", post(query::query))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                    ApiError::Overloaded
+                }))
+                .load_shed()
+                .concurrency_limit(limits.max_concurrent_requests as usize),
+        )
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            query_backstop,
+        ));
+    let admin_routes = Router::new()
+        .route("/admin/secrets", get(admin::list))
+        .route("/admin/secrets/rotate", post(admin::rotate))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            Duration::from_secs(60),
+        ));
+    // Probes and docs: no limits that could queue them behind queries.
+    let probe_routes = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(docs::openapi_json))
+        .route("/docs", get(docs::docs_page));
+
+    Router::new()
+        .merge(query_routes)
+        .merge(admin_routes)
+        .merge(probe_routes)
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async {
+            (
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                [(header::CONTENT_TYPE, "application/problem+json")],
+                r#"{"type":"urn:duckgate:problem:method-not-allowed","title":"Method not allowed","status":405,"detail":"this route does not accept that method"}"#,
+            )
+                .into_response()
+        })
+        // The query handler reads its body with its own limit.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn(metrics::track))
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION]))
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::WARN))
+                        .make_span_with(|req: &Request<_>| {
+                        let id = req
+                            .extensions()
+                            .get::<RequestId>()
+                            .and_then(|id| id.header_value().to_str().ok())
+                            .unwrap_or("-");
+                        let route = req
+                            .extensions()
+                            .get::<axum::extract::MatchedPath>()
+                            .map(|p| p.as_str())
+                            .unwrap_or(req.uri().path());
+                        tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
+                    }),
+                )
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(CatchPanicLayer::custom(|_| {
+                    ApiError::Internal("a handler panicked".into()).into_response()
+                })),
+        )
+        .with_state(state)
+}

@@ -1,0 +1,340 @@
+//! `POST /query`: one SQL statement in, rows out in the format asked for.
+
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use crate::api::auth::QueryAuth;
+use crate::api::error::{ApiError, Problem};
+use crate::api::AppState;
+use crate::engine::encode::{Column, Format};
+use crate::engine::{execute, Param, QueryError, QueryJob};
+
+/// Header naming the statement kind the guard saw.
+pub const STATEMENT_HEADER: &str = "duckgate-statement";
+/// Header carrying the credential epoch the query ran under.
+pub const EPOCH_HEADER: &str = "duckgate-credential-epoch";
+/// Header present when the query was retried after a credential refresh.
+pub const RETRIED_HEADER: &str = "duckgate-retried";
+
+/// A query request as JSON.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueryRequest {
+    /// Exactly one SQL statement.
+    #[schema(example = "SELECT 42 AS answer")]
+    pub sql: String,
+    /// Positional parameters for `$1`, `$2`, ... or `?`: null, booleans,
+    /// numbers and strings.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub params: Vec<serde_json::Value>,
+    /// Response format; overrides the Accept header.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// Time limit in milliseconds, clamped to the gateway's maximum.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Row limit, clamped to the gateway's maximum.
+    #[serde(default)]
+    pub max_rows: Option<u64>,
+}
+
+/// Options for raw SQL bodies, from the query string.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct QueryOptions {
+    /// Response format (`json`, `ndjson`, `csv`, `arrow`).
+    pub format: Option<String>,
+    /// Time limit in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// Row limit.
+    pub max_rows: Option<u64>,
+}
+
+/// The JSON answer.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct QueryResult {
+    pub columns: Vec<Column>,
+    /// One array per row, values in column order.
+    #[schema(value_type = Vec<Vec<Object>>)]
+    pub rows: Vec<Vec<serde_json::Value>>,
+    pub row_count: u64,
+    /// Whether rows were cut by `max_rows` or the result byte limit.
+    pub truncated: bool,
+    pub elapsed_ms: f64,
+    /// Present and true when the query was retried after a credential refresh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried: Option<bool>,
+}
+
+/// Runs one SQL statement.
+///
+/// The body is JSON (`application/json`), or the SQL itself (`text/plain`,
+/// `application/sql`, or what `curl --data-binary` sends). The format comes
+/// from the body's `format`, then the `format` query parameter, then Accept.
+#[utoipa::path(post, path = "/query", tag = "query",
+    params(QueryOptions),
+    request_body(content(
+        (QueryRequest = "application/json"),
+        (String = "text/plain"),
+        (String = "application/sql")
+    )),
+    responses(
+        (status = 200, description = "The result", content(
+            (QueryResult = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream")
+        ), headers(
+            ("duckgate-statement" = String, description = "The statement kind"),
+            ("duckgate-credential-epoch" = u64, description = "Credential epoch the query ran under")
+        )),
+        (status = 400, description = "Malformed request or SQL error", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Statement not allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body or SQL too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Unsupported content type", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn query(
+    State(state): State<AppState>,
+    _auth: QueryAuth,
+    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let Query(options) = options.map_err(|e| {
+        ApiError::bad_request(
+            "invalid-query-string",
+            "Invalid query string",
+            e.body_text(),
+        )
+    })?;
+    let limits = &state.config.limits;
+    let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge {
+            limit: limits.max_body_bytes,
+        })?;
+
+    let request = parse_body(&headers, &bytes, options)?;
+    if request.sql.len() as u64 > limits.max_sql_bytes {
+        return Err(ApiError::PayloadTooLarge {
+            limit: limits.max_sql_bytes,
+        });
+    }
+    if request.sql.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "empty-sql",
+            "No SQL",
+            "the request holds no SQL text",
+        ));
+    }
+    let format = choose_format(request.format.as_deref(), &headers)?;
+    let params = request
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, v)| param(i + 1, v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let timeout_ms = match request.timeout_ms {
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "invalid-timeout",
+                "Invalid timeout",
+                "timeout_ms must be positive",
+            ))
+        }
+        Some(t) => t.min(limits.max_query_timeout_ms),
+        None => limits.default_query_timeout_ms(),
+    };
+    let max_rows = match request.max_rows {
+        Some(0) => {
+            return Err(ApiError::bad_request(
+                "invalid-max-rows",
+                "Invalid row limit",
+                "max_rows must be positive",
+            ))
+        }
+        Some(r) => r.min(limits.max_rows),
+        None => limits.default_rows(),
+    };
+
+    // Fail fast, without a clock call, when credentials are known expired.
+    let creds = state.health.credentials.load();
+    if creds.any_expired && request.sql.to_ascii_lowercase().contains("s3://") {
+        return Err(QueryError::CredentialsExpired.into());
+    }
+    let epoch = creds.epoch;
+    drop(creds);
+
+    let mut job = QueryJob {
+        sql: request.sql,
+        params,
+        format,
+        timeout: Duration::from_millis(timeout_ms),
+        max_rows,
+        max_bytes: limits.max_result_bytes,
+        policy: state.engine.policy,
+        started,
+        retried: false,
+    };
+    let mut epoch = epoch;
+    let output = match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
+        Err(e) if e.is_expired_token() && !state.rotator.is_empty() && state.rotator.enabled() => {
+            // Credentials died early (revoked, clock skew): refresh, single-
+            // flight, and retry once. A failed statement changed nothing.
+            tracing::warn!("S3 rejected the credentials as expired; rotating and retrying once");
+            let _ = state.rotator.rotate_now(None).await;
+            if state.health.credentials.load().any_expired {
+                return Err(QueryError::CredentialsExpired.into());
+            }
+            job.retried = true;
+            epoch = state.health.epoch();
+            match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
+                Err(e) if e.is_expired_token() => return Err(QueryError::CredentialsExpired.into()),
+                other => other?,
+            }
+        }
+        Err(e) if e.is_expired_token() => return Err(QueryError::CredentialsExpired.into()),
+        other => other?,
+    };
+
+    let mut response = Response::new(Body::from_stream(output.body));
+    *response.status_mut() = StatusCode::OK;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(output.content_type),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if let Ok(v) = HeaderValue::from_str(&output.kind) {
+        h.insert(STATEMENT_HEADER, v);
+    }
+    h.insert(EPOCH_HEADER, HeaderValue::from(epoch));
+    if job.retried {
+        h.insert(
+            RETRIED_HEADER,
+            HeaderValue::from_static("expired-credentials"),
+        );
+    }
+    Ok(response.into_response())
+}
+
+/// The request, from a JSON body or a raw SQL body.
+fn parse_body(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    options: QueryOptions,
+) -> Result<QueryRequest, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("invalid").to_ascii_lowercase());
+    let media = content_type
+        .as_deref()
+        .map(|c| c.split(';').next().unwrap_or("").trim().to_string());
+    let is_json = match media.as_deref() {
+        Some("application/json") => true,
+        Some(m) if m.starts_with("application/") && m.ends_with("+json") => true,
+        // curl --data-binary sends form encoding; a person means the SQL.
+        Some(
+            "text/plain" | "application/sql" | "text/sql" | "application/x-www-form-urlencoded",
+        ) => false,
+        None | Some("") => bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'),
+        Some(other) => return Err(ApiError::UnsupportedMediaType(other.to_string())),
+    };
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty-body",
+            "Empty body",
+            "send a JSON body with `sql`, or the SQL text itself",
+        ));
+    }
+    if is_json {
+        let mut request: QueryRequest = serde_json::from_slice(bytes).map_err(|e| {
+            ApiError::bad_request(
+                "malformed-json",
+                "Malformed JSON",
+                format!("the JSON body could not be read: {e}"),
+            )
+        })?;
+        // Query-string options fill in what the body leaves out.
+        request.format = request.format.or(options.format);
+        request.timeout_ms = request.timeout_ms.or(options.timeout_ms);
+        request.max_rows = request.max_rows.or(options.max_rows);
+        Ok(request)
+    } else {
+        let sql = std::str::from_utf8(bytes).map_err(|_| {
+            ApiError::bad_request(
+                "invalid-utf8",
+                "Invalid text",
+                "the SQL text is not valid UTF-8",
+            )
+        })?;
+        Ok(QueryRequest {
+            sql: sql.to_string(),
+            params: Vec::new(),
+            format: options.format,
+            timeout_ms: options.timeout_ms,
+            max_rows: options.max_rows,
+        })
+    }
+}
+
+fn choose_format(explicit: Option<&str>, headers: &HeaderMap) -> Result<Format, ApiError> {
+    if let Some(name) = explicit {
+        return Format::from_name(name).ok_or_else(|| {
+            ApiError::bad_request(
+                "unknown-format",
+                "Unknown format",
+                format!("format `{name}` is not one of json, ndjson, csv, arrow"),
+            )
+        });
+    }
+    match headers.get(header::ACCEPT).map(|v| v.to_str()) {
+        None => Ok(Format::Json),
+        Some(Err(_)) => Err(ApiError::NotAcceptable(
+            "the Accept header is not readable".into(),
+        )),
+        Some(Ok(accept)) => match Format::from_accept(accept) {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Ok(Format::Json),
+            Err(()) => Err(ApiError::NotAcceptable(format!(
+                "nothing in `{accept}` is a result format"
+            ))),
+        },
+    }
+}
+
+fn param(index: usize, v: &serde_json::Value) -> Result<Param, ApiError> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::Null => Param::Null,
+        J::Bool(b) => Param::Bool(*b),
+        J::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Param::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                Param::UInt(u)
+            } else {
+                Param::Float(n.as_f64().unwrap_or(f64::NAN))
+            }
+        }
+        J::String(s) => Param::Text(s.clone()),
+        J::Array(_) | J::Object(_) => {
+            return Err(ApiError::Query(QueryError::Param {
+                index,
+                message: "parameters must be null, booleans, numbers or strings; pass nested values as JSON text and cast them in SQL (e.g. $1::JSON)".into(),
+            }))
+        }
+    })
+}

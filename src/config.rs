@@ -1,0 +1,380 @@
+//! Every setting, with its default and its validation.
+//!
+//! One `clap` struct, nested by concern, each field settable by flag or by a
+//! `DUCKGATE_*` environment variable. Limits are fields, never constants.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::credentials::config::S3Settings;
+
+/// duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
+/// credentials fresh.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "duckgate", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub config: Config,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Run the gateway (the default).
+    Serve,
+    /// Print the OpenAPI document of the HTTP API as JSON and exit.
+    Openapi,
+}
+
+/// The whole configuration of one gateway process.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    #[command(flatten)]
+    pub server: ServerConfig,
+    #[command(flatten)]
+    pub engine: EngineConfig,
+    #[command(flatten)]
+    pub limits: LimitsConfig,
+    #[command(flatten)]
+    pub auth: AuthConfig,
+    #[command(flatten)]
+    pub s3: S3Settings,
+}
+
+/// Where and how the HTTP server listens.
+#[derive(Debug, Clone, Args)]
+pub struct ServerConfig {
+    /// Address to listen on. Port 0 picks a free port (the real address is logged).
+    #[arg(long, env = "DUCKGATE_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// How long a graceful shutdown lets running queries finish before it
+    /// interrupts them.
+    #[arg(long, env = "DUCKGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub shutdown_grace_ms: u64,
+
+    /// Test hook: hold the control connection this long during each secret
+    /// install, to prove that nothing else waits on it.
+    #[arg(
+        long,
+        env = "DUCKGATE_TEST_CONTROL_STALL_MS",
+        hide = true,
+        default_value_t = 0
+    )]
+    pub test_control_stall_ms: u64,
+
+    /// Log format: `text` for people, `json` for log pipelines.
+    #[arg(long, env = "DUCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The embedded DuckDB and its connection pool.
+#[derive(Debug, Clone, Args)]
+pub struct EngineConfig {
+    /// Database file to open; unset (or `:memory:`) keeps the database in memory.
+    #[arg(long, env = "DUCKGATE_DATABASE")]
+    pub database: Option<PathBuf>,
+
+    /// Directory for the gateway's own files: DuckDB's secret directory
+    /// (`<dir>/secrets`, wiped at start-up) and spill files (`<dir>/tmp`).
+    /// Queries may read files under it.
+    #[arg(long, env = "DUCKGATE_DATA_DIR", default_value = "duckgate-data")]
+    pub data_dir: PathBuf,
+
+    /// Number of pooled DuckDB connections, i.e. queries that run at once.
+    /// Default: the number of cores.
+    #[arg(long, env = "DUCKGATE_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub pool_size: Option<u32>,
+
+    /// How long a request waits for a pooled connection before it gets 503.
+    #[arg(long, env = "DUCKGATE_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub acquire_timeout_ms: u64,
+
+    /// DuckDB worker threads (DuckDB's `threads`). Default: DuckDB's own choice.
+    #[arg(long, env = "DUCKGATE_THREADS", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub threads: Option<u32>,
+
+    /// DuckDB's `memory_limit`, e.g. `4GB`. Default: DuckDB's own (80% of RAM).
+    #[arg(long, env = "DUCKGATE_MEMORY_LIMIT", value_parser = parse_byte_size_setting)]
+    pub memory_limit: Option<String>,
+
+    /// DuckDB's `max_temp_directory_size`, e.g. `20GB`.
+    #[arg(long, env = "DUCKGATE_MAX_TEMP_DIRECTORY_SIZE", value_parser = parse_byte_size_setting)]
+    pub max_temp_directory_size: Option<String>,
+
+    /// Directory that holds DuckDB extensions as
+    /// `<dir>/v1.5.5/linux_amd64/httpfs.duckdb_extension`. Extensions are never
+    /// downloaded at run time.
+    #[arg(long, env = "DUCKGATE_EXTENSION_DIR")]
+    pub extension_dir: Option<PathBuf>,
+
+    /// Which statements clients may run: `read-only` (queries only) or
+    /// `read-write` (adds DML and DDL on the gateway's own database).
+    #[arg(long, env = "DUCKGATE_POLICY", value_enum, default_value_t = Policy::ReadOnly)]
+    pub policy: Policy,
+}
+
+/// The statement policy for client SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// SELECT, WITH, VALUES, FROM-first, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN, PIVOT.
+    ReadOnly,
+    /// Adds INSERT, UPDATE, DELETE and CREATE/DROP of tables, views, schemas,
+    /// macros, sequences and indexes.
+    ReadWrite,
+}
+
+/// Per-request limits.
+#[derive(Debug, Clone, Args)]
+pub struct LimitsConfig {
+    /// Time limit of a query that does not ask for one [default: 30000, or the
+    /// maximum if that is lower].
+    #[arg(long, env = "DUCKGATE_QUERY_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub query_timeout_ms: Option<u64>,
+
+    /// Largest time limit a query may ask for; `timeout_ms` is clamped to it.
+    #[arg(long, env = "DUCKGATE_MAX_QUERY_TIMEOUT_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    pub max_query_timeout_ms: u64,
+
+    /// Row limit of a result that does not ask for one [default: 100000, or the
+    /// maximum if that is lower].
+    #[arg(long, env = "DUCKGATE_DEFAULT_MAX_ROWS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub default_max_rows: Option<u64>,
+
+    /// Largest row limit a request may ask for; `max_rows` is clamped to it.
+    #[arg(long, env = "DUCKGATE_MAX_ROWS", default_value_t = 100_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_rows: u64,
+
+    /// Largest encoded result; past it the result is cut (JSON says
+    /// `"truncated": true`, NDJSON ends with a truncation record, CSV and Arrow
+    /// end early).
+    #[arg(long, env = "DUCKGATE_MAX_RESULT_BYTES", default_value_t = 4 << 30, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_result_bytes: u64,
+
+    /// Largest request body.
+    #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(64..=(1 << 30)))]
+    pub max_body_bytes: u64,
+
+    /// Longest SQL text, in bytes.
+    #[arg(long, env = "DUCKGATE_MAX_SQL_BYTES", default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(16..=(1 << 30)))]
+    pub max_sql_bytes: u64,
+
+    /// Requests served at once (all routes); more are shed with 503.
+    #[arg(long, env = "DUCKGATE_MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_concurrent_requests: u64,
+}
+
+/// Who may call what.
+#[derive(Clone, Args)]
+pub struct AuthConfig {
+    /// Comma-separated bearer tokens that may call `/query`. Empty: anonymous
+    /// queries, allowed only on a loopback address unless `--allow-anonymous`.
+    #[arg(
+        long,
+        env = "DUCKGATE_QUERY_TOKENS",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub query_tokens: Vec<String>,
+
+    /// File with one query token per line (blank lines and `#` comments skipped).
+    #[arg(long, env = "DUCKGATE_QUERY_TOKENS_FILE")]
+    pub query_tokens_file: Option<PathBuf>,
+
+    /// Bearer token for `/admin/...`. Unset: the admin API is off.
+    #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Allow anonymous queries on a non-loopback address.
+    #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
+    pub allow_anonymous: bool,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field(
+                "query_tokens",
+                &format_args!("[{} redacted]", self.query_tokens.len()),
+            )
+            .field("query_tokens_file", &self.query_tokens_file)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "[redacted]"),
+            )
+            .field("allow_anonymous", &self.allow_anonymous)
+            .finish()
+    }
+}
+
+impl LimitsConfig {
+    /// The time limit of a query that asks for none.
+    pub fn default_query_timeout_ms(&self) -> u64 {
+        self.query_timeout_ms
+            .unwrap_or(30_000)
+            .min(self.max_query_timeout_ms)
+    }
+
+    /// The row limit of a result that asks for none.
+    pub fn default_rows(&self) -> u64 {
+        self.default_max_rows.unwrap_or(100_000).min(self.max_rows)
+    }
+}
+
+/// A configuration that cannot run: the message names the setting.
+#[derive(Debug, thiserror::Error)]
+#[error("{setting}: {message}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(setting: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            setting,
+            message: message.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks what clap's per-field parsers cannot: relations between settings.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        if let Some(t) = l.query_timeout_ms.filter(|&t| t > l.max_query_timeout_ms) {
+            return Err(ConfigError::new(
+                "DUCKGATE_QUERY_TIMEOUT_MS",
+                format!(
+                    "default query timeout {t} ms exceeds DUCKGATE_MAX_QUERY_TIMEOUT_MS {} ms",
+                    l.max_query_timeout_ms
+                ),
+            ));
+        }
+        if let Some(r) = l.default_max_rows.filter(|&r| r > l.max_rows) {
+            return Err(ConfigError::new(
+                "DUCKGATE_DEFAULT_MAX_ROWS",
+                format!(
+                    "default row limit {r} exceeds DUCKGATE_MAX_ROWS {}",
+                    l.max_rows
+                ),
+            ));
+        }
+        if l.max_sql_bytes > l.max_body_bytes {
+            return Err(ConfigError::new(
+                "DUCKGATE_MAX_SQL_BYTES",
+                format!(
+                    "SQL limit {} bytes exceeds DUCKGATE_MAX_BODY_BYTES {}",
+                    l.max_sql_bytes, l.max_body_bytes
+                ),
+            ));
+        }
+        if self
+            .auth
+            .admin_token
+            .as_deref()
+            .is_some_and(|t| t.trim().len() < 16)
+        {
+            return Err(ConfigError::new(
+                "DUCKGATE_ADMIN_TOKEN",
+                "must be at least 16 characters",
+            ));
+        }
+        self.s3.validate(self.max_query_timeout())?;
+        Ok(())
+    }
+
+    pub fn pool_size(&self) -> usize {
+        self.engine
+            .pool_size
+            .map(|n| n as usize)
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2)
+            })
+    }
+
+    pub fn acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.engine.acquire_timeout_ms)
+    }
+
+    pub fn max_query_timeout(&self) -> Duration {
+        Duration::from_millis(self.limits.max_query_timeout_ms)
+    }
+
+    /// The database path, or `None` for an in-memory database.
+    pub fn database_path(&self) -> Option<&std::path::Path> {
+        self.engine
+            .database
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != ":memory:")
+    }
+}
+
+/// Accepts DuckDB byte sizes such as `512MB`, `4GB`, `2GiB`, `80%`.
+fn parse_byte_size_setting(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%' || c == ' ');
+    let unit = t[digits.len()..].trim().to_ascii_lowercase();
+    let number_ok = !digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n >= 0.0);
+    let unit_ok = matches!(
+        unit.as_str(),
+        "" | "b" | "kb" | "mb" | "gb" | "tb" | "kib" | "mib" | "gib" | "tib" | "%"
+    );
+    if number_ok && unit_ok {
+        Ok(t.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a byte size such as 512MB, 4GB or 2GiB"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_sizes() {
+        assert!(parse_byte_size_setting("4GB").is_ok());
+        assert!(parse_byte_size_setting("512 MiB").is_ok());
+        assert!(parse_byte_size_setting("75%").is_ok());
+        assert!(parse_byte_size_setting("lots").is_err());
+        assert!(parse_byte_size_setting("4GB'; DROP").is_err());
+        assert!(parse_byte_size_setting("").is_err());
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let cli = Cli::try_parse_from(["duckgate"]).unwrap();
+        cli.config.validate().unwrap();
+        assert_eq!(cli.config.server.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn timeout_relation_is_checked() {
+        let cli = Cli::try_parse_from([
+            "duckgate",
+            "--query-timeout-ms",
+            "10",
+            "--max-query-timeout-ms",
+            "5",
+        ])
+        .unwrap();
+        let err = cli.config.validate().unwrap_err();
+        assert_eq!(err.setting, "DUCKGATE_QUERY_TIMEOUT_MS");
+    }
+}

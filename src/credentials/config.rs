@@ -1,0 +1,498 @@
+//! S3 secret settings: one secret from `DUCKGATE_S3_*` variables, any number
+//! from a TOML file (`--config`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use secrecy::SecretString;
+use serde::Deserialize;
+
+use crate::config::ConfigError;
+
+/// Settings for the S3 secrets the gateway installs and keeps fresh.
+#[derive(Debug, Clone, Args)]
+pub struct S3Settings {
+    /// TOML file with `[[secret]]` tables, one per S3 secret (see README).
+    #[arg(long = "config", env = "DUCKGATE_CONFIG")]
+    pub config_file: Option<PathBuf>,
+
+    /// Name of the DuckDB secret for the one-secret configuration.
+    #[arg(long, env = "DUCKGATE_S3_SECRET_NAME", default_value = "duckgate_s3")]
+    pub s3_secret_name: String,
+
+    /// Role to assume with STS AssumeRole (selects the `assume-role` source).
+    #[arg(long, env = "DUCKGATE_S3_ROLE_ARN")]
+    pub s3_role_arn: Option<String>,
+
+    /// Session name sent to STS.
+    #[arg(long, env = "DUCKGATE_S3_SESSION_NAME", default_value = "duckgate")]
+    pub s3_session_name: String,
+
+    /// External id sent to STS AssumeRole.
+    #[arg(long, env = "DUCKGATE_S3_EXTERNAL_ID")]
+    pub s3_external_id: Option<String>,
+
+    /// Token file for AssumeRoleWithWebIdentity (selects the `web-identity`
+    /// source together with DUCKGATE_S3_ROLE_ARN); re-read at each refresh.
+    #[arg(long, env = "DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE")]
+    pub s3_web_identity_token_file: Option<PathBuf>,
+
+    /// Static access key id (selects the `static` source).
+    #[arg(long, env = "DUCKGATE_S3_KEY_ID", hide_env_values = true)]
+    pub s3_key_id: Option<String>,
+
+    /// Static secret access key.
+    #[arg(long, env = "DUCKGATE_S3_SECRET", hide_env_values = true)]
+    pub s3_secret: Option<String>,
+
+    /// Static session token.
+    #[arg(long, env = "DUCKGATE_S3_SESSION_TOKEN", hide_env_values = true)]
+    pub s3_session_token: Option<String>,
+
+    /// Lifetime requested for STS sessions, in seconds.
+    #[arg(long, env = "DUCKGATE_S3_SESSION_DURATION_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=43_200))]
+    pub s3_session_duration_secs: u64,
+
+    /// AWS region of the bucket(s).
+    #[arg(long, env = "DUCKGATE_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+
+    /// S3 endpoint DuckDB talks to, `host:port` (default: AWS).
+    #[arg(long, env = "DUCKGATE_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// `vhost` or `path`.
+    #[arg(long, env = "DUCKGATE_S3_URL_STYLE")]
+    pub s3_url_style: Option<String>,
+
+    /// Use TLS to reach S3.
+    #[arg(long, env = "DUCKGATE_S3_USE_SSL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub s3_use_ssl: bool,
+
+    /// Comma-separated prefixes the secret applies to, e.g. `s3://bucket/`.
+    /// They are also the only S3 locations queries may read.
+    #[arg(long, env = "DUCKGATE_S3_SCOPE", value_delimiter = ',')]
+    pub s3_scope: Vec<String>,
+
+    /// STS endpoint URL (default: AWS).
+    #[arg(long, env = "DUCKGATE_STS_ENDPOINT")]
+    pub sts_endpoint: Option<String>,
+
+    /// Extra seconds the credentials must outlive the longest query when
+    /// refreshed.
+    #[arg(long, env = "DUCKGATE_S3_REFRESH_LEAD_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub s3_refresh_lead_secs: u64,
+
+    /// How often the rotator wakes to check lifetimes, in milliseconds.
+    #[arg(long, env = "DUCKGATE_S3_CHECK_INTERVAL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub s3_check_interval_ms: u64,
+
+    /// Refresh credentials before they expire (on by default; off only for
+    /// experiments that must watch them expire).
+    #[arg(long, env = "DUCKGATE_S3_ROTATION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub s3_rotation: bool,
+}
+
+/// Where a secret's credentials come from.
+#[derive(Clone)]
+pub enum SourceSpec {
+    /// STS AssumeRole with base credentials from the standard AWS chain.
+    AssumeRole {
+        role_arn: String,
+        session_name: String,
+        external_id: Option<String>,
+        duration: Duration,
+    },
+    /// STS AssumeRoleWithWebIdentity with a token file re-read each time.
+    WebIdentity {
+        role_arn: String,
+        session_name: String,
+        token_file: PathBuf,
+        duration: Duration,
+    },
+    /// Fixed credentials.
+    Static {
+        key_id: String,
+        secret: SecretString,
+        session_token: Option<SecretString>,
+    },
+}
+
+impl std::fmt::Debug for SourceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
+    }
+}
+
+impl SourceSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceSpec::AssumeRole { .. } => "assume-role",
+            SourceSpec::WebIdentity { .. } => "web-identity",
+            SourceSpec::Static { .. } => "static",
+        }
+    }
+
+    /// The session lifetime asked of STS; `None` for static credentials.
+    pub fn duration(&self) -> Option<Duration> {
+        match self {
+            SourceSpec::AssumeRole { duration, .. } | SourceSpec::WebIdentity { duration, .. } => {
+                Some(*duration)
+            }
+            SourceSpec::Static { .. } => None,
+        }
+    }
+}
+
+/// One S3 secret the gateway installs into DuckDB.
+#[derive(Debug, Clone)]
+pub struct SecretSpec {
+    /// DuckDB secret name (an identifier: letters, digits, `_`).
+    pub name: String,
+    pub source: SourceSpec,
+    pub region: String,
+    pub endpoint: Option<String>,
+    pub url_style: Option<String>,
+    pub use_ssl: bool,
+    /// Prefixes such as `s3://bucket/`; empty means every S3 path.
+    pub scope: Vec<String>,
+    pub sts_endpoint: Option<String>,
+}
+
+/// The rotator's timing settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RotationTiming {
+    pub enabled: bool,
+    pub lead: Duration,
+    pub check_interval: Duration,
+    pub max_query_timeout: Duration,
+}
+
+impl RotationTiming {
+    /// Refresh once the remaining lifetime falls below this: the larger of 20%
+    /// of the lifetime and the longest query plus the lead, so a query that
+    /// starts just before the refresh still finishes on valid credentials.
+    pub fn refresh_threshold(&self, lifetime: Duration) -> Duration {
+        (lifetime / 5).max(self.max_query_timeout + self.lead)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default, rename = "secret")]
+    secrets: Vec<FileSecret>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSecret {
+    name: String,
+    source: String,
+    #[serde(default)]
+    role_arn: Option<String>,
+    #[serde(default)]
+    session_name: Option<String>,
+    #[serde(default)]
+    external_id: Option<String>,
+    #[serde(default)]
+    session_duration_secs: Option<u64>,
+    #[serde(default)]
+    web_identity_token_file: Option<PathBuf>,
+    #[serde(default)]
+    key_id: Option<String>,
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    session_token: Option<String>,
+    #[serde(default)]
+    region: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    url_style: Option<String>,
+    #[serde(default)]
+    use_ssl: Option<bool>,
+    #[serde(default)]
+    scope: Vec<String>,
+    #[serde(default)]
+    sts_endpoint: Option<String>,
+}
+
+impl S3Settings {
+    pub fn timing(&self, max_query_timeout: Duration) -> RotationTiming {
+        RotationTiming {
+            enabled: self.s3_rotation,
+            lead: Duration::from_secs(self.s3_refresh_lead_secs),
+            check_interval: Duration::from_millis(self.s3_check_interval_ms),
+            max_query_timeout,
+        }
+    }
+
+    /// Every configured secret: the TOML file's, then the one from
+    /// `DUCKGATE_S3_*` if a source is selected there.
+    pub fn secrets(&self) -> Result<Vec<SecretSpec>, ConfigError> {
+        let mut out = Vec::new();
+        if let Some(path) = &self.config_file {
+            out.extend(load_file(path)?);
+        }
+        if let Some(source) = self.env_source()? {
+            out.push(SecretSpec {
+                name: self.s3_secret_name.clone(),
+                source,
+                region: self.s3_region.clone(),
+                endpoint: self.s3_endpoint.clone(),
+                url_style: self.s3_url_style.clone(),
+                use_ssl: self.s3_use_ssl,
+                scope: self.s3_scope.clone(),
+                sts_endpoint: self.sts_endpoint.clone(),
+            });
+        }
+        let mut names = std::collections::HashSet::new();
+        for s in &out {
+            check_secret(s)?;
+            if !names.insert(s.name.to_ascii_lowercase()) {
+                return Err(ConfigError::new(
+                    "DUCKGATE_CONFIG",
+                    format!("secret name `{}` is used twice", s.name),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn env_source(&self) -> Result<Option<SourceSpec>, ConfigError> {
+        let duration = Duration::from_secs(self.s3_session_duration_secs);
+        match (&self.s3_role_arn, &self.s3_key_id) {
+            (Some(_), Some(_)) => Err(ConfigError::new(
+                "DUCKGATE_S3_ROLE_ARN",
+                "set either DUCKGATE_S3_ROLE_ARN or DUCKGATE_S3_KEY_ID, not both",
+            )),
+            (Some(role_arn), None) => Ok(Some(match &self.s3_web_identity_token_file {
+                Some(token_file) => SourceSpec::WebIdentity {
+                    role_arn: role_arn.clone(),
+                    session_name: self.s3_session_name.clone(),
+                    token_file: token_file.clone(),
+                    duration,
+                },
+                None => SourceSpec::AssumeRole {
+                    role_arn: role_arn.clone(),
+                    session_name: self.s3_session_name.clone(),
+                    external_id: self.s3_external_id.clone(),
+                    duration,
+                },
+            })),
+            (None, Some(key_id)) => {
+                let secret = self.s3_secret.clone().ok_or_else(|| {
+                    ConfigError::new("DUCKGATE_S3_SECRET", "required with DUCKGATE_S3_KEY_ID")
+                })?;
+                Ok(Some(SourceSpec::Static {
+                    key_id: key_id.clone(),
+                    secret: secret.into(),
+                    session_token: self.s3_session_token.clone().map(Into::into),
+                }))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// Rejects configurations whose sessions cannot outlive the longest query.
+    pub fn validate(&self, max_query_timeout: Duration) -> Result<(), ConfigError> {
+        let secrets = self.secrets()?;
+        let timing = self.timing(max_query_timeout);
+        if !timing.enabled {
+            return Ok(());
+        }
+        for s in &secrets {
+            let Some(lifetime) = s.source.duration() else {
+                continue;
+            };
+            let need = timing.max_query_timeout + timing.lead;
+            // The refresh must leave the old credentials enough life for the
+            // longest query, and the new ones must not be due for refresh at once.
+            if need.as_secs_f64() > lifetime.as_secs_f64() * 0.8 {
+                return Err(ConfigError::new(
+                    "DUCKGATE_S3_SESSION_DURATION_SECS",
+                    format!(
+                        "secret `{}`: sessions of {} s cannot cover the longest query ({} s, DUCKGATE_MAX_QUERY_TIMEOUT_MS) plus the refresh lead ({} s, DUCKGATE_S3_REFRESH_LEAD_SECS) with 20% to spare; \
+                         lengthen the sessions or shorten the query timeout or the lead",
+                        s.name,
+                        lifetime.as_secs(),
+                        timing.max_query_timeout.as_secs_f64(),
+                        timing.lead.as_secs()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_secret(s: &SecretSpec) -> Result<(), ConfigError> {
+    let valid_name = !s.name.is_empty()
+        && s.name.len() <= 64
+        && s.name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !s.name.starts_with(|c: char| c.is_ascii_digit());
+    if !valid_name {
+        return Err(ConfigError::new(
+            "DUCKGATE_S3_SECRET_NAME",
+            format!("`{}` is not a valid secret name (letters, digits and _, not starting with a digit)", s.name),
+        ));
+    }
+    if let Some(style) = &s.url_style {
+        if style != "path" && style != "vhost" {
+            return Err(ConfigError::new(
+                "DUCKGATE_S3_URL_STYLE",
+                format!("`{style}` must be `path` or `vhost`"),
+            ));
+        }
+    }
+    for prefix in &s.scope {
+        if !(prefix.starts_with("s3://") && prefix.len() > 5) {
+            return Err(ConfigError::new(
+                "DUCKGATE_S3_SCOPE",
+                format!("`{prefix}` is not an S3 prefix such as s3://bucket/"),
+            ));
+        }
+    }
+    if let Some(ep) = &s.endpoint {
+        if ep.contains("://") || ep.contains('/') || ep.is_empty() {
+            return Err(ConfigError::new(
+                "DUCKGATE_S3_ENDPOINT",
+                format!("`{ep}` must be host:port without a scheme"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::new(
+            "DUCKGATE_CONFIG",
+            format!("cannot read {}: {e}", path.display()),
+        )
+    })?;
+    let file: FileConfig = toml::from_str(&text).map_err(|e| {
+        ConfigError::new(
+            "DUCKGATE_CONFIG",
+            format!("{}: {}", path.display(), e.message()),
+        )
+    })?;
+    file.secrets
+        .into_iter()
+        .map(|f| {
+            let duration = Duration::from_secs(f.session_duration_secs.unwrap_or(3600));
+            let need = |v: Option<String>, what: &str| {
+                v.ok_or_else(|| {
+                    ConfigError::new(
+                        "DUCKGATE_CONFIG",
+                        format!(
+                            "secret `{}`: `{what}` is required for source `{}`",
+                            f.name, f.source
+                        ),
+                    )
+                })
+            };
+            let source = match f.source.as_str() {
+                "assume-role" => SourceSpec::AssumeRole {
+                    role_arn: need(f.role_arn.clone(), "role_arn")?,
+                    session_name: f.session_name.clone().unwrap_or_else(|| "duckgate".into()),
+                    external_id: f.external_id.clone(),
+                    duration,
+                },
+                "web-identity" => SourceSpec::WebIdentity {
+                    role_arn: need(f.role_arn.clone(), "role_arn")?,
+                    session_name: f.session_name.clone().unwrap_or_else(|| "duckgate".into()),
+                    token_file: f.web_identity_token_file.clone().ok_or_else(|| {
+                        ConfigError::new(
+                            "DUCKGATE_CONFIG",
+                            format!("secret `{}`: `web_identity_token_file` is required", f.name),
+                        )
+                    })?,
+                    duration,
+                },
+                "static" => SourceSpec::Static {
+                    key_id: need(f.key_id.clone(), "key_id")?,
+                    secret: need(f.secret.clone(), "secret")?.into(),
+                    session_token: f.session_token.clone().map(Into::into),
+                },
+                other => return Err(ConfigError::new(
+                    "DUCKGATE_CONFIG",
+                    format!(
+                        "secret `{}`: unknown source `{other}` (assume-role, web-identity, static)",
+                        f.name
+                    ),
+                )),
+            };
+            Ok(SecretSpec {
+                name: f.name,
+                source,
+                region: f.region.unwrap_or_else(|| "us-east-1".into()),
+                endpoint: f.endpoint,
+                url_style: f.url_style,
+                use_ssl: f.use_ssl.unwrap_or(true),
+                scope: f.scope,
+                sts_endpoint: f.sts_endpoint,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threshold_is_the_larger_of_fraction_and_query_plus_lead() {
+        let t = RotationTiming {
+            enabled: true,
+            lead: Duration::from_secs(60),
+            check_interval: Duration::from_secs(1),
+            max_query_timeout: Duration::from_secs(300),
+        };
+        assert_eq!(
+            t.refresh_threshold(Duration::from_secs(900)),
+            Duration::from_secs(360)
+        );
+        assert_eq!(
+            t.refresh_threshold(Duration::from_secs(3600)),
+            Duration::from_secs(720)
+        );
+    }
+
+    #[test]
+    fn toml_file_parses_every_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.toml");
+        std::fs::write(
+            &path,
+            r#"
+            [[secret]]
+            name = "lake"
+            source = "assume-role"
+            role_arn = "arn:aws:iam::1:role/r"
+            scope = ["s3://lake/"]
+            session_duration_secs = 900
+
+            [[secret]]
+            name = "static_one"
+            source = "static"
+            key_id = "AKIA"
+            secret = "s"
+            use_ssl = false
+            endpoint = "127.0.0.1:9000"
+            url_style = "path"
+            "#,
+        )
+        .unwrap();
+        let specs = load_file(&path).unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].source.kind(), "assume-role");
+        assert_eq!(specs[1].source.kind(), "static");
+        assert_eq!(specs[0].scope, vec!["s3://lake/".to_string()]);
+    }
+}

@@ -1,0 +1,439 @@
+//! The rotator: keeps every S3 secret's credentials fresh on the control
+//! connection, so no statement ever starts with credentials that could expire
+//! before it ends.
+//!
+//! Each refresh has three steps, and holds nothing a query or a probe needs:
+//! decide (read the snapshot), fetch and install (STS, then DDL on the control
+//! connection), publish (swap a new snapshot in). Refreshes of one secret are
+//! single-flight: the interval task, the admin endpoint, start-up and the
+//! expired-token retry share one, and a second trigger waits for the one in
+//! flight instead of calling STS again.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::credentials::config::{RotationTiming, SecretSpec};
+use crate::credentials::source::{key_id_suffix, CredentialSource, Credentials};
+use crate::credentials::sql;
+use crate::health::{CredentialsView, Health, SecretState};
+
+/// Longest pause between retries after failures.
+const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// First pause after a failure.
+const BACKOFF_BASE: Duration = Duration::from_millis(500);
+
+/// One secret under the rotator's care.
+struct Managed {
+    spec: SecretSpec,
+    source: CredentialSource,
+    /// Held for the whole of one refresh: the single flight.
+    flight: tokio::sync::Mutex<()>,
+    /// Completed refresh attempts; a waiter that sees it move knows the flight
+    /// it waited for has finished, and takes that flight's result.
+    attempts: AtomicU64,
+    /// Result of the last attempt (error class only).
+    last_result: Mutex<Result<(), String>>,
+    /// Consecutive failures, for the backoff.
+    failures: AtomicU32,
+    /// No automatic attempt before this instant (backoff after a failure).
+    not_before: Mutex<Option<Instant>>,
+    /// Lifetime of the installed credentials, as issued.
+    lifetime: Mutex<Option<Duration>>,
+}
+
+/// Owns the credential lifecycle of every configured S3 secret.
+pub struct Rotator {
+    secrets: Vec<Arc<Managed>>,
+    control: Arc<Mutex<duckdb::Connection>>,
+    health: Arc<Health>,
+    timing: RotationTiming,
+    /// Test hook: hold the control connection this long during each install
+    /// after start-up.
+    test_stall: Duration,
+    /// Set once start-up installed every secret.
+    started: std::sync::atomic::AtomicBool,
+}
+
+/// What one refresh did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refreshed {
+    /// New credentials are installed.
+    Rotated,
+    /// Nothing to do: the installed ones are fresh enough.
+    Fresh,
+}
+
+impl Rotator {
+    pub async fn new(
+        specs: Vec<SecretSpec>,
+        control: Arc<Mutex<duckdb::Connection>>,
+        health: Arc<Health>,
+        timing: RotationTiming,
+        test_stall: Duration,
+    ) -> Self {
+        let mut secrets = Vec::new();
+        let mut states = Vec::new();
+        for spec in specs {
+            let source = CredentialSource::new(&spec).await;
+            states.push(SecretState {
+                name: spec.name.clone(),
+                source: source.kind().to_string(),
+                scope: spec.scope.clone(),
+                epoch: 0,
+                expires_at: None,
+                expires_at_system: None,
+                rotated_at: None,
+                key_id_suffix: None,
+                last_error: None,
+                consecutive_failures: 0,
+                rotations: 0,
+            });
+            secrets.push(Arc::new(Managed {
+                spec,
+                source,
+                flight: tokio::sync::Mutex::new(()),
+                attempts: AtomicU64::new(0),
+                last_result: Mutex::new(Ok(())),
+                failures: AtomicU32::new(0),
+                not_before: Mutex::new(None),
+                lifetime: Mutex::new(None),
+            }));
+        }
+        health.credentials.store(Arc::new(CredentialsView {
+            secrets: states,
+            epoch: 0,
+            any_expired: false,
+        }));
+        Self {
+            secrets,
+            control,
+            health,
+            timing,
+            test_stall,
+            started: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether credentials are refreshed before they expire.
+    pub fn enabled(&self) -> bool {
+        self.timing.enabled
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.secrets.iter().map(|m| m.spec.name.clone()).collect()
+    }
+
+    /// Every S3 prefix any secret is scoped to (for the lockdown's allowed
+    /// directories); a secret without scope allows all of S3.
+    pub fn s3_prefixes(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for m in &self.secrets {
+            if m.spec.scope.is_empty() {
+                out.push("s3://".to_string());
+            } else {
+                out.extend(m.spec.scope.iter().cloned());
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Installs every secret at start-up, retrying briefly; fails if one
+    /// cannot be installed, so a misconfigured gateway does not start.
+    pub async fn install_all(&self, attempts: u32) -> Result<(), String> {
+        for (idx, m) in self.secrets.iter().enumerate() {
+            let mut last = String::new();
+            let mut ok = false;
+            for attempt in 0..attempts.max(1) {
+                match self.refresh(idx, true).await {
+                    Ok(_) => {
+                        ok = true;
+                        break;
+                    }
+                    Err(e) => {
+                        last = e;
+                        tracing::warn!(secret = %m.spec.name, attempt = attempt + 1, error = %last, "installing S3 credentials failed");
+                        tokio::time::sleep(backoff(attempt + 1)).await;
+                    }
+                }
+            }
+            if !ok {
+                return Err(format!("secret `{}`: {last}", m.spec.name));
+            }
+        }
+        self.started.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Refreshes now (the admin endpoint and the expired-token retry). `name`
+    /// selects one secret; `None` means all.
+    pub async fn rotate_now(&self, name: Option<&str>) -> Result<Vec<Result<(), String>>, String> {
+        let targets: Vec<usize> = match name {
+            Some(n) => {
+                let idx = self
+                    .secrets
+                    .iter()
+                    .position(|m| m.spec.name == n)
+                    .ok_or_else(|| format!("no secret named `{n}`"))?;
+                vec![idx]
+            }
+            None => (0..self.secrets.len()).collect(),
+        };
+        let results =
+            futures::future::join_all(targets.into_iter().map(|i| self.refresh(i, true))).await;
+        Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
+    }
+
+    /// One refresh of secret `idx`, single-flight. Without `force`, it only
+    /// acts if the credentials are due (the interval task's path).
+    pub async fn refresh(&self, idx: usize, force: bool) -> Result<Refreshed, String> {
+        let m = &self.secrets[idx];
+        let seen = m.attempts.load(Ordering::Acquire);
+        let _flight = m.flight.lock().await;
+        if m.attempts.load(Ordering::Acquire) != seen {
+            // A refresh ran while we waited: it is ours too.
+            return m
+                .last_result
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+                .map(|_| Refreshed::Rotated);
+        }
+
+        // 1. Decide, from the snapshot alone.
+        if !force && !self.due(idx, SystemTime::now()) {
+            return Ok(Refreshed::Fresh);
+        }
+
+        // 2. Fetch, then install on the control connection.
+        let started = Instant::now();
+        let result = match m.source.fetch().await {
+            Ok(creds) => self.install(m, creds.clone()).await.map(|_| creds),
+            Err(e) => Err(e.0),
+        };
+        let elapsed = started.elapsed();
+
+        // 3. Publish.
+        let outcome = match result {
+            Ok(creds) => {
+                m.failures.store(0, Ordering::Relaxed);
+                *m.not_before.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                *m.lifetime.lock().unwrap_or_else(|p| p.into_inner()) = creds
+                    .expires_at
+                    .and_then(|e| e.duration_since(SystemTime::now()).ok())
+                    .map(|d| d + elapsed);
+                self.publish_success(idx, &creds);
+                metrics::counter!("duckgate_rotations_total", "secret" => m.spec.name.clone(), "outcome" => "ok")
+                    .increment(1);
+                metrics::histogram!("duckgate_rotation_duration_seconds")
+                    .record(elapsed.as_secs_f64());
+                tracing::info!(
+                    secret = %m.spec.name,
+                    key_id = %key_id_suffix(&creds.key_id),
+                    elapsed_ms = elapsed.as_millis() as u64,
+                    "S3 credentials rotated"
+                );
+                Ok(())
+            }
+            Err(class) => {
+                let failures = m.failures.fetch_add(1, Ordering::Relaxed) + 1;
+                let pause = backoff(failures);
+                *m.not_before.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + pause);
+                self.publish_failure(idx, &class, failures);
+                metrics::counter!("duckgate_rotations_total", "secret" => m.spec.name.clone(), "outcome" => "error")
+                    .increment(1);
+                tracing::warn!(
+                    secret = %m.spec.name,
+                    error = %class,
+                    consecutive_failures = failures,
+                    retry_in_ms = pause.as_millis() as u64,
+                    "S3 credential refresh failed; serving with the current credentials until they expire"
+                );
+                Err(class)
+            }
+        };
+        *m.last_result.lock().unwrap_or_else(|p| p.into_inner()) = outcome.clone();
+        m.attempts.fetch_add(1, Ordering::Release);
+        outcome.map(|_| Refreshed::Rotated)
+    }
+
+    /// Runs the DDL on the control connection, off the async workers.
+    async fn install(&self, m: &Managed, creds: Credentials) -> Result<(), String> {
+        let statement = sql::create_secret(&m.spec, &creds);
+        let control = self.control.clone();
+        let stall = if self.started.load(Ordering::Relaxed) {
+            self.test_stall
+        } else {
+            Duration::ZERO
+        };
+        tokio::task::spawn_blocking(move || {
+            let conn = control.lock().unwrap_or_else(|p| p.into_inner());
+            if !stall.is_zero() {
+                std::thread::sleep(stall);
+            }
+            conn.execute_batch(&statement)
+                .map_err(|e| sql::reduce_error(&e))
+        })
+        .await
+        .map_err(|_| "the install task failed".to_string())?
+    }
+
+    /// Whether secret `idx` should be refreshed now: never installed, or its
+    /// remaining lifetime is under the threshold, and no backoff pause runs.
+    fn due(&self, idx: usize, now: SystemTime) -> bool {
+        let m = &self.secrets[idx];
+        if let Some(nb) = *m.not_before.lock().unwrap_or_else(|p| p.into_inner()) {
+            if Instant::now() < nb {
+                return false;
+            }
+        }
+        let view = self.health.credentials.load();
+        let Some(state) = view.secrets.get(idx) else {
+            return false;
+        };
+        if state.epoch == 0 {
+            return true;
+        }
+        let Some(expires) = state.expires_at_system else {
+            return false; // static credentials
+        };
+        let lifetime = m
+            .lifetime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .or_else(|| m.source_duration())
+            .unwrap_or(Duration::from_secs(900));
+        let remaining = expires.duration_since(now).unwrap_or(Duration::ZERO);
+        remaining < self.timing.refresh_threshold(lifetime)
+    }
+
+    fn publish_success(&self, idx: usize, creds: &Credentials) {
+        let now = SystemTime::now();
+        self.health.credentials.rcu(|view| {
+            let mut v = CredentialsView::clone(view);
+            if let Some(s) = v.secrets.get_mut(idx) {
+                s.epoch += 1;
+                s.expires_at_system = creds.expires_at;
+                s.expires_at = creds
+                    .expires_at
+                    .map(|t| humantime::format_rfc3339_seconds(t).to_string());
+                s.rotated_at = Some(humantime::format_rfc3339_seconds(now).to_string());
+                s.key_id_suffix = Some(key_id_suffix(&creds.key_id));
+                s.last_error = None;
+                s.consecutive_failures = 0;
+                s.rotations += 1;
+            }
+            v.epoch = v.secrets.iter().map(|s| s.epoch).sum();
+            v.any_expired = any_expired(&v, now);
+            v
+        });
+    }
+
+    fn publish_failure(&self, idx: usize, class: &str, failures: u32) {
+        let now = SystemTime::now();
+        self.health.credentials.rcu(|view| {
+            let mut v = CredentialsView::clone(view);
+            if let Some(s) = v.secrets.get_mut(idx) {
+                s.last_error = Some(class.to_string());
+                s.consecutive_failures = failures;
+            }
+            v.any_expired = any_expired(&v, now);
+            v
+        });
+    }
+
+    /// Re-evaluates expiry so the query path can read it without a clock.
+    fn refresh_expiry_flag(&self) {
+        let now = SystemTime::now();
+        let view = self.health.credentials.load();
+        let expired = any_expired(&view, now);
+        if expired != view.any_expired {
+            self.health.credentials.rcu(|v| {
+                let mut v = CredentialsView::clone(v);
+                v.any_expired = any_expired(&v, now);
+                v
+            });
+            if expired {
+                tracing::error!(
+                    "S3 credentials have expired; S3 queries fail until a refresh succeeds"
+                );
+            }
+        }
+    }
+
+    /// One tick of the interval task.
+    pub async fn tick(&self) {
+        self.refresh_expiry_flag();
+        if !self.timing.enabled {
+            return;
+        }
+        let now = SystemTime::now();
+        let due: Vec<usize> = (0..self.secrets.len())
+            .filter(|&i| self.due(i, now))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        futures::future::join_all(due.into_iter().map(|i| self.refresh(i, false))).await;
+        self.refresh_expiry_flag();
+    }
+
+    /// The interval task: ticks until shutdown.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        let mut interval = tokio::time::interval(self.timing.check_interval);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = interval.tick() => self.tick().await,
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        tracing::debug!("rotator stopped");
+    }
+}
+
+impl Managed {
+    fn source_duration(&self) -> Option<Duration> {
+        self.spec.source.duration()
+    }
+}
+
+fn any_expired(view: &CredentialsView, now: SystemTime) -> bool {
+    view.secrets
+        .iter()
+        .any(|s| s.expires_at_system.is_some_and(|e| e <= now))
+}
+
+/// Capped exponential backoff with jitter (between half and the full pause).
+fn backoff(failures: u32) -> Duration {
+    let exp = BACKOFF_BASE.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let capped = exp.min(BACKOFF_CAP);
+    capped.mul_f64(0.5 + fastrand::f64() * 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        for _ in 0..100 {
+            let b1 = backoff(1);
+            assert!(b1 >= BACKOFF_BASE / 2 && b1 <= BACKOFF_BASE);
+            let b20 = backoff(20);
+            assert!(b20 <= BACKOFF_CAP && b20 >= BACKOFF_CAP / 2);
+        }
+    }
+}

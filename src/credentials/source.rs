@@ -1,0 +1,190 @@
+//! Credential sources: where fresh S3 credentials come from.
+
+use std::time::{Duration, SystemTime};
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+use aws_sdk_sts::error::ProvideErrorMetadata;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::credentials::config::{SecretSpec, SourceSpec};
+
+/// One set of credentials. The secret parts redact themselves.
+#[derive(Clone)]
+pub struct Credentials {
+    pub key_id: String,
+    pub secret: SecretString,
+    pub session_token: Option<SecretString>,
+    /// `None` for credentials that do not expire.
+    pub expires_at: Option<SystemTime>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("key_id", &key_id_suffix(&self.key_id))
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The last four characters of a key id: enough to tell two apart, never
+/// enough to use.
+pub fn key_id_suffix(key_id: &str) -> String {
+    let n = key_id.chars().count();
+    let tail: String = key_id.chars().skip(n.saturating_sub(4)).collect();
+    format!("…{tail}")
+}
+
+/// Why fetching failed, as a class with no secret in it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct FetchError(pub String);
+
+/// Fetches credentials for one secret.
+pub struct CredentialSource {
+    spec: SourceSpec,
+    sts: Option<aws_sdk_sts::Client>,
+}
+
+impl CredentialSource {
+    pub async fn new(secret: &SecretSpec) -> Self {
+        let sts = match &secret.source {
+            SourceSpec::Static { .. } => None,
+            source => {
+                let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                    .region(aws_config::Region::new(secret.region.clone()))
+                    .timeout_config(
+                        TimeoutConfig::builder()
+                            .operation_attempt_timeout(Duration::from_secs(10))
+                            .operation_timeout(Duration::from_secs(20))
+                            .build(),
+                    )
+                    // The rotator retries with its own backoff.
+                    .retry_config(RetryConfig::standard().with_max_attempts(2));
+                if let Some(url) = &secret.sts_endpoint {
+                    loader = loader.endpoint_url(url.clone());
+                }
+                if matches!(source, SourceSpec::WebIdentity { .. }) {
+                    // AssumeRoleWithWebIdentity is not signed.
+                    loader = loader.no_credentials();
+                }
+                let config = loader.load().await;
+                Some(aws_sdk_sts::Client::new(&config))
+            }
+        };
+        Self {
+            spec: secret.source.clone(),
+            sts,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        self.spec.kind()
+    }
+
+    /// Fresh credentials (for `static`, the fixed ones).
+    pub async fn fetch(&self) -> Result<Credentials, FetchError> {
+        match &self.spec {
+            SourceSpec::Static {
+                key_id,
+                secret,
+                session_token,
+            } => Ok(Credentials {
+                key_id: key_id.clone(),
+                secret: secret.clone(),
+                session_token: session_token.clone(),
+                expires_at: None,
+            }),
+            SourceSpec::AssumeRole {
+                role_arn,
+                session_name,
+                external_id,
+                duration,
+            } => {
+                let client = self.sts.as_ref().expect("STS client for assume-role");
+                let out = client
+                    .assume_role()
+                    .role_arn(role_arn)
+                    .role_session_name(session_name)
+                    .set_external_id(external_id.clone())
+                    .duration_seconds(duration.as_secs() as i32)
+                    .send()
+                    .await
+                    .map_err(|e| sts_error("AssumeRole", &e))?;
+                convert(out.credentials())
+            }
+            SourceSpec::WebIdentity {
+                role_arn,
+                session_name,
+                token_file,
+                duration,
+            } => {
+                // Re-read at every refresh: Kubernetes rotates the file.
+                let token = tokio::fs::read_to_string(token_file).await.map_err(|e| {
+                    FetchError(format!(
+                        "cannot read the web identity token file: {}",
+                        e.kind()
+                    ))
+                })?;
+                let client = self.sts.as_ref().expect("STS client for web-identity");
+                let out = client
+                    .assume_role_with_web_identity()
+                    .role_arn(role_arn)
+                    .role_session_name(session_name)
+                    .web_identity_token(token.trim())
+                    .duration_seconds(duration.as_secs() as i32)
+                    .send()
+                    .await
+                    .map_err(|e| sts_error("AssumeRoleWithWebIdentity", &e))?;
+                convert(out.credentials())
+            }
+        }
+    }
+}
+
+fn convert(c: Option<&aws_sdk_sts::types::Credentials>) -> Result<Credentials, FetchError> {
+    let c = c.ok_or_else(|| FetchError("STS answered without credentials".into()))?;
+    let expires_at = SystemTime::try_from(*c.expiration())
+        .map_err(|_| FetchError("STS answered with an unreadable expiration".into()))?;
+    Ok(Credentials {
+        key_id: c.access_key_id().to_string(),
+        secret: SecretString::from(c.secret_access_key().to_string()),
+        session_token: Some(SecretString::from(c.session_token().to_string())),
+        expires_at: Some(expires_at),
+    })
+}
+
+/// Reduces an SDK error to its class: the service's error code, or the kind
+/// of transport failure. Never includes request or response bodies.
+fn sts_error<E, R>(op: &str, e: &aws_sdk_sts::error::SdkError<E, R>) -> FetchError
+where
+    E: ProvideErrorMetadata,
+{
+    use aws_sdk_sts::error::SdkError;
+    let class = match e {
+        SdkError::ServiceError(se) => {
+            format!("service error {}", se.err().code().unwrap_or("unknown"))
+        }
+        SdkError::TimeoutError(_) => "timeout".to_string(),
+        SdkError::DispatchFailure(d) => {
+            if d.is_timeout() {
+                "timeout".to_string()
+            } else if d.is_io() {
+                "connection failed".to_string()
+            } else {
+                "dispatch failure".to_string()
+            }
+        }
+        SdkError::ResponseError(_) => "unreadable response".to_string(),
+        SdkError::ConstructionFailure(_) => "request construction failed".to_string(),
+        _ => "unknown failure".to_string(),
+    };
+    FetchError(format!("STS {op}: {class}"))
+}
+
+/// Renders a secret's value for the DDL only.
+pub fn expose(s: &SecretString) -> &str {
+    s.expose_secret()
+}

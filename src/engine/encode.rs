@@ -1,0 +1,868 @@
+//! Result encoding: JSON, NDJSON, CSV and Arrow IPC, all built on the arrow
+//! writers. Encoders turn record batches into bytes incrementally, so a result
+//! streams in memory bounded by a few batches.
+//!
+//! JSON needs a few rules arrow-json's defaults do not follow, supplied through
+//! its `EncoderFactory` hook: integers and decimals beyond 2^53 become strings
+//! (JavaScript clients would round them), NaN/Infinity become strings (JSON has
+//! no such numbers), binary becomes base64, intervals become ISO 8601
+//! durations, unions and maps with non-string keys nest naturally.
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, StructArray, UnionArray};
+use arrow::datatypes::{
+    DataType, Decimal128Type, Decimal256Type, Field, FieldRef, Float16Type, Float32Type,
+    Float64Type, Int64Type, IntervalUnit, Schema, SchemaRef, UInt64Type,
+};
+use arrow::error::ArrowError;
+use arrow::json::writer::{make_encoder, Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
+use base64::Engine as _;
+use serde::Serialize;
+
+/// Largest integer a JSON consumer using doubles represents exactly.
+const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+/// A response format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON document: columns, rows as arrays, row count, truncation, time.
+    Json,
+    /// One JSON object per row and line.
+    Ndjson,
+    /// RFC 4180 CSV with a header line.
+    Csv,
+    /// Arrow IPC stream.
+    Arrow,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Ndjson => "application/x-ndjson",
+            Format::Csv => "text/csv; charset=utf-8",
+            Format::Arrow => "application/vnd.apache.arrow.stream",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "json" => Some(Format::Json),
+            "ndjson" | "jsonl" => Some(Format::Ndjson),
+            "csv" => Some(Format::Csv),
+            "arrow" | "ipc" => Some(Format::Arrow),
+            _ => None,
+        }
+    }
+
+    /// The format an `Accept` header asks for. `Ok(None)` when it accepts
+    /// anything; `Err` when it accepts nothing we produce.
+    pub fn from_accept(accept: &str) -> Result<Option<Self>, ()> {
+        let mut best: Option<(f32, Option<Format>)> = None;
+        for part in accept.split(',') {
+            let mut pieces = part.split(';');
+            let media = pieces.next().unwrap_or("").trim().to_ascii_lowercase();
+            let q = pieces
+                .filter_map(|p| p.trim().strip_prefix("q="))
+                .find_map(|q| q.trim().parse::<f32>().ok())
+                .unwrap_or(1.0);
+            if q <= 0.0 {
+                continue;
+            }
+            let format = match media.as_str() {
+                "application/json" | "application/problem+json" => Some(Format::Json),
+                "application/x-ndjson" | "application/ndjson" | "application/jsonl" => {
+                    Some(Format::Ndjson)
+                }
+                "text/csv" => Some(Format::Csv),
+                "application/vnd.apache.arrow.stream" => Some(Format::Arrow),
+                "*/*" | "application/*" | "text/*" => None,
+                _ => continue,
+            };
+            if best.as_ref().is_none_or(|(bq, _)| q > *bq) {
+                best = Some((q, format));
+            }
+        }
+        match best {
+            Some((_, f)) => Ok(f),
+            None if accept.trim().is_empty() => Ok(None),
+            None => Err(()),
+        }
+    }
+}
+
+/// A column of the result, as the JSON answer names it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Column {
+    pub name: String,
+    /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// What the encoder needs to write the end of a JSON answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub row_count: u64,
+    pub truncated: bool,
+    pub elapsed_ms: f64,
+    pub retried: bool,
+}
+
+/// Turns batches of one result into bytes of one format.
+pub struct ResultEncoder {
+    format: Format,
+    schema: SchemaRef,
+    options: EncoderOptions,
+    /// Rows written so far (JSON needs it for separators).
+    rows: u64,
+    ipc: Option<arrow::ipc::writer::StreamWriter<Vec<u8>>>,
+    csv_header_pending: bool,
+}
+
+impl ResultEncoder {
+    pub fn new(format: Format, schema: SchemaRef) -> Self {
+        let options = EncoderOptions::default()
+            .with_explicit_nulls(true)
+            .with_encoder_factory(Arc::new(JsonRules));
+        Self {
+            format,
+            schema,
+            options,
+            rows: 0,
+            ipc: None,
+            csv_header_pending: true,
+        }
+    }
+
+    /// The first bytes of the body.
+    pub fn begin(&mut self, columns: &[Column], out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.format {
+            Format::Json => {
+                out.extend_from_slice(b"{\"columns\":");
+                serde_json::to_writer(&mut *out, columns)
+                    .map_err(|e| ArrowError::JsonError(e.to_string()))?;
+                out.extend_from_slice(b",\"rows\":[");
+            }
+            Format::Ndjson => {}
+            Format::Csv => {
+                let empty = RecordBatch::new_empty(csv_schema(&self.schema));
+                self.write_csv(&empty, out)?;
+            }
+            Format::Arrow => {
+                let writer = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)?;
+                self.ipc = Some(writer);
+                self.drain_ipc(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one batch.
+    pub fn batch(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Json => {
+                let mut encoders = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for row in 0..batch.num_rows() {
+                    if self.rows > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'[');
+                    for (i, enc) in encoders.iter_mut().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        if enc.is_null(row) {
+                            out.extend_from_slice(b"null");
+                        } else {
+                            enc.encode(row, out);
+                        }
+                    }
+                    out.push(b']');
+                    self.rows += 1;
+                }
+            }
+            Format::Ndjson => {
+                let array = StructArray::from(batch.clone());
+                let field: FieldRef =
+                    Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
+                let mut enc = make_encoder(&field, &array, &self.options)?;
+                for row in 0..batch.num_rows() {
+                    enc.encode(row, out);
+                    out.push(b'\n');
+                }
+                self.rows += batch.num_rows() as u64;
+            }
+            Format::Csv => {
+                let converted = csv_batch(batch, &self.options)?;
+                self.write_csv(&converted, out)?;
+                self.rows += batch.num_rows() as u64;
+            }
+            Format::Arrow => {
+                let w = self.ipc.as_mut().expect("begin() ran");
+                w.write(batch)?;
+                self.drain_ipc(out);
+                self.rows += batch.num_rows() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// The last bytes of a complete body.
+    pub fn finish(&mut self, summary: Summary, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.format {
+            Format::Json => {
+                write!(
+                    out,
+                    "],\"row_count\":{},\"truncated\":{},\"elapsed_ms\":{:.3}",
+                    summary.row_count, summary.truncated, summary.elapsed_ms
+                )
+                .expect("writing to a Vec");
+                if summary.retried {
+                    out.extend_from_slice(b",\"retried\":true");
+                }
+                out.push(b'}');
+            }
+            Format::Ndjson => {
+                if summary.truncated {
+                    out.extend_from_slice(b"{\"truncated\":true,\"row_count\":");
+                    write!(out, "{}", summary.row_count).expect("writing to a Vec");
+                    out.extend_from_slice(b"}\n");
+                }
+            }
+            Format::Csv => {}
+            Format::Arrow => {
+                if let Some(w) = self.ipc.as_mut() {
+                    w.finish()?;
+                }
+                self.drain_ipc(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// For NDJSON, a last line that reports an error after rows were sent.
+    /// Other formats cannot carry one; their body is aborted instead.
+    pub fn error_record(&self, problem: &serde_json::Value) -> Option<Vec<u8>> {
+        if self.format != Format::Ndjson {
+            return None;
+        }
+        let mut line = serde_json::to_vec(&serde_json::json!({ "error": problem })).ok()?;
+        line.push(b'\n');
+        Some(line)
+    }
+
+    fn write_csv(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        let mut w = arrow::csv::WriterBuilder::new()
+            .with_header(self.csv_header_pending)
+            .build(&mut *out);
+        w.write(batch)?;
+        self.csv_header_pending = false;
+        Ok(())
+    }
+
+    fn drain_ipc(&mut self, out: &mut Vec<u8>) {
+        if let Some(w) = self.ipc.as_mut() {
+            out.append(w.get_mut());
+        }
+    }
+}
+
+/// CSV cannot hold nested values: they become JSON text; dictionaries become
+/// their values; binary becomes base64.
+fn csv_needs_text(dt: &DataType) -> bool {
+    matches!(
+        dt,
+        DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::FixedSizeList(_, _)
+            | DataType::ListView(_)
+            | DataType::LargeListView(_)
+            | DataType::Struct(_)
+            | DataType::Map(_, _)
+            | DataType::Union(_, _)
+            | DataType::Dictionary(_, _)
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::FixedSizeBinary(_)
+            | DataType::BinaryView
+            | DataType::Interval(_)
+            | DataType::Timestamp(_, Some(_))
+    )
+}
+
+fn csv_schema(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if csv_needs_text(f.data_type()) {
+                Field::new(f.name(), DataType::Utf8, true)
+            } else {
+                f.as_ref().clone()
+            }
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
+}
+
+fn csv_batch(batch: &RecordBatch, options: &EncoderOptions) -> Result<RecordBatch, ArrowError> {
+    if !batch
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| csv_needs_text(f.data_type()))
+    {
+        return Ok(batch.clone());
+    }
+    let schema = csv_schema(&batch.schema());
+    let columns = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, col)| -> Result<ArrayRef, ArrowError> {
+            if !csv_needs_text(field.data_type()) {
+                return Ok(col.clone());
+            }
+            let mut enc = make_encoder(field, col.as_ref(), options)?;
+            let mut buf = Vec::new();
+            let values: Vec<Option<String>> = (0..col.len())
+                .map(|i| {
+                    if enc.is_null(i) {
+                        return None;
+                    }
+                    buf.clear();
+                    enc.encode(i, &mut buf);
+                    // Plain strings are written bare, nested values as JSON.
+                    let text = String::from_utf8_lossy(&buf).into_owned();
+                    match serde_json::from_str::<serde_json::Value>(&text) {
+                        Ok(serde_json::Value::String(s)) => Some(s),
+                        _ => Some(text),
+                    }
+                })
+                .collect();
+            Ok(Arc::new(StringArray::from(values)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new(schema, columns)
+}
+
+/// DuckDB type names for the columns of a result, from the Arrow schema.
+pub fn columns(schema: &Schema, duckdb_types: &[String]) -> Vec<Column> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Column {
+            name: f.name().clone(),
+            type_name: duckdb_types
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| f.data_type().to_string()),
+        })
+        .collect()
+}
+
+/// The JSON rules arrow-json does not apply by default.
+#[derive(Debug)]
+struct JsonRules;
+
+impl EncoderFactory for JsonRules {
+    fn make_default_encoder<'a>(
+        &self,
+        field: &'a FieldRef,
+        array: &'a dyn Array,
+        options: &'a EncoderOptions,
+    ) -> Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let nulls = array.nulls().cloned();
+        let enc: Box<dyn Encoder + 'a> = match array.data_type() {
+            DataType::Int64 => Box::new(SafeInt(array.as_primitive::<Int64Type>())),
+            DataType::UInt64 => Box::new(SafeUInt(array.as_primitive::<UInt64Type>())),
+            DataType::Float16 => Box::new(Float(|i| {
+                array.as_primitive::<Float16Type>().value(i).to_f64()
+            })),
+            DataType::Float32 => Box::new(Float(|i| {
+                array.as_primitive::<Float32Type>().value(i) as f64
+            })),
+            DataType::Float64 => Box::new(Float(|i| array.as_primitive::<Float64Type>().value(i))),
+            DataType::Decimal128(_, scale) => {
+                let a = array.as_primitive::<Decimal128Type>();
+                let scale = *scale;
+                Box::new(Decimal(move |i| (a.value(i), scale)))
+            }
+            DataType::Decimal256(_, _) => {
+                // Beyond i128 nothing fits a double: always a string.
+                let a = array.as_primitive::<Decimal256Type>();
+                Box::new(Quoted(move |i| a.value_as_string(i)))
+            }
+            DataType::Binary => {
+                let a = array.as_binary::<i32>();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::LargeBinary => {
+                let a = array.as_binary::<i64>();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::BinaryView => {
+                let a = array.as_binary_view();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::FixedSizeBinary(_) => {
+                let a = array.as_fixed_size_binary();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::Timestamp(unit, Some(_)) => {
+                // DuckDB exports TIMESTAMPTZ as UTC instants tagged "UTC";
+                // arrow cannot format named zones without chrono-tz.
+                let unit = *unit;
+                Box::new(Quoted(move |i| utc_timestamp(array, unit, i)))
+            }
+            DataType::Interval(unit) => {
+                let unit = *unit;
+                Box::new(Quoted(move |i| iso_interval(array, unit, i)))
+            }
+            DataType::Union(fields, _) => {
+                let union = array
+                    .as_any()
+                    .downcast_ref::<UnionArray>()
+                    .expect("union type");
+                let mut children = Vec::new();
+                for (type_id, child_field) in fields.iter() {
+                    let child = union.child(type_id);
+                    children.push((type_id, make_encoder(child_field, child.as_ref(), options)?));
+                }
+                let _ = field;
+                Box::new(UnionEncoder { union, children })
+            }
+            DataType::Map(entries, _) => {
+                let DataType::Struct(kv) = entries.data_type() else {
+                    return Ok(None);
+                };
+                if matches!(
+                    kv[0].data_type(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ) {
+                    return Ok(None);
+                }
+                let map = array.as_map();
+                let keys = arrow::util::display::ArrayFormatter::try_new(
+                    map.keys().as_ref(),
+                    &arrow::util::display::FormatOptions::default(),
+                )?;
+                let values = make_encoder(&kv[1], map.values().as_ref(), options)?;
+                Box::new(MapEncoder { map, keys, values })
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(NullableEncoder::new(enc, nulls)))
+    }
+}
+
+struct SafeInt<'a>(&'a arrow::array::Int64Array);
+impl Encoder for SafeInt<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = self.0.value(idx);
+        if v.unsigned_abs() > MAX_SAFE_INTEGER {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        } else {
+            write!(out, "{v}").expect("writing to a Vec");
+        }
+    }
+}
+
+struct SafeUInt<'a>(&'a arrow::array::UInt64Array);
+impl Encoder for SafeUInt<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = self.0.value(idx);
+        if v > MAX_SAFE_INTEGER {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        } else {
+            write!(out, "{v}").expect("writing to a Vec");
+        }
+    }
+}
+
+struct Float<F>(F);
+impl<F: Fn(usize) -> f64> Encoder for Float<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = (self.0)(idx);
+        if v.is_nan() {
+            out.extend_from_slice(b"\"NaN\"");
+        } else if v.is_infinite() {
+            out.extend_from_slice(if v > 0.0 {
+                b"\"Infinity\""
+            } else {
+                b"\"-Infinity\""
+            });
+        } else {
+            // Shortest representation that reads back to the same double.
+            let mut buf = ryu_like(v);
+            out.append(&mut buf);
+        }
+    }
+}
+
+fn ryu_like(v: f64) -> Vec<u8> {
+    // serde_json formats finite doubles with ryu: exact and shortest.
+    serde_json::to_vec(&v).expect("finite double")
+}
+
+struct Decimal<F>(F);
+impl<F: Fn(usize) -> (i128, i8)> Encoder for Decimal<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let (unscaled, scale) = (self.0)(idx);
+        let text = decimal_text(unscaled, scale);
+        if unscaled.unsigned_abs() > MAX_SAFE_INTEGER as u128 {
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+}
+
+/// Exact decimal text of `unscaled * 10^-scale`.
+fn decimal_text(unscaled: i128, scale: i8) -> String {
+    if scale <= 0 {
+        let mut s = unscaled.to_string();
+        if unscaled != 0 {
+            s.extend(std::iter::repeat_n('0', (-scale) as usize));
+        }
+        return s;
+    }
+    let scale = scale as usize;
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if digits.len() <= scale {
+        format!("{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(digits.len() - scale);
+        format!("{sign}{int}.{frac}")
+    }
+}
+
+struct Quoted<F>(F);
+impl<F: Fn(usize) -> String> Encoder for Quoted<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let s = (self.0)(idx);
+        serde_json::to_writer(out, &s).expect("writing to a Vec");
+    }
+}
+
+struct Base64<F>(F);
+impl<'b, F: Fn(usize) -> &'b [u8]> Encoder for Base64<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        out.push(b'"');
+        let encoded = base64::engine::general_purpose::STANDARD.encode((self.0)(idx));
+        out.extend_from_slice(encoded.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// A UTC instant as RFC 3339 with its offset, e.g. `2024-01-02T03:04:05.5+00:00`.
+fn utc_timestamp(array: &dyn Array, unit: arrow::datatypes::TimeUnit, idx: usize) -> String {
+    use arrow::datatypes::{
+        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    use arrow::temporal_conversions as tc;
+    let dt = match unit {
+        TimeUnit::Second => {
+            tc::timestamp_s_to_datetime(array.as_primitive::<TimestampSecondType>().value(idx))
+        }
+        TimeUnit::Millisecond => tc::timestamp_ms_to_datetime(
+            array.as_primitive::<TimestampMillisecondType>().value(idx),
+        ),
+        TimeUnit::Microsecond => tc::timestamp_us_to_datetime(
+            array.as_primitive::<TimestampMicrosecondType>().value(idx),
+        ),
+        TimeUnit::Nanosecond => {
+            tc::timestamp_ns_to_datetime(array.as_primitive::<TimestampNanosecondType>().value(idx))
+        }
+    };
+    match dt {
+        Some(dt) => format!("{}+00:00", dt.format("%Y-%m-%dT%H:%M:%S%.f")),
+        None => "invalid timestamp".to_string(),
+    }
+}
+
+/// An interval as an ISO 8601 duration, e.g. `P1Y2M3DT4H5M6.5S`.
+fn iso_interval(array: &dyn Array, unit: IntervalUnit, idx: usize) -> String {
+    use arrow::datatypes::{IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType};
+    let (months, days, nanos): (i64, i64, i64) = match unit {
+        IntervalUnit::YearMonth => (
+            array.as_primitive::<IntervalYearMonthType>().value(idx) as i64,
+            0,
+            0,
+        ),
+        IntervalUnit::DayTime => {
+            let v = array.as_primitive::<IntervalDayTimeType>().value(idx);
+            (0, v.days as i64, v.milliseconds as i64 * 1_000_000)
+        }
+        IntervalUnit::MonthDayNano => {
+            let v = array.as_primitive::<IntervalMonthDayNanoType>().value(idx);
+            (v.months as i64, v.days as i64, v.nanoseconds)
+        }
+    };
+    format_iso_duration(months, days, nanos)
+}
+
+fn format_iso_duration(months: i64, days: i64, nanos: i64) -> String {
+    let mut s = String::from("P");
+    let (years, months) = (months / 12, months % 12);
+    if years != 0 {
+        s += &format!("{years}Y");
+    }
+    if months != 0 {
+        s += &format!("{months}M");
+    }
+    if days != 0 {
+        s += &format!("{days}D");
+    }
+    if nanos != 0 {
+        s.push('T');
+        let neg = nanos < 0;
+        let n = nanos.unsigned_abs();
+        let hours = n / 3_600_000_000_000;
+        let minutes = (n / 60_000_000_000) % 60;
+        let secs = (n / 1_000_000_000) % 60;
+        let frac = n % 1_000_000_000;
+        let sign = if neg { "-" } else { "" };
+        if hours != 0 {
+            s += &format!("{sign}{hours}H");
+        }
+        if minutes != 0 {
+            s += &format!("{sign}{minutes}M");
+        }
+        if secs != 0 || frac != 0 {
+            if frac != 0 {
+                let f = format!("{frac:09}");
+                s += &format!("{sign}{secs}.{}S", f.trim_end_matches('0'));
+            } else {
+                s += &format!("{sign}{secs}S");
+            }
+        }
+    }
+    if s == "P" {
+        s += "T0S";
+    }
+    s
+}
+
+struct UnionEncoder<'a> {
+    union: &'a UnionArray,
+    children: Vec<(i8, NullableEncoder<'a>)>,
+}
+
+impl Encoder for UnionEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let type_id = self.union.type_id(idx);
+        let offset = self.union.value_offset(idx);
+        match self.children.iter_mut().find(|(t, _)| *t == type_id) {
+            Some((_, enc)) if !enc.is_null(offset) => enc.encode(offset, out),
+            _ => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+struct MapEncoder<'a> {
+    map: &'a arrow::array::MapArray,
+    keys: arrow::util::display::ArrayFormatter<'a>,
+    values: NullableEncoder<'a>,
+}
+
+impl Encoder for MapEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let offsets = self.map.value_offsets();
+        let (start, end) = (offsets[idx] as usize, offsets[idx + 1] as usize);
+        out.push(b'{');
+        for (n, i) in (start..end).enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let key = self.keys.value(i).to_string();
+            serde_json::to_writer(&mut *out, &key).expect("writing to a Vec");
+            out.push(b':');
+            if self.values.is_null(i) {
+                out.extend_from_slice(b"null");
+            } else {
+                self.values.encode(i, out);
+            }
+        }
+        out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_text(12345, 3), "12.345");
+        assert_eq!(decimal_text(-5, 3), "-0.005");
+        assert_eq!(decimal_text(0, 2), "0.00");
+        assert_eq!(decimal_text(7, 0), "7");
+    }
+
+    #[test]
+    fn intervals_are_iso_8601() {
+        assert_eq!(
+            format_iso_duration(14, 3, 3_723_500_000_000),
+            "P1Y2M3DT1H2M3.5S"
+        );
+        assert_eq!(format_iso_duration(0, 0, 0), "PT0S");
+        assert_eq!(format_iso_duration(0, -1, 0), "P-1D");
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert_eq!(Format::from_accept("text/csv"), Ok(Some(Format::Csv)));
+        assert_eq!(Format::from_accept("*/*"), Ok(None));
+        assert_eq!(
+            Format::from_accept("application/json;q=0.5, application/vnd.apache.arrow.stream"),
+            Ok(Some(Format::Arrow))
+        );
+        assert_eq!(Format::from_accept("image/png"), Err(()));
+    }
+}
+
+/// DuckDB's name for a result column's type: from DuckDB's logical type
+/// where Arrow loses the distinction (UUID, JSON, HUGEINT, TIMESTAMPTZ, ...),
+/// otherwise from the Arrow type it was exported as.
+pub fn logical_type_name(lt: &duckdb::core::LogicalTypeHandle, dt: &DataType) -> String {
+    use duckdb::core::LogicalTypeId as Id;
+    if let Some(alias) = lt.get_alias() {
+        return alias.to_ascii_uppercase();
+    }
+    match lt.try_id() {
+        Ok(Id::Uuid) => "UUID".into(),
+        Ok(Id::Hugeint) => "HUGEINT".into(),
+        Ok(Id::UHugeint) => "UHUGEINT".into(),
+        Ok(Id::TimestampTZ) => "TIMESTAMP WITH TIME ZONE".into(),
+        Ok(Id::TimeTZ) => "TIME WITH TIME ZONE".into(),
+        Ok(Id::Bit) => "BIT".into(),
+        Ok(Id::Bignum) => "BIGNUM".into(),
+        Ok(Id::Varchar) => "VARCHAR".into(),
+        Ok(Id::Blob) => "BLOB".into(),
+        Ok(Id::Decimal) => format!("DECIMAL({},{})", lt.decimal_width(), lt.decimal_scale()),
+        _ => duckdb_type_name(dt),
+    }
+}
+
+/// DuckDB's name for the type a column was exported as.
+pub fn duckdb_type_name(dt: &DataType) -> String {
+    use arrow::datatypes::TimeUnit;
+    match dt {
+        DataType::Null => "NULL".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Int8 => "TINYINT".into(),
+        DataType::Int16 => "SMALLINT".into(),
+        DataType::Int32 => "INTEGER".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::UInt8 => "UTINYINT".into(),
+        DataType::UInt16 => "USMALLINT".into(),
+        DataType::UInt32 => "UINTEGER".into(),
+        DataType::UInt64 => "UBIGINT".into(),
+        DataType::Float16 | DataType::Float32 => "FLOAT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Decimal32(p, s)
+        | DataType::Decimal64(p, s)
+        | DataType::Decimal128(p, s)
+        | DataType::Decimal256(p, s) => {
+            format!("DECIMAL({p},{s})")
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => "BLOB".into(),
+        DataType::Date32 | DataType::Date64 => "DATE".into(),
+        DataType::Time32(_) | DataType::Time64(_) => "TIME".into(),
+        DataType::Timestamp(unit, tz) => {
+            let base = match unit {
+                TimeUnit::Second => "TIMESTAMP_S",
+                TimeUnit::Millisecond => "TIMESTAMP_MS",
+                TimeUnit::Microsecond => "TIMESTAMP",
+                TimeUnit::Nanosecond => "TIMESTAMP_NS",
+            };
+            if tz.is_some() {
+                "TIMESTAMP WITH TIME ZONE".into()
+            } else {
+                base.into()
+            }
+        }
+        DataType::Duration(_) | DataType::Interval(_) => "INTERVAL".into(),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f) => {
+            format!("{}[]", duckdb_type_name(f.data_type()))
+        }
+        DataType::FixedSizeList(f, n) => format!("{}[{n}]", duckdb_type_name(f.data_type())),
+        DataType::Struct(fields) => format!(
+            "STRUCT({})",
+            fields
+                .iter()
+                .map(|f| format!(
+                    "{} {}",
+                    quote_ident(f.name()),
+                    duckdb_type_name(f.data_type())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        DataType::Map(entries, _) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => format!(
+                "MAP({}, {})",
+                duckdb_type_name(kv[0].data_type()),
+                duckdb_type_name(kv[1].data_type())
+            ),
+            _ => "MAP".into(),
+        },
+        DataType::Union(fields, _) => format!(
+            "UNION({})",
+            fields
+                .iter()
+                .map(|(_, f)| format!(
+                    "{} {}",
+                    quote_ident(f.name()),
+                    duckdb_type_name(f.data_type())
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        DataType::Dictionary(_, v) if matches!(**v, DataType::Utf8 | DataType::LargeUtf8) => {
+            "ENUM".into()
+        }
+        DataType::Dictionary(_, v) => duckdb_type_name(v),
+        DataType::RunEndEncoded(_, v) => duckdb_type_name(v.data_type()),
+    }
+}
+
+fn quote_ident(name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        name.to_string()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}

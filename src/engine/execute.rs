@@ -1,0 +1,588 @@
+//! Running one client statement: guard, prepare, bind, stream, encode, all on
+//! a blocking thread that owns a pooled connection; the async side only waits
+//! for encoded chunks, enforces the deadline, and interrupts DuckDB when the
+//! deadline passes, the client goes away, or the process shuts down.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, RecordBatch};
+use bytes::Bytes;
+use duckdb::types::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Policy;
+use crate::engine::encode::{self, Column, Format, ResultEncoder, Summary};
+use crate::engine::guard::{self, Refusal};
+use crate::engine::pool::{AcquireError, Pooled, QueryPool};
+use crate::health::OwnedCounterGuard;
+
+/// Encoded bytes are sent in chunks of about this size.
+const CHUNK_BYTES: usize = 256 * 1024;
+/// Chunks in flight between the DuckDB thread and the HTTP body.
+const CHANNEL_CHUNKS: usize = 4;
+
+/// A positional parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    Text(String),
+}
+
+impl Param {
+    fn to_value(&self) -> Value {
+        match self {
+            Param::Null => Value::Null,
+            Param::Bool(b) => Value::Boolean(*b),
+            Param::Int(i) => Value::BigInt(*i),
+            Param::UInt(u) => Value::UBigInt(*u),
+            Param::Float(f) => Value::Double(*f),
+            Param::Text(s) => Value::Text(s.clone()),
+        }
+    }
+}
+
+/// One statement to run, fully validated by the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct QueryJob {
+    pub sql: String,
+    pub params: Vec<Param>,
+    pub format: Format,
+    pub timeout: Duration,
+    pub max_rows: u64,
+    pub max_bytes: u64,
+    pub policy: Policy,
+    pub started: Instant,
+    /// Set on the second run after an expired-credentials failure.
+    pub retried: bool,
+}
+
+/// Why a query did not produce a complete result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueryError {
+    #[error("{0:?}")]
+    Refused(Refusal),
+    #[error("{class} error: {message}")]
+    Sql { class: String, message: String },
+    #[error("expected {expected} parameters, got {got}")]
+    ParamCount { expected: usize, got: usize },
+    #[error("parameter {index}: {message}")]
+    Param { index: usize, message: String },
+    #[error("query timed out")]
+    Timeout(Duration),
+    #[error("query cancelled")]
+    Cancelled,
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error("no connection within the acquire timeout")]
+    PoolExhausted(Duration),
+    #[error("S3 credentials expired")]
+    CredentialsExpired,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl QueryError {
+    /// The metrics label of the outcome.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            QueryError::Refused(Refusal::Forbidden { .. }) => "refused",
+            QueryError::Refused(_)
+            | QueryError::Sql { .. }
+            | QueryError::ParamCount { .. }
+            | QueryError::Param { .. } => "sql_error",
+            QueryError::Timeout(_) => "timeout",
+            QueryError::Cancelled | QueryError::ShuttingDown => "cancelled",
+            QueryError::PoolExhausted(_) => "pool_exhausted",
+            QueryError::CredentialsExpired => "credentials_expired",
+            QueryError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// Whether this looks like S3 rejecting expired credentials.
+    pub fn is_expired_token(&self) -> bool {
+        matches!(self, QueryError::Sql { message, .. } if message.contains("ExpiredToken"))
+    }
+}
+
+/// What the HTTP layer gets once the first rows are ready.
+pub struct QueryOutput {
+    pub kind: String,
+    pub content_type: &'static str,
+    /// The body: encoded chunks, or an error that aborts the body.
+    pub body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
+}
+
+enum Msg {
+    /// Execution succeeded; the first bytes of the body.
+    Start {
+        kind: String,
+        first: Bytes,
+    },
+    Data(Bytes),
+    /// A failure before anything was sent.
+    Fail(QueryError),
+    /// A failure after the body began, for formats that cannot carry it.
+    Abort(String),
+}
+
+/// Why a running query is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CancelReason {
+    Timeout,
+    ClientGone,
+    Shutdown,
+}
+
+#[derive(Debug)]
+enum ControlState {
+    Pending,
+    Running,
+    Cancelled(CancelReason),
+    Done,
+}
+
+/// Lets the async side interrupt the query exactly while it runs on its
+/// connection, never after the connection went back to the pool.
+struct QueryControl {
+    state: Mutex<ControlState>,
+    interrupt: Arc<duckdb::InterruptHandle>,
+}
+
+impl QueryControl {
+    fn start(&self) -> Result<(), CancelReason> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match *s {
+            ControlState::Cancelled(r) => Err(r),
+            _ => {
+                *s = ControlState::Running;
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(&self) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = ControlState::Done;
+    }
+
+    fn cancel(&self, reason: CancelReason) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match *s {
+            ControlState::Running => {
+                self.interrupt.interrupt();
+                *s = ControlState::Cancelled(reason);
+            }
+            ControlState::Pending => *s = ControlState::Cancelled(reason),
+            ControlState::Cancelled(_) | ControlState::Done => {}
+        }
+    }
+
+    fn reason(&self) -> Option<CancelReason> {
+        match *self.state.lock().unwrap_or_else(|p| p.into_inner()) {
+            ControlState::Cancelled(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// Interrupts the query if the request goes away (handler future or body
+/// stream dropped) before it finished.
+struct CancelOnDrop(Arc<QueryControl>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel(CancelReason::ClientGone);
+    }
+}
+
+/// Runs `job` on a pooled connection. Returns once the first rows (or the
+/// error) are known; the rest streams through the returned body.
+pub async fn run(
+    pool: &QueryPool,
+    job: QueryJob,
+    shutdown: CancellationToken,
+) -> Result<QueryOutput, QueryError> {
+    let deadline = tokio::time::Instant::from_std(job.started) + job.timeout;
+    let (slot, in_use) = tokio::select! {
+        r = pool.acquire() => r.map_err(|e| match e {
+            AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
+            AcquireError::Closed => QueryError::ShuttingDown,
+            AcquireError::Backend(m) => QueryError::Internal(m),
+        })?,
+        _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
+    };
+    let control = Arc::new(QueryControl {
+        state: Mutex::new(ControlState::Pending),
+        interrupt: slot.interrupt.clone(),
+    });
+    let guard = CancelOnDrop(control.clone());
+    let (tx, mut rx) = mpsc::channel(CHANNEL_CHUNKS);
+    let worker_control = control.clone();
+    let format = job.format;
+    let timeout = job.timeout;
+    tokio::task::spawn_blocking(move || work(slot, in_use, job, tx, worker_control));
+
+    let first = tokio::select! {
+        m = rx.recv() => m,
+        _ = tokio::time::sleep_until(deadline) => {
+            control.cancel(CancelReason::Timeout);
+            None
+        }
+        _ = shutdown.cancelled() => {
+            control.cancel(CancelReason::Shutdown);
+            None
+        }
+    };
+    let (kind, first) = match first {
+        Some(Msg::Start { kind, first }) => (kind, first),
+        Some(Msg::Fail(e)) => return Err(e),
+        Some(Msg::Data(_)) | Some(Msg::Abort(_)) => {
+            return Err(QueryError::Internal("body before start".into()))
+        }
+        None => {
+            return Err(match control.reason() {
+                Some(CancelReason::Timeout) => QueryError::Timeout(timeout),
+                Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
+                _ => QueryError::Internal("query worker ended without an answer".into()),
+            })
+        }
+    };
+
+    let state = BodyState {
+        rx,
+        guard: Some(guard),
+        control,
+        deadline,
+        shutdown,
+        first: Some(first),
+        done: false,
+    };
+    let body = futures::stream::unfold(state, next_chunk);
+    Ok(QueryOutput {
+        kind,
+        content_type: format.content_type(),
+        body: Box::pin(body),
+    })
+}
+
+struct BodyState {
+    rx: mpsc::Receiver<Msg>,
+    /// Dropping the body (client gone) interrupts the query.
+    guard: Option<CancelOnDrop>,
+    control: Arc<QueryControl>,
+    deadline: tokio::time::Instant,
+    shutdown: CancellationToken,
+    first: Option<Bytes>,
+    done: bool,
+}
+
+async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>, BodyState)> {
+    if let Some(first) = st.first.take() {
+        return Some((Ok(first), st));
+    }
+    if st.done {
+        return None;
+    }
+    loop {
+        let msg = tokio::select! {
+            m = st.rx.recv() => m,
+            _ = tokio::time::sleep_until(st.deadline), if st.control.reason().is_none() => {
+                // The worker notices, and ends the body with the error.
+                st.control.cancel(CancelReason::Timeout);
+                continue;
+            }
+            _ = st.shutdown.cancelled(), if st.control.reason().is_none() => {
+                st.control.cancel(CancelReason::Shutdown);
+                continue;
+            }
+        };
+        return match msg {
+            Some(Msg::Data(b)) => Some((Ok(b), st)),
+            Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
+                st.done = true;
+                st.guard.take();
+                Some((Err(std::io::Error::other(reason)), st))
+            }
+            Some(Msg::Fail(e)) => {
+                st.done = true;
+                Some((Err(std::io::Error::other(e.to_string())), st))
+            }
+            Some(Msg::Start { .. }) => None,
+            None => {
+                // The worker finished and dropped its sender: the body is
+                // complete (cancelling a finished query does nothing).
+                st.guard.take();
+                None
+            }
+        };
+    }
+}
+
+/// The blocking half. Owns the pooled connection until it returns.
+fn work(
+    mut slot: Pooled,
+    in_use: OwnedCounterGuard,
+    job: QueryJob,
+    tx: mpsc::Sender<Msg>,
+    control: Arc<QueryControl>,
+) {
+    let started = Instant::now();
+    let outcome = work_inner(&mut slot, &job, &tx, &control);
+    control.finish();
+    // If the connection still holds a transaction (it should not), roll back
+    // so the pool's recycle check does not have to discard it.
+    if !slot.conn.is_autocommit() {
+        let _ = slot.conn.execute_batch("ROLLBACK");
+    }
+    drop(slot);
+    drop(in_use);
+    let label = match &outcome {
+        Ok(()) => "ok",
+        Err(e) => e.outcome(),
+    };
+    metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
+    metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
+        .record(started.elapsed().as_secs_f64());
+}
+
+fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
+    control.reason().map(|r| match r {
+        CancelReason::Timeout => QueryError::Timeout(job.timeout),
+        CancelReason::ClientGone => QueryError::Cancelled,
+        CancelReason::Shutdown => QueryError::ShuttingDown,
+    })
+}
+
+fn work_inner(
+    slot: &mut Pooled,
+    job: &QueryJob,
+    tx: &mpsc::Sender<Msg>,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let fail = |e: QueryError| {
+        let _ = tx.blocking_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    let accepted = match guard::check(&slot.raw, &slot.conn, &job.sql, job.policy) {
+        Ok(a) => a,
+        Err(r) => return fail(QueryError::Refused(r)),
+    };
+    if let Err(r) = control.start() {
+        let _ = r;
+        return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+    }
+    let mut stmt = match slot.conn.prepare(&job.sql) {
+        Ok(s) => s,
+        Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+    };
+    let expected = stmt.parameter_count();
+    if expected != job.params.len() {
+        return fail(QueryError::ParamCount {
+            expected,
+            got: job.params.len(),
+        });
+    }
+    let values: Vec<Value> = job.params.iter().map(Param::to_value).collect();
+    if let Err(e) = stmt.stream_arrow(duckdb::params_from_iter(values.iter())) {
+        return fail(cancel_error(control, job).unwrap_or_else(|| match &e {
+            duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
+                index: 0,
+                message: inner.to_string(),
+            },
+            _ => sql_error(&e),
+        }));
+    }
+    let schema = stmt.schema();
+    let type_names: Vec<String> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()))
+        .collect();
+    let columns: Vec<Column> = encode::columns(&schema, &type_names);
+    let mut encoder = ResultEncoder::new(job.format, schema.clone());
+
+    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK_BYTES + 64 * 1024);
+    let mut sent_start = false;
+    let mut rows: u64 = 0;
+    let mut bytes: u64 = 0;
+    let mut truncated = false;
+    let mut pending: Option<RecordBatch> = None;
+
+    if let Err(e) = encoder.begin(&columns, &mut buf) {
+        return fail(QueryError::Internal(format!("encoding: {e}")));
+    }
+
+    // Send what is buffered; the first send carries the start marker.
+    let flush = |buf: &mut Vec<u8>, sent_start: &mut bool, kind: &str| -> bool {
+        let chunk = Bytes::from(std::mem::replace(
+            buf,
+            Vec::with_capacity(CHUNK_BYTES + 64 * 1024),
+        ));
+        let msg = if *sent_start {
+            Msg::Data(chunk)
+        } else {
+            *sent_start = true;
+            Msg::Start {
+                kind: kind.to_string(),
+                first: chunk,
+            }
+        };
+        tx.blocking_send(msg).is_ok()
+    };
+
+    loop {
+        if control.reason().is_some() {
+            break;
+        }
+        let next = match pending.take() {
+            Some(b) => Ok(Some(b)),
+            None => stmt.step().map(|o| o.map(|sa| RecordBatch::from(&sa))),
+        };
+        let batch = match next {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => {
+                let err = cancel_error(control, job).unwrap_or_else(|| sql_error(&e));
+                if !sent_start {
+                    return fail(err);
+                }
+                end_with_error(&encoder, &mut buf, &err, tx);
+                return Err(err);
+            }
+        };
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let room = job.max_rows.saturating_sub(rows);
+        if room == 0 {
+            truncated = true;
+            break;
+        }
+        let take = (batch.num_rows() as u64).min(room) as usize;
+        let part = if take < batch.num_rows() {
+            truncated = true;
+            batch.slice(0, take)
+        } else {
+            batch
+        };
+        let before = buf.len();
+        if let Err(e) = encoder.batch(&part, &mut buf) {
+            let err = QueryError::Internal(format!("encoding: {e}"));
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx);
+            return Err(err);
+        }
+        rows += take as u64;
+        bytes += (buf.len() - before) as u64;
+        if truncated {
+            break;
+        }
+        if bytes >= job.max_bytes {
+            // Cut at the byte limit; whether more rows existed is unknown
+            // without reading them, so say truncated only if one more row does.
+            match stmt.step() {
+                Ok(Some(sa)) if sa.len() > 0 => truncated = true,
+                _ => {}
+            }
+            break;
+        }
+        if buf.len() >= CHUNK_BYTES && !flush(&mut buf, &mut sent_start, &accepted.kind) {
+            return Err(QueryError::Cancelled);
+        }
+    }
+    if let Some(err) = cancel_error(control, job) {
+        if !sent_start {
+            return fail(err);
+        }
+        end_with_error(&encoder, &mut buf, &err, tx);
+        return Err(err);
+    }
+    let summary = Summary {
+        row_count: rows,
+        truncated,
+        elapsed_ms: job.started.elapsed().as_secs_f64() * 1000.0,
+        retried: job.retried,
+    };
+    if let Err(e) = encoder.finish(summary, &mut buf) {
+        let err = QueryError::Internal(format!("encoding: {e}"));
+        if !sent_start {
+            return fail(err);
+        }
+        end_with_error(&encoder, &mut buf, &err, tx);
+        return Err(err);
+    }
+    if !flush(&mut buf, &mut sent_start, &accepted.kind) {
+        return Err(QueryError::Cancelled);
+    }
+    Ok(())
+}
+
+/// Ends a body that has begun: an error record where the format has one,
+/// otherwise an abort, so the client never mistakes it for a complete result.
+fn end_with_error(
+    encoder: &ResultEncoder,
+    buf: &mut Vec<u8>,
+    err: &QueryError,
+    tx: &mpsc::Sender<Msg>,
+) {
+    let problem = crate::api::error::problem_json_for_stream(err);
+    match encoder.error_record(&problem) {
+        Some(record) => {
+            buf.extend_from_slice(&record);
+            let _ = tx.blocking_send(Msg::Data(Bytes::from(std::mem::take(buf))));
+        }
+        None => {
+            if !buf.is_empty() {
+                let _ = tx.blocking_send(Msg::Data(Bytes::from(std::mem::take(buf))));
+            }
+            let _ = tx.blocking_send(Msg::Abort(err.to_string()));
+        }
+    }
+}
+
+/// A DuckDB error as class plus message. DuckDB prefixes messages with their
+/// class ("Catalog Error: ...").
+pub fn sql_error(e: &duckdb::Error) -> QueryError {
+    let text = match e {
+        duckdb::Error::DuckDBFailure(_, Some(msg)) => msg.clone(),
+        other => other.to_string(),
+    };
+    let (class, message) = split_class(&text);
+    QueryError::Sql { class, message }
+}
+
+pub fn split_class(text: &str) -> (String, String) {
+    if let Some((head, rest)) = text.split_once(" Error: ") {
+        if !head.is_empty()
+            && head.len() < 40
+            && head.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
+        {
+            return (head.trim().to_string(), rest.trim().to_string());
+        }
+    }
+    ("Unknown".to_string(), text.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_classes() {
+        let (c, m) = split_class("Catalog Error: Table with name nope does not exist!");
+        assert_eq!(c, "Catalog");
+        assert!(m.starts_with("Table with name"));
+        let (c, _) = split_class("Parser Error: syntax error at or near \"SELEC\"");
+        assert_eq!(c, "Parser");
+        let (c, _) = split_class("something odd");
+        assert_eq!(c, "Unknown");
+    }
+}

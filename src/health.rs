@@ -1,0 +1,137 @@
+//! The health snapshot: written by its owners (the pool's counters, the
+//! rotator), read by `/healthz`, `/readyz` and `/metrics` with atomic loads
+//! only. Nothing here waits on the pool, a connection, or a lock either holds.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+/// Pool figures, updated by the pool wrapper on every acquire and release.
+#[derive(Debug, Default)]
+pub struct PoolCounters {
+    /// Connections in the pool.
+    pub size: AtomicU64,
+    /// Connections checked out by a request.
+    pub in_use: AtomicU64,
+    /// Requests waiting for a connection.
+    pub waiting: AtomicU64,
+    /// Requests that gave up waiting (503).
+    pub acquire_timeouts: AtomicU64,
+    /// Queries currently running (a subset of in_use).
+    pub running: AtomicU64,
+}
+
+/// Decrements a counter when dropped.
+pub struct CounterGuard<'a>(&'a AtomicU64);
+
+impl<'a> CounterGuard<'a> {
+    pub fn new(counter: &'a AtomicU64) -> Self {
+        counter.fetch_add(1, Ordering::Relaxed);
+        Self(counter)
+    }
+}
+
+impl Drop for CounterGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Like [`CounterGuard`] but owning, so it can move into a blocking task.
+pub struct OwnedCounterGuard(Arc<Health>, fn(&Health) -> &AtomicU64);
+
+impl OwnedCounterGuard {
+    pub fn new(health: Arc<Health>, field: fn(&Health) -> &AtomicU64) -> Self {
+        field(&health).fetch_add(1, Ordering::Relaxed);
+        Self(health, field)
+    }
+}
+
+impl Drop for OwnedCounterGuard {
+    fn drop(&mut self) {
+        (self.1)(&self.0).fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The state of one secret's credentials, as the rotator last published it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct SecretState {
+    /// DuckDB secret name.
+    pub name: String,
+    /// `assume-role`, `web-identity` or `static`.
+    pub source: String,
+    /// Scope prefixes.
+    pub scope: Vec<String>,
+    /// Increments on every installed rotation of this secret.
+    pub epoch: u64,
+    /// When the installed credentials expire (RFC 3339), if they do.
+    pub expires_at: Option<String>,
+    #[serde(skip)]
+    pub expires_at_system: Option<SystemTime>,
+    /// When the installed credentials were installed (RFC 3339).
+    pub rotated_at: Option<String>,
+    /// Last four characters of the access key id.
+    pub key_id_suffix: Option<String>,
+    /// The last refresh error (its class only), cleared by a success.
+    pub last_error: Option<String>,
+    /// Consecutive failed refreshes.
+    pub consecutive_failures: u32,
+    /// Successful rotations since start.
+    pub rotations: u64,
+}
+
+impl SecretState {
+    /// Seconds until expiry (negative once expired), if the credentials expire.
+    pub fn seconds_to_expiry(&self, now: SystemTime) -> Option<f64> {
+        self.expires_at_system
+            .map(|exp| match exp.duration_since(now) {
+                Ok(d) => d.as_secs_f64(),
+                Err(e) => -e.duration().as_secs_f64(),
+            })
+    }
+}
+
+/// Everything the rotator publishes, swapped as one value.
+#[derive(Debug, Clone, Default)]
+pub struct CredentialsView {
+    pub secrets: Vec<SecretState>,
+    /// Sum of all epochs: increments whenever any secret rotates.
+    pub epoch: u64,
+    /// Set by the rotator once any secret's credentials have expired, so the
+    /// query path needs no clock.
+    pub any_expired: bool,
+}
+
+/// The process-wide health snapshot.
+pub struct Health {
+    pub started: Instant,
+    pub version: &'static str,
+    pub duckdb_version: String,
+    pub pool: PoolCounters,
+    /// Serving: set after start-up, cleared when shutdown begins.
+    pub ready: AtomicBool,
+    pub shutting_down: AtomicBool,
+    pub credentials: ArcSwap<CredentialsView>,
+}
+
+impl Health {
+    pub fn new(duckdb_version: String) -> Self {
+        Self {
+            started: Instant::now(),
+            version: env!("CARGO_PKG_VERSION"),
+            duckdb_version,
+            pool: PoolCounters::default(),
+            ready: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+            credentials: ArcSwap::from_pointee(CredentialsView::default()),
+        }
+    }
+
+    /// The credential epoch a query runs under: one atomic load.
+    pub fn epoch(&self) -> u64 {
+        self.credentials.load().epoch
+    }
+}

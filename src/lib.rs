@@ -1,0 +1,209 @@
+//! duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
+//! credentials fresh.
+//!
+//! - [`config`]: every setting, with defaults and validation.
+//! - [`api`]: axum routes (query, health, admin, metrics, docs), errors, auth.
+//! - [`engine`]: DuckDB: database set-up and lockdown, the query pool, the
+//!   statement guard, execution and result encoding.
+//! - [`credentials`]: credential sources, the rotator, the secret DDL.
+//! - [`health`]: the snapshot that probes read with atomic loads.
+//! - [`telemetry`]: logging.
+//!
+//! [`run`] wires them together and serves until the shutdown future resolves.
+
+pub mod api;
+pub mod config;
+pub mod credentials;
+pub mod engine;
+pub mod health;
+pub mod telemetry;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use secrecy::SecretString;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::auth::Tokens;
+use crate::api::AppState;
+use crate::config::{Config, ConfigError};
+use crate::credentials::Rotator;
+use crate::engine::Engine;
+use crate::health::Health;
+
+/// Checks the token settings against the listen address and reads the tokens.
+pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigError> {
+    let mut query: Vec<SecretString> = config
+        .auth
+        .query_tokens
+        .iter()
+        .map(|t| t.trim())
+        .filter(|t| !t.is_empty())
+        .map(|t| SecretString::from(t.to_string()))
+        .collect();
+    if let Some(path) = &config.auth.query_tokens_file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                "DUCKGATE_QUERY_TOKENS_FILE",
+                format!("cannot read {}: {}", path.display(), e.kind()),
+            )
+        })?;
+        query.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| SecretString::from(l.to_string())),
+        );
+    }
+    if query.is_empty() && !addr.ip().is_loopback() && !config.auth.allow_anonymous {
+        return Err(ConfigError::new(
+            "DUCKGATE_QUERY_TOKENS",
+            format!(
+                "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
+            ),
+        ));
+    }
+    let admin = config
+        .auth
+        .admin_token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| SecretString::from(t.to_string()));
+    Ok(Tokens { query, admin })
+}
+
+/// Builds the gateway on `listener` and serves until `shutdown` resolves,
+/// then drains: stops accepting, lets running queries finish within the
+/// grace period, interrupts the rest.
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    let addr = listener
+        .local_addr()
+        .context("reading the listen address")?;
+    let tokens = load_tokens(&config, addr)?;
+    let secrets = config.s3.secrets()?;
+    let timing = config.s3.timing(config.max_query_timeout());
+    let config = Arc::new(config);
+
+    let health = Arc::new(Health::new(Engine::duckdb_version()));
+    let engine = {
+        let (config, health) = (config.clone(), health.clone());
+        let needs_httpfs = !secrets.is_empty();
+        tokio::task::spawn_blocking(move || Engine::open(&config, health, needs_httpfs))
+            .await
+            .context("opening the database")??
+    };
+    let engine = Arc::new(engine);
+
+    let rotator = Arc::new(
+        Rotator::new(
+            secrets,
+            engine.control.clone(),
+            health.clone(),
+            timing,
+            Duration::from_millis(config.server.test_control_stall_ms),
+        )
+        .await,
+    );
+    rotator
+        .install_all(5)
+        .await
+        .map_err(|e| anyhow::anyhow!("installing S3 credentials at start-up: {e}"))?;
+    {
+        let (engine, prefixes) = (engine.clone(), rotator.s3_prefixes());
+        tokio::task::spawn_blocking(move || engine.lock_down(&prefixes))
+            .await
+            .context("locking the database down")??;
+    }
+    engine
+        .pool
+        .warm_up()
+        .await
+        .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
+
+    let drain = CancellationToken::new();
+    let state = AppState {
+        engine: engine.clone(),
+        health: health.clone(),
+        rotator: rotator.clone(),
+        tokens: Arc::new(tokens),
+        config: config.clone(),
+        metrics: api::metrics::recorder(),
+        shutdown: drain.clone(),
+    };
+    let app = api::router(state);
+
+    let rotator_stop = CancellationToken::new();
+    let rotator_task = tokio::spawn(rotator.clone().run(rotator_stop.clone()));
+
+    health
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        duckdb = %health.duckdb_version,
+        pool_size = config.pool_size(),
+        policy = ?config.engine.policy,
+        secrets = ?rotator.names(),
+        "listening on http://{addr}"
+    );
+
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
+    let graceful = {
+        let (health, drain) = (health.clone(), drain.clone());
+        async move {
+            shutdown.await;
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "shutting down: no new connections, draining"
+            );
+            health
+                .ready
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            health
+                .shutting_down
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = signalled_tx.send(());
+            // After the grace period, interrupt whatever still runs.
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                drain.cancel();
+            });
+        }
+    };
+    let server = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(graceful)
+    .into_future();
+    tokio::pin!(server);
+    // The server ends when every connection has closed; a hard cap stops a
+    // peer that keeps a connection open from holding the process.
+    let hard_cap = async {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(grace + Duration::from_secs(5)).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        r = &mut server => r.context("serving HTTP")?,
+        _ = hard_cap => tracing::warn!("connections still open after the grace period; exiting anyway"),
+    }
+    drain.cancel();
+    rotator_stop.cancel();
+    let _ = rotator_task.await;
+    engine.pool.close();
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! Test harness: starts the real `duckgate` binary (and, where needed, the
+//! S3/STS emulation) on loopback port 0 and talks HTTP to it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running gateway process.
+pub struct Gateway {
+    pub child: Child,
+    pub base: String,
+    /// Every line the process wrote to stderr (its log).
+    pub log: Arc<Mutex<Vec<String>>>,
+    pub data_dir: tempfile::TempDir,
+    pub client: reqwest::Client,
+}
+
+pub struct GatewayBuilder {
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+    data_dir: Option<tempfile::TempDir>,
+}
+
+impl GatewayBuilder {
+    pub fn env(mut self, k: &str, v: impl ToString) -> Self {
+        self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_string());
+        self
+    }
+
+    pub fn data_dir(mut self, d: tempfile::TempDir) -> Self {
+        self.data_dir = Some(d);
+        self
+    }
+
+    /// Starts the binary and waits until it listens.
+    pub fn start(self) -> Gateway {
+        match self.try_start() {
+            Ok(g) => g,
+            Err((code, log)) => {
+                panic!("gateway did not start (exit {code:?}):\n{}", log.join("\n"))
+            }
+        }
+    }
+
+    /// Starts the binary; `Err` with the exit code and log if it exits first.
+    pub fn try_start(self) -> Result<Gateway, (Option<i32>, Vec<String>)> {
+        let data_dir = self
+            .data_dir
+            .unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_duckgate"));
+        cmd.args(&self.args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", data_dir.path())
+            .env("RUST_LOG", "info")
+            .env("DUCKGATE_LISTEN", "127.0.0.1:0")
+            .env("DUCKGATE_DATA_DIR", data_dir.path().join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Ok(dir) = std::env::var("DUCKGATE_EXTENSION_DIR") {
+            cmd.env("DUCKGATE_EXTENSION_DIR", dir);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn duckgate");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(i) = line.find("listening on http://") {
+                        let addr = line[i + "listening on http://".len()..]
+                            .split_whitespace()
+                            .next()
+                            .unwrap_or("")
+                            .trim_end_matches(['"', ',', '}'])
+                            .to_string();
+                        let _ = tx.send(addr);
+                    }
+                    if std::env::var_os("DUCKGATE_TEST_ECHO").is_some() {
+                        eprintln!("[gateway] {line}");
+                    }
+                    log.lock().unwrap().push(line);
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok(Gateway {
+                    child,
+                    base: format!("http://{addr}"),
+                    log,
+                    data_dir,
+                    client: reqwest::Client::builder().build().unwrap(),
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                let lines = log.lock().unwrap().clone();
+                return Err((status.code(), lines));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err((None, log.lock().unwrap().clone()));
+            }
+        }
+    }
+}
+
+impl Gateway {
+    pub fn builder() -> GatewayBuilder {
+        GatewayBuilder {
+            env: Vec::new(),
+            args: Vec::new(),
+            data_dir: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POST /query with a JSON body.
+    pub async fn query(&self, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/query"))
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// POST /query, expecting 200, returning the JSON answer.
+    pub async fn query_ok(&self, sql: &str) -> serde_json::Value {
+        let r = self.query(serde_json::json!({ "sql": sql })).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 200, "query {sql:?} failed: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    pub async fn health(&self) -> serde_json::Value {
+        self.client
+            .get(self.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for the exit code.
+    pub fn terminate(&mut self, within: Duration) -> Option<i32> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The loopback S3 + STS emulation (tests/support/s3_sts_server.py).
+pub struct S3Server {
+    child: Child,
+    _stdin: ChildStdin,
+    pub config: serde_json::Value,
+    pub port: u16,
+    pub control: String,
+    pub stderr_path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// The Python that scripts/test-env installed. Panics with a clear message
+/// when missing: these tests must run, not skip.
+pub fn test_python() -> String {
+    std::env::var("DUCKGATE_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!("DUCKGATE_TEST_PYTHON is not set: run the suite with scripts/test (it installs the S3/STS emulation)")
+    })
+}
+
+pub fn extension_dir() -> String {
+    let dir = std::env::var("DUCKGATE_EXTENSION_DIR").unwrap_or_else(|_| {
+        panic!("DUCKGATE_EXTENSION_DIR is not set: run the suite with scripts/test")
+    });
+    assert!(
+        Path::new(&dir)
+            .join("v1.5.5/linux_amd64/httpfs.duckdb_extension")
+            .is_file(),
+        "httpfs extension missing under {dir}"
+    );
+    dir
+}
+
+impl S3Server {
+    pub fn start(extra_args: &[&str]) -> S3Server {
+        let dir = tempfile::tempdir().unwrap();
+        let stderr_path = dir.path().join("s3.log");
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/s3_sts_server.py"
+        );
+        let mut child = Command::new(test_python())
+            .arg(script)
+            .args(["--port", "0", "--exit-with-stdin"])
+            .args(extra_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr_path).unwrap())
+            .spawn()
+            .expect("spawn the S3/STS emulation");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut reader = BufReader::new(stdout);
+        let mut config = serde_json::Value::Null;
+        let mut port = 0u16;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut line = String::new();
+        while Instant::now() < deadline {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                let log = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+                panic!("S3 emulation exited before READY:\n{log}");
+            }
+            if let Some(json) = line.strip_prefix("CONFIG ") {
+                config = serde_json::from_str(json.trim()).unwrap();
+            } else if let Some(p) = line.strip_prefix("READY ") {
+                port = p.trim().parse().unwrap();
+                break;
+            }
+        }
+        assert!(port != 0, "S3 emulation never became ready");
+        let control = config["control_url"].as_str().unwrap().to_string();
+        S3Server {
+            child,
+            _stdin: stdin,
+            config,
+            port,
+            control,
+            stderr_path,
+            _dir: dir,
+        }
+    }
+
+    pub fn str(&self, key: &str) -> String {
+        self.config[key].as_str().unwrap().to_string()
+    }
+
+    /// A gateway builder configured to assume the emulation's role.
+    pub fn gateway(&self, session_secs: u64) -> GatewayBuilder {
+        Gateway::builder()
+            .env("DUCKGATE_EXTENSION_DIR", extension_dir())
+            .env("AWS_ACCESS_KEY_ID", self.str("access_key_id"))
+            .env("AWS_SECRET_ACCESS_KEY", self.str("secret_access_key"))
+            .env("AWS_REGION", self.str("region"))
+            .env("DUCKGATE_S3_ROLE_ARN", self.str("role_arn"))
+            .env("DUCKGATE_S3_SESSION_DURATION_SECS", session_secs)
+            .env("DUCKGATE_S3_REGION", self.str("region"))
+            .env("DUCKGATE_S3_ENDPOINT", self.str("endpoint"))
+            .env("DUCKGATE_S3_URL_STYLE", "path")
+            .env("DUCKGATE_S3_USE_SSL", "false")
+            .env("DUCKGATE_S3_SCOPE", "s3://duckgate-test/")
+            .env("DUCKGATE_STS_ENDPOINT", self.str("sts_endpoint"))
+    }
+
+    pub async fn control(&self, method: &str, path: &str) -> serde_json::Value {
+        let client = reqwest::Client::new();
+        let url = format!("{}/{}", self.control, path);
+        let req = if method == "POST" {
+            client.post(url)
+        } else {
+            client.get(url)
+        };
+        req.send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// p-th percentile of durations, in milliseconds.
+pub fn percentile_ms(samples: &mut [Duration], p: f64) -> f64 {
+    samples.sort();
+    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[idx].as_secs_f64() * 1000.0
+}
+
+/// Writes `text` to a file in `dir` and returns its path.
+pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+    p
+}

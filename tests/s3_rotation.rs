@@ -1,0 +1,419 @@
+//! S3 credentials against a real S3/STS emulation on loopback (moto with IAM
+//! auth and STS expiry enforced): the control case that fails, rotation under
+//! load, probes during a stalled rotation, an STS outage, persistent-secret
+//! hygiene, and no credential in any answer or log line.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{percentile_ms, Gateway, S3Server};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-0123456789";
+const CSV: &str =
+    "SELECT count(*) AS n, sum(score) AS total FROM read_csv('s3://duckgate-test/data/small.csv')";
+
+/// Every response body a test saw, for the leak check.
+#[derive(Default)]
+struct Seen(Vec<String>);
+
+impl Seen {
+    async fn take(&mut self, r: reqwest::Response) -> (u16, Value) {
+        let status = r.status().as_u16();
+        let headers = format!("{:?}", r.headers());
+        let text = r.text().await.unwrap_or_default();
+        self.0.push(headers);
+        self.0.push(text.clone());
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+}
+
+/// No secret key or session token the emulation issued appears in any body
+/// or header the test received, or in the gateway's log.
+async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen) {
+    let issued = s3.control("GET", "secrets").await;
+    let mut values: Vec<String> = issued["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    values.push(s3.str("secret_access_key"));
+    values.push(ADMIN.to_string());
+    assert!(values.len() >= 3);
+    let log = g.log_text();
+    for v in &values {
+        // Compare a long prefix too: partial echoes leak as much.
+        let probe = &v[..v.len().min(16)];
+        assert!(!log.contains(probe), "a credential reached the gateway log");
+        for body in &seen.0 {
+            assert!(
+                !body.contains(probe),
+                "a credential reached a response: {body}"
+            );
+        }
+    }
+}
+
+async fn admin_secrets(g: &Gateway, seen: &mut Seen) -> Value {
+    let r = g
+        .client
+        .get(g.url("/admin/secrets"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+async fn s3_query(g: &Gateway, seen: &mut Seen) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .json(&json!({"sql": CSV}))
+        .send()
+        .await
+        .unwrap();
+    seen.take(r).await
+}
+
+#[tokio::test]
+async fn control_without_rotation_credentials_expire_and_queries_fail() {
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .gateway(6)
+        .env("DUCKGATE_S3_ROTATION", "false")
+        // No expiry flag from the interval task: the query must reach S3 and
+        // be rejected there, which is what this control case must show.
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 600000)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let mut seen = Seen::default();
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rows"], json!([[3, 7.5]]));
+
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["type"], "urn:duckgate:problem:credentials-expired");
+    assert!(
+        !v["detail"].as_str().unwrap().contains("region"),
+        "not DuckDB's misleading region text"
+    );
+    let stats = s3.control("GET", "stats").await;
+    assert!(
+        stats["s3_expired_rejections"].as_u64().unwrap() >= 1,
+        "S3 itself rejected the token: {stats}"
+    );
+    assert_no_leaks(&g, &s3, &seen).await;
+}
+
+#[tokio::test]
+async fn rotation_keeps_continuous_s3_queries_failure_free() {
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .gateway(10)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .start();
+    let mut seen = Seen::default();
+    let until = Instant::now() + Duration::from_secs(42);
+    let mut ok = 0u32;
+    let mut failed = Vec::new();
+    let mut epochs = std::collections::BTreeSet::new();
+    while Instant::now() < until {
+        let r = g
+            .client
+            .post(g.url("/query"))
+            .json(&json!({"sql": CSV}))
+            .send()
+            .await
+            .unwrap();
+        let epoch = r.headers()["duckgate-credential-epoch"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let (status, v) = seen.take(r).await;
+        if status == 200 && v["rows"] == json!([[3, 7.5]]) {
+            ok += 1;
+            epochs.insert(epoch);
+        } else {
+            failed.push(format!("{status} {v}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        ok as usize + failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 100, "{ok}");
+    let secrets = admin_secrets(&g, &mut seen).await;
+    let s = &secrets["secrets"][0];
+    assert!(
+        s["rotations"].as_u64().unwrap() >= 4,
+        "start-up plus at least 3 rotations: {s}"
+    );
+    assert!(s["epoch"].as_u64().unwrap() >= 4);
+    assert!(
+        epochs.len() >= 3,
+        "queries ran under several epochs: {epochs:?}"
+    );
+    assert!(s["key_id_suffix"].as_str().unwrap().chars().count() <= 5);
+    assert_no_leaks(&g, &s3, &seen).await;
+}
+
+/// A query that takes `d` and then completes (DuckDB's sleep_ms).
+fn sleeping_sql(d: Duration) -> String {
+    format!("SELECT sleep_ms({}) IS NULL AS slept", d.as_millis())
+}
+
+#[tokio::test]
+async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .gateway(3600)
+        .env("DUCKGATE_TEST_CONTROL_STALL_MS", 10000)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .start();
+    let mut seen = Seen::default();
+    let sql = sleeping_sql(Duration::from_secs(3));
+
+    // Both pool connections run a query; then the rotation stalls the
+    // control connection for 10 s.
+    let queries: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, url, sql) = (g.client.clone(), g.url("/query"), sql.clone());
+            tokio::spawn(async move {
+                let r = c
+                    .post(url)
+                    .json(&json!({"sql": sql, "timeout_ms": 60000}))
+                    .send()
+                    .await
+                    .unwrap();
+                r.status().as_u16()
+            })
+        })
+        .collect();
+    let rotation = {
+        let (c, url) = (g.client.clone(), g.url("/admin/secrets/rotate"));
+        tokio::spawn(async move {
+            let t = Instant::now();
+            let r = c.post(url).bearer_auth(ADMIN).send().await.unwrap();
+            (r.status().as_u16(), t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut samples = Vec::new();
+    let probe_until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < probe_until {
+        let t = Instant::now();
+        let r = g.client.get(g.url("/healthz")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        seen.take(r).await;
+        samples.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let p99 = percentile_ms(&mut samples, 0.99);
+    assert!(
+        p99 < 50.0,
+        "healthz p99 {p99:.1} ms during a stalled rotation ({} probes)",
+        samples.len()
+    );
+    for q in queries {
+        assert_eq!(
+            q.await.unwrap(),
+            200,
+            "admitted queries finish during the stall"
+        );
+    }
+    let (status, took) = rotation.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        took >= Duration::from_secs(9),
+        "the rotation really stalled: {took:?}"
+    );
+    // A probe taken right after still works and queries still reach S3.
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    assert_no_leaks(&g, &s3, &seen).await;
+}
+
+#[tokio::test]
+async fn an_sts_outage_degrades_then_fails_clearly_then_recovers() {
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .gateway(8)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 1000)
+        .env("DUCKGATE_QUERY_TIMEOUT_MS", 1000)
+        .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let mut seen = Seen::default();
+    let (status, _) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200);
+    s3.control("POST", "sts?fail=1").await;
+
+    // Refreshes fail and are retried; the gateway reports degraded and keeps
+    // serving on the current credentials.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let degraded = loop {
+        let r = g.client.get(g.url("/healthz")).send().await.unwrap();
+        let (_, h) = seen.take(r).await;
+        if h["status"] == "degraded"
+            && h["secrets"][0]["seconds_to_expiry"].as_f64().unwrap_or(0.0) > 0.0
+        {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "never degraded: {h}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        degraded["secrets"][0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("ServiceUnavailable"),
+        "{degraded}"
+    );
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "still served before expiry: {v}");
+
+    // After expiry: a clear 503, and not ready.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = g.client.get(g.url("/readyz")).send().await.unwrap();
+        let (status, _) = seen.take(r).await;
+        if status == 503 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "readyz never turned 503");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["type"], "urn:duckgate:problem:credentials-expired");
+    // Local queries do not need S3 and keep working.
+    assert_eq!(g.query_ok("SELECT 1 AS one").await["rows"], json!([[1]]));
+    let secrets = admin_secrets(&g, &mut seen).await;
+    assert!(
+        secrets["secrets"][0]["consecutive_failures"]
+            .as_u64()
+            .unwrap()
+            >= 2,
+        "retried: {secrets}"
+    );
+    let stats = s3.control("GET", "stats").await;
+    assert!(
+        stats["sts_injected_failures"].as_u64().unwrap() >= 2,
+        "{stats}"
+    );
+
+    // STS comes back: recovery without a restart.
+    s3.control("POST", "sts?fail=0").await;
+    let deadline = Instant::now() + Duration::from_secs(45);
+    loop {
+        let r = g.client.get(g.url("/readyz")).send().await.unwrap();
+        let (status, h) = seen.take(r).await;
+        if status == 200 && h["status"] == "ok" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never recovered: {h}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    assert_no_leaks(&g, &s3, &seen).await;
+}
+
+#[tokio::test]
+async fn expired_token_mid_life_is_rotated_and_retried_once() {
+    let s3 = S3Server::start(&[]);
+    let g = s3.gateway(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
+    let mut seen = Seen::default();
+    let (status, _) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200);
+    // Revoke early: the emulation expires the session now.
+    s3.control("POST", "expire").await;
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .json(&json!({"sql": CSV}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["duckgate-retried"], "expired-credentials");
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["retried"], true);
+    assert_eq!(v["rows"], json!([[3, 7.5]]));
+    assert_no_leaks(&g, &s3, &seen).await;
+}
+
+#[tokio::test]
+async fn planted_persistent_secrets_never_cause_ambiguity() {
+    let s3 = S3Server::start(&[]);
+    let home = tempfile::tempdir().unwrap();
+    let pinned = home.path().join("data/secrets");
+    let stored = home.path().join(".duckdb/stored_secrets");
+    // Plant a persistent secret with the gateway's name where DuckDB would
+    // look by default and where the gateway pins its directory.
+    for dir in [&pinned, &stored] {
+        std::fs::create_dir_all(dir).unwrap();
+        let script = format!(
+            "import duckdb; c = duckdb.connect(); c.execute(\"SET secret_directory='{}'\"); \
+             c.execute(\"CREATE PERSISTENT SECRET duckgate_s3 (TYPE s3, KEY_ID 'planted', SECRET 'planted')\")",
+            dir.display()
+        );
+        let out = std::process::Command::new(common::test_python())
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(std::fs::read_dir(&pinned).unwrap().count() > 0);
+
+    // Control: the planted secret really does collide with a temporary one.
+    let script = format!(
+        "import duckdb; c = duckdb.connect(); c.execute(\"SET secret_directory='{}'\"); \
+         c.execute(\"CREATE OR REPLACE SECRET duckgate_s3 (TYPE s3, KEY_ID 'x', SECRET 'y')\"); \
+         print(c.execute(\"SELECT which_secret('s3://duckgate-test/x', 's3')\").fetchall())",
+        stored.display()
+    );
+    let out = std::process::Command::new(common::test_python())
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Ambiguity") || !out.status.success(),
+        "control: the plant should collide: {err}"
+    );
+
+    let g = s3.gateway(3600).data_dir(home).start();
+    let mut seen = Seen::default();
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    let pinned = g.data_dir.path().join("data/secrets");
+    let left: Vec<_> = std::fs::read_dir(&pinned).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "the pinned directory was wiped at start-up"
+    );
+    assert_no_leaks(&g, &s3, &seen).await;
+}

@@ -420,13 +420,15 @@ fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
                     secret: need(f.secret.clone(), "secret")?.into(),
                     session_token: f.session_token.clone().map(Into::into),
                 },
-                other => return Err(ConfigError::new(
-                    "DUCKGATE_CONFIG",
-                    format!(
+                other => {
+                    return Err(ConfigError::new(
+                        "DUCKGATE_CONFIG",
+                        format!(
                         "secret `{}`: unknown source `{other}` (assume-role, web-identity, static)",
                         f.name
                     ),
-                )),
+                    ))
+                }
             };
             Ok(SecretSpec {
                 name: f.name,

@@ -106,7 +106,12 @@ impl QueryError {
 
     /// Whether this looks like S3 rejecting expired credentials.
     pub fn is_expired_token(&self) -> bool {
-        matches!(self, QueryError::Sql { message, .. } if message.contains("ExpiredToken"))
+        match self {
+            QueryError::Sql { message, .. } | QueryError::Refused(Refusal::Bind(message)) => {
+                message.contains("ExpiredToken")
+            }
+            _ => false,
+        }
     }
 }
 

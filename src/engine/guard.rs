@@ -57,15 +57,37 @@ fn check_depth(
     depth: u8,
 ) -> Result<Accepted, Refusal> {
     let words = leading_words(sql, 8);
+    // Kinds that are never admitted are refused before DuckDB parses the
+    // text: its parser is not side-effect free for all of them. The PRAGMA
+    // handler runs inside `duckdb_extract_statements` and rewrites query
+    // pragmas into SELECTs (`PRAGMA show_tables` would be admitted as one),
+    // IMPORT DATABASE reads the directory's SQL files while being parsed, and
+    // COPY FROM DATABASE expands into several statements. Only ever a
+    // refusal, and only for a text that holds one statement, so several
+    // statements are still reported as such.
+    if let Some(refusal) = forbidden_before_parsing(sql, &words) {
+        return Err(refusal);
+    }
     let statement_type = match raw.classify(sql) {
         Extracted::ParseError(msg) => return Err(Refusal::Parse(msg)),
         Extracted::Count(n) => return Err(Refusal::StatementCount(n)),
         Extracted::One(t) => Some(t),
         // A statement that does not bind may still be one we must name as
-        // forbidden (DROP SECRET of a missing name): classify by its words.
+        // forbidden (DROP SECRET of a missing name, a forbidden function
+        // that rejects its arguments, a write in the read-only policy to a
+        // table that does not exist): classify by its words and functions.
         Extracted::BindError(msg) => {
             if let Some(refusal) = forbidden_by_words(&words) {
                 return Err(refusal);
+            }
+            check_functions(conn, sql)?;
+            if policy == Policy::ReadOnly {
+                if let Some(kind) = write_kind_by_words(&words) {
+                    return Err(Refusal::Forbidden {
+                        kind,
+                        reason: "the read-only policy admits queries only".into(),
+                    });
+                }
             }
             return Err(Refusal::Bind(msg));
         }
@@ -127,7 +149,12 @@ fn check_depth(
                 ffi::duckdb_statement_type_DUCKDB_STATEMENT_TYPE_ALTER => "ALTER",
                 _ => "CREATE",
             };
-            let object = ddl_object(&words);
+            let Ok(object) = ddl_object_for(verb, &words) else {
+                return Err(forbid(
+                    verb.to_string(),
+                    "the statement could not be classified",
+                ));
+            };
             let kind = match &object {
                 Some(o) => format!("{verb} {o}"),
                 None => verb.to_string(),
@@ -183,12 +210,32 @@ fn check_depth(
 
 /// Functions no client may call: they reveal secrets or run SQL the guard has
 /// not seen.
+///
+/// Besides the secret and dynamic-SQL functions, the table functions that
+/// change the database's state: logging and profiling switch global or
+/// per-connection settings although `lock_configuration` is on (logging to a
+/// file outside the allowed directories makes every later query of every
+/// connection fail; profiling with a `save_location` leaves its connection
+/// answering every query with an internal error), `duckdb_logs` shows other
+/// clients' statements, and `checkpoint` is CHECKPOINT.
+/// `json_execute_serialized_sql` runs a serialized SELECT the guard never
+/// saw, as `query` does.
 const FORBIDDEN_FUNCTIONS: &[&str] = &[
     "duckdb_secrets",
     "which_secret",
     "query",
     "query_table",
     "getenv",
+    "json_execute_serialized_sql",
+    "enable_logging",
+    "disable_logging",
+    "truncate_duckdb_logs",
+    "duckdb_logs",
+    "duckdb_logs_parsed",
+    "enable_profiling",
+    "disable_profiling",
+    "checkpoint",
+    "force_checkpoint",
 ];
 
 /// Finds forbidden functions in the statement's parse tree. The parse tree is
@@ -271,24 +318,56 @@ fn called_by_tokens(sql: &str, name: &str) -> bool {
     })
 }
 
+/// Refuses, before DuckDB parses anything, a text that is one statement (by
+/// the tokenizer) whose words make it a kind no policy admits, or an EXPLAIN
+/// of one.
+fn forbidden_before_parsing(sql: &str, words: &[String]) -> Option<Refusal> {
+    if statement_count_by_tokens(sql) != 1 {
+        return None;
+    }
+    if let Some(refusal) = forbidden_by_words(words) {
+        return Some(refusal);
+    }
+    if words.first().map(String::as_str) == Some("EXPLAIN") {
+        return forbidden_by_words(&leading_words(explained_statement(sql)?, 8));
+    }
+    None
+}
+
+/// Statements in the text by the tokenizer: pieces between top-level
+/// semicolons that hold any token.
+fn statement_count_by_tokens(sql: &str) -> usize {
+    let mut count = 0;
+    let mut in_statement = false;
+    for token in tokens(sql, usize::MAX) {
+        if token == Token::Punct(';') {
+            in_statement = false;
+        } else if !in_statement {
+            in_statement = true;
+            count += 1;
+        }
+    }
+    count
+}
+
 /// Names the kind of a statement that failed to bind if its words make it one
 /// we refuse anyway, so a refusal does not depend on the object existing.
 fn forbidden_by_words(words: &[String]) -> Option<Refusal> {
     let first = words.first()?.as_str();
+    let second = words.get(1).map(String::as_str);
     let kind = match first {
         "CREATE" | "DROP" | "ALTER" if ddl_object(words).as_deref() == Some("SECRET") => {
             format!("{first} SECRET")
         }
+        "UPDATE" if second == Some("EXTENSIONS") => "UPDATE EXTENSIONS".to_string(),
+        "FORCE" if second == Some("CHECKPOINT") => "CHECKPOINT".to_string(),
+        "FORCE" => "INSTALL".to_string(),
+        "EXPORT" => "EXPORT DATABASE".to_string(),
+        "IMPORT" => "IMPORT DATABASE".to_string(),
+        "BEGIN" | "COMMIT" | "ROLLBACK" | "ABORT" | "START" | "END" => "TRANSACTION".to_string(),
         "SET" | "RESET" | "PRAGMA" | "ATTACH" | "DETACH" | "USE" | "INSTALL" | "LOAD" | "COPY"
-        | "EXPORT" | "IMPORT" | "CHECKPOINT" | "FORCE" | "VACUUM" | "CALL" | "BEGIN" | "COMMIT"
-        | "ROLLBACK" | "ABORT" | "START" | "PREPARE" | "EXECUTE" | "DEALLOCATE" | "UPDATE"
-            if !(first == "UPDATE" && words.get(1).map(String::as_str) != Some("EXTENSIONS")) =>
-        {
-            if first == "UPDATE" {
-                "UPDATE EXTENSIONS".to_string()
-            } else {
-                first.to_string()
-            }
+        | "CHECKPOINT" | "VACUUM" | "CALL" | "PREPARE" | "EXECUTE" | "DEALLOCATE" => {
+            first.to_string()
         }
         _ => return None,
     };
@@ -296,6 +375,22 @@ fn forbidden_by_words(words: &[String]) -> Option<Refusal> {
         kind,
         reason: "this statement kind is never available to clients".into(),
     })
+}
+
+/// The kind of a write, by its first words, for statements that did not
+/// bind (a write to a table that does not exist is still a write).
+fn write_kind_by_words(words: &[String]) -> Option<String> {
+    let first = words.first()?.as_str();
+    match first {
+        "INSERT" | "UPDATE" | "DELETE" => Some(first.to_string()),
+        "MERGE" => Some("MERGE INTO".to_string()),
+        "TRUNCATE" => Some("DELETE".to_string()),
+        "CREATE" | "DROP" | "ALTER" => Some(match ddl_object(words) {
+            Some(object) => format!("{first} {object}"),
+            None => first.to_string(),
+        }),
+        _ => None,
+    }
 }
 
 fn type_name(t: ffi::duckdb_statement_type) -> &'static str {
@@ -367,6 +462,17 @@ fn select_kind(words: &[String]) -> String {
         ) => w.to_string(),
         _ => "SELECT".to_string(),
     }
+}
+
+/// The object keyword of a statement DuckDB typed as `verb` (CREATE, DROP,
+/// ALTER). The words must start with that verb: if they do not, they are
+/// not the statement's words (the tokenizer and DuckDB disagree), and
+/// nothing may be admitted on them.
+fn ddl_object_for(verb: &str, words: &[String]) -> Result<Option<String>, ()> {
+    if words.first().map(String::as_str) != Some(verb) {
+        return Err(());
+    }
+    Ok(ddl_object(words))
 }
 
 /// The object keyword of CREATE/DROP/ALTER: skips OR REPLACE, TEMP/TEMPORARY,
@@ -456,6 +562,22 @@ fn tokens(sql: &str, limit: usize) -> Vec<Token> {
         .collect()
 }
 
+/// The length of the Unicode blank at the start of `bytes`, if any: the
+/// characters DuckDB's parser replaces with a space outside strings, quoted
+/// identifiers and `--` comments before it lexes (NBSP, U+2000 to U+200B,
+/// U+202F, U+205F, U+2060, U+3000, U+FEFF). To DuckDB `CREATE<NBSP>SECRET`
+/// is two words, so it must be to the guard.
+fn unicode_blank_len(bytes: &[u8]) -> Option<usize> {
+    match bytes {
+        [0xC2, 0xA0, ..] => Some(2),
+        [0xE2, 0x80, 0x80..=0x8B, ..] | [0xE2, 0x80, 0xAF, ..] | [0xE2, 0x81, 0x9F | 0xA0, ..] => {
+            Some(3)
+        }
+        [0xE3, 0x80, 0x80, ..] | [0xEF, 0xBB, 0xBF, ..] => Some(3),
+        _ => None,
+    }
+}
+
 fn token_spans(sql: &str) -> Vec<(Token, usize)> {
     let bytes = sql.as_bytes();
     let mut out = Vec::new();
@@ -464,8 +586,11 @@ fn token_spans(sql: &str) -> Vec<(Token, usize)> {
         let c = bytes[i];
         if c.is_ascii_whitespace() {
             i += 1;
+        } else if let Some(len) = unicode_blank_len(&bytes[i..]) {
+            i += len;
         } else if c == b'-' && bytes.get(i + 1) == Some(&b'-') {
-            while i < bytes.len() && bytes[i] != b'\n' {
+            // As in DuckDB's lexer, a carriage return ends the comment too.
+            while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
                 i += 1;
             }
         } else if c == b'/' && bytes.get(i + 1) == Some(&b'*') {
@@ -522,14 +647,16 @@ fn token_spans(sql: &str) -> Vec<(Token, usize)> {
             }
             out.push((Token::Quoted(ident), start));
         } else if c == b'$' {
-            // Dollar-quoted string: $tag$ ... $tag$
+            // Dollar-quoted string: $tag$ ... $tag$, with DuckDB's tag rule
+            // (a letter, `_` or non-ASCII byte, then those or digits; `$1`
+            // is a parameter, not the start of a tag).
             let start = i;
             let tag_end = sql[i + 1..].find('$').map(|p| i + 1 + p);
+            let tag_byte = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80;
             match tag_end {
                 Some(end)
-                    if sql[i + 1..end]
-                        .chars()
-                        .all(|ch| ch.is_alphanumeric() || ch == '_') =>
+                    if bytes[i + 1..end].iter().all(|&b| tag_byte(b))
+                        && !bytes.get(i + 1).is_some_and(u8::is_ascii_digit) =>
                 {
                     let tag = &sql[i..=end];
                     match sql[end + 1..].find(tag) {
@@ -558,6 +685,7 @@ fn token_spans(sql: &str) -> Vec<(Token, usize)> {
                     || bytes[i] == b'_'
                     || bytes[i] == b'$'
                     || bytes[i] >= 0x80)
+                && unicode_blank_len(&bytes[i..]).is_none()
             {
                 i += 1;
             }
@@ -630,6 +758,202 @@ mod tests {
             Some("select 1")
         );
         assert_eq!(explained_statement("SELECT 1"), None);
+    }
+
+    /// The guard on an in-memory database (no extensions), after `setup`.
+    fn verdict(policy: Policy, setup: &str, sql: &str) -> Result<Accepted, Refusal> {
+        let db = crate::engine::ffi::RawDatabase::open(None, &[]).unwrap();
+        let conn = db.connect().unwrap();
+        if !setup.is_empty() {
+            conn.execute_batch(setup).unwrap();
+        }
+        let raw = db.connect_raw().unwrap();
+        check(&raw, &conn, sql, policy)
+    }
+
+    fn refused_as(policy: Policy, setup: &str, sql: &str) -> String {
+        match verdict(policy, setup, sql) {
+            Err(Refusal::Forbidden { kind, .. }) => kind,
+            other => format!("not forbidden: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn carriage_return_ends_line_comments() {
+        // DuckDB reads `CREATE SECRET view (...)`: the comment ends at `\r`.
+        let sql = "CREATE -- x\rSECRET view (TYPE s3) /*\n VIEW */";
+        assert_eq!(leading_words(sql, 3), vec!["CREATE", "SECRET", "VIEW"]);
+        assert!(called_by_tokens(
+            "INSERT INTO t SELECT 1, 'x' --\rFROM duckdb_secrets()",
+            "duckdb_secrets"
+        ));
+        let explained =
+            explained_statement("EXPLAIN ANALYZE -- x\rCOPY (SELECT 1) TO 'f' /*\n SELECT 1 --*/");
+        assert!(
+            explained.is_some_and(|s| s.starts_with("COPY")),
+            "{explained:?}"
+        );
+        let t = "CREATE TABLE t (a INTEGER, s VARCHAR)";
+        assert_eq!(
+            refused_as(
+                Policy::ReadWrite,
+                t,
+                "INSERT INTO t SELECT 1, name --\rFROM duckdb_secrets()"
+            ),
+            "function duckdb_secrets()"
+        );
+        assert_eq!(refused_as(Policy::ReadWrite, "", sql), "CREATE SECRET");
+    }
+
+    #[test]
+    fn unicode_blanks_separate_words() {
+        for blank in [
+            "\u{a0}", "\u{2000}", "\u{2003}", "\u{200a}", "\u{200b}", "\u{202f}", "\u{205f}",
+            "\u{2060}", "\u{3000}", "\u{feff}",
+        ] {
+            let sql = format!("CREATE{blank}SECRET view (TYPE s3)");
+            assert_eq!(
+                leading_words(&sql, 3),
+                vec!["CREATE", "SECRET", "VIEW"],
+                "{blank:?}"
+            );
+            assert_eq!(
+                refused_as(Policy::ReadWrite, "", &sql),
+                "CREATE SECRET",
+                "{blank:?}"
+            );
+        }
+        // Other non-ASCII text stays inside words, strings and identifiers.
+        assert_eq!(
+            leading_words("SELECT sécret\u{1680}x", 4),
+            vec!["SELECT", "SÉCRET\u{1680}X"]
+        );
+        assert!(verdict(Policy::ReadOnly, "", "SELECT\u{a0}42\u{3000}AS\u{2003}x").is_ok());
+        assert!(verdict(Policy::ReadOnly, "", "SELECT '\u{a0}' AS \"\u{a0}\"").is_ok());
+    }
+
+    #[test]
+    fn dollar_quotes_follow_duckdb() {
+        // `$1` is a parameter to DuckDB, so `$1a$` starts no string.
+        let sql = "INSERT INTO t SELECT $1a$, name FROM duckdb_secrets() --$1a$";
+        assert!(called_by_tokens(sql, "duckdb_secrets"));
+        let t = "CREATE TABLE t (a INTEGER, s VARCHAR)";
+        assert_eq!(
+            refused_as(Policy::ReadWrite, t, sql),
+            "function duckdb_secrets()"
+        );
+        // Non-ASCII tags are tags to DuckDB.
+        assert!(!called_by_tokens(
+            "SELECT $→$ duckdb_secrets() $→$",
+            "duckdb_secrets"
+        ));
+        assert!(verdict(
+            Policy::ReadOnly,
+            "",
+            "SELECT $→$duckdb_secrets()$→$ AS s, $$x$$ AS y"
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn ddl_words_must_start_with_the_verb() {
+        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            ddl_object_for("CREATE", &w(&["CREATE", "VIEW", "V"])),
+            Ok(Some("VIEW".into()))
+        );
+        assert_eq!(
+            ddl_object_for("CREATE", &w(&["CREATE\u{85}SECRET", "VIEW"])),
+            Err(())
+        );
+        assert_eq!(ddl_object_for("DROP", &w(&["DEALLOCATE", "P"])), Err(()));
+    }
+
+    #[test]
+    fn never_admitted_kinds_are_refused_before_parsing() {
+        let ro = |sql: &str| refused_as(Policy::ReadOnly, "", sql);
+        // The PRAGMA handler would turn these into SELECTs.
+        assert_eq!(ro("PRAGMA show_tables"), "PRAGMA");
+        assert_eq!(ro("pragma version"), "PRAGMA");
+        assert_eq!(ro("PRAGMA threads=1"), "PRAGMA");
+        // Parsing IMPORT reads files; COPY FROM DATABASE is four statements.
+        assert_eq!(
+            ro("IMPORT DATABASE '/nonexistent-duckgate-dir'"),
+            "IMPORT DATABASE"
+        );
+        assert_eq!(ro("COPY FROM DATABASE memory TO memory"), "COPY");
+        assert_eq!(
+            ro("EXPORT DATABASE '/nonexistent-duckgate-dir'"),
+            "EXPORT DATABASE"
+        );
+        // DuckDB types CHECKPOINT as CALL.
+        assert_eq!(ro("CHECKPOINT"), "CHECKPOINT");
+        assert_eq!(ro("FORCE CHECKPOINT"), "CHECKPOINT");
+        assert_eq!(ro("FORCE INSTALL httpfs"), "INSTALL");
+        assert_eq!(ro("BEGIN"), "TRANSACTION");
+        // Not valid SQL to DuckDB, still named for what it tries.
+        assert_eq!(ro("EXPLAIN ANALYZE DROP SECRET s"), "DROP SECRET");
+        // Several statements stay several statements.
+        assert_eq!(
+            verdict(Policy::ReadOnly, "", "SELECT 1; PRAGMA show_tables").unwrap_err(),
+            Refusal::StatementCount(2)
+        );
+        assert_eq!(
+            verdict(Policy::ReadOnly, "", "DROP SECRET s; SELECT 1").unwrap_err(),
+            Refusal::StatementCount(2)
+        );
+        assert_eq!(
+            statement_count_by_tokens("SELECT ';'; -- ;\n SELECT 2;;"),
+            2
+        );
+        assert_eq!(statement_count_by_tokens("SELECT 1;"), 1);
+    }
+
+    #[test]
+    fn state_changing_table_functions_are_forbidden() {
+        let ro = |sql: &str| refused_as(Policy::ReadOnly, "", sql);
+        assert_eq!(
+            ro("SELECT * FROM enable_logging()"),
+            "function enable_logging()"
+        );
+        assert_eq!(
+            ro("FROM enable_profiling(save_location := '/tmp/p.json')"),
+            "function enable_profiling()"
+        );
+        assert_eq!(ro("SELECT * FROM checkpoint()"), "function checkpoint()");
+        assert_eq!(ro("SELECT * FROM duckdb_logs()"), "function duckdb_logs()");
+        assert_eq!(
+            ro("SELECT * FROM json_execute_serialized_sql(json_serialize_sql('SELECT * FROM duckdb_secrets()'))"),
+            "function json_execute_serialized_sql()"
+        );
+        assert!(verdict(
+            Policy::ReadOnly,
+            "",
+            "SELECT 'checkpoint()' AS s, 1 AS enable_logging"
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn unbound_statements_are_still_named() {
+        let ro = |sql: &str| refused_as(Policy::ReadOnly, "", sql);
+        assert_eq!(ro("SELECT getenv('HOME')"), "function getenv()");
+        assert_eq!(
+            ro("SELECT * FROM query_table('no_such_table')"),
+            "function query_table()"
+        );
+        assert_eq!(ro("INSERT INTO no_such_table VALUES (1)"), "INSERT");
+        assert_eq!(ro("UPDATE no_such_table SET a = 1"), "UPDATE");
+        assert_eq!(ro("DELETE FROM no_such_table"), "DELETE");
+        // read-write: a plain binder error, as before.
+        assert!(matches!(
+            verdict(
+                Policy::ReadWrite,
+                "",
+                "INSERT INTO no_such_table VALUES (1)"
+            ),
+            Err(Refusal::Bind(_))
+        ));
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
 //! credentials fresh.
 //!
-//! - [`config`]: every setting, with defaults and validation.
-//! - [`api`]: axum routes (query, health, admin, metrics, docs), errors, auth.
-//! - [`engine`]: DuckDB: database set-up and lockdown, the query pool, the
+//! - `config`: every setting, with defaults and validation.
+//! - `api`: axum routes (query, health, admin, metrics, docs), errors, auth.
+//! - `engine`: DuckDB: database set-up and lockdown, the query pool, the
 //!   statement guard, execution and result encoding.
-//! - [`credentials`]: credential sources, the rotator, the secret DDL.
-//! - [`health`]: the snapshot that probes read with atomic loads.
-//! - [`telemetry`]: logging.
+//! - `credentials`: credential sources, the rotator, the secret DDL.
+//! - `health`: the snapshot that probes read with atomic loads.
+//! - `telemetry`: logging.
 //!
 //! [`run`] wires them together and serves until the shutdown future resolves.
 

@@ -308,7 +308,7 @@ fn choose_format(explicit: Option<&str>, headers: &HeaderMap) -> Result<Format, 
         Some(Ok(accept)) => match Format::from_accept(accept) {
             Ok(Some(f)) => Ok(f),
             Ok(None) => Ok(Format::Json),
-            Err(()) => Err(ApiError::NotAcceptable(format!(
+            Err(_) => Err(ApiError::NotAcceptable(format!(
                 "nothing in `{accept}` is a result format"
             ))),
         },

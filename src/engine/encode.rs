@@ -60,7 +60,7 @@ impl Format {
 
     /// The format an `Accept` header asks for. `Ok(None)` when it accepts
     /// anything; `Err` when it accepts nothing we produce.
-    pub fn from_accept(accept: &str) -> Result<Option<Self>, ()> {
+    pub fn from_accept(accept: &str) -> Result<Option<Self>, NotAcceptable> {
         let mut best: Option<(f32, Option<Format>)> = None;
         for part in accept.split(',') {
             let mut pieces = part.split(';');
@@ -89,10 +89,14 @@ impl Format {
         match best {
             Some((_, f)) => Ok(f),
             None if accept.trim().is_empty() => Ok(None),
-            None => Err(()),
+            None => Err(NotAcceptable),
         }
     }
 }
+
+/// An `Accept` header that allows none of the result formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAcceptable;
 
 /// A column of the result, as the JSON answer names it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -707,40 +711,6 @@ impl Encoder for MapEncoder<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decimals_are_exact() {
-        assert_eq!(decimal_text(12345, 3), "12.345");
-        assert_eq!(decimal_text(-5, 3), "-0.005");
-        assert_eq!(decimal_text(0, 2), "0.00");
-        assert_eq!(decimal_text(7, 0), "7");
-    }
-
-    #[test]
-    fn intervals_are_iso_8601() {
-        assert_eq!(
-            format_iso_duration(14, 3, 3_723_500_000_000),
-            "P1Y2M3DT1H2M3.5S"
-        );
-        assert_eq!(format_iso_duration(0, 0, 0), "PT0S");
-        assert_eq!(format_iso_duration(0, -1, 0), "P-1D");
-    }
-
-    #[test]
-    fn accept_negotiation() {
-        assert_eq!(Format::from_accept("text/csv"), Ok(Some(Format::Csv)));
-        assert_eq!(Format::from_accept("*/*"), Ok(None));
-        assert_eq!(
-            Format::from_accept("application/json;q=0.5, application/vnd.apache.arrow.stream"),
-            Ok(Some(Format::Arrow))
-        );
-        assert_eq!(Format::from_accept("image/png"), Err(()));
-    }
-}
-
 /// DuckDB's name for a result column's type: from DuckDB's logical type
 /// where Arrow loses the distinction (UUID, JSON, HUGEINT, TIMESTAMPTZ, ...),
 /// otherwise from the Arrow type it was exported as.
@@ -864,5 +834,39 @@ fn quote_ident(name: &str) -> String {
         name.to_string()
     } else {
         format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_text(12345, 3), "12.345");
+        assert_eq!(decimal_text(-5, 3), "-0.005");
+        assert_eq!(decimal_text(0, 2), "0.00");
+        assert_eq!(decimal_text(7, 0), "7");
+    }
+
+    #[test]
+    fn intervals_are_iso_8601() {
+        assert_eq!(
+            format_iso_duration(14, 3, 3_723_500_000_000),
+            "P1Y2M3DT1H2M3.5S"
+        );
+        assert_eq!(format_iso_duration(0, 0, 0), "PT0S");
+        assert_eq!(format_iso_duration(0, -1, 0), "P-1D");
+    }
+
+    #[test]
+    fn accept_negotiation() {
+        assert_eq!(Format::from_accept("text/csv"), Ok(Some(Format::Csv)));
+        assert_eq!(Format::from_accept("*/*"), Ok(None));
+        assert_eq!(
+            Format::from_accept("application/json;q=0.5, application/vnd.apache.arrow.stream"),
+            Ok(Some(Format::Arrow))
+        );
+        assert_eq!(Format::from_accept("image/png"), Err(NotAcceptable));
     }
 }

@@ -499,7 +499,11 @@ fn work_inner(
             }
             break;
         }
-        if buf.len() >= CHUNK_BYTES && !flush(&mut buf, &mut sent_start, &accepted.kind) {
+        // The first batch goes out at once (time to first byte); later ones
+        // in chunks of CHUNK_BYTES.
+        if (!sent_start || buf.len() >= CHUNK_BYTES)
+            && !flush(&mut buf, &mut sent_start, &accepted.kind)
+        {
             return Err(QueryError::Cancelled);
         }
     }

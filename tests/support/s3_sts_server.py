@@ -185,6 +185,9 @@ def _read_body(environ: dict[str, Any]) -> bytes:
     return body
 
 
+WEB_IDENTITY_LOCK = threading.Lock()
+
+
 class Middleware:
     """Wraps moto's WSGI app: control API, STS fault injection, ExpiredToken."""
 
@@ -244,6 +247,17 @@ class Middleware:
                 f"<RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>",
                 start_response,
             )
+        if action == "AssumeRoleWithWebIdentity":
+            # AWS does not sign this call (the web identity token is the
+            # credential); moto would still demand a signature with auth on.
+            from moto import settings
+
+            with WEB_IDENTITY_LOCK:
+                settings.INITIAL_NO_AUTH_ACTION_COUNT = float("inf")
+                try:
+                    return list(self.app(environ, start_response))
+                finally:
+                    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
         return self.app(environ, start_response)
 
     def s3(self, environ, start_response, query, access_key_id):

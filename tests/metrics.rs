@@ -1,0 +1,35 @@
+//! /metrics exposes what an operator alerts on, read without the pool.
+
+mod common;
+
+use common::Gateway;
+use serde_json::json;
+
+#[tokio::test]
+async fn prometheus_text_has_the_operational_series() {
+    let g = Gateway::builder().start();
+    g.query_ok("SELECT 1").await;
+    let _ = g.query(json!({"sql": "SELEC 1"})).await;
+    let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
+    let r = g.client.get(g.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let m = r.text().await.unwrap();
+    for series in [
+        "duckgate_http_requests_total{",
+        "duckgate_http_request_duration_seconds_bucket{",
+        "duckgate_queries_total{outcome=\"ok\"}",
+        "duckgate_queries_total{outcome=\"sql_error\"}",
+        "duckgate_queries_total{outcome=\"refused\"}",
+        "duckgate_query_duration_seconds_bucket{",
+        "duckgate_pool_size ",
+        "duckgate_pool_in_use ",
+        "duckgate_pool_waiting ",
+    ] {
+        assert!(m.contains(series), "missing {series} in:\n{m}");
+    }
+    assert!(m.contains("route=\"/query\"") && m.contains("status=\"200\""));
+}

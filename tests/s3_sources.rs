@@ -1,0 +1,164 @@
+//! Other credential sources and several secrets: web identity from a token
+//! file (re-read at each refresh), and a TOML file with two scoped secrets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Gateway, S3Server};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-0123456789";
+
+async fn admin(g: &Gateway, method: &str, path: &str) -> Value {
+    let req = match method {
+        "POST" => g.client.post(g.url(path)),
+        _ => g.client.get(g.url(path)),
+    };
+    let r = req.bearer_auth(ADMIN).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+#[tokio::test]
+async fn web_identity_reads_the_token_file_at_each_refresh() {
+    let s3 = S3Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let token = common::write_file(dir.path(), "token", "first-token\n");
+    let g = Gateway::builder()
+        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
+        .env("DUCKGATE_S3_ROLE_ARN", s3.str("role_arn"))
+        .env("DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE", token.display())
+        .env("DUCKGATE_S3_SESSION_DURATION_SECS", 3600)
+        .env("DUCKGATE_S3_REGION", s3.str("region"))
+        .env("DUCKGATE_S3_ENDPOINT", s3.str("endpoint"))
+        .env("DUCKGATE_S3_URL_STYLE", "path")
+        .env("DUCKGATE_S3_USE_SSL", "false")
+        .env("DUCKGATE_S3_SCOPE", "s3://duckgate-test/")
+        .env("DUCKGATE_STS_ENDPOINT", s3.str("sts_endpoint"))
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let v = g
+        .query_ok("SELECT count(*) AS n FROM read_csv('s3://duckgate-test/data/small.csv')")
+        .await;
+    assert_eq!(v["rows"], json!([[3]]));
+    let secrets = admin(&g, "GET", "/admin/secrets").await;
+    assert_eq!(secrets["secrets"][0]["source"], "web-identity");
+
+    // A missing token file makes the refresh fail with a clear class, and the
+    // installed credentials keep serving.
+    std::fs::remove_file(&token).unwrap();
+    let r = admin(&g, "POST", "/admin/secrets/rotate").await;
+    assert!(
+        r["errors"][0]
+            .as_str()
+            .unwrap()
+            .contains("web identity token file"),
+        "{r}"
+    );
+    assert_eq!(
+        g.query_ok("SELECT count(*) FROM read_csv('s3://duckgate-test/data/small.csv')")
+            .await["rows"],
+        json!([[3]])
+    );
+
+    // Restored: the next refresh reads the new file.
+    common::write_file(dir.path(), "token", "second-token\n");
+    let r = admin(&g, "POST", "/admin/secrets/rotate").await;
+    assert!(r["errors"].is_null() || r["errors"] == json!([]), "{r}");
+    assert_eq!(r["secrets"][0]["epoch"], 2);
+}
+
+#[tokio::test]
+async fn a_toml_file_configures_several_scoped_secrets() {
+    let s3 = S3Server::start(&[]);
+    // Seed an object in the second bucket.
+    let c = reqwest::Client::new();
+    c.post(format!(
+        "{}/put?bucket=duckgate-other&key=o.csv",
+        s3.control
+    ))
+    .body("a\n41\n")
+    .send()
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut toml = String::new();
+    for (name, bucket) in [
+        ("test_bucket", "duckgate-test"),
+        ("other_bucket", "duckgate-other"),
+    ] {
+        toml.push_str(&format!(
+            "[[secret]]\nname = \"{name}\"\nsource = \"assume-role\"\nrole_arn = \"{}\"\nsession_duration_secs = 3600\n\
+             region = \"{}\"\nendpoint = \"{}\"\nurl_style = \"path\"\nuse_ssl = false\nscope = [\"s3://{bucket}/\"]\nsts_endpoint = \"{}\"\n\n",
+            s3.str("role_arn"),
+            s3.str("region"),
+            s3.str("endpoint"),
+            s3.str("sts_endpoint")
+        ));
+    }
+    let file = common::write_file(dir.path(), "secrets.toml", &toml);
+    let g = Gateway::builder()
+        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
+        .env("AWS_ACCESS_KEY_ID", s3.str("access_key_id"))
+        .env("AWS_SECRET_ACCESS_KEY", s3.str("secret_access_key"))
+        .env("AWS_REGION", s3.str("region"))
+        .env("DUCKGATE_CONFIG", file.display())
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let v = g
+        .query_ok("SELECT count(*) FROM read_csv('s3://duckgate-test/data/small.csv')")
+        .await;
+    assert_eq!(v["rows"], json!([[3]]));
+    let v = g
+        .query_ok("SELECT a + 1 AS b FROM read_csv('s3://duckgate-other/o.csv')")
+        .await;
+    assert_eq!(v["rows"], json!([[42]]));
+    let secrets = admin(&g, "GET", "/admin/secrets").await;
+    assert_eq!(secrets["secrets"].as_array().unwrap().len(), 2);
+    // Rotate one by name: only its epoch moves.
+    let r = admin(&g, "POST", "/admin/secrets/rotate?name=other_bucket").await;
+    assert_eq!(r["secrets"].as_array().unwrap().len(), 1);
+    assert_eq!(r["secrets"][0]["epoch"], 2);
+    let all = admin(&g, "GET", "/admin/secrets").await;
+    let test_epoch = all["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "test_bucket")
+        .unwrap()["epoch"]
+        .clone();
+    assert_eq!(test_epoch, 1);
+    let h = g.health().await;
+    assert_eq!(h["credential_epoch"], 3);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+#[tokio::test]
+async fn sessions_too_short_for_the_longest_query_are_refused_at_start() {
+    let s3 = S3Server::start(&[]);
+    let err = match s3
+        .gateway(60)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 300000)
+        .try_start()
+    {
+        Ok(_) => panic!("must refuse"),
+        Err(e) => e,
+    };
+    assert_eq!(err.0, Some(2));
+    let text = err.1.join("\n");
+    assert!(
+        text.contains("DUCKGATE_S3_SESSION_DURATION_SECS") && text.contains("longest query"),
+        "{text}"
+    );
+    // A missing extension is a clear start-up error that says how to install it.
+    let err = match s3
+        .gateway(3600)
+        .env("DUCKGATE_EXTENSION_DIR", "/nonexistent")
+        .try_start()
+    {
+        Ok(_) => panic!("must refuse"),
+        Err(e) => e,
+    };
+    assert!(err.1.join("\n").contains("duckdb-extension-httpfs==1.5.5"));
+}

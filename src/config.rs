@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use secrecy::{ExposeSecret, SecretString};
 
 use crate::credentials::config::S3Settings;
 
@@ -185,17 +186,18 @@ pub struct AuthConfig {
         long,
         env = "DUCKGATE_QUERY_TOKENS",
         hide_env_values = true,
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = crate::credentials::config::parse_secret
     )]
-    pub query_tokens: Vec<String>,
+    pub query_tokens: Vec<SecretString>,
 
     /// File with one query token per line (blank lines and `#` comments skipped).
     #[arg(long, env = "DUCKGATE_QUERY_TOKENS_FILE")]
     pub query_tokens_file: Option<PathBuf>,
 
     /// Bearer token for `/admin/...`. Unset: the admin API is off.
-    #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
+    #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true, value_parser = crate::credentials::config::parse_secret)]
+    pub admin_token: Option<SecretString>,
 
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
@@ -284,8 +286,8 @@ impl Config {
         if self
             .auth
             .admin_token
-            .as_deref()
-            .is_some_and(|t| t.trim().len() < 16)
+            .as_ref()
+            .is_some_and(|t| t.expose_secret().trim().len() < 16)
         {
             return Err(ConfigError::new(
                 "DUCKGATE_ADMIN_TOKEN",

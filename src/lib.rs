@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +41,7 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
         .auth
         .query_tokens
         .iter()
-        .map(|t| t.trim())
+        .map(|t| t.expose_secret().trim())
         .filter(|t| !t.is_empty())
         .map(|t| SecretString::from(t.to_string()))
         .collect();
@@ -70,8 +70,8 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
     let admin = config
         .auth
         .admin_token
-        .as_deref()
-        .map(str::trim)
+        .as_ref()
+        .map(|t| t.expose_secret().trim())
         .filter(|t| !t.is_empty())
         .map(|t| SecretString::from(t.to_string()));
     Ok(Tokens { query, admin })

@@ -43,12 +43,12 @@ pub struct S3Settings {
     pub s3_key_id: Option<String>,
 
     /// Static secret access key.
-    #[arg(long, env = "DUCKGATE_S3_SECRET", hide_env_values = true)]
-    pub s3_secret: Option<String>,
+    #[arg(long, env = "DUCKGATE_S3_SECRET", hide_env_values = true, value_parser = parse_secret)]
+    pub s3_secret: Option<SecretString>,
 
     /// Static session token.
-    #[arg(long, env = "DUCKGATE_S3_SESSION_TOKEN", hide_env_values = true)]
-    pub s3_session_token: Option<String>,
+    #[arg(long, env = "DUCKGATE_S3_SESSION_TOKEN", hide_env_values = true, value_parser = parse_secret)]
+    pub s3_session_token: Option<SecretString>,
 
     /// Lifetime requested for STS sessions, in seconds.
     #[arg(long, env = "DUCKGATE_S3_SESSION_DURATION_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=43_200))]
@@ -92,6 +92,11 @@ pub struct S3Settings {
     /// experiments that must watch them expire).
     #[arg(long, env = "DUCKGATE_S3_ROTATION", default_value_t = true, action = clap::ArgAction::Set)]
     pub s3_rotation: bool,
+}
+
+/// Reads a secret setting into a type whose Debug output is redacted.
+pub fn parse_secret(s: &str) -> Result<SecretString, String> {
+    Ok(SecretString::from(s.to_string()))
 }
 
 /// Where a secret's credentials come from.
@@ -289,8 +294,8 @@ impl S3Settings {
                 })?;
                 Ok(Some(SourceSpec::Static {
                     key_id: key_id.clone(),
-                    secret: secret.into(),
-                    session_token: self.s3_session_token.clone().map(Into::into),
+                    secret,
+                    session_token: self.s3_session_token.clone(),
                 }))
             }
             (None, None) => Ok(None),

@@ -27,6 +27,7 @@ use crate::engine::encode;
     ),
     components(schemas(
         query::QueryRequest,
+        query::QueryParam,
         query::QueryResult,
         encode::Column,
         encode::Format,

@@ -31,17 +31,31 @@ pub struct QueryRequest {
     /// Positional parameters for `$1`, `$2`, ... or `?`: null, booleans,
     /// numbers and strings.
     #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<QueryParam>)]
     pub params: Vec<serde_json::Value>,
     /// Response format; overrides the Accept header.
     #[serde(default)]
     pub format: Option<String>,
     /// Time limit in milliseconds, clamped to the gateway's maximum.
     #[serde(default)]
-    pub timeout_ms: Option<u64>,
+    #[schema(minimum = 1)]
+    pub timeout_ms: Option<i64>,
     /// Row limit, clamped to the gateway's maximum.
     #[serde(default)]
-    pub max_rows: Option<u64>,
+    #[schema(minimum = 1)]
+    pub max_rows: Option<i64>,
+}
+
+/// A positional parameter: null, a boolean, a number or a string (the
+/// schema of what `params` accepts; values are read as JSON).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub enum QueryParam {
+    Null,
+    Bool(bool),
+    Number(f64),
+    Text(String),
 }
 
 /// Options for raw SQL bodies, from the query string.
@@ -51,17 +65,19 @@ pub struct QueryOptions {
     /// Response format (`json`, `ndjson`, `csv`, `arrow`).
     pub format: Option<String>,
     /// Time limit in milliseconds.
-    pub timeout_ms: Option<u64>,
+    #[param(minimum = 1)]
+    pub timeout_ms: Option<i64>,
     /// Row limit.
-    pub max_rows: Option<u64>,
+    #[param(minimum = 1)]
+    pub max_rows: Option<i64>,
 }
 
 /// The JSON answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct QueryResult {
     pub columns: Vec<Column>,
-    /// One array per row, values in column order.
-    #[schema(value_type = Vec<Vec<Object>>)]
+    /// One array per row, values in column order (any JSON value).
+    #[schema(value_type = Vec<Vec<serde_json::Value>>)]
     pub rows: Vec<Vec<serde_json::Value>>,
     pub row_count: u64,
     /// Whether rows were cut by `max_rows` or the result byte limit.
@@ -119,6 +135,28 @@ pub async fn query(
             e.body_text(),
         )
     })?;
+    // Every option given is checked, even where the body overrides it.
+    for (name, value) in [
+        ("timeout_ms", options.timeout_ms),
+        ("max_rows", options.max_rows),
+    ] {
+        if value.is_some_and(|v| v <= 0) {
+            return Err(ApiError::bad_request(
+                "invalid-query-string",
+                "Invalid query string",
+                format!("{name} must be positive"),
+            ));
+        }
+    }
+    if let Some(f) = options.format.as_deref() {
+        if Format::from_name(f).is_none() {
+            return Err(ApiError::bad_request(
+                "unknown-format",
+                "Unknown format",
+                format!("format `{f}` is not one of json, ndjson, csv, arrow"),
+            ));
+        }
+    }
     let limits = &state.config.limits;
     let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
         .await
@@ -147,25 +185,25 @@ pub async fn query(
         .map(|(i, v)| param(i + 1, v))
         .collect::<Result<Vec<_>, _>>()?;
     let timeout_ms = match request.timeout_ms {
-        Some(0) => {
+        Some(t) if t <= 0 => {
             return Err(ApiError::bad_request(
                 "invalid-timeout",
                 "Invalid timeout",
                 "timeout_ms must be positive",
             ))
         }
-        Some(t) => t.min(limits.max_query_timeout_ms),
+        Some(t) => (t as u64).min(limits.max_query_timeout_ms),
         None => limits.default_query_timeout_ms(),
     };
     let max_rows = match request.max_rows {
-        Some(0) => {
+        Some(r) if r <= 0 => {
             return Err(ApiError::bad_request(
                 "invalid-max-rows",
                 "Invalid row limit",
                 "max_rows must be positive",
             ))
         }
-        Some(r) => r.min(limits.max_rows),
+        Some(r) => (r as u64).min(limits.max_rows),
         None => limits.default_rows(),
     };
 

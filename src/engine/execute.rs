@@ -232,15 +232,18 @@ pub async fn run(
     let timeout = job.timeout;
     tokio::task::spawn_blocking(move || work(slot, in_use, job, tx, worker_control));
 
+    // On a deadline or shutdown, interrupt, then take the worker's answer:
+    // it may have finished in the same instant (then its result stands), and
+    // otherwise it reports the interruption within moments.
     let first = tokio::select! {
         m = rx.recv() => m,
         _ = tokio::time::sleep_until(deadline) => {
             control.cancel(CancelReason::Timeout);
-            None
+            settle(&mut rx).await
         }
         _ = shutdown.cancelled() => {
             control.cancel(CancelReason::Shutdown);
-            None
+            settle(&mut rx).await
         }
     };
     let (kind, first) = match first {
@@ -273,6 +276,13 @@ pub async fn run(
         content_type: format.content_type(),
         body: Box::pin(body),
     })
+}
+
+/// How long an interrupted worker gets to report back.
+const SETTLE: Duration = Duration::from_secs(2);
+
+async fn settle(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
+    tokio::time::timeout(SETTLE, rx.recv()).await.ok().flatten()
 }
 
 struct BodyState {

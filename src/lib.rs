@@ -93,6 +93,8 @@ pub async fn run(
     let secrets = config.s3.secrets()?;
     let timing = config.s3.timing(config.max_query_timeout());
     let config = Arc::new(config);
+    // Installed first, so start-up's credential installs are counted too.
+    let metrics = api::metrics::recorder();
 
     let health = Arc::new(Health::new(Engine::duckdb_version()));
     let engine = {
@@ -137,7 +139,7 @@ pub async fn run(
         rotator: rotator.clone(),
         tokens: Arc::new(tokens),
         config: config.clone(),
-        metrics: api::metrics::recorder(),
+        metrics,
         shutdown: drain.clone(),
     };
     let app = api::router(state);

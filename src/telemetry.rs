@@ -12,7 +12,9 @@ pub fn init(format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr.with_max_level(tracing::Level::TRACE))
-        .with_target(false);
+        .with_target(false)
+        // Colour only for a person at a terminal, never in files or pipes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -181,7 +181,7 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                 StatusCode::SERVICE_UNAVAILABLE,
                 "credentials-expired",
                 "S3 credentials expired",
-                "the gateway's S3 credentials have expired and could not be refreshed; S3 queries fail until STS answers again",
+                "the gateway's S3 credentials have expired; S3 queries fail until fresh credentials are installed (see /healthz for the refresh state)",
             ),
             Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
         ),

@@ -17,6 +17,10 @@ use crate::health::Health;
 pub use execute::{Param, QueryError, QueryJob, QueryOutput};
 
 /// Extension platform directory DuckDB v1.5.5 looks in.
+#[cfg(target_arch = "aarch64")]
+pub const EXTENSION_SUBDIR: &str = "v1.5.5/linux_arm64";
+/// Extension platform directory DuckDB v1.5.5 looks in.
+#[cfg(not(target_arch = "aarch64"))]
 pub const EXTENSION_SUBDIR: &str = "v1.5.5/linux_amd64";
 
 /// Everything needed to run client queries and secret DDL.

@@ -1,0 +1,101 @@
+# syntax=docker/dockerfile:1
+#
+# duckgate container image.
+#
+#   docker build -t duckgate .
+#   docker run --rm -p 8080:8080 \
+#     -e DUCKGATE_QUERY_TOKENS=change-me -e DUCKGATE_ADMIN_TOKEN=change-me-too-16+ \
+#     -e DUCKGATE_S3_ROLE_ARN=arn:aws:iam::123456789012:role/lake-reader \
+#     -e AWS_ACCESS_KEY_ID -e AWS_SECRET_ACCESS_KEY \
+#     duckgate
+#
+# Configuration is the gateway's own DUCKGATE_* environment variables (see
+# README.md); nothing in the image is specific to one deployment. The image
+# listens on 0.0.0.0, where anonymous queries are refused: set
+# DUCKGATE_QUERY_TOKENS (or DUCKGATE_QUERY_TOKENS_FILE).
+#
+# linux/amd64 only: the httpfs extension comes from the PyPI wheel
+# duckdb-extension-httpfs, which is built for manylinux x86_64, and the gateway
+# looks for it under <DUCKGATE_EXTENSION_DIR>/v1.5.5/linux_amd64/.
+# The first build compiles DuckDB from source (about 20 minutes on two cores);
+# the cache mounts keep that work between builds.
+
+ARG RUST_VERSION=1.95
+ARG DEBIAN_RELEASE=bookworm
+ARG DUCKDB_VERSION=v1.5.5
+ARG HTTPFS_WHEEL_VERSION=1.5.5
+
+# ---- httpfs extension, from the PyPI wheel (never downloaded at run time) ----
+FROM python:3.12-slim-${DEBIAN_RELEASE} AS httpfs
+ARG DUCKDB_VERSION
+ARG HTTPFS_WHEEL_VERSION
+ARG TARGETARCH
+# sha256 of extensions/v1.5.5/httpfs.duckdb_extension inside the 1.5.5 wheel
+# (its RECORD entry); update together with HTTPFS_WHEEL_VERSION.
+ARG HTTPFS_SHA256=887c392b1e49128d11667c81e3698d8b00dfdeb456771acf66d05a0f74f7b7d8
+RUN set -eux; \
+    if [ "${TARGETARCH:-amd64}" != amd64 ]; then \
+        echo "duckgate images are linux/amd64 only (the httpfs wheel is x86_64)" >&2; exit 1; \
+    fi; \
+    pip download --no-cache-dir --no-deps --only-binary=:all: \
+        --platform manylinux2014_x86_64 --python-version 3.12 \
+        --dest /tmp/wheels "duckdb-extension-httpfs==${HTTPFS_WHEEL_VERSION}"; \
+    python -m zipfile -e /tmp/wheels/duckdb_extension_httpfs-*.whl /tmp/wheel; \
+    install -D -m 0644 \
+        "/tmp/wheel/duckdb_extension_httpfs/extensions/${DUCKDB_VERSION}/httpfs.duckdb_extension" \
+        "/opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/httpfs.duckdb_extension"; \
+    echo "${HTTPFS_SHA256}  /opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/httpfs.duckdb_extension" \
+        | sha256sum -c -
+
+# ---- build -------------------------------------------------------------------
+FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+WORKDIR /src
+# Only what `cargo build --release` needs (see .dockerignore).
+COPY Cargo.toml Cargo.lock ./
+COPY src ./src
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    set -eux; \
+    cargo build --release --locked --bin duckgate; \
+    install -D -m 0755 target/release/duckgate /out/duckgate; \
+    /out/duckgate --version
+
+# ---- runtime -----------------------------------------------------------------
+FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+# ca-certificates: TLS to S3 and STS. curl: the HEALTHCHECK below.
+RUN set -eux; \
+    apt-get update; \
+    apt-get install -y --no-install-recommends ca-certificates curl; \
+    rm -rf /var/lib/apt/lists/*; \
+    groupadd --system --gid 10001 duckgate; \
+    useradd --system --uid 10001 --gid duckgate --home-dir /var/lib/duckgate \
+        --no-create-home --shell /usr/sbin/nologin duckgate; \
+    install -d -o duckgate -g duckgate -m 0700 /var/lib/duckgate
+
+# The extension directory is root-owned and read-only for the gateway's user.
+COPY --from=httpfs /opt/duckgate/extensions /opt/duckgate/extensions
+COPY --from=build /out/duckgate /usr/local/bin/duckgate
+
+ENV DUCKGATE_LISTEN=0.0.0.0:8080 \
+    DUCKGATE_DATA_DIR=/var/lib/duckgate/data \
+    DUCKGATE_EXTENSION_DIR=/opt/duckgate/extensions \
+    DUCKGATE_LOG_FORMAT=json \
+    HOME=/var/lib/duckgate
+
+# Writable state (DuckDB's secret directory, wiped at start, and spill files).
+VOLUME ["/var/lib/duckgate"]
+WORKDIR /var/lib/duckgate
+USER 10001:10001
+EXPOSE 8080
+
+# Liveness from the snapshot only (no pool, no DuckDB). The port follows
+# DUCKGATE_LISTEN, so overriding the listen address keeps the check right.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
+    CMD curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:${DUCKGATE_LISTEN##*:}/healthz" || exit 1
+
+# SIGTERM starts a graceful drain of DUCKGATE_SHUTDOWN_GRACE_MS (default 10 s,
+# plus up to 5 s to close connections): give `docker stop` a longer --time.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/duckgate"]
+CMD ["serve"]

@@ -1,0 +1,158 @@
+//! The soak path itself, on every CI run: `k6/run-soak` with a 60-second run
+//! and 20-second STS sessions (so the rotator refreshes several times while
+//! k6 drives local and S3 queries, probes and an admin rotation).
+//!
+//! Needs DUCKGATE_TEST_K6, DUCKGATE_TEST_PYTHON and DUCKGATE_EXTENSION_DIR
+//! (scripts/test sets them); the gateway is this build's binary.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: run the suite with scripts/test, or \
+             `eval \"$(scripts/test-env)\"; export DUCKGATE_TEST_PYTHON DUCKGATE_EXTENSION_DIR DUCKGATE_TEST_K6`"
+        )
+    })
+}
+
+#[test]
+fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
+    let k6 = required_env("DUCKGATE_TEST_K6");
+    let python = required_env("DUCKGATE_TEST_PYTHON");
+    let ext_dir = required_env("DUCKGATE_EXTENSION_DIR");
+    assert!(
+        Path::new(&k6).is_file(),
+        "DUCKGATE_TEST_K6={k6} does not exist"
+    );
+    assert!(
+        Path::new(&python).is_file(),
+        "DUCKGATE_TEST_PYTHON={python} does not exist"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let summary_path = dir.path().join("summary.json");
+    let work = dir.path().join("work");
+    let out_path = dir.path().join("run-soak.out");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/k6/run-soak");
+
+    // One file for both streams (a shared offset keeps them interleaved).
+    let out = std::fs::File::create(&out_path).unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(script)
+        .args([
+            "--duration",
+            "60s",
+            "--session-secs",
+            "20",
+            "--rows",
+            "200000",
+        ])
+        .arg("--summary")
+        .arg(&summary_path)
+        .arg("--work-dir")
+        .arg(&work)
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_duckgate"))
+        .env("DUCKGATE_TEST_K6", &k6)
+        .env("DUCKGATE_TEST_PYTHON", &python)
+        .env("DUCKGATE_EXTENSION_DIR", &ext_dir)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        // Its own process group, so a timeout below can stop everything it started.
+        .process_group(0)
+        .spawn()
+        .expect("spawn k6/run-soak");
+
+    let limit = Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > limit {
+            let pgid = child.id().to_string();
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{pgid}")])
+                .status();
+            std::thread::sleep(Duration::from_secs(25));
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pgid}")])
+                .status();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut output = String::new();
+    std::fs::File::open(&out_path)
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    let gateway_log = std::fs::read_to_string(work.join("gateway.log")).unwrap_or_default();
+    let context = format!(
+        "--- run-soak output ---\n{output}\n--- gateway log (last 40 lines) ---\n{}",
+        gateway_log
+            .lines()
+            .rev()
+            .take(40)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let status =
+        status.unwrap_or_else(|| panic!("k6/run-soak ran longer than {limit:?}\n{context}"));
+    // Shown with --nocapture (and on failure).
+    println!("{output}");
+    assert!(
+        status.success(),
+        "k6/run-soak exited with {status}\n{context}"
+    );
+
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&summary_path)
+            .unwrap_or_else(|e| panic!("no summary at {summary_path:?}: {e}\n{context}")),
+    )
+    .unwrap();
+    let num = |path: &str| -> f64 {
+        summary
+            .pointer(path)
+            .and_then(|v| v.as_f64())
+            .unwrap_or_else(|| panic!("summary has no number at {path}: {summary:#}"))
+    };
+
+    assert_eq!(summary["passed"], true, "{summary:#}");
+    assert_eq!(summary["thresholds_ok"], true, "{summary:#}");
+    assert!(num("/requests") > 300.0, "too few requests: {summary:#}");
+    assert_eq!(num("/failed_requests"), 0.0, "{summary:#}");
+    assert!(num("/s3_queries") > 30.0, "too few S3 queries: {summary:#}");
+    assert_eq!(num("/s3_failed"), 0.0, "failed S3 queries: {summary:#}");
+    // 20-second sessions are refreshed about every 13 s (at 7 s left), so a
+    // 60-second run sees four or so, plus the admin rotation.
+    assert!(
+        num("/rotations/observed") >= 2.0,
+        "fewer than 2 rotations: {summary:#}"
+    );
+    assert!(
+        num("/rotations/scheduled") >= 2.0,
+        "fewer than 2 scheduled refreshes: {summary:#}"
+    );
+    assert!(
+        num("/rotations/metrics_ok_delta") >= num("/rotations/scheduled"),
+        "/metrics counted fewer rotations than /admin/secrets: {summary:#}"
+    );
+    // Queries really ran on refreshed credentials.
+    assert!(
+        num("/rotations/query_epoch_max") >= num("/rotations/query_epoch_min") + 2.0,
+        "queries did not see new credential epochs: {summary:#}"
+    );
+    assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
+    assert!(num("/latency_ms/healthz/p99") < 25.0, "{summary:#}");
+    assert_eq!(summary["gateway"]["alive_after_run"], true, "{summary:#}");
+}

@@ -548,3 +548,28 @@ async fn a_deadline_racing_completion_is_never_a_500() {
     }
     assert!(seen.keys().all(|s| *s == 200 || *s == 504), "{seen:?}");
 }
+
+#[tokio::test]
+async fn the_result_byte_limit_cuts_and_says_so() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_MAX_RESULT_BYTES", 100_000)
+        .start();
+    let r = g
+        .query(json!({"sql": "SELECT i, repeat('x', 100) AS pad FROM range(1000000) t(i)", "max_rows": 1000000}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.len() < 400_000,
+        "cut near the limit: {} bytes",
+        text.len()
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["truncated"], true);
+    let n = v["row_count"].as_u64().unwrap();
+    assert!(n > 0 && n < 1_000_000);
+    assert_eq!(v["rows"].as_array().unwrap().len() as u64, n);
+    // A result under the limit is whole.
+    let v = g.query_ok("SELECT * FROM range(10)").await;
+    assert_eq!(v["truncated"], false);
+}

@@ -182,6 +182,14 @@ pub async fn run(
             });
         }
     };
+    // Responses are streamed in several writes (headers, chunks, the last
+    // chunk): without TCP_NODELAY, Nagle's algorithm meets the client's
+    // delayed ACK and small answers wait up to 40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),

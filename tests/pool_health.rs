@@ -111,6 +111,11 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
         samples.push(t.elapsed());
     }
     let p99 = percentile_ms(&mut samples, 0.99);
+    let max = percentile_ms(&mut samples, 1.0);
+    eprintln!(
+        "healthz under saturation: p99 {p99:.2} ms, max {max:.2} ms over {} probes",
+        samples.len()
+    );
     assert!(p99 < 50.0, "healthz p99 {p99:.2} ms under saturation");
 
     // Control: anything that does wait on the pool is slow right now, so the

@@ -20,6 +20,10 @@ use crate::health::OwnedCounterGuard;
 
 /// Encoded bytes are sent in chunks of about this size.
 const CHUNK_BYTES: usize = 256 * 1024;
+/// Accepted statement texts remembered per connection.
+const VERDICT_CACHE: usize = 256;
+/// Prepared statements cached per connection.
+pub const STATEMENT_CACHE: usize = 64;
 /// Chunks in flight between the DuckDB thread and the HTTP body.
 const CHANNEL_CHUNKS: usize = 4;
 
@@ -383,17 +387,57 @@ fn work_inner(
         let _ = tx.blocking_send(Msg::Fail(e.clone()));
         Err(e)
     };
-    let accepted = match guard::check(&slot.raw, &slot.conn, &job.sql, job.policy) {
-        Ok(a) => a,
-        Err(r) => return fail(QueryError::Refused(r)),
+    // A verdict depends only on the text and the policy, so a text this
+    // connection has accepted before is not parsed and bound a second time.
+    let accepted = match slot.verdicts.get(&job.sql) {
+        Some(a) => a.clone(),
+        None => match guard::check(&slot.raw, &slot.conn, &job.sql, job.policy) {
+            Ok(a) => {
+                if slot.verdicts.len() >= VERDICT_CACHE {
+                    slot.verdicts.clear();
+                }
+                slot.verdicts.insert(job.sql.clone(), a.clone());
+                a
+            }
+            Err(r) => return fail(QueryError::Refused(r)),
+        },
     };
     if let Err(r) = control.start() {
         let _ = r;
         return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
     }
-    let mut stmt = match slot.conn.prepare(&job.sql) {
+    // Prepared statements are cached per connection (DuckDB rebinds them
+    // when the catalog changes); one whose result was not read to the end is
+    // discarded rather than kept with its pending result.
+    let mut stmt = match slot.conn.prepare_cached(&job.sql) {
         Ok(s) => s,
         Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+    };
+    match stream_statement(&mut stmt, &accepted, job, tx, control) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            stmt.discard();
+            Ok(())
+        }
+        Err(e) => {
+            stmt.discard();
+            Err(e)
+        }
+    }
+}
+
+/// Binds, executes and streams one accepted statement. `Ok(true)` when the
+/// result was read to its end.
+fn stream_statement(
+    stmt: &mut duckdb::Statement<'_>,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &mpsc::Sender<Msg>,
+    control: &QueryControl,
+) -> Result<bool, QueryError> {
+    let fail = |e: QueryError| {
+        let _ = tx.blocking_send(Msg::Fail(e.clone()));
+        Err(e)
     };
     let expected = stmt.parameter_count();
     if expected != job.params.len() {
@@ -541,7 +585,7 @@ fn work_inner(
     if !flush(&mut buf, &mut sent_start, &accepted.kind) {
         return Err(QueryError::Cancelled);
     }
-    Ok(())
+    Ok(!truncated)
 }
 
 /// Ends a body that has begun: an error record where the format has one,

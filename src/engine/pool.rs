@@ -3,6 +3,7 @@
 //! would). Every slot pairs a duckdb-rs connection with a raw connection of the
 //! same database for the statement guard.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, T
 use deadpool::Runtime;
 
 use crate::engine::ffi::{RawConnection, RawDatabase};
+use crate::engine::guard::Accepted;
 use crate::health::{CounterGuard, Health, OwnedCounterGuard};
 
 /// One pooled connection.
@@ -21,6 +23,8 @@ pub struct Slot {
     pub raw: RawConnection,
     /// Interrupts whatever `conn` runs.
     pub interrupt: Arc<duckdb::InterruptHandle>,
+    /// Statement texts the guard accepted on this connection, and its verdict.
+    pub verdicts: HashMap<String, Accepted>,
 }
 
 pub struct Manager {
@@ -35,10 +39,12 @@ impl managed::Manager for Manager {
         let conn = self.db.connect().map_err(|e| e.to_string())?;
         let raw = self.db.connect_raw()?;
         let interrupt = conn.interrupt_handle();
+        conn.set_prepared_statement_cache_capacity(crate::engine::execute::STATEMENT_CACHE);
         Ok(Slot {
             conn,
             raw,
             interrupt,
+            verdicts: HashMap::new(),
         })
     }
 

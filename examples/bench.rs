@@ -1,0 +1,1535 @@
+//! The benchmark suite of issue 6: every row pairs the gateway (the real
+//! `duckgate` binary, over HTTP on loopback) with DuckDB doing the same work
+//! in this process (the same `duckdb` crate, so the same DuckDB build, with
+//! the same number of connections and threads), and prints one Markdown table.
+//!
+//! Run it through `bench/run`, which builds, installs the test tooling and
+//! passes `--gateway`; by hand:
+//!
+//! ```sh
+//! cargo run --release --example bench -- --gateway target/release/duckgate [--quick]
+//! ```
+//!
+//! Options: `--quick` (small sizes, short runs), `--gateway PATH`, `--work DIR`
+//! (data and logs; default a temporary directory), `--clients N` (concurrent
+//! clients = pool connections = in-process connections; default 4),
+//! `--threads T` (DuckDB threads on both sides; default the number of cores),
+//! `--only small,large,memory,health,s3,rotation`.
+//!
+//! Load generators: small queries use `wrk` (C, one event-loop thread), not a
+//! tokio/reqwest loop in this process. On a two-core machine the client shares
+//! the cores with the gateway, and wrk spends the least CPU per request of the
+//! options at hand, so the gateway's figure carries as little client cost as
+//! possible; its Lua `done()` hook reports p50/p99 from its own histogram.
+//! `/healthz` needs a fixed rate, which wrk cannot hold (it is closed-loop), so
+//! it uses an open-loop tokio schedule here: one request every millisecond,
+//! sent on time whatever the previous ones do. Large results are read with
+//! reqwest (a streaming body, bytes counted and dropped).
+//!
+//! Every loop is bounded by a duration or a count; child processes (gateways,
+//! the S3 emulation, wrk) are killed by their handles when they go out of
+//! scope.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use arrow::array::RecordBatch;
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+const ADMIN_TOKEN: &str = "bench-admin-token-0123456789";
+const LONG_QUERY: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
+const S3_URL: &str = "s3://duckgate-test/data/numbers.parquet";
+
+// ---------------------------------------------------------------- options
+
+#[derive(Debug, Clone)]
+struct Opts {
+    quick: bool,
+    gateway: PathBuf,
+    work: PathBuf,
+    clients: usize,
+    threads: usize,
+    /// Large-result sizes, smaller first (the memory goal compares the two).
+    sizes: [u64; 2],
+    /// The table of the point aggregate.
+    small_table_rows: u64,
+    small_secs: u64,
+    health_secs: u64,
+    s3_rows: u64,
+    reps: usize,
+    rotation_secs: u64,
+    rotation_pairs: usize,
+    rotations: usize,
+    only: Option<Vec<String>>,
+    python: Option<String>,
+    extension_dir: Option<String>,
+}
+
+impl Opts {
+    fn parse() -> Result<Opts> {
+        let mut quick = false;
+        let mut gateway = None;
+        let mut work = None;
+        let mut clients = 4usize;
+        let mut threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
+        let mut only = None;
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            let mut value = || args.next().ok_or_else(|| anyhow!("{a} needs a value"));
+            match a.as_str() {
+                "--quick" => quick = true,
+                "--gateway" => gateway = Some(PathBuf::from(value()?)),
+                "--work" => work = Some(PathBuf::from(value()?)),
+                "--clients" => clients = value()?.parse()?,
+                "--threads" => threads = value()?.parse()?,
+                "--only" => {
+                    only = Some(value()?.split(',').map(|s| s.trim().to_string()).collect())
+                }
+                "-h" | "--help" => {
+                    eprintln!(
+                        "usage: bench --gateway PATH [--quick] [--work DIR] [--clients N] \
+                         [--threads T] [--only small,large,memory,health,s3,rotation]"
+                    );
+                    std::process::exit(0);
+                }
+                other => bail!("unknown argument {other}"),
+            }
+        }
+        let gateway = gateway
+            .or_else(|| std::env::var_os("DUCKGATE_BENCH_GATEWAY").map(PathBuf::from))
+            .ok_or_else(|| anyhow!("--gateway PATH (or DUCKGATE_BENCH_GATEWAY) is required"))?;
+        if !gateway.is_file() {
+            bail!("gateway binary {} not found", gateway.display());
+        }
+        let work = match work {
+            Some(w) => w,
+            None => tempfile::Builder::new()
+                .prefix("duckgate-bench-")
+                .tempdir()?
+                .keep(),
+        };
+        std::fs::create_dir_all(&work)?;
+        let q = quick;
+        Ok(Opts {
+            quick,
+            gateway,
+            work: work.canonicalize()?,
+            clients: clients.max(1),
+            threads: threads.max(1),
+            sizes: if q {
+                [100_000, 1_000_000]
+            } else {
+                [1_000_000, 10_000_000]
+            },
+            small_table_rows: 1_000_000,
+            small_secs: if q { 3 } else { 10 },
+            health_secs: if q { 3 } else { 30 },
+            s3_rows: if q { 100_000 } else { 10_000_000 },
+            reps: if q { 1 } else { 3 },
+            rotation_secs: if q { 3 } else { 10 },
+            rotation_pairs: if q { 1 } else { 3 },
+            rotations: if q { 5 } else { 20 },
+            only,
+            python: std::env::var("DUCKGATE_TEST_PYTHON").ok(),
+            extension_dir: std::env::var("DUCKGATE_EXTENSION_DIR").ok(),
+        })
+    }
+
+    fn wants(&self, section: &str) -> bool {
+        self.only
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|s| s == section))
+    }
+
+    fn db_path(&self) -> PathBuf {
+        self.work.join("bench.duckdb")
+    }
+
+    fn inproc_db_path(&self) -> PathBuf {
+        self.work.join("bench-inproc.duckdb")
+    }
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("bench: {}", msg.as_ref());
+}
+
+fn human_rows(n: u64) -> String {
+    if n >= 1_000_000 && n % 1_000_000 == 0 {
+        format!("{}M", n / 1_000_000)
+    } else if n >= 1000 && n % 1000 == 0 {
+        format!("{}k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+// ---------------------------------------------------------------- results
+
+struct Row {
+    section: &'static str,
+    name: String,
+    gateway: String,
+    inproc: String,
+    ratio: String,
+    goal: String,
+    met: Option<bool>,
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<Row>,
+}
+
+impl Table {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        section: &'static str,
+        name: impl Into<String>,
+        gateway: impl Into<String>,
+        inproc: impl Into<String>,
+        ratio: impl Into<String>,
+        goal: impl Into<String>,
+        met: Option<bool>,
+    ) {
+        let row = Row {
+            section,
+            name: name.into(),
+            gateway: gateway.into(),
+            inproc: inproc.into(),
+            ratio: ratio.into(),
+            goal: goal.into(),
+            met,
+        };
+        eprintln!(
+            "bench: | {} | {} | {} | {} | {} | {} |",
+            row.section, row.name, row.gateway, row.inproc, row.ratio, row.goal
+        );
+        self.rows.push(row);
+    }
+
+    fn failed(&mut self, section: &'static str, name: impl Into<String>, err: &anyhow::Error) {
+        let msg = format!("{err:#}").replace('|', "/").replace('\n', " ");
+        self.add(
+            section,
+            name,
+            format!("FAILED: {msg}"),
+            "",
+            "",
+            "",
+            Some(false),
+        );
+    }
+
+    fn markdown(&self) -> String {
+        let mut s = String::new();
+        s.push_str("| # | benchmark | gateway (HTTP) | in-process DuckDB | ratio | goal | met |\n");
+        s.push_str("|---|---|---|---|---|---|---|\n");
+        for r in &self.rows {
+            let met = match r.met {
+                Some(true) => "met",
+                Some(false) => "**missed**",
+                None => "",
+            };
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                r.section, r.name, r.gateway, r.inproc, r.ratio, r.goal, met
+            ));
+        }
+        s
+    }
+}
+
+fn ms(d: f64) -> String {
+    if d < 0.1 {
+        format!("{:.3} ms", d)
+    } else if d < 10.0 {
+        format!("{:.2} ms", d)
+    } else {
+        format!("{:.0} ms", d)
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile(&v, 0.5)
+}
+
+// ---------------------------------------------------------------- the gateway
+
+struct Gateway {
+    child: Child,
+    base: String,
+    client: reqwest::Client,
+    _data: tempfile::TempDir,
+}
+
+impl Gateway {
+    fn start(opts: &Opts, name: &str, env: &[(&str, String)]) -> Result<Gateway> {
+        let data = tempfile::Builder::new()
+            .prefix("gw-")
+            .tempdir_in(&opts.work)?;
+        let log_path = opts.work.join(format!("gateway-{name}.log"));
+        let mut cmd = Command::new(&opts.gateway);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", data.path())
+            .env("DUCKGATE_LISTEN", "127.0.0.1:0")
+            .env("DUCKGATE_DATA_DIR", data.path().join("data"))
+            .env("DUCKGATE_POOL_SIZE", opts.clients.to_string())
+            .env("DUCKGATE_THREADS", opts.threads.to_string())
+            .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "600000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", opts.gateway.display()))?;
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let mut file = std::fs::File::create(&log_path)?;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("listening on http://") {
+                    let addr = line[i + "listening on http://".len()..]
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or("")
+                        .trim_end_matches(['"', ',', '}'])
+                        .to_string();
+                    let _ = tx.send(addr);
+                }
+                let _ = writeln!(file, "{line}");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
+                return Ok(Gateway {
+                    child,
+                    base: format!("http://{addr}"),
+                    client: reqwest::Client::builder().build()?,
+                    _data: data,
+                });
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(200));
+                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+                bail!("gateway exited ({status}) before listening:\n{text}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("gateway did not listen within 120 s");
+            }
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    async fn health(&self) -> Result<Value> {
+        Ok(self
+            .client
+            .get(self.url("/healthz"))
+            .send()
+            .await?
+            .json()
+            .await?)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn query_body(sql: &str, format: &str, max_rows: u64) -> Value {
+    json!({"sql": sql, "format": format, "max_rows": max_rows, "timeout_ms": 600000})
+}
+
+/// POSTs a query and reads the body to its end. Returns (bytes, seconds to
+/// the last byte).
+async fn fetch(client: &reqwest::Client, url: &str, body: &Value) -> Result<(u64, f64)> {
+    let started = Instant::now();
+    let resp = client.post(url).json(body).send().await?;
+    let status = resp.status();
+    if !status.is_success() {
+        let text = resp.text().await.unwrap_or_default();
+        bail!(
+            "HTTP {status}: {}",
+            text.chars().take(300).collect::<String>()
+        );
+    }
+    let mut stream = resp.bytes_stream();
+    let mut bytes = 0u64;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk.context("body ended abnormally")?.len() as u64;
+    }
+    Ok((bytes, started.elapsed().as_secs_f64()))
+}
+
+async fn query_json(g: &Gateway, sql: &str) -> Result<Value> {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .json(&query_body(sql, "json", 1000))
+        .send()
+        .await?;
+    let status = r.status();
+    let v: Value = r.json().await?;
+    if !status.is_success() {
+        bail!("HTTP {status}: {v}");
+    }
+    Ok(v)
+}
+
+// ---------------------------------------------------------------- in-process DuckDB
+
+fn open_inproc(path: Option<&Path>, opts: &Opts) -> Result<duckdb::Connection> {
+    let mut config = duckdb::Config::default()
+        .threads(opts.threads as i64)?
+        .enable_autoload_extension(false)?
+        .with("autoinstall_known_extensions", "false")?;
+    if let Some(dir) = &opts.extension_dir {
+        config = config.with("extension_directory", dir)?;
+    }
+    Ok(match path {
+        Some(p) => duckdb::Connection::open_with_flags(p, config)?,
+        None => duckdb::Connection::open_in_memory_with_flags(config)?,
+    })
+}
+
+/// The mixed-type rows of the large-result benchmarks, generated.
+fn generated_select(n: u64) -> String {
+    format!(
+        "SELECT i::INTEGER AS i32, \
+                (i * 2654435761) % 1000000007 - 500000000 AS i64, \
+                (hash(i) % 1000000007) / 997.0 AS f64, \
+                'item-' || (i % 1000003)::VARCHAR || '-' || (i % 7)::VARCHAR AS txt, \
+                TIMESTAMP '2024-01-01 00:00:00' + to_microseconds(i * 1234567) AS ts, \
+                ((i % 10000000) * 1.001)::DECIMAL(18,3) AS dec \
+         FROM range({n}) t(i)"
+    )
+}
+
+fn table_name(n: u64) -> String {
+    format!("wide_{n}")
+}
+
+/// Creates the database the gateway reads, and a copy for the in-process
+/// side (a DuckDB file can be open in one process only).
+fn prepare_data(opts: &Opts) -> Result<()> {
+    let db = opts.db_path();
+    let _ = std::fs::remove_file(&db);
+    let _ = std::fs::remove_file(opts.inproc_db_path());
+    let started = Instant::now();
+    {
+        let conn = open_inproc(Some(&db), opts)?;
+        let mut sizes = opts.sizes.to_vec();
+        sizes.push(opts.small_table_rows);
+        sizes.sort();
+        sizes.dedup();
+        for n in sizes {
+            conn.execute_batch(&format!(
+                "CREATE TABLE {} AS {}",
+                table_name(n),
+                generated_select(n)
+            ))?;
+        }
+        conn.execute_batch("CHECKPOINT")?;
+    }
+    std::fs::copy(&db, opts.inproc_db_path())?;
+    log(format!(
+        "data: {} ({} MB) in {:.1} s",
+        db.display(),
+        std::fs::metadata(&db)?.len() >> 20,
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+struct Load {
+    qps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    requests: u64,
+    failures: u64,
+}
+
+impl Load {
+    fn show(&self) -> String {
+        format!(
+            "{:.0} q/s, p50 {}, p99 {}",
+            self.qps,
+            ms(self.p50_ms),
+            ms(self.p99_ms)
+        )
+    }
+}
+
+/// `clients` threads, each on its own connection of one database, run `sql`
+/// (prepare, execute, fetch the Arrow result) back to back for `secs`.
+fn inproc_load(conn: &duckdb::Connection, sql: &str, clients: usize, secs: f64) -> Result<Load> {
+    let conns = (0..clients)
+        .map(|_| conn.try_clone())
+        .collect::<duckdb::Result<Vec<_>>>()?;
+    let go = Instant::now();
+    let deadline = go + Duration::from_secs_f64(secs);
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|c| {
+            let sql = sql.to_string();
+            std::thread::spawn(move || -> Result<Vec<f64>> {
+                let mut lat = Vec::new();
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    let mut stmt = c.prepare(&sql)?;
+                    let batches: Vec<RecordBatch> = stmt.query_arrow([])?.collect();
+                    std::hint::black_box(&batches);
+                    lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+                }
+                Ok(lat)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.join().map_err(|_| anyhow!("load thread panicked"))??);
+    }
+    let elapsed = go.elapsed().as_secs_f64();
+    all.sort_by(|a, b| a.total_cmp(b));
+    Ok(Load {
+        qps: all.len() as f64 / elapsed,
+        p50_ms: percentile(&all, 0.5),
+        p99_ms: percentile(&all, 0.99),
+        requests: all.len() as u64,
+        failures: 0,
+    })
+}
+
+fn copy_sql(select: &str, format: &str, target: &str) -> String {
+    let options = match format {
+        "csv" => "FORMAT csv, HEADER true",
+        "json" => "FORMAT json, ARRAY true",
+        "ndjson" => "FORMAT json",
+        _ => unreachable!("copy format {format}"),
+    };
+    format!("COPY ({select}) TO '{target}' ({options})")
+}
+
+/// Seconds for DuckDB to write the result to /dev/null in `format`.
+fn inproc_copy(conn: &duckdb::Connection, select: &str, format: &str) -> Result<f64> {
+    let t0 = Instant::now();
+    conn.execute_batch(&copy_sql(select, format, "/dev/null"))?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Bytes DuckDB writes for the result in `format` (a COPY into a FIFO whose
+/// reader counts; not timed).
+fn inproc_copy_bytes(
+    conn: &duckdb::Connection,
+    select: &str,
+    format: &str,
+    work: &Path,
+) -> Result<u64> {
+    let fifo = work.join(format!("copy-{format}.fifo"));
+    let _ = std::fs::remove_file(&fifo);
+    let ok = Command::new("mkfifo").arg(&fifo).status()?.success();
+    if !ok {
+        bail!("mkfifo failed");
+    }
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || -> std::io::Result<u64> {
+            let mut f = std::fs::File::open(fifo)?;
+            let mut buf = vec![0u8; 1 << 20];
+            let mut n = 0u64;
+            loop {
+                let k = f.read(&mut buf)?;
+                if k == 0 {
+                    return Ok(n);
+                }
+                n += k as u64;
+            }
+        })
+    };
+    let result = conn.execute_batch(&copy_sql(select, format, &fifo.to_string_lossy()));
+    if result.is_err() {
+        // Unblock the reader if DuckDB never opened the FIFO.
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+    }
+    let bytes = reader
+        .join()
+        .map_err(|_| anyhow!("fifo reader panicked"))??;
+    let _ = std::fs::remove_file(&fifo);
+    result?;
+    Ok(bytes)
+}
+
+/// Seconds to produce the result as Arrow record batches (the gateway's own
+/// path: prepare, streaming execution, one batch per chunk), and the batches'
+/// in-memory size.
+fn inproc_arrow(conn: &duckdb::Connection, select: &str) -> Result<(f64, u64)> {
+    let t0 = Instant::now();
+    let mut stmt = conn.prepare(select)?;
+    let _ = stmt.stream_arrow([])?;
+    let mut bytes = 0u64;
+    while let Some(sa) = stmt.step()? {
+        let batch = RecordBatch::from(&sa);
+        bytes += batch.get_array_memory_size() as u64;
+        std::hint::black_box(&batch);
+    }
+    Ok((t0.elapsed().as_secs_f64(), bytes))
+}
+
+// ---------------------------------------------------------------- wrk
+
+fn run_bounded(mut cmd: Command, limit: Duration) -> Result<String> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()?;
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{cmd:?} ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out_t.join().unwrap_or_default();
+    let err = err_t.join().unwrap_or_default();
+    if !status.success() {
+        bail!("{cmd:?} failed ({status}): {err}");
+    }
+    Ok(out)
+}
+
+/// wrk with a POST of `body` from `conns` connections for `secs`.
+fn wrk(opts: &Opts, url: &str, body: &Value, conns: usize, secs: u64) -> Result<Load> {
+    let script = opts.work.join("post.lua");
+    let body = body.to_string();
+    if body.contains("]==]") {
+        bail!("body not quotable in Lua");
+    }
+    std::fs::write(
+        &script,
+        format!(
+            r#"wrk.method = "POST"
+wrk.body = [==[{body}]==]
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("BENCH %d %d %d %d %d %d %d %d %d %d\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    latency.max, e.status, e.connect, e.read, e.write, e.timeout))
+end
+"#
+        ),
+    )?;
+    let mut cmd = Command::new("wrk");
+    cmd.args([
+        "-t1",
+        &format!("-c{conns}"),
+        &format!("-d{secs}s"),
+        "--timeout",
+        "10s",
+        "-s",
+    ])
+    .arg(&script)
+    .arg(url);
+    let out = run_bounded(cmd, Duration::from_secs(secs + 30))?;
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("BENCH "))
+        .ok_or_else(|| anyhow!("wrk printed no summary: {out}"))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().map(|v| v as u64))
+        .collect::<Result<_, _>>()?;
+    let (requests, dur_us) = (f[0], f[1].max(1));
+    let failures = f[5] + f[6] + f[7] + f[8] + f[9];
+    Ok(Load {
+        qps: requests as f64 / (dur_us as f64 / 1e6),
+        p50_ms: f[2] as f64 / 1000.0,
+        p99_ms: f[3] as f64 / 1000.0,
+        requests,
+        failures,
+    })
+}
+
+// ---------------------------------------------------------------- 1. small queries
+
+fn bench_small(opts: &Opts, table: &mut Table) -> Result<()> {
+    let n = opts.clients;
+    let small = table_name(opts.small_table_rows);
+    let point = format!(
+        "SELECT count(*) AS n, sum(i64) AS s, avg(f64) AS a FROM {small} WHERE i32 = {}",
+        opts.small_table_rows / 2 + 4242
+    );
+    let cases = [
+        ("SELECT 42".to_string(), "SELECT 42".to_string()),
+        (
+            format!(
+                "point aggregate over {} rows",
+                human_rows(opts.small_table_rows)
+            ),
+            point,
+        ),
+    ];
+    let g = Gateway::start(
+        opts,
+        "small",
+        &[("DUCKGATE_DATABASE", opts.db_path().display().to_string())],
+    )?;
+    let conn = open_inproc(Some(&opts.inproc_db_path()), opts)?;
+    for (label, sql) in cases {
+        let name = format!("small: {label}, {n} clients");
+        let result = (|| -> Result<()> {
+            let body = query_body(&sql, "json", 1000);
+            // Warm up both sides (plans, buffers, connections).
+            wrk(opts, &g.url("/query"), &body, n, 1)?;
+            inproc_load(&conn, &sql, n, 0.5)?;
+            let gw = wrk(opts, &g.url("/query"), &body, n, opts.small_secs)?;
+            let ip = inproc_load(&conn, &sql, n, opts.small_secs as f64)?;
+            if gw.failures > 0 {
+                bail!("{} of {} gateway requests failed", gw.failures, gw.requests);
+            }
+            let ratio = gw.qps / ip.qps;
+            table.add(
+                "1",
+                name.clone(),
+                gw.show(),
+                ip.show(),
+                format!("{ratio:.2}"),
+                "≥ 0.8",
+                Some(ratio >= 0.8),
+            );
+            Ok(())
+        })();
+        if let Err(e) = result {
+            table.failed("1", name, &e);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 2. large results
+
+fn goal_for(format: &str) -> f64 {
+    match format {
+        "json" | "ndjson" => 1.0,
+        "csv" => 0.8,
+        _ => 0.9,
+    }
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / 1e6 / secs
+}
+
+async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
+    let g = Gateway::start(
+        opts,
+        "large",
+        &[("DUCKGATE_DATABASE", opts.db_path().display().to_string())],
+    )?;
+    let conn = open_inproc(Some(&opts.inproc_db_path()), opts)?;
+    for n in opts.sizes {
+        let t = table_name(n);
+        let warm = format!(
+            "SELECT count(*), max(i32), max(i64), max(f64), max(txt), max(ts), max(dec) FROM {t}"
+        );
+        query_json(&g, &warm).await?;
+        conn.execute_batch(&warm)?;
+        let select = format!("SELECT * FROM {t}");
+        for format in ["json", "ndjson", "csv", "arrow"] {
+            let name = format!("large: {} rows, {}", human_rows(n), format.to_uppercase());
+            let r: Result<()> = async {
+                let body = query_body(&select, format, n);
+                let mut gw_t = Vec::new();
+                let mut ip_t = Vec::new();
+                let mut gw_bytes = 0;
+                let mut arrow_bytes = 0;
+                for rep in 0..opts.reps {
+                    let (b, s) = fetch(&g.client, &g.url("/query"), &body).await?;
+                    gw_bytes = b;
+                    gw_t.push(s);
+                    let secs = if format == "arrow" {
+                        let (s, b) = inproc_arrow(&conn, &select)?;
+                        arrow_bytes = b;
+                        s
+                    } else {
+                        inproc_copy(&conn, &select, format)?
+                    };
+                    ip_t.push(secs);
+                    log(format!(
+                        "{name} rep {rep}: gateway {:.2} s, in-process {:.2} s",
+                        gw_t[rep], ip_t[rep]
+                    ));
+                }
+                let (gs, is) = (median(gw_t), median(ip_t));
+                let ip_bytes = if format == "arrow" {
+                    arrow_bytes
+                } else {
+                    inproc_copy_bytes(&conn, &select, format, &opts.work)?
+                };
+                let ratio = is / gs;
+                let what = match format {
+                    "json" => "COPY … (FORMAT json, ARRAY true) → /dev/null",
+                    "ndjson" => "COPY … (FORMAT json) → /dev/null",
+                    "csv" => "COPY … (FORMAT csv) → /dev/null",
+                    _ => "stream_arrow batches (no IPC)",
+                };
+                table.add(
+                    "2",
+                    name.clone(),
+                    format!(
+                        "{gs:.2} s, {:.0} MB/s ({} MB)",
+                        mbps(gw_bytes, gs),
+                        gw_bytes / 1_000_000
+                    ),
+                    format!(
+                        "{is:.2} s, {:.0} MB/s ({} MB); {what}",
+                        mbps(ip_bytes, is),
+                        ip_bytes / 1_000_000
+                    ),
+                    format!("{ratio:.2}"),
+                    format!("≥ {:.1}", goal_for(format)),
+                    Some(ratio >= goal_for(format)),
+                );
+                Ok(())
+            }
+            .await;
+            if let Err(e) = r {
+                table.failed("2", name, &e);
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 3. memory
+
+fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|rest| {
+            rest.trim_start_matches(':')
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+}
+
+/// Peak RSS (MB) of a fresh gateway serving `n` generated rows in `format`:
+/// (idle RSS, sampled peak VmRSS, VmHWM).
+async fn peak_rss(opts: &Opts, format: &str, n: u64) -> Result<(f64, f64, f64, u64)> {
+    let g = Gateway::start(opts, &format!("memory-{format}-{n}"), &[])?;
+    let pid = g.pid();
+    query_json(&g, "SELECT 1").await?;
+    let idle = proc_status_kb(pid, "VmRSS").unwrap_or(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(idle));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(kb) = proc_status_kb(pid, "VmRSS") {
+                    peak.fetch_max(kb, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let result = fetch(
+        &g.client,
+        &g.url("/query"),
+        &query_body(&generated_select(n), format, n),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let (bytes, _) = result?;
+    let hwm = proc_status_kb(pid, "VmHWM").unwrap_or(0);
+    let mb = |kb: u64| kb as f64 / 1024.0;
+    Ok((mb(idle), mb(peak.load(Ordering::Relaxed)), mb(hwm), bytes))
+}
+
+async fn bench_memory(opts: &Opts, table: &mut Table) -> Result<()> {
+    let [a, b] = opts.sizes;
+    for format in ["json", "ndjson", "csv", "arrow"] {
+        let name = format!(
+            "memory: peak RSS, {}, {} vs {} rows",
+            format.to_uppercase(),
+            human_rows(b),
+            human_rows(a)
+        );
+        let r: Result<()> = async {
+            let (idle_a, rss_a, hwm_a, _) = peak_rss(opts, format, a).await?;
+            let (idle_b, rss_b, hwm_b, bytes_b) = peak_rss(opts, format, b).await?;
+            log(format!(
+                "{name}: idle {idle_a:.0}/{idle_b:.0} MB, sampled {rss_a:.0}/{rss_b:.0} MB, \
+                 VmHWM {hwm_a:.0}/{hwm_b:.0} MB, {} MB sent",
+                bytes_b >> 20
+            ));
+            let ratio = hwm_b / hwm_a;
+            table.add(
+                "3",
+                name.clone(),
+                format!(
+                    "{}: {hwm_a:.0} MB; {}: {hwm_b:.0} MB (VmHWM; idle {idle_a:.0} MB; {} MB sent)",
+                    human_rows(a),
+                    human_rows(b),
+                    bytes_b / 1_000_000
+                ),
+                "—",
+                format!("{ratio:.2}×"),
+                "≤ 1.5×",
+                Some(ratio <= 1.5),
+            );
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            table.failed("3", name, &e);
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 4. /healthz
+
+struct Probe {
+    sent: usize,
+    failed: usize,
+    rate: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+impl Probe {
+    fn show(&self) -> String {
+        format!(
+            "p50 {}, p99 {}, max {} ({} probes at {:.0}/s)",
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.max),
+            self.sent,
+            self.rate
+        )
+    }
+}
+
+/// Open-loop: one GET every `1/rate` s for `secs`, each on time whatever the
+/// others do; latency from send to the end of the body.
+async fn probe(url: &str, rate: u32, secs: f64) -> Result<Probe> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    let total = (rate as f64 * secs) as u64;
+    let period = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut set = tokio::task::JoinSet::new();
+    let start = tokio::time::Instant::now();
+    for i in 0..total {
+        tokio::time::sleep_until(start + period * i as u32).await;
+        let (client, url) = (client.clone(), url.to_string());
+        set.spawn(async move {
+            let t0 = Instant::now();
+            let ok = match client.get(url).send().await {
+                Ok(r) => r.status().is_success() && r.bytes().await.is_ok(),
+                Err(_) => false,
+            };
+            (ok, t0.elapsed().as_secs_f64() * 1000.0)
+        });
+    }
+    let sent_for = start.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    let mut failed = 0;
+    while let Some(r) = set.join_next().await {
+        let (ok, l) = r?;
+        if ok {
+            lat.push(l);
+        } else {
+            failed += 1;
+        }
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok(Probe {
+        sent: total as usize,
+        failed,
+        rate: total as f64 / sent_for,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        max: lat.last().copied().unwrap_or(f64::NAN),
+    })
+}
+
+async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
+    let n = opts.clients;
+    let name = format!(
+        "/healthz at 1000/s for {} s, {n} long queries running + 2 waiting",
+        opts.health_secs
+    );
+    let r: Result<()> = async {
+        let g = Gateway::start(
+            opts,
+            "health",
+            &[("DUCKGATE_ACQUIRE_TIMEOUT_MS", "600000".to_string())],
+        )?;
+        let url = g.url("/healthz");
+        let idle = probe(&url, 1000, opts.health_secs.min(5) as f64).await?;
+        // Saturate: every pool connection runs a long query, two more wait.
+        let busy_client = reqwest::Client::new();
+        let timeout_ms = (opts.health_secs + 30) * 1000;
+        let mut long = Vec::new();
+        for _ in 0..n + 2 {
+            let (c, u) = (busy_client.clone(), g.url("/query"));
+            let body = json!({"sql": LONG_QUERY, "timeout_ms": timeout_ms});
+            long.push(tokio::spawn(async move {
+                let _ = c.post(u).json(&body).send().await;
+            }));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let h = g.health().await?;
+            if h["pool"]["in_use"].as_u64() == Some(n as u64)
+                && h["pool"]["waiting"].as_u64().unwrap_or(0) >= 2
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("the pool never filled: {h}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let busy = probe(&url, 1000, opts.health_secs as f64).await?;
+        let h = g.health().await?;
+        let still = h["pool"]["in_use"].as_u64() == Some(n as u64);
+        for t in long {
+            t.abort();
+        }
+        drop(g);
+        if !still {
+            bail!("the pool drained during the probe run: {h}");
+        }
+        if busy.failed > 0 || idle.failed > 0 {
+            bail!("{} probes failed", busy.failed + idle.failed);
+        }
+        table.add(
+            "4",
+            name.clone(),
+            busy.show(),
+            format!("same gateway idle: {}", idle.show()),
+            "—",
+            "p99 < 1 ms",
+            Some(busy.p99 < 1.0),
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("4", name, &e);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 5 & 6. S3
+
+struct S3Emulation {
+    child: Child,
+    _stdin: ChildStdin,
+    config: Value,
+}
+
+impl S3Emulation {
+    fn start(opts: &Opts, seed_rows: u64) -> Result<S3Emulation> {
+        let python = opts.python.as_ref().ok_or_else(|| {
+            anyhow!("DUCKGATE_TEST_PYTHON is not set (eval \"$(scripts/test-env)\")")
+        })?;
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/s3_sts_server.py"
+        );
+        let stderr = std::fs::File::create(opts.work.join("s3-emulation.log"))?;
+        let mut child = Command::new(python)
+            .arg(script)
+            .args(["--port", "0", "--exit-with-stdin", "--seed-parquet"])
+            .arg(seed_rows.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .context("starting the S3/STS emulation")?;
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel::<Option<Value>>();
+        std::thread::spawn(move || {
+            let mut config = Value::Null;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(j) = line.strip_prefix("CONFIG ") {
+                    config = serde_json::from_str(j.trim()).unwrap_or(Value::Null);
+                } else if line.starts_with("READY ") {
+                    let _ = tx.send(Some(config.clone()));
+                    return;
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let mut emu = S3Emulation {
+            child,
+            _stdin: stdin,
+            config: Value::Null,
+        };
+        match rx.recv_timeout(Duration::from_secs(600)) {
+            Ok(Some(config)) => emu.config = config,
+            Ok(None) => bail!(
+                "the S3 emulation exited before READY (see {}/s3-emulation.log)",
+                opts.work.display()
+            ),
+            Err(_) => bail!("the S3 emulation was not ready within 600 s"),
+        }
+        Ok(emu)
+    }
+
+    fn s(&self, key: &str) -> String {
+        self.config[key].as_str().unwrap_or_default().to_string()
+    }
+
+    /// The gateway environment of tests/common's `S3Server::gateway`.
+    fn gateway_env(&self, opts: &Opts) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                "DUCKGATE_EXTENSION_DIR",
+                opts.extension_dir.clone().unwrap_or_default(),
+            ),
+            ("AWS_ACCESS_KEY_ID", self.s("access_key_id")),
+            ("AWS_SECRET_ACCESS_KEY", self.s("secret_access_key")),
+            ("AWS_REGION", self.s("region")),
+            ("DUCKGATE_S3_ROLE_ARN", self.s("role_arn")),
+            ("DUCKGATE_S3_SESSION_DURATION_SECS", "3600".into()),
+            ("DUCKGATE_S3_REGION", self.s("region")),
+            ("DUCKGATE_S3_ENDPOINT", self.s("endpoint")),
+            ("DUCKGATE_S3_URL_STYLE", "path".into()),
+            ("DUCKGATE_S3_USE_SSL", "false".into()),
+            ("DUCKGATE_S3_SCOPE", "s3://duckgate-test/".into()),
+            ("DUCKGATE_STS_ENDPOINT", self.s("sts_endpoint")),
+            ("DUCKGATE_ADMIN_TOKEN", ADMIN_TOKEN.into()),
+        ]
+    }
+
+    /// The in-process side: assume the role with aws-sdk-sts against the
+    /// emulation, then install the same secret the gateway's rotator installs.
+    async fn inproc_connection(&self, opts: &Opts) -> Result<duckdb::Connection> {
+        let base = aws_sdk_sts::config::Credentials::new(
+            self.s("access_key_id"),
+            self.s("secret_access_key"),
+            None,
+            None,
+            "bench",
+        );
+        let config = aws_sdk_sts::Config::builder()
+            .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
+            .region(aws_sdk_sts::config::Region::new(self.s("region")))
+            .endpoint_url(self.s("sts_endpoint"))
+            .credentials_provider(base)
+            .build();
+        let sts = aws_sdk_sts::Client::from_conf(config);
+        let out = sts
+            .assume_role()
+            .role_arn(self.s("role_arn"))
+            .role_session_name("duckgate-bench")
+            .duration_seconds(3600)
+            .send()
+            .await
+            .context("AssumeRole")?;
+        let c = out
+            .credentials()
+            .ok_or_else(|| anyhow!("STS answered without credentials"))?;
+        let conn = open_inproc(None, opts)?;
+        let q = |s: &str| format!("'{}'", s.replace('\'', "''"));
+        conn.execute_batch("LOAD httpfs")?;
+        conn.execute_batch(&format!(
+            "CREATE OR REPLACE TEMPORARY SECRET bench_s3 (TYPE s3, PROVIDER config, \
+             KEY_ID {}, SECRET {}, SESSION_TOKEN {}, REGION {}, USE_SSL false, \
+             ENDPOINT {}, URL_STYLE 'path', SCOPE 's3://duckgate-test/')",
+            q(c.access_key_id()),
+            q(c.secret_access_key()),
+            q(c.session_token()),
+            q(&self.s("region")),
+            q(&self.s("endpoint")),
+        ))?;
+        Ok(conn)
+    }
+}
+
+impl Drop for S3Emulation {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn s3_scan_sql() -> String {
+    format!(
+        "SELECT count(*) AS n, sum(id) AS ids, sum(v) AS vs, sum(length(s)) AS chars \
+         FROM read_parquet('{S3_URL}')"
+    )
+}
+
+async fn bench_s3(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Result<()> {
+    let name = format!(
+        "S3: scan {}-row Parquet (cold, first scan)",
+        human_rows(opts.s3_rows)
+    );
+    let warm_name = format!(
+        "S3: scan {}-row Parquet (warm, repeated)",
+        human_rows(opts.s3_rows)
+    );
+    let r: Result<()> = async {
+        let sql = s3_scan_sql();
+        let mut gw_cold = Vec::new();
+        let mut ip_cold = Vec::new();
+        let mut gw_warm = Vec::new();
+        let mut ip_warm = Vec::new();
+        let reps = opts.reps.max(1);
+        for rep in 0..reps {
+            // A fresh gateway and a fresh in-process database per repetition:
+            // the first scan of each is cold.
+            let g = Gateway::start(opts, &format!("s3-{rep}"), &emu.gateway_env(opts))?;
+            let conn = emu.inproc_connection(opts).await?;
+            for i in 0..2 {
+                let t0 = Instant::now();
+                let v = query_json(&g, &sql).await?;
+                let gs = t0.elapsed().as_secs_f64();
+                let t0 = Instant::now();
+                let n: i64 = conn.query_row(&sql, [], |r| r.get(0))?;
+                let is = t0.elapsed().as_secs_f64();
+                if v["rows"][0][0].as_i64() != Some(n) || n as u64 != opts.s3_rows {
+                    bail!(
+                        "row counts differ: gateway {} in-process {n}",
+                        v["rows"][0][0]
+                    );
+                }
+                log(format!(
+                    "S3 rep {rep} scan {i}: gateway {gs:.2} s, in-process {is:.2} s"
+                ));
+                if i == 0 {
+                    gw_cold.push(gs);
+                    ip_cold.push(is);
+                } else {
+                    gw_warm.push(gs);
+                    ip_warm.push(is);
+                }
+            }
+        }
+        for (label, gw, ip) in [(&name, gw_cold, ip_cold), (&warm_name, gw_warm, ip_warm)] {
+            let (gs, is) = (median(gw), median(ip));
+            let ratio = is / gs;
+            table.add(
+                "5",
+                label.clone(),
+                format!("{gs:.2} s"),
+                format!("{is:.2} s (same AssumeRole credentials)"),
+                format!("{ratio:.2}"),
+                "≥ 0.95",
+                Some(ratio >= 0.95),
+            );
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("5", name, &e);
+    }
+    Ok(())
+}
+
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn bench_rotation(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Result<()> {
+    let one = "rotation: one rotation (STS AssumeRole + CREATE SECRET)".to_string();
+    let cost = format!(
+        "rotation: SELECT 42 p99, {} clients, rotation every second vs none",
+        opts.clients
+    );
+    let g = match Gateway::start(opts, "rotation", &emu.gateway_env(opts)) {
+        Ok(g) => g,
+        Err(e) => {
+            table.failed("6", one, &e);
+            table.failed("6", cost, &e);
+            return Ok(());
+        }
+    };
+    let rotate = |g: &Gateway| {
+        g.client
+            .post(g.url("/admin/secrets/rotate"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+    };
+    let r: Result<()> = async {
+        let metrics = |g: &Gateway| g.client.get(g.url("/metrics")).send();
+        let before = metrics(&g).await?.text().await?;
+        let mut rtt = Vec::new();
+        for _ in 0..opts.rotations {
+            let t0 = Instant::now();
+            let r = rotate(&g).await?;
+            let status = r.status();
+            let v: Value = r.json().await?;
+            if !status.is_success() || v["errors"].as_array().is_some_and(|e| !e.is_empty()) {
+                bail!("rotation failed: {status} {v}");
+            }
+            rtt.push(t0.elapsed().as_secs_f64() * 1000.0);
+        }
+        let after = metrics(&g).await?.text().await?;
+        let h = "duckgate_rotation_duration_seconds";
+        let sum = metric_value(&after, &format!("{h}_sum")).unwrap_or(f64::NAN)
+            - metric_value(&before, &format!("{h}_sum")).unwrap_or(0.0);
+        let count = metric_value(&after, &format!("{h}_count")).unwrap_or(f64::NAN)
+            - metric_value(&before, &format!("{h}_count")).unwrap_or(0.0);
+        rtt.sort_by(|a, b| a.total_cmp(b));
+        table.add(
+            "6",
+            one.clone(),
+            format!(
+                "admin round trip p50 {}, max {}; {h} mean {} ({count:.0} rotations)",
+                ms(percentile(&rtt, 0.5)),
+                ms(*rtt.last().unwrap_or(&f64::NAN)),
+                ms(sum / count * 1000.0)
+            ),
+            "—",
+            "—",
+            "(reported)",
+            None,
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("6", one, &e);
+    }
+
+    let r: Result<()> = async {
+        let body = query_body("SELECT 42", "json", 1000);
+        let url = g.url("/query");
+        wrk(opts, &url, &body, opts.clients, 1)?;
+        let mut none = Vec::new();
+        let mut with = Vec::new();
+        let mut rotations = 0usize;
+        for _ in 0..opts.rotation_pairs {
+            let quiet = wrk(opts, &url, &body, opts.clients, opts.rotation_secs)?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let rotator = {
+                let (stop, client, url) = (
+                    stop.clone(),
+                    g.client.clone(),
+                    g.url("/admin/secrets/rotate"),
+                );
+                let limit = opts.rotation_secs + 5;
+                tokio::spawn(async move {
+                    let mut n = 0usize;
+                    let mut tick = tokio::time::interval(Duration::from_secs(1));
+                    for _ in 0..limit {
+                        tick.tick().await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        if let Ok(r) = client.post(&url).bearer_auth(ADMIN_TOKEN).send().await {
+                            if r.status().is_success() {
+                                n += 1;
+                            }
+                        }
+                    }
+                    n
+                })
+            };
+            let (o, u, b, c, s) = (
+                opts.clone(),
+                url.clone(),
+                body.clone(),
+                opts.clients,
+                opts.rotation_secs,
+            );
+            let busy = tokio::task::spawn_blocking(move || wrk(&o, &u, &b, c, s)).await??;
+            stop.store(true, Ordering::Relaxed);
+            rotations += rotator.await?;
+            if quiet.failures + busy.failures > 0 {
+                bail!("{} requests failed", quiet.failures + busy.failures);
+            }
+            log(format!(
+                "rotation pair: p99 none {:.3} ms, with {:.3} ms",
+                quiet.p99_ms, busy.p99_ms
+            ));
+            none.push(quiet);
+            with.push(busy);
+        }
+        let p99_none = median(none.iter().map(|l| l.p99_ms).collect());
+        let p99_with = median(with.iter().map(|l| l.p99_ms).collect());
+        let qps_none = median(none.iter().map(|l| l.qps).collect());
+        let qps_with = median(with.iter().map(|l| l.qps).collect());
+        let extra = (p99_with / p99_none - 1.0) * 100.0;
+        table.add(
+            "6",
+            cost.clone(),
+            format!(
+                "p99 {} with {rotations} rotations ({qps_with:.0} q/s)",
+                ms(p99_with)
+            ),
+            format!(
+                "same gateway, no rotation: p99 {} ({qps_none:.0} q/s)",
+                ms(p99_none)
+            ),
+            format!("{extra:+.1}%"),
+            "< 5%",
+            Some(extra < 5.0),
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("6", cost, &e);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- main
+
+fn main() -> Result<()> {
+    let opts = Opts::parse()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run(opts))
+}
+
+async fn run(opts: Opts) -> Result<()> {
+    let started = Instant::now();
+    log(format!(
+        "mode {}, {} clients/pool connections, DuckDB threads {}, work dir {}",
+        if opts.quick { "quick" } else { "full" },
+        opts.clients,
+        opts.threads,
+        opts.work.display()
+    ));
+    let mut table = Table::default();
+    if opts.wants("small") || opts.wants("large") {
+        prepare_data(&opts)?;
+    }
+    if opts.wants("small") {
+        bench_small(&opts, &mut table)?;
+    }
+    if opts.wants("large") {
+        if let Err(e) = bench_large(&opts, &mut table).await {
+            table.failed("2", "large results", &e);
+        }
+    }
+    if opts.wants("memory") {
+        bench_memory(&opts, &mut table).await?;
+    }
+    if opts.wants("health") {
+        bench_health(&opts, &mut table).await?;
+    }
+    if opts.wants("s3") || opts.wants("rotation") {
+        let rows = if opts.wants("s3") { opts.s3_rows } else { 1000 };
+        log(format!(
+            "starting the S3/STS emulation, seeding {rows} rows"
+        ));
+        match S3Emulation::start(&opts, rows) {
+            Ok(emu) => {
+                if opts.wants("s3") {
+                    bench_s3(&opts, &emu, &mut table).await?;
+                }
+                if opts.wants("rotation") {
+                    bench_rotation(&opts, &emu, &mut table).await?;
+                }
+            }
+            Err(e) => {
+                if opts.wants("s3") {
+                    table.failed("5", "S3 scan", &e);
+                }
+                if opts.wants("rotation") {
+                    table.failed("6", "rotation", &e);
+                }
+            }
+        }
+    }
+    let md = table.markdown();
+    println!(
+        "duckgate benchmarks ({} mode): {} concurrent clients = pool connections = in-process \
+         connections; DuckDB threads = {} on both sides; ratio = gateway rate / in-process rate \
+         (time: in-process / gateway), so 1.0 means no overhead.\n",
+        if opts.quick { "quick" } else { "full" },
+        opts.clients,
+        opts.threads
+    );
+    print!("{md}");
+    let failed = table
+        .rows
+        .iter()
+        .filter(|r| r.gateway.starts_with("FAILED"))
+        .count();
+    log(format!(
+        "done in {:.0} s; {} rows, {failed} failed",
+        started.elapsed().as_secs_f64(),
+        table.rows.len()
+    ));
+    if opts.only.is_none() {
+        let _ = std::fs::remove_file(opts.db_path());
+        let _ = std::fs::remove_file(opts.inproc_db_path());
+    }
+    if failed > 0 {
+        bail!("{failed} benchmark(s) failed");
+    }
+    Ok(())
+}

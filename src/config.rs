@@ -120,6 +120,11 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_EXTENSION_DIR")]
     pub extension_dir: Option<PathBuf>,
 
+    /// Scheduling niceness (0-19) of the threads that run DuckDB, so the HTTP
+    /// workers, and with them the probes, win the CPU when queries saturate it.
+    #[arg(long, env = "DUCKGATE_QUERY_NICE", default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub query_nice: i32,
+
     /// Which statements clients may run: `read-only` (queries only) or
     /// `read-write` (adds DML and DDL on the gateway's own database).
     #[arg(long, env = "DUCKGATE_POLICY", value_enum, default_value_t = Policy::ReadOnly)]

@@ -58,6 +58,8 @@ async fn every_type_is_valid_lossless_json() {
                 'Infinity'::DOUBLE AS inf,
                 '-Infinity'::FLOAT AS ninf,
                 1.5::DOUBLE AS dbl,
+                0.1::FLOAT AS flt,
+                1e300::DOUBLE AS huge_dbl,
                 true AS bool,
                 'héllo \"quoted\"' AS txt",
         )
@@ -109,6 +111,8 @@ async fn every_type_is_valid_lossless_json() {
     assert_eq!(col("inf"), json!("Infinity"));
     assert_eq!(col("ninf"), json!("-Infinity"));
     assert_eq!(col("dbl"), json!(1.5));
+    assert_eq!(col("flt"), json!(0.1), "FLOAT keeps its own shortest text");
+    assert_eq!(col("huge_dbl"), json!(1e300));
     assert_eq!(col("bool"), json!(true));
     assert_eq!(col("txt"), json!("héllo \"quoted\""));
     let types: Vec<&str> = v["columns"]

@@ -279,7 +279,12 @@ impl ResultEncoder {
 
     fn drain_ipc(&mut self, out: &mut Vec<u8>) {
         if let Some(w) = self.ipc.as_mut() {
-            out.append(w.get_mut());
+            if out.is_empty() {
+                // Hand the writer's buffer over instead of copying it.
+                std::mem::swap(out, w.get_mut());
+            } else {
+                out.append(w.get_mut());
+            }
         }
     }
 }
@@ -396,11 +401,9 @@ impl EncoderFactory for JsonRules {
             DataType::Int64 => Box::new(SafeInt(array.as_primitive::<Int64Type>())),
             DataType::UInt64 => Box::new(SafeUInt(array.as_primitive::<UInt64Type>())),
             DataType::Float16 => Box::new(Float(|i| {
-                array.as_primitive::<Float16Type>().value(i).to_f64()
+                array.as_primitive::<Float16Type>().value(i).to_f32()
             })),
-            DataType::Float32 => Box::new(Float(|i| {
-                array.as_primitive::<Float32Type>().value(i) as f64
-            })),
+            DataType::Float32 => Box::new(Float(|i| array.as_primitive::<Float32Type>().value(i))),
             DataType::Float64 => Box::new(Float(|i| array.as_primitive::<Float64Type>().value(i))),
             DataType::Decimal128(_, scale) => {
                 let a = array.as_primitive::<Decimal128Type>();
@@ -500,28 +503,56 @@ impl Encoder for SafeUInt<'_> {
 }
 
 struct Float<F>(F);
-impl<F: Fn(usize) -> f64> Encoder for Float<F> {
+impl<T: JsonFloat, F: Fn(usize) -> T> Encoder for Float<F> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
-        let v = (self.0)(idx);
-        if v.is_nan() {
+        (self.0)(idx).write_json(out);
+    }
+}
+
+/// A float as JSON: the shortest text that reads back to the same value (in
+/// its own width, so FLOAT 0.1 stays 0.1), NaN and infinities as strings.
+trait JsonFloat: serde::Serialize + Copy {
+    fn is_nan(self) -> bool;
+    fn is_infinite(self) -> bool;
+    fn is_sign_positive(self) -> bool;
+
+    fn write_json(self, out: &mut Vec<u8>) {
+        if self.is_nan() {
             out.extend_from_slice(b"\"NaN\"");
-        } else if v.is_infinite() {
-            out.extend_from_slice(if v > 0.0 {
+        } else if self.is_infinite() {
+            out.extend_from_slice(if self.is_sign_positive() {
                 b"\"Infinity\""
             } else {
                 b"\"-Infinity\""
             });
         } else {
-            // Shortest representation that reads back to the same double.
-            let mut buf = ryu_like(v);
-            out.append(&mut buf);
+            serde_json::to_writer(out, &self).expect("finite float");
         }
     }
 }
 
-fn ryu_like(v: f64) -> Vec<u8> {
-    // serde_json formats finite doubles with ryu: exact and shortest.
-    serde_json::to_vec(&v).expect("finite double")
+impl JsonFloat for f32 {
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    fn is_infinite(self) -> bool {
+        f32::is_infinite(self)
+    }
+    fn is_sign_positive(self) -> bool {
+        f32::is_sign_positive(self)
+    }
+}
+
+impl JsonFloat for f64 {
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    fn is_infinite(self) -> bool {
+        f64::is_infinite(self)
+    }
+    fn is_sign_positive(self) -> bool {
+        f64::is_sign_positive(self)
+    }
 }
 
 struct Decimal<F>(F);

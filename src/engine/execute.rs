@@ -350,6 +350,7 @@ fn work(
     tx: mpsc::Sender<Msg>,
     control: Arc<QueryControl>,
 ) {
+    crate::engine::priority::lower_for_queries();
     let started = Instant::now();
     let outcome = work_inner(&mut slot, &job, &tx, &control);
     control.finish();
@@ -466,7 +467,9 @@ fn stream_statement(
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
     let mut encoder = ResultEncoder::new(job.format, schema.clone());
 
-    let mut buf: Vec<u8> = Vec::with_capacity(CHUNK_BYTES + 64 * 1024);
+    // Small answers stay small: the buffer grows to a chunk only when a
+    // result needs one (a large first allocation costs small queries dearly).
+    let mut buf: Vec<u8> = Vec::new();
     let mut sent_start = false;
     let mut rows: u64 = 0;
     let mut bytes: u64 = 0;
@@ -481,7 +484,11 @@ fn stream_statement(
     let flush = |buf: &mut Vec<u8>, sent_start: &mut bool, kind: &str| -> bool {
         let chunk = Bytes::from(std::mem::replace(
             buf,
-            Vec::with_capacity(CHUNK_BYTES + 64 * 1024),
+            Vec::with_capacity(if buf.len() >= CHUNK_BYTES {
+                CHUNK_BYTES + 64 * 1024
+            } else {
+                0
+            }),
         ));
         let msg = if *sent_start {
             Msg::Data(chunk)

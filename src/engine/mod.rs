@@ -7,6 +7,7 @@ pub mod execute;
 pub mod ffi;
 pub mod guard;
 pub mod pool;
+pub mod priority;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -101,6 +102,9 @@ impl Engine {
         if let Some(m) = &config.engine.max_temp_directory_size {
             options.push(("max_temp_directory_size", m.clone()));
         }
+        // DuckDB's worker threads start now and inherit this thread's
+        // niceness; the threads that run client statements lower theirs too.
+        priority::set_query_nice(config.engine.query_nice);
         let db = Arc::new(
             ffi::RawDatabase::open(config.database_path(), &options).map_err(EngineError::Open)?,
         );

@@ -577,3 +577,47 @@ async fn the_result_byte_limit_cuts_and_says_so() {
     let v = g.query_ok("SELECT * FROM range(10)").await;
     assert_eq!(v["truncated"], false);
 }
+
+#[tokio::test]
+async fn large_results_arrive_whole_and_in_order_in_every_format() {
+    // Past a few batches the encoding runs on several threads: the bytes
+    // must still be every row, once, in DuckDB's order.
+    let g = Gateway::builder().start();
+    let n = 250_000u64;
+    let sql = format!("SELECT i, i * 0.5 AS half, 'r' || i AS s FROM range({n}) t(i) ORDER BY i");
+    let v = g
+        .query(json!({"sql": sql, "max_rows": n}))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len() as u64, n);
+    assert_eq!(v["row_count"], n);
+    for (k, row) in rows.iter().enumerate() {
+        assert_eq!(row[0], json!(k), "JSON row {k}");
+    }
+    let text = g
+        .query(json!({"sql": sql, "max_rows": n, "format": "ndjson"}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    for (k, line) in text.lines().enumerate() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(row["i"], json!(k), "NDJSON line {k}");
+    }
+    assert_eq!(text.lines().count() as u64, n);
+    let text = g
+        .query(json!({"sql": sql, "max_rows": n, "format": "csv"}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("i,half,s"));
+    for (k, line) in lines.enumerate() {
+        assert!(line.starts_with(&format!("{k},")), "CSV line {k}: {line}");
+    }
+    assert_eq!(text.lines().count() as u64, n + 1);
+}

@@ -171,57 +171,28 @@ impl ResultEncoder {
             return Ok(());
         }
         match self.format {
-            Format::Json => {
-                let mut encoders = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
-                    .collect::<Result<Vec<_>, _>>()?;
-                for row in 0..batch.num_rows() {
-                    if self.rows > 0 {
-                        out.push(b',');
-                    }
-                    out.push(b'[');
-                    for (i, enc) in encoders.iter_mut().enumerate() {
-                        if i > 0 {
-                            out.push(b',');
-                        }
-                        if enc.is_null(row) {
-                            out.extend_from_slice(b"null");
-                        } else {
-                            enc.encode(row, out);
-                        }
-                    }
-                    out.push(b']');
-                    self.rows += 1;
-                }
-            }
-            Format::Ndjson => {
-                let array = StructArray::from(batch.clone());
-                let field: FieldRef =
-                    Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
-                let mut enc = make_encoder(&field, &array, &self.options)?;
-                for row in 0..batch.num_rows() {
-                    enc.encode(row, out);
-                    out.push(b'\n');
-                }
-                self.rows += batch.num_rows() as u64;
-            }
-            Format::Csv => {
-                let converted = csv_batch(batch, &self.options)?;
-                self.write_csv(&converted, out)?;
-                self.rows += batch.num_rows() as u64;
-            }
             Format::Arrow => {
                 let w = self.ipc.as_mut().expect("begin() ran");
                 w.write(batch)?;
                 self.drain_ipc(out);
-                self.rows += batch.num_rows() as u64;
+            }
+            _ => {
+                self.rows_encoder().encode(batch, self.rows, out)?;
+                self.csv_header_pending = false;
             }
         }
+        self.rows += batch.num_rows() as u64;
         Ok(())
+    }
+
+    /// A stateless encoder of row batches, which threads can share; `None`
+    /// for Arrow IPC, whose stream writer is sequential.
+    pub fn rows_encoder(&self) -> RowsEncoder {
+        RowsEncoder {
+            format: self.format,
+            schema: self.schema.clone(),
+            options: self.options.clone(),
+        }
     }
 
     /// The last bytes of a complete body.
@@ -286,6 +257,86 @@ impl ResultEncoder {
                 out.append(w.get_mut());
             }
         }
+    }
+}
+
+/// Encodes row batches of JSON, NDJSON or CSV without state of its own, so
+/// several threads can encode consecutive batches at once.
+#[derive(Clone)]
+pub struct RowsEncoder {
+    format: Format,
+    schema: SchemaRef,
+    options: EncoderOptions,
+}
+
+impl RowsEncoder {
+    /// Whether batches of this format may be encoded in parallel.
+    pub fn parallel(&self) -> bool {
+        self.format != Format::Arrow
+    }
+
+    /// Appends `batch`; `rows_before` is how many rows the body already holds
+    /// (JSON separates rows with commas).
+    pub fn encode(
+        &self,
+        batch: &RecordBatch,
+        rows_before: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Json => {
+                let mut encoders = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for row in 0..batch.num_rows() {
+                    if rows_before > 0 || row > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'[');
+                    for (i, enc) in encoders.iter_mut().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        if enc.is_null(row) {
+                            out.extend_from_slice(b"null");
+                        } else {
+                            enc.encode(row, out);
+                        }
+                    }
+                    out.push(b']');
+                }
+            }
+            Format::Ndjson => {
+                let array = StructArray::from(batch.clone());
+                let field: FieldRef =
+                    Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
+                let mut enc = make_encoder(&field, &array, &self.options)?;
+                for row in 0..batch.num_rows() {
+                    enc.encode(row, out);
+                    out.push(b'\n');
+                }
+            }
+            Format::Csv => {
+                let converted = csv_batch(batch, &self.options)?;
+                let mut w = arrow::csv::WriterBuilder::new()
+                    .with_header(false)
+                    .build(&mut *out);
+                w.write(&converted)?;
+            }
+            Format::Arrow => {
+                return Err(ArrowError::InvalidArgumentError(
+                    "Arrow IPC is written by its stream writer".into(),
+                ))
+            }
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,55 @@ use crate::health::OwnedCounterGuard;
 
 /// Encoded bytes are sent in chunks of about this size.
 const CHUNK_BYTES: usize = 256 * 1024;
+/// Batches a result encodes one at a time before encoding goes parallel.
+const SERIAL_BATCHES: usize = 4;
+/// Batches encoded together, split across threads.
+const WINDOW_BATCHES: usize = 8;
+
+/// Encodes `window` (consecutive batches, after at least one row) across the
+/// machine's cores and appends the bytes in order.
+fn encode_window(
+    enc: &encode::RowsEncoder,
+    window: Vec<RecordBatch>,
+    out: &mut Vec<u8>,
+) -> Result<(), arrow::error::ArrowError> {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let threads = cores.min(window.len()).max(1);
+    let per = window.len().div_ceil(threads);
+    let mut chunks = window.chunks(per);
+    let first = chunks.next().unwrap_or(&[]);
+    let rest: Vec<&[RecordBatch]> = chunks.collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = rest
+            .iter()
+            .map(|chunk| {
+                scope.spawn(move || -> Result<Vec<u8>, arrow::error::ArrowError> {
+                    let mut bytes = Vec::new();
+                    for b in chunk.iter() {
+                        enc.encode(b, 1, &mut bytes)?;
+                    }
+                    Ok(bytes)
+                })
+            })
+            .collect();
+        for b in first {
+            enc.encode(b, 1, out)?;
+        }
+        for h in handles {
+            let bytes = h.join().map_err(|_| {
+                arrow::error::ArrowError::ComputeError("an encoder thread panicked".into())
+            })??;
+            out.extend_from_slice(&bytes);
+        }
+        Ok(())
+    })
+}
+
 /// Accepted statement texts remembered per connection.
 const VERDICT_CACHE: usize = 256;
 /// Prepared statements cached per connection.
@@ -476,6 +525,10 @@ fn stream_statement(
     let mut truncated = false;
     let mut pending: Option<RecordBatch> = None;
 
+    let rows_encoder = encoder.rows_encoder();
+    let mut window: Vec<RecordBatch> = Vec::new();
+    let mut serial_batches = 0usize;
+
     if let Err(e) = encoder.begin(&columns, &mut buf) {
         return fail(QueryError::Internal(format!("encoding: {e}")));
     }
@@ -538,7 +591,21 @@ fn stream_statement(
             batch
         };
         let before = buf.len();
-        if let Err(e) = encoder.batch(&part, &mut buf) {
+        rows += take as u64;
+        // Large results encode windows of batches on several threads (DuckDB
+        // writes its own formats in parallel too); small ones stay serial.
+        let encoded = if rows_encoder.parallel() && serial_batches >= SERIAL_BATCHES {
+            window.push(part);
+            if window.len() >= WINDOW_BATCHES || truncated {
+                encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf)
+            } else {
+                continue;
+            }
+        } else {
+            serial_batches += 1;
+            encoder.batch(&part, &mut buf)
+        };
+        if let Err(e) = encoded {
             let err = QueryError::Internal(format!("encoding: {e}"));
             if !sent_start {
                 return fail(err);
@@ -546,7 +613,6 @@ fn stream_statement(
             end_with_error(&encoder, &mut buf, &err, tx);
             return Err(err);
         }
-        rows += take as u64;
         bytes += (buf.len() - before) as u64;
         if truncated {
             break;
@@ -574,6 +640,16 @@ fn stream_statement(
         }
         end_with_error(&encoder, &mut buf, &err, tx);
         return Err(err);
+    }
+    if !window.is_empty() {
+        if let Err(e) = encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf) {
+            let err = QueryError::Internal(format!("encoding: {e}"));
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx);
+            return Err(err);
+        }
     }
     let summary = Summary {
         row_count: rows,

@@ -408,8 +408,8 @@ fn work(
     if !slot.conn.is_autocommit() {
         let _ = slot.conn.execute_batch("ROLLBACK");
     }
-    drop(slot);
-    drop(in_use);
+    // Counted before the connection goes back, so whoever sees the pool
+    // drained also sees the outcome.
     let label = match &outcome {
         Ok(()) => "ok",
         Err(e) => e.outcome(),
@@ -417,6 +417,8 @@ fn work(
     metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
     metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
         .record(started.elapsed().as_secs_f64());
+    drop(slot);
+    drop(in_use);
 }
 
 fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {

@@ -11,6 +11,13 @@ async fn prometheus_text_has_the_operational_series() {
     g.query_ok("SELECT 1").await;
     let _ = g.query(json!({"sql": "SELEC 1"})).await;
     let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
+    // Outcomes are counted as the worker finishes, a moment after the
+    // answer: wait until the pool has drained.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while g.health().await["pool"]["in_use"] != 0 {
+        assert!(std::time::Instant::now() < deadline);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let r = g.client.get(g.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"]

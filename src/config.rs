@@ -182,8 +182,8 @@ pub struct LimitsConfig {
     pub max_concurrent_requests: u64,
 }
 
-/// Who may call what.
-#[derive(Clone, Args)]
+/// Who may call what. Tokens are `SecretString`s: Debug redacts them.
+#[derive(Debug, Clone, Args)]
 pub struct AuthConfig {
     /// Comma-separated bearer tokens that may call `/query`. Empty: anonymous
     /// queries, allowed only on a loopback address unless `--allow-anonymous`.
@@ -207,23 +207,6 @@ pub struct AuthConfig {
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
     pub allow_anonymous: bool,
-}
-
-impl std::fmt::Debug for AuthConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AuthConfig")
-            .field(
-                "query_tokens",
-                &format_args!("[{} redacted]", self.query_tokens.len()),
-            )
-            .field("query_tokens_file", &self.query_tokens_file)
-            .field(
-                "admin_token",
-                &self.admin_token.as_ref().map(|_| "[redacted]"),
-            )
-            .field("allow_anonymous", &self.allow_anonymous)
-            .finish()
-    }
 }
 
 impl LimitsConfig {

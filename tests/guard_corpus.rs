@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{Gateway, S3Server};
+use common::{assert_no_leaks, Gateway, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "guard-corpus-admin-0123456789";
@@ -381,10 +381,6 @@ impl Ctx {
     }
 }
 
-/// Every body the test received, for the leak checks.
-#[derive(Default)]
-struct Seen(Vec<String>);
-
 /// Runs `cases` in order; returns one line per wrong verdict.
 async fn run_cases(
     g: &Gateway,
@@ -548,31 +544,6 @@ async fn s3_count(g: &Gateway) -> Value {
     g.query_ok(S3_COUNT).await["rows"].clone()
 }
 
-/// No credential the emulation issued, nor the admin token, in any body or
-/// in the gateway's log.
-async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen) {
-    let issued = s3.control("GET", "secrets").await;
-    let mut values: Vec<String> = issued["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    values.push(s3.str("secret_access_key"));
-    values.push(ADMIN.to_string());
-    let log = g.log_text();
-    for v in &values {
-        let probe = &v[..v.len().min(16)];
-        assert!(!log.contains(probe), "a credential reached the gateway log");
-        for body in &seen.0 {
-            assert!(
-                !body.contains(probe),
-                "a credential reached a response: {body}"
-            );
-        }
-    }
-}
-
 struct Setup {
     s3: S3Server,
     g: Gateway,
@@ -670,7 +641,7 @@ async fn read_only_corpus_refuses_and_nothing_happens() {
     );
     assert_eq!(after.variables, before.variables, "a variable was set");
     assert_eq!(after.files, before.files, "a file was written");
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
     assert!(READ_ONLY.len() >= 70);
     assert!(
         wrong.is_empty(),
@@ -729,7 +700,7 @@ async fn read_write_corpus_admits_ddl_but_never_secrets() {
         rows_before,
         "forbidden DML changed rows"
     );
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
     assert!(
         wrong.is_empty(),
         "{} wrong verdicts:\n{}",

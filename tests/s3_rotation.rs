@@ -7,54 +7,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{percentile_ms, Gateway, S3Server};
+use common::{assert_no_leaks, percentile_ms, Gateway, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
 const CSV: &str =
     "SELECT count(*) AS n, sum(score) AS total FROM read_csv('s3://duckgate-test/data/small.csv')";
-
-/// Every response body a test saw, for the leak check.
-#[derive(Default)]
-struct Seen(Vec<String>);
-
-impl Seen {
-    async fn take(&mut self, r: reqwest::Response) -> (u16, Value) {
-        let status = r.status().as_u16();
-        let headers = format!("{:?}", r.headers());
-        let text = r.text().await.unwrap_or_default();
-        self.0.push(headers);
-        self.0.push(text.clone());
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-}
-
-/// No secret key or session token the emulation issued appears in any body
-/// or header the test received, or in the gateway's log.
-async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen) {
-    let issued = s3.control("GET", "secrets").await;
-    let mut values: Vec<String> = issued["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    values.push(s3.str("secret_access_key"));
-    values.push(ADMIN.to_string());
-    assert!(values.len() >= 3);
-    let log = g.log_text();
-    for v in &values {
-        // Compare a long prefix too: partial echoes leak as much.
-        let probe = &v[..v.len().min(16)];
-        assert!(!log.contains(probe), "a credential reached the gateway log");
-        for body in &seen.0 {
-            assert!(
-                !body.contains(probe),
-                "a credential reached a response: {body}"
-            );
-        }
-    }
-}
 
 async fn admin_secrets(g: &Gateway, seen: &mut Seen) -> Value {
     let r = g
@@ -109,7 +67,7 @@ async fn control_without_rotation_credentials_expire_and_queries_fail() {
         stats["s3_expired_rejections"].as_u64().unwrap() >= 1,
         "S3 itself rejected the token: {stats}"
     );
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
 #[tokio::test]
@@ -174,7 +132,7 @@ async fn rotation_keeps_continuous_s3_queries_failure_free() {
         "queries ran under several epochs: {epochs:?}"
     );
     assert!(s["key_id_suffix"].as_str().unwrap().chars().count() <= 5);
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
 /// A query that takes `d` and then completes (DuckDB's sleep_ms).
@@ -255,7 +213,7 @@ async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
     // A probe taken right after still works and queries still reach S3.
     let (status, v) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200, "{v}");
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
 #[tokio::test]
@@ -354,7 +312,7 @@ async fn an_sts_outage_degrades_then_fails_clearly_then_recovers() {
     }
     let (status, v) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200, "{v}");
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
 #[tokio::test]
@@ -378,7 +336,7 @@ async fn expired_token_mid_life_is_rotated_and_retried_once() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["retried"], true);
     assert_eq!(v["rows"], json!([[3, 7.5]]));
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
 #[tokio::test]
@@ -443,5 +401,5 @@ async fn planted_persistent_secrets_never_cause_ambiguity() {
         left.is_empty(),
         "the pinned directory was wiped at start-up"
     );
-    assert_no_leaks(&g, &s3, &seen).await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }

@@ -25,17 +25,11 @@ async fn web_identity_reads_the_token_file_at_each_refresh() {
     let s3 = S3Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let token = common::write_file(dir.path(), "token", "first-token\n");
-    let g = Gateway::builder()
-        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
-        .env("DUCKGATE_S3_ROLE_ARN", s3.str("role_arn"))
+    // Same emulation settings as assume-role; the token file selects web
+    // identity (the base credentials go unused: the call is not signed).
+    let g = s3
+        .gateway(3600)
         .env("DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE", token.display())
-        .env("DUCKGATE_S3_SESSION_DURATION_SECS", 3600)
-        .env("DUCKGATE_S3_REGION", s3.str("region"))
-        .env("DUCKGATE_S3_ENDPOINT", s3.str("endpoint"))
-        .env("DUCKGATE_S3_URL_STYLE", "path")
-        .env("DUCKGATE_S3_USE_SSL", "false")
-        .env("DUCKGATE_S3_SCOPE", "s3://duckgate-test/")
-        .env("DUCKGATE_STS_ENDPOINT", s3.str("sts_endpoint"))
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
         .start();
     let v = g

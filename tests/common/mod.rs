@@ -342,3 +342,49 @@ pub fn write_file(dir: &Path, name: &str, text: &str) -> PathBuf {
     f.write_all(text.as_bytes()).unwrap();
     p
 }
+
+/// Every response body (and header set) a test saw, for the leak check.
+#[derive(Default)]
+pub struct Seen(pub Vec<String>);
+
+impl Seen {
+    /// Records the answer and returns its status and JSON body.
+    pub async fn take(&mut self, r: reqwest::Response) -> (u16, serde_json::Value) {
+        let status = r.status().as_u16();
+        let headers = format!("{:?}", r.headers());
+        let text = r.text().await.unwrap_or_default();
+        self.0.push(headers);
+        self.0.push(text.clone());
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+}
+
+/// No secret key or session token the emulation issued, nor the base secret
+/// or `admin_token`, appears in anything the test saw or in the gateway's log.
+pub async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen, admin_token: &str) {
+    let issued = s3.control("GET", "secrets").await;
+    let mut values: Vec<String> = issued["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    values.push(s3.str("secret_access_key"));
+    values.push(admin_token.to_string());
+    assert!(values.len() >= 3);
+    let log = g.log_text();
+    for v in &values {
+        // Compare a long prefix too: partial echoes leak as much.
+        let probe = &v[..v.len().min(16)];
+        assert!(!log.contains(probe), "a credential reached the gateway log");
+        for body in &seen.0 {
+            assert!(
+                !body.contains(probe),
+                "a credential reached a response: {body}"
+            );
+        }
+    }
+}

@@ -33,6 +33,8 @@ ARG TARGETARCH
 # sha256 of extensions/v1.5.5/httpfs.duckdb_extension inside the 1.5.5 wheel
 # (its RECORD entry); update together with HTTPFS_WHEEL_VERSION.
 ARG HTTPFS_SHA256=887c392b1e49128d11667c81e3698d8b00dfdeb456771acf66d05a0f74f7b7d8
+# The same for icu (time zones), from duckdb-extension-icu of the same version.
+ARG ICU_SHA256=fe6196ede9037cc01d43cad5e55a3d2503118de9169d2a25f1b787779b5d02e6
 RUN set -eux; \
     if [ "${TARGETARCH:-amd64}" != amd64 ]; then \
         echo "duckgate images are linux/amd64 only (the httpfs wheel is x86_64)" >&2; exit 1; \
@@ -45,13 +47,22 @@ RUN set -eux; \
         "/tmp/wheel/duckdb_extension_httpfs/extensions/${DUCKDB_VERSION}/httpfs.duckdb_extension" \
         "/opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/httpfs.duckdb_extension"; \
     echo "${HTTPFS_SHA256}  /opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/httpfs.duckdb_extension" \
+        | sha256sum -c -; \
+    pip download --no-cache-dir --no-deps --only-binary=:all: \
+        --platform manylinux2014_x86_64 --python-version 3.12 \
+        --dest /tmp/wheels "duckdb-extension-icu==${HTTPFS_WHEEL_VERSION}"; \
+    python -m zipfile -e /tmp/wheels/duckdb_extension_icu-*.whl /tmp/wheel; \
+    install -D -m 0644 \
+        "/tmp/wheel/duckdb_extension_icu/extensions/${DUCKDB_VERSION}/icu.duckdb_extension" \
+        "/opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/icu.duckdb_extension"; \
+    echo "${ICU_SHA256}  /opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/icu.duckdb_extension" \
         | sha256sum -c -
 
 # ---- build -------------------------------------------------------------------
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
 WORKDIR /src
 # Only what `cargo build --release` needs (see .dockerignore).
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 COPY src ./src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \

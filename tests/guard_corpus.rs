@@ -91,7 +91,7 @@ const READ_ONLY: &[Case] = &[
     c("SELECT 42 AS answer", Allowed),
     c(S3_COUNT, Allowed),
     c("FROM read_csv('s3://duckgate-test/data/small.csv') SELECT name ORDER BY id", Allowed),
-    c("SELECT count(*) FROM read_csv('{DATA}/allowed.csv')", Allowed),
+    c("SELECT count(*) FROM read_csv('{DATA}/files/allowed.csv')", Allowed),
     c("WITH x AS (SELECT 1 AS a) SELECT a FROM x", Allowed),
     c("VALUES (1, 'one'), (2, 'two')", Allowed),
     c("FROM range(3)", Allowed),
@@ -102,8 +102,9 @@ const READ_ONLY: &[Case] = &[
     c("EXPLAIN ANALYZE SELECT sum(range) FROM range(100)", Allowed),
     c("PIVOT (VALUES (1, 'a'), (2, 'b')) t(n, k) ON k IN ('a', 'b') USING sum(n)", Allowed),
     c("UNPIVOT (SELECT 1 AS a, 2 AS b) ON a, b INTO NAME k VALUE v", Allowed),
-    c("SELECT current_setting('threads'), current_setting('lock_configuration')", Allowed),
-    c("SELECT name, value FROM duckdb_settings() WHERE name = 'enable_external_access'", Allowed),
+    // Settings may hold credentials: not readable (issue 9).
+    c("SELECT current_setting('threads'), current_setting('lock_configuration')", Forbidden("function current_setting()")),
+    c("SELECT name, value FROM duckdb_settings() WHERE name = 'enable_external_access'", Forbidden("function duckdb_settings()")),
     // ---- allowed: looks dangerous, is not ----
     c("SELECT secret FROM (VALUES (1)) t(secret)", Allowed),
     c("SELECT \"secret\".x FROM (SELECT 1 AS x) AS \"secret\"", Allowed),
@@ -123,7 +124,7 @@ const READ_ONLY: &[Case] = &[
     // DEVIATION (reported): the contract admits PIVOT, but without an IN list
     // DuckDB's parser expands it into CREATE TYPE ... AS ENUM + SELECT, two
     // statements, which the guard refuses as several statements.
-    c("PIVOT (VALUES (1, 'a'), (2, 'b')) t(n, k) ON k USING sum(n)", Multi),
+    c("PIVOT (VALUES (1, 'a'), (2, 'b')) t(n, k) ON k USING sum(n)", Forbidden("MULTI")),
     // ---- CREATE SECRET ----
     c(concat!("CREATE SECRET evil ", evil!()), Forbidden("CREATE SECRET")),
     c("create or replace secret duckgate_s3 (type s3, key_id 'x', secret 'y')", Forbidden("CREATE SECRET")),
@@ -152,7 +153,8 @@ const READ_ONLY: &[Case] = &[
     c("dRoP\n\t-- c\n  SeCrEt\tduckgate_s3 ;", Forbidden("DROP SECRET")),
     c("DROP SECRET no_such_secret_xyz", Forbidden("DROP SECRET")),
     c("DROP\u{3000}SECRET duckgate_s3", Forbidden("DROP SECRET")),
-    c("EXPLAIN ANALYZE DROP SECRET duckgate_s3", Forbidden("DROP SECRET")),
+    // Not DuckDB syntax: its parser says so, nothing runs.
+    c("EXPLAIN ANALYZE DROP SECRET duckgate_s3", SqlError),
     // ---- SET / RESET (settings) ----
     c("SET threads = 1", Forbidden("SET")),
     c("set threads to 1", Forbidden("SET")),
@@ -166,13 +168,14 @@ const READ_ONLY: &[Case] = &[
     c("RESET threads", Forbidden("RESET")),
     c("reset SESSION memory_limit", Forbidden("RESET")),
     // ---- PRAGMA ----
-    c("PRAGMA threads=1", Forbidden("PRAGMA")),
+    // DuckDB reads a PRAGMA assignment as SET.
+    c("PRAGMA threads=1", Forbidden("SET")),
     c("PRAGMA enable_profiling", Forbidden("PRAGMA")),
     c("pragma disable_checkpoint_on_shutdown", Forbidden("PRAGMA")),
     c("PRAGMA show_tables", Forbidden("PRAGMA")),
     c("PRAGMA version", Forbidden("PRAGMA")),
     c("PRAGMA database_list", Forbidden("PRAGMA")),
-    c("PRAGMA import_database('{DATA}')", Forbidden("PRAGMA")),
+    c("PRAGMA import_database('{DATA}')", Forbidden("IMPORT DATABASE")),
     // ---- ATTACH / DETACH / USE ----
     c("ATTACH ':memory:' AS evil", Forbidden("ATTACH")),
     c("ATTACH '{OUT}/evil.db' AS evil", Forbidden("ATTACH")),
@@ -220,7 +223,7 @@ const READ_ONLY: &[Case] = &[
     c("EXECUTE p", Forbidden("EXECUTE")),
     // ---- writes, refused by the read-only policy ----
     c("CREATE TABLE evil (a INTEGER)", Forbidden("CREATE TABLE")),
-    c("CREATE TEMP TABLE evil AS SELECT 1 AS a", Forbidden("CREATE TABLE")),
+    c("CREATE TEMP TABLE evil AS SELECT 1 AS a", Forbidden("CREATE TEMP TABLE")),
     c("CREATE VIEW evil AS SELECT 1 AS a", Forbidden("CREATE VIEW")),
     c("CREATE MACRO evil(x) AS x + 1", Forbidden("CREATE MACRO")),
     c("CREATE SEQUENCE evil", Forbidden("CREATE SEQUENCE")),
@@ -303,15 +306,15 @@ const READ_WRITE_SETUP: &[Case] = &[
     c("CREATE SCHEMA rw_s", Allowed),
     c("CREATE TABLE rw_s.\"secret\" (secret INTEGER)", Allowed),
     c("CREATE TABLE secret (secret INTEGER)", Allowed),
-    c("CREATE MACRO rw_m(x) AS x + 1", Allowed),
+
     c("CREATE SEQUENCE rw_seq", Allowed),
     c("CREATE INDEX rw_i ON rw_t (a)", Allowed),
     c("CREATE TABLE rw_ctas AS SELECT 1 AS a", Allowed),
     c("CREATE OR REPLACE TABLE rw_ctas AS SELECT 2 AS a", Allowed),
-    c("SELECT rw_m(a) FROM rw_v", Allowed),
+
     c("PIVOT rw_t ON a IN (1, 3) USING count(*)", Allowed),
     c("DROP VIEW rw_v", Allowed),
-    c("DROP MACRO rw_m", Allowed),
+
     c("DROP SEQUENCE rw_seq", Allowed),
     c("DROP INDEX rw_i", Allowed),
     c("DROP TABLE rw_s.\"secret\"", Allowed),
@@ -325,7 +328,8 @@ const READ_WRITE: &[Case] = &[
     c(concat!("CREATE PERSISTENT SECRET IF NOT EXISTS evil ", evil!()), Forbidden("CREATE SECRET")),
     c(concat!("create /* c */ temporary -- c\n secret evil ", evil!()), Forbidden("CREATE SECRET")),
     c("DROP SECRET duckgate_s3", Forbidden("DROP SECRET")),
-    c("DROP TEMPORARY SECRET IF EXISTS duckgate_s3 FROM memory", Forbidden("DROP SECRET")),
+    c("DROP TEMPORARY SECRET IF EXISTS duckgate_s3 FROM memory", SqlError),
+    c("DROP TEMPORARY SECRET IF EXISTS duckgate_s3", Forbidden("DROP SECRET")),
     // Tokenizer traps: the guard must read the same keywords DuckDB does.
     c(concat!("CREATE\u{a0}SECRET view ", evil!()), Forbidden("CREATE SECRET")),
     c(concat!("CREATE\u{200b}SECRET sequence ", evil!()), Forbidden("CREATE SECRET")),
@@ -339,7 +343,12 @@ const READ_WRITE: &[Case] = &[
     // Forbidden functions inside admitted DDL and DML.
     c("CREATE TABLE rw_evil AS SELECT * FROM duckdb_secrets()", Forbidden("function duckdb_secrets()")),
     c("CREATE VIEW rw_evil_v AS SELECT * FROM which_secret('s3://duckgate-test/data/small.csv', 's3')", Forbidden("function which_secret()")),
-    c("CREATE MACRO rw_evil_m() AS TABLE SELECT * FROM enable_logging()", Forbidden("function enable_logging()")),
+    c("CREATE MACRO rw_evil_m() AS TABLE SELECT * FROM enable_logging()", Forbidden("CREATE MACRO")),
+    // Macros and temporary objects would carry state between clients.
+    c("CREATE MACRO rw_m(x) AS x + 1", Forbidden("CREATE MACRO")),
+    c("CREATE MACRO upper(x) AS 'pwned'", Forbidden("CREATE MACRO")),
+    c("CREATE TEMP MACRO lower(x) AS 'pwned-temp'", Forbidden("CREATE MACRO")),
+    c("CREATE TEMP TABLE rw_tt (i INTEGER)", Forbidden("CREATE TEMP TABLE")),
     c("INSERT INTO rw_t (a, secret) SELECT 1, secret_string FROM duckdb_secrets()", Forbidden("function duckdb_secrets()")),
     c("INSERT INTO rw_t SELECT * FROM query('SELECT 9, ''q''')", Forbidden("function query()")),
     c(
@@ -350,11 +359,11 @@ const READ_WRITE: &[Case] = &[
     c("UPDATE rw_t SET secret = (SELECT max(name) FROM duckdb_secrets())", Forbidden("function duckdb_secrets()")),
     // Never, in any policy.
     c("COPY rw_t TO '{DATA}/rw.csv'", Forbidden("COPY")),
-    c("COPY rw_t FROM '{DATA}/allowed.csv'", Forbidden("COPY")),
+    c("COPY rw_t FROM '{DATA}/files/allowed.csv'", Forbidden("COPY")),
     c("EXPORT DATABASE '{DATA}/rw_export'", Forbidden("EXPORT DATABASE")),
     c("ATTACH '{DATA}/rw.db' AS rw", Forbidden("ATTACH")),
     c("SET threads = 1", Forbidden("SET")),
-    c("PRAGMA threads = 1", Forbidden("PRAGMA")),
+    c("PRAGMA threads = 1", Forbidden("SET")),
     c("CHECKPOINT", Forbidden("CHECKPOINT")),
     c("BEGIN TRANSACTION", Forbidden("TRANSACTION")),
     c("LOAD httpfs", Forbidden("LOAD")),
@@ -469,9 +478,11 @@ async fn rows(g: &Gateway, sql: &str) -> Value {
 }
 
 async fn snapshot(g: &Gateway, dirs: &[&Path]) -> Snapshot {
-    // Every pooled connection, more than once: a session setting changed on
-    // one connection shows only there.
-    let settings_sql = "SELECT name, value FROM duckdb_settings() ORDER BY name";
+    // Every pooled connection, more than once: session state changed on one
+    // connection shows only there. Settings themselves are no longer
+    // readable by clients (they may hold credentials); what they decide is.
+    let settings_sql = "SELECT current_database(), current_schema(), current_schemas(true), \
+                        upper('a'), lower('B'), (SELECT count(*) FROM range(3))";
     let settings = rows(g, settings_sql).await;
     for _ in 0..POOL_SIZE * 2 {
         assert_eq!(
@@ -503,7 +514,7 @@ async fn snapshot(g: &Gateway, dirs: &[&Path]) -> Snapshot {
         .collect::<Vec<_>>());
     Snapshot {
         settings,
-        databases: rows(g, "SELECT database_name, type, readonly FROM duckdb_databases() ORDER BY 1").await,
+        databases: rows(g, "SELECT DISTINCT catalog_name FROM information_schema.schemata ORDER BY 1").await,
         objects: rows(
             g,
             "SELECT 'table ' || schema_name || '.' || table_name FROM duckdb_tables()
@@ -516,7 +527,9 @@ async fn snapshot(g: &Gateway, dirs: &[&Path]) -> Snapshot {
              ORDER BY 1",
         )
         .await,
-        variables: rows(g, "SELECT count(*) FROM duckdb_variables()").await,
+        // Variables are not readable by clients; `getvariable` is refused
+        // too. What a variable would change (a query's answer) is.
+        variables: rows(g, "SELECT count(*) FROM range(3)").await,
         secret,
         files: dirs.iter().flat_map(|d| list_files(d)).collect(),
     }
@@ -571,7 +584,7 @@ async fn setup(policy: &str) -> Setup {
         .start();
     let out = tempfile::tempdir().unwrap();
     let data = g.data_dir.path().join("data").canonicalize().unwrap();
-    common::write_file(&data, "allowed.csv", "a,b\n1,2\n3,4\n");
+    common::write_file(&data.join("files"), "allowed.csv", "a,b\n1,2\n3,4\n");
     let ctx = Ctx {
         out: out.path().canonicalize().unwrap(),
         data,

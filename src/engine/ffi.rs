@@ -69,7 +69,7 @@ impl RawDatabase {
         unsafe { duckdb::Connection::open_from_raw(self.raw) }
     }
 
-    /// A raw connection, for the statement splitter.
+    /// A raw connection, for the guard's parser.
     pub fn connect_raw(&self) -> Result<RawConnection, String> {
         let mut con: ffi::duckdb_connection = ptr::null_mut();
         // SAFETY: `raw` is an open database.
@@ -88,7 +88,8 @@ impl Drop for RawDatabase {
     }
 }
 
-/// A raw DuckDB connection used only to parse and classify statements.
+/// A raw DuckDB connection used only to parse statements (its parser options
+/// are the pooled connection's; it never runs anything).
 pub struct RawConnection {
     raw: ffi::duckdb_connection,
 }
@@ -104,76 +105,10 @@ impl Drop for RawConnection {
     }
 }
 
-/// What DuckDB's parser and binder say about one request's SQL.
-#[derive(Debug)]
-pub enum Extracted {
-    /// The text could not be parsed.
-    ParseError(String),
-    /// The text holds this many statements (0 or more than 1).
-    Count(usize),
-    /// Exactly one statement, bound, of this type.
-    One(ffi::duckdb_statement_type),
-    /// Exactly one statement that parsed but did not bind.
-    BindError(String),
-}
-
 impl RawConnection {
-    /// Splits `sql` with DuckDB's own parser and, if it holds exactly one
-    /// statement, prepares (binds, never executes) it to learn its type.
-    pub fn classify(&self, sql: &str) -> Extracted {
-        let Ok(c_sql) = CString::new(sql) else {
-            return Extracted::ParseError("the SQL text contains a NUL byte".into());
-        };
-        unsafe {
-            let mut extracted: ffi::duckdb_extracted_statements = ptr::null_mut();
-            let count = ffi::duckdb_extract_statements(self.raw, c_sql.as_ptr(), &mut extracted);
-            let _guard = ExtractedGuard(extracted);
-            if count == 0 {
-                let err = ffi::duckdb_extract_statements_error(extracted);
-                if !err.is_null() {
-                    return Extracted::ParseError(
-                        CStr::from_ptr(err).to_string_lossy().into_owned(),
-                    );
-                }
-                return Extracted::Count(0);
-            }
-            if count != 1 {
-                return Extracted::Count(count as usize);
-            }
-            let mut prepared: ffi::duckdb_prepared_statement = ptr::null_mut();
-            let state =
-                ffi::duckdb_prepare_extracted_statement(self.raw, extracted, 0, &mut prepared);
-            let result = if state == ffi::DuckDBSuccess {
-                Extracted::One(ffi::duckdb_prepared_statement_type(prepared))
-            } else {
-                let err = ffi::duckdb_prepare_error(prepared);
-                let msg = if err.is_null() {
-                    "the statement could not be prepared".to_string()
-                } else {
-                    CStr::from_ptr(err).to_string_lossy().into_owned()
-                };
-                Extracted::BindError(msg)
-            };
-            ffi::duckdb_destroy_prepare(&mut prepared);
-            result
-        }
-    }
-
-    /// Interrupts whatever this raw connection runs (used by tests only).
-    #[allow(dead_code)]
-    pub fn interrupt(&self) {
-        unsafe { ffi::duckdb_interrupt(self.raw) }
-    }
-}
-
-struct ExtractedGuard(ffi::duckdb_extracted_statements);
-
-impl Drop for ExtractedGuard {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: created by duckdb_extract_statements, destroyed once.
-            unsafe { ffi::duckdb_destroy_extracted(&mut self.0) }
-        }
+    /// The C API handle, for the guard's parse shim. Valid while `self` lives.
+    pub fn as_ptr(&self) -> ffi::duckdb_connection {
+        self.raw
     }
 }
 

@@ -349,7 +349,8 @@ class Middleware:
                     for v in (role.secret_access_key, role.session_token)
                     if v
                 ]
-                return _json("200 OK", {"values": values}, start_response)
+                key_ids = [role.access_key_id for role in _assumed_roles()]
+                return _json("200 OK", {"values": values, "key_ids": key_ids}, start_response)
             if what == "reset-stats" and method == "POST":
                 self.state.reset()
                 return _json("200 OK", {"reset": True}, start_response)

@@ -1,0 +1,395 @@
+// DuckDB's own reading of a client's SQL, for the statement guard.
+//
+// The guard must decide from the same parse DuckDB will execute, never from a
+// second tokenizer (one disagreed with DuckDB's lexer about a no-break space
+// after a comment and hid whole function calls). DuckDB's C API offers no
+// parse tree, so this shim asks DuckDB's C++ parser directly and writes, for
+// each statement, its type and every part that holds expressions or table
+// references, serialized by DuckDB's own JSON serializer (the one behind
+// `json_serialize_sql`).
+//
+// The parse uses the connection's parser options but not its pragma handler:
+// parsing here has no side effects (ClientContext::ParseStatements would run
+// PRAGMA and IMPORT handling, which read files).
+
+#include "duckdb.hpp"
+#include "duckdb/main/client_context.hpp"
+#include "duckdb/main/connection.hpp"
+#include "duckdb/parser/parser.hpp"
+#include "duckdb/parser/statement/list.hpp"
+#include "duckdb/parser/parsed_data/create_info.hpp"
+#include "duckdb/parser/parsed_data/drop_info.hpp"
+#include "duckdb/parser/parsed_data/alter_info.hpp"
+#include "duckdb/parser/parsed_data/load_info.hpp"
+#include "duckdb/parser/expression/function_expression.hpp"
+#include "duckdb/parser/parsed_data/pragma_info.hpp"
+#include "duckdb/common/enums/catalog_type.hpp"
+#include "duckdb/common/enums/statement_type.hpp"
+#include "duckdb/planner/planner.hpp"
+#include "duckdb/planner/logical_operator_visitor.hpp"
+#include "duckdb/planner/operator/logical_get.hpp"
+#include "duckdb/planner/expression/list.hpp"
+#include "duckdb/common/error_data.hpp"
+#include "json_serializer.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace duckdb;
+using namespace duckdb_yyjson;
+
+namespace {
+
+// Adds `value`, serialized by DuckDB, to the array `parts`; a part that DuckDB
+// cannot serialize marks the statement unreadable (the guard then refuses).
+template <class T>
+void AddPart(yyjson_mut_doc *doc, yyjson_mut_val *parts, yyjson_mut_val *stmt, T &value) {
+	try {
+		auto v = JsonSerializer::Serialize(value, doc, true, true, true);
+		yyjson_mut_arr_append(parts, v);
+	} catch (std::exception &ex) {
+		yyjson_mut_obj_add_bool(doc, stmt, "unreadable", true);
+	}
+}
+
+template <class T>
+void AddParts(yyjson_mut_doc *doc, yyjson_mut_val *parts, yyjson_mut_val *stmt, vector<unique_ptr<T>> &values) {
+	for (auto &v : values) {
+		if (v) {
+			AddPart(doc, parts, stmt, *v);
+		}
+	}
+}
+
+void AddCteMap(yyjson_mut_doc *doc, yyjson_mut_val *parts, yyjson_mut_val *stmt, CommonTableExpressionMap &map) {
+	if (!map.map.empty()) {
+		AddPart(doc, parts, stmt, map);
+	}
+}
+
+void AddSetInfo(yyjson_mut_doc *doc, yyjson_mut_val *parts, yyjson_mut_val *stmt, UpdateSetInfo *info) {
+	if (!info) {
+		return;
+	}
+	if (info->condition) {
+		AddPart(doc, parts, stmt, *info->condition);
+	}
+	AddParts(doc, parts, stmt, info->expressions);
+}
+
+void AddTarget(yyjson_mut_doc *doc, yyjson_mut_val *stmt, const string &catalog, const string &schema,
+               const string &name) {
+	auto target = yyjson_mut_obj(doc);
+	yyjson_mut_obj_add_strcpy(doc, target, "catalog", catalog.c_str());
+	yyjson_mut_obj_add_strcpy(doc, target, "schema", schema.c_str());
+	yyjson_mut_obj_add_strcpy(doc, target, "name", name.c_str());
+	yyjson_mut_obj_add_val(doc, stmt, "target", target);
+}
+
+yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
+	auto stmt = yyjson_mut_obj(doc);
+	yyjson_mut_obj_add_strcpy(doc, stmt, "type", StatementTypeToString(statement.type).c_str());
+	auto parts = yyjson_mut_arr(doc);
+	switch (statement.type) {
+	case StatementType::SELECT_STATEMENT: {
+		auto &s = statement.Cast<SelectStatement>();
+		AddPart(doc, parts, stmt, s);
+		break;
+	}
+	case StatementType::EXPLAIN_STATEMENT: {
+		auto &s = statement.Cast<ExplainStatement>();
+		yyjson_mut_obj_add_bool(doc, stmt, "analyze", s.explain_type == ExplainType::EXPLAIN_ANALYZE);
+		if (s.stmt) {
+			yyjson_mut_obj_add_val(doc, stmt, "inner", Describe(doc, *s.stmt));
+			// DuckDB's own rendering of the explained statement, so the guard
+			// can have its plan checked like any query.
+			try {
+				yyjson_mut_obj_add_strcpy(doc, stmt, "inner_sql", s.stmt->ToString().c_str());
+			} catch (std::exception &ex) {
+				yyjson_mut_obj_add_bool(doc, stmt, "unreadable", true);
+			}
+		}
+		break;
+	}
+	case StatementType::INSERT_STATEMENT: {
+		auto &s = statement.Cast<InsertStatement>();
+		AddTarget(doc, stmt, s.catalog, s.schema, s.table);
+		AddCteMap(doc, parts, stmt, s.cte_map);
+		if (s.select_statement) {
+			AddPart(doc, parts, stmt, *s.select_statement);
+		}
+		if (s.table_ref) {
+			AddPart(doc, parts, stmt, *s.table_ref);
+		}
+		AddParts(doc, parts, stmt, s.returning_list);
+		if (s.on_conflict_info) {
+			if (s.on_conflict_info->condition) {
+				AddPart(doc, parts, stmt, *s.on_conflict_info->condition);
+			}
+			AddSetInfo(doc, parts, stmt, s.on_conflict_info->set_info.get());
+		}
+		break;
+	}
+	case StatementType::UPDATE_STATEMENT: {
+		auto &s = statement.Cast<UpdateStatement>();
+		AddCteMap(doc, parts, stmt, s.cte_map);
+		if (s.table) {
+			AddPart(doc, parts, stmt, *s.table);
+		}
+		if (s.from_table) {
+			AddPart(doc, parts, stmt, *s.from_table);
+		}
+		AddSetInfo(doc, parts, stmt, s.set_info.get());
+		AddParts(doc, parts, stmt, s.returning_list);
+		break;
+	}
+	case StatementType::DELETE_STATEMENT: {
+		auto &s = statement.Cast<DeleteStatement>();
+		AddCteMap(doc, parts, stmt, s.cte_map);
+		if (s.table) {
+			AddPart(doc, parts, stmt, *s.table);
+		}
+		if (s.condition) {
+			AddPart(doc, parts, stmt, *s.condition);
+		}
+		AddParts(doc, parts, stmt, s.using_clauses);
+		AddParts(doc, parts, stmt, s.returning_list);
+		break;
+	}
+	case StatementType::CREATE_STATEMENT: {
+		auto &s = statement.Cast<CreateStatement>();
+		auto &info = *s.info;
+		yyjson_mut_obj_add_strcpy(doc, stmt, "object", CatalogTypeToString(info.type).c_str());
+		yyjson_mut_obj_add_bool(doc, stmt, "temporary", info.temporary);
+		yyjson_mut_obj_add_bool(doc, stmt, "replace", info.on_conflict == OnCreateConflict::REPLACE_ON_CONFLICT);
+		AddTarget(doc, stmt, info.catalog, info.schema, "");
+		AddPart(doc, parts, stmt, info);
+		break;
+	}
+	case StatementType::DROP_STATEMENT: {
+		auto &s = statement.Cast<DropStatement>();
+		auto &info = *s.info;
+		yyjson_mut_obj_add_strcpy(doc, stmt, "object", CatalogTypeToString(info.type).c_str());
+		AddTarget(doc, stmt, info.catalog, info.schema, info.name);
+		break;
+	}
+	case StatementType::ALTER_STATEMENT: {
+		auto &s = statement.Cast<AlterStatement>();
+		auto &info = *s.info;
+		yyjson_mut_obj_add_strcpy(doc, stmt, "object", CatalogTypeToString(info.GetCatalogType()).c_str());
+		AddTarget(doc, stmt, info.catalog, info.schema, info.name);
+		AddPart(doc, parts, stmt, info);
+		break;
+	}
+	case StatementType::SET_STATEMENT: {
+		// Only to name the refusal: SET, RESET or USE.
+		auto &s = statement.Cast<SetStatement>();
+		const char *verb = s.set_type == SetType::RESET  ? "RESET"
+		                   : s.scope == SetScope::VARIABLE ? "SET VARIABLE"
+		                   : s.name == "schema"            ? "USE"
+		                                                   : "SET";
+		yyjson_mut_obj_add_str(doc, stmt, "verb", verb);
+		break;
+	}
+	case StatementType::CALL_STATEMENT: {
+		// CHECKPOINT is a CALL of checkpoint(): name it so.
+		auto &s = statement.Cast<CallStatement>();
+		const char *verb = "CALL";
+		if (s.function && s.function->GetExpressionClass() == ExpressionClass::FUNCTION) {
+			auto &name = s.function->Cast<FunctionExpression>().function_name;
+			if (name == "checkpoint" || name == "force_checkpoint") {
+				verb = "CHECKPOINT";
+			}
+		}
+		yyjson_mut_obj_add_str(doc, stmt, "verb", verb);
+		break;
+	}
+	case StatementType::LOAD_STATEMENT: {
+		auto &s = statement.Cast<LoadStatement>();
+		yyjson_mut_obj_add_str(doc, stmt, "verb", s.info->load_type == LoadType::LOAD ? "LOAD" : "INSTALL");
+		break;
+	}
+	case StatementType::PRAGMA_STATEMENT: {
+		auto &s = statement.Cast<PragmaStatement>();
+		auto &name = s.info->name;
+		const char *verb = name == "import_database" ? "IMPORT DATABASE"
+		                   : name == "copy_database" ? "COPY DATABASE"
+		                   : (name == "checkpoint" || name == "force_checkpoint") ? "CHECKPOINT"
+		                                                                           : "PRAGMA";
+		yyjson_mut_obj_add_str(doc, stmt, "verb", verb);
+		break;
+	}
+	default:
+		// Every other kind is judged by its type alone.
+		break;
+	}
+	yyjson_mut_obj_add_val(doc, stmt, "parts", parts);
+	return stmt;
+}
+
+char *CopyOut(const char *data, size_t len) {
+	auto out = static_cast<char *>(malloc(len + 1));
+	if (!out) {
+		return nullptr;
+	}
+	memcpy(out, data, len);
+	out[len] = '\0';
+	return out;
+}
+
+// Every function a bound plan calls and every table function it scans, with
+// views and macros expanded (the binder did that).
+class PlanNames : public LogicalOperatorVisitor {
+public:
+	vector<string> functions;
+	vector<string> tables;
+	bool unreadable = false;
+
+	void VisitOperator(LogicalOperator &op) override {
+		if (op.type == LogicalOperatorType::LOGICAL_GET) {
+			tables.push_back(op.Cast<LogicalGet>().function.name);
+		}
+		VisitOperatorExpressions(op);
+		VisitOperatorChildren(op);
+	}
+
+protected:
+	unique_ptr<Expression> VisitReplace(BoundFunctionExpression &expr, unique_ptr<Expression> *) override {
+		functions.push_back(expr.function.name);
+		VisitExpressionChildren(expr);
+		return nullptr;
+	}
+	unique_ptr<Expression> VisitReplace(BoundAggregateExpression &expr, unique_ptr<Expression> *) override {
+		functions.push_back(expr.function.name);
+		VisitExpressionChildren(expr);
+		return nullptr;
+	}
+	unique_ptr<Expression> VisitReplace(BoundWindowExpression &expr, unique_ptr<Expression> *) override {
+		if (expr.aggregate) {
+			functions.push_back(expr.aggregate->name);
+		}
+		VisitExpressionChildren(expr);
+		return nullptr;
+	}
+	unique_ptr<Expression> VisitReplace(BoundSubqueryExpression &expr, unique_ptr<Expression> *) override {
+		// A subquery the planner left unplanned: its body is not visible here.
+		unreadable = true;
+		return nullptr;
+	}
+};
+
+void AddStrings(yyjson_mut_doc *doc, yyjson_mut_val *obj, const char *key, const vector<string> &values) {
+	auto arr = yyjson_mut_arr(doc);
+	for (auto &v : values) {
+		yyjson_mut_arr_add_strcpy(doc, arr, v.c_str());
+	}
+	yyjson_mut_obj_add_val(doc, obj, key, arr);
+}
+
+char *WriteOut(yyjson_mut_doc *doc) {
+	size_t len = 0;
+	char *text = yyjson_mut_write(doc, 0, &len);
+	char *out = text ? CopyOut(text, len) : nullptr;
+	free(text);
+	yyjson_mut_doc_free(doc);
+	return out;
+}
+
+} // namespace
+
+extern "C" {
+
+// Binds `sql` (one statement) on `connection` in a transaction of its own and
+// lists what its plan calls and scans, unoptimized: {"functions": [...],
+// "tables": [...], "unreadable": bool}, or {"error": ..., "error_type": ...}.
+// Binding may read files (a reader's schema): call it only after the paths
+// passed the guard. Never throws.
+char *duckgate_plan_names(void *connection, const char *sql) {
+	yyjson_mut_doc *doc = yyjson_mut_doc_new(nullptr);
+	if (!doc) {
+		return nullptr;
+	}
+	auto root = yyjson_mut_obj(doc);
+	yyjson_mut_doc_set_root(doc, root);
+	try {
+		auto conn = reinterpret_cast<Connection *>(connection);
+		auto &context = *conn->context;
+		PlanNames names;
+		context.RunFunctionInTransaction([&]() {
+			Parser parser(context.GetParserOptions());
+			parser.ParseQuery(string(sql));
+			if (parser.statements.size() != 1) {
+				throw InvalidInputException("expected exactly one statement");
+			}
+			Planner planner(context);
+			planner.CreatePlan(std::move(parser.statements[0]));
+			if (planner.plan) {
+				names.VisitOperator(*planner.plan);
+			}
+		});
+		AddStrings(doc, root, "functions", names.functions);
+		AddStrings(doc, root, "tables", names.tables);
+		yyjson_mut_obj_add_bool(doc, root, "unreadable", names.unreadable);
+	} catch (std::exception &ex) {
+		ErrorData error(ex);
+		root = yyjson_mut_obj(doc);
+		yyjson_mut_doc_set_root(doc, root);
+		yyjson_mut_obj_add_strcpy(doc, root, "error", error.RawMessage().c_str());
+		yyjson_mut_obj_add_strcpy(doc, root, "error_type", Exception::ExceptionTypeToString(error.Type()).c_str());
+	} catch (...) {
+		root = yyjson_mut_obj(doc);
+		yyjson_mut_doc_set_root(doc, root);
+		yyjson_mut_obj_add_str(doc, root, "error", "the statement could not be bound");
+		yyjson_mut_obj_add_str(doc, root, "error_type", "Binder");
+	}
+	return WriteOut(doc);
+}
+
+
+// Describes every statement of `sql` (NUL-terminated) as read by DuckDB's
+// parser with the connection's parser options. Returns a malloc'd JSON text
+// that the caller frees with `duckgate_describe_free`, or NULL when memory
+// runs out. Never throws: a parse error is a document `{"error": "..."}`.
+char *duckgate_describe_sql(void *connection, const char *sql) {
+	yyjson_mut_doc *doc = yyjson_mut_doc_new(nullptr);
+	if (!doc) {
+		return nullptr;
+	}
+	auto root = yyjson_mut_obj(doc);
+	yyjson_mut_doc_set_root(doc, root);
+	try {
+		ParserOptions options;
+		if (connection) {
+			auto conn = reinterpret_cast<Connection *>(connection);
+			options = conn->context->GetParserOptions();
+		}
+		Parser parser(options);
+		parser.ParseQuery(string(sql));
+		auto statements = yyjson_mut_arr(doc);
+		for (auto &statement : parser.statements) {
+			yyjson_mut_arr_append(statements, Describe(doc, *statement));
+		}
+		yyjson_mut_obj_add_val(doc, root, "statements", statements);
+	} catch (std::exception &ex) {
+		ErrorData error(ex);
+		root = yyjson_mut_obj(doc);
+		yyjson_mut_doc_set_root(doc, root);
+		yyjson_mut_obj_add_strcpy(doc, root, "error", error.Message().c_str());
+	} catch (...) {
+		root = yyjson_mut_obj(doc);
+		yyjson_mut_doc_set_root(doc, root);
+		yyjson_mut_obj_add_str(doc, root, "error", "the SQL text could not be parsed");
+	}
+	size_t len = 0;
+	char *text = yyjson_mut_write(doc, 0, &len);
+	char *out = text ? CopyOut(text, len) : nullptr;
+	free(text);
+	yyjson_mut_doc_free(doc);
+	return out;
+}
+
+void duckgate_describe_free(char *text) {
+	free(text);
+}
+
+} // extern "C"

@@ -1,0 +1,131 @@
+//! DuckDB's own parse of a client's SQL, through the C++ shim in
+//! `describe.cpp` (DuckDB's C API has no parse tree). Parsing has no side
+//! effects: no pragma handler runs, nothing is bound, no file is touched.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+
+use serde::Deserialize;
+
+use crate::engine::ffi::RawConnection;
+
+extern "C" {
+    fn duckgate_describe_sql(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
+    fn duckgate_plan_names(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
+    fn duckgate_describe_free(text: *mut c_char);
+}
+
+/// What a bound plan calls and scans (views and macros expanded).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PlanNames {
+    /// Scalar, aggregate and window functions, by DuckDB's name.
+    #[serde(default)]
+    pub functions: Vec<String>,
+    /// Table functions scanned (`seq_scan` for tables).
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Part of the plan could not be walked.
+    #[serde(default)]
+    pub unreadable: bool,
+    /// The binder's error, if binding failed.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Its class, e.g. `Catalog`, `Binder`.
+    #[serde(default)]
+    pub error_type: Option<String>,
+}
+
+/// Calls a shim function that takes a connection and SQL and returns a
+/// malloc'd JSON text, and parses the answer.
+fn call_shim<T: serde::de::DeserializeOwned>(
+    f: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_char,
+    conn: &RawConnection,
+    sql: &str,
+) -> Result<T, DescribeError> {
+    let c_sql = CString::new(sql).map_err(|_| DescribeError::Nul)?;
+    // SAFETY: `conn.as_ptr()` is a live duckdb_connection (a `duckdb::Connection*`
+    // in DuckDB's C API) owned by `conn`, used by this thread alone for the
+    // call (the pool hands a slot to one request at a time); `c_sql` is
+    // NUL-terminated and outlives the call. The shim catches every C++
+    // exception and returns NULL or a malloc'd NUL-terminated string.
+    let text = unsafe { f(conn.as_ptr().cast(), c_sql.as_ptr()) };
+    if text.is_null() {
+        return Err(DescribeError::Internal(
+            "out of memory in the parse shim".into(),
+        ));
+    }
+    // SAFETY: non-null and NUL-terminated (above); copied before it is freed.
+    let json = unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: allocated by the shim, freed exactly once, not used afterwards.
+    unsafe { duckgate_describe_free(text) };
+    serde_json::from_str(&json).map_err(|e| DescribeError::Internal(e.to_string()))
+}
+
+/// Binds `sql` on `conn` and lists what its plan calls. Binding may read
+/// files: only for SQL whose paths the guard has admitted.
+pub fn plan_names(conn: &RawConnection, sql: &str) -> Result<PlanNames, DescribeError> {
+    call_shim(duckgate_plan_names, conn, sql)
+}
+
+/// One statement as DuckDB's parser read it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Statement {
+    /// DuckDB's statement type, e.g. `SELECT`, `CREATE`, `EXPLAIN`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Every part that holds expressions or table references, serialized by
+    /// DuckDB (the statement itself for SELECT, the create info for CREATE,
+    /// ...). The guard walks all of them.
+    #[serde(default)]
+    pub parts: Vec<serde_json::Value>,
+    /// The catalog type a CREATE, DROP or ALTER acts on, e.g. `TABLE`.
+    #[serde(default)]
+    pub object: Option<String>,
+    /// CREATE TEMP ...
+    #[serde(default)]
+    pub temporary: bool,
+    /// Set when a part could not be serialized: the guard cannot see it.
+    #[serde(default)]
+    pub unreadable: bool,
+    /// EXPLAIN ANALYZE (runs the statement).
+    #[serde(default)]
+    pub analyze: bool,
+    /// A finer name for refusals: `RESET`, `USE`, `INSTALL`, `CHECKPOINT`...
+    #[serde(default)]
+    pub verb: Option<String>,
+    /// The statement an EXPLAIN explains.
+    #[serde(default)]
+    pub inner: Option<Box<Statement>>,
+    /// DuckDB's rendering of `inner` as SQL text.
+    #[serde(default)]
+    pub inner_sql: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Document {
+    #[serde(default)]
+    statements: Vec<Statement>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// Why the SQL could not be described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescribeError {
+    /// DuckDB's parser rejected the text.
+    Parse(String),
+    /// The text holds a NUL byte (DuckDB would read only the part before it).
+    Nul,
+    /// The shim's answer was not understood (a bug; refused).
+    Internal(String),
+}
+
+/// Parses `sql` with DuckDB's parser, using `conn`'s parser options.
+pub fn describe(conn: &RawConnection, sql: &str) -> Result<Vec<Statement>, DescribeError> {
+    let doc: Document = call_shim(duckgate_describe_sql, conn, sql)?;
+    match doc.error {
+        Some(e) => Err(DescribeError::Parse(e)),
+        None => Ok(doc.statements),
+    }
+}

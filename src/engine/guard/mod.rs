@@ -1,0 +1,266 @@
+//! The statement guard: what a client's SQL is, read by DuckDB's own parser,
+//! and whether the policy admits it. Nothing reaches `prepare` or `execute`
+//! on a pooled connection before this has accepted it.
+//!
+//! One reading of the SQL, DuckDB's, in two layers:
+//! 1. **Parse tree** ([`describe`], DuckDB's C++ parser through a shim; no
+//!    side effects). It gives the statement count and type, the object of a
+//!    CREATE/DROP/ALTER, and every expression and table reference, which are
+//!    checked against the allow-list ([`functions`]) and the path rules
+//!    ([`paths`]) before anything is bound. Where the tree cannot be read,
+//!    the statement is refused.
+//! 2. **Bound plan** (DuckDB's `json_serialize_plan`) for queries: views and
+//!    macros expanded, so a view over a refused function is refused too.
+//!    Binding may read files, which is why it comes after the paths passed.
+//!
+//! Allow, don't deny: statement kinds, functions, internal views and URL
+//! forms not named as allowed are refused.
+
+pub mod describe;
+pub mod functions;
+pub mod paths;
+pub mod tree;
+
+use crate::config::Policy;
+use crate::engine::ffi::RawConnection;
+use describe::{DescribeError, Statement};
+use paths::PathRules;
+
+/// What the guard enforces.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    /// Which statement kinds clients may run.
+    pub policy: Policy,
+    /// Where queries may read.
+    pub paths: PathRules,
+}
+
+/// A statement the guard accepted.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    /// Human name of the statement kind, e.g. `SELECT`, `CREATE TABLE`.
+    pub kind: String,
+    /// Whether the statement only reads (queries may be retried).
+    pub read_only: bool,
+}
+
+/// Why the guard refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not SQL DuckDB can parse.
+    Parse(String),
+    /// Parsed, but binding failed (unknown table, wrong types, ...).
+    Bind(String),
+    /// Zero or several statements.
+    StatementCount(usize),
+    /// A kind, function, table or path the policy does not admit.
+    Forbidden { kind: String, reason: String },
+}
+
+fn forbid(kind: impl Into<String>, reason: impl Into<String>) -> Refusal {
+    Refusal::Forbidden {
+        kind: kind.into(),
+        reason: reason.into(),
+    }
+}
+
+const READ_ONLY: &str = "the read-only policy admits queries only";
+
+/// Classifies `sql` and applies `rules`. `raw` is the parser twin of the
+/// pooled connection the statement will run on (same database and catalog).
+pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, Refusal> {
+    let statements = describe::describe(raw, sql).map_err(|e| match e {
+        DescribeError::Parse(msg) => Refusal::Parse(msg),
+        DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        DescribeError::Internal(msg) => {
+            tracing::error!(error.cause = %msg, "the guard's parse shim answered unreadably");
+            forbid("statement", "the guard could not read it")
+        }
+    })?;
+    let [statement] = statements.as_slice() else {
+        return Err(Refusal::StatementCount(statements.len()));
+    };
+    let accepted = judge(statement, rules, 0)?;
+    if statement.kind == "SELECT" {
+        check_plan(raw, sql)?;
+    } else if is_query(statement) {
+        let inner = statement
+            .inner_sql
+            .as_deref()
+            .ok_or_else(|| forbid("EXPLAIN", "the guard could not read the explained query"))?;
+        check_plan(raw, inner)?;
+    }
+    Ok(accepted)
+}
+
+fn is_query(s: &Statement) -> bool {
+    match s.kind.as_str() {
+        "SELECT" => true,
+        "EXPLAIN" => s.inner.as_deref().is_some_and(is_query),
+        _ => false,
+    }
+}
+
+/// The parse-tree layer.
+fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
+    let kind = kind_name(s);
+    if s.unreadable {
+        return Err(forbid(kind, "the guard cannot read every part of it"));
+    }
+    let check_parts = || {
+        s.parts.iter().try_for_each(|p| {
+            tree::check_parse_tree(p, &rules.paths).map_err(|f| {
+                forbid(
+                    f.what.clone(),
+                    format!("{} (in {kind})", f.reason).replace(" (in SELECT)", ""),
+                )
+            })
+        })
+    };
+    let writes = |kind: String| -> Result<Accepted, Refusal> {
+        match rules.policy {
+            Policy::ReadOnly => Err(forbid(kind, READ_ONLY)),
+            Policy::ReadWrite => Ok(Accepted {
+                kind,
+                read_only: false,
+            }),
+        }
+    };
+    match s.kind.as_str() {
+        "SELECT" => {
+            check_parts()?;
+            Ok(Accepted {
+                kind,
+                read_only: true,
+            })
+        }
+        "EXPLAIN" => {
+            let Some(inner) = s.inner.as_deref().filter(|_| depth == 0) else {
+                return Err(forbid(kind, "only one EXPLAIN of one statement"));
+            };
+            let accepted = judge(inner, rules, depth + 1)?;
+            Ok(Accepted {
+                kind: format!("{kind} {}", accepted.kind),
+                read_only: accepted.read_only,
+            })
+        }
+        "INSERT" | "UPDATE" | "DELETE" => {
+            if rules.policy == Policy::ReadOnly {
+                return Err(forbid(kind, READ_ONLY));
+            }
+            check_parts()?;
+            writes(kind)
+        }
+        "CREATE" | "DROP" | "ALTER" => {
+            let object = s.object.as_deref().unwrap_or("");
+            match object {
+                "Secret" => return Err(forbid(
+                    kind,
+                    "secrets belong to the gateway; clients may not create, replace or drop them",
+                )),
+                "Macro Function" | "Table Macro Function" => {
+                    return Err(forbid(
+                        kind,
+                        "macros would change what function names mean for every client",
+                    ))
+                }
+                "Table" | "View" | "Schema" | "Sequence" | "Index" | "Type" => {}
+                _ => {
+                    return Err(forbid(
+                        kind,
+                        "only tables, views, schemas, sequences, indexes and types may be changed",
+                    ))
+                }
+            }
+            if s.temporary {
+                return Err(forbid(
+                    kind,
+                    "temporary objects live on one pooled connection, which the next request \
+                     may not get; create a regular object instead",
+                ));
+            }
+            if rules.policy == Policy::ReadOnly {
+                return Err(forbid(kind, READ_ONLY));
+            }
+            check_parts()?;
+            writes(kind)
+        }
+        _ => Err(forbid(kind, refusal_reason(&s.kind))),
+    }
+}
+
+fn refusal_reason(kind: &str) -> &'static str {
+    match kind {
+        "TRANSACTION" => "each request is its own transaction",
+        "CALL" => "CALL is not available to clients; use SELECT * FROM function(...)",
+        "MULTI" => {
+            "DuckDB expands this into several statements (a PIVOT without an IN list \
+             creates a type first); list the pivot values with IN (...)"
+        }
+        _ => "this statement kind is never available to clients",
+    }
+}
+
+/// A human name for the statement, e.g. `CREATE TABLE`, `DESCRIBE`.
+fn kind_name(s: &Statement) -> String {
+    match s.kind.as_str() {
+        "CREATE" | "DROP" | "ALTER" => match s.object.as_deref() {
+            Some("Macro Function" | "Table Macro Function") => format!("{} MACRO", s.kind),
+            Some(o) if !o.is_empty() => {
+                let temp = if s.temporary { "TEMP " } else { "" };
+                format!("{} {temp}{}", s.kind, o.to_ascii_uppercase())
+            }
+            _ => s.kind.clone(),
+        },
+        "SELECT" => select_kind(s),
+        "EXPLAIN" if s.analyze => "EXPLAIN ANALYZE".into(),
+        _ if s.verb.is_some() => s.verb.clone().unwrap_or_default(),
+        "VARIABLE_SET" => "SET VARIABLE".into(),
+        "COPY_DATABASE" => "COPY DATABASE".into(),
+        "EXPORT" => "EXPORT DATABASE".into(),
+        "CREATE_FUNC" => "CREATE FUNCTION".into(),
+        "UPDATE_EXTENSIONS" => "UPDATE EXTENSIONS".into(),
+        "MERGE_INTO" => "MERGE INTO".into(),
+        other => other.to_string(),
+    }
+}
+
+/// DESCRIBE, SHOW and SUMMARIZE are SELECTs over a show reference.
+fn select_kind(s: &Statement) -> String {
+    let show = s
+        .parts
+        .first()
+        .and_then(|p| p.pointer("/node/from_table"))
+        .filter(|t| t.get("type").and_then(|v| v.as_str()) == Some("SHOW_REF"))
+        .and_then(|t| t.get("show_type"))
+        .and_then(|v| v.as_str());
+    match show {
+        Some("SUMMARY") => "SUMMARIZE".into(),
+        Some("DESCRIBE") => "DESCRIBE".into(),
+        Some(other) => other.to_string(),
+        None => "SELECT".into(),
+    }
+}
+
+/// The plan layer: DuckDB binds the query (views and macros expanded) and the
+/// guard checks what it would scan and call. A bind error is the client's.
+fn check_plan(raw: &RawConnection, sql: &str) -> Result<(), Refusal> {
+    let plan = describe::plan_names(raw, sql).map_err(|e| match e {
+        DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        other => {
+            tracing::error!(error.cause = ?other, "the guard's plan shim answered unreadably");
+            forbid("SELECT", "the guard could not read its plan")
+        }
+    })?;
+    if let Some(message) = plan.error {
+        let class = plan.error_type.unwrap_or_else(|| "Binder".into());
+        return Err(Refusal::Bind(format!("{class} Error: {message}")));
+    }
+    if plan.unreadable {
+        return Err(forbid("SELECT", "the guard could not read its whole plan"));
+    }
+    tree::check_plan_names(&plan.functions, &plan.tables).map_err(|f| forbid(f.what, f.reason))
+}
+
+#[cfg(test)]
+mod tests;

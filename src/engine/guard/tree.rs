@@ -1,0 +1,242 @@
+//! Walks DuckDB's serialized parse trees (from `describe`) and bound plans
+//! (from `json_serialize_plan`) and checks every function, table function,
+//! table reference and path against the allow-list and the path rules.
+
+use serde_json::{Map, Value};
+
+use super::functions::{self, Verdict};
+use super::paths::PathRules;
+
+/// A refusal found in a tree: what was named, and why it is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// e.g. `function current_setting()`, `table duckdb_logs`, `path 's3://…'`.
+    pub what: String,
+    pub reason: String,
+}
+
+fn refuse(what: String, reason: impl Into<String>) -> Finding {
+    Finding {
+        what,
+        reason: reason.into(),
+    }
+}
+
+const NOT_LISTED: &str = "not on the gateway's allow-list of functions";
+
+/// Checks a parse tree: functions by name, table functions and their path
+/// arguments, table references.
+pub fn check_parse_tree(value: &Value, rules: &PathRules) -> Result<(), Finding> {
+    match value {
+        Value::Object(map) => check_parse_object(map, rules),
+        Value::Array(items) => items.iter().try_for_each(|v| check_parse_tree(v, rules)),
+        _ => Ok(()),
+    }
+}
+
+fn check_parse_object(map: &Map<String, Value>, rules: &PathRules) -> Result<(), Finding> {
+    let str_of = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or("");
+    if map.contains_key("class") {
+        // A parsed expression.
+        if matches!(str_of("class"), "FUNCTION" | "WINDOW") {
+            scalar_call(str_of("function_name"), str_of("schema"), str_of("catalog"))?;
+        }
+    } else {
+        match str_of("type") {
+            "TABLE_FUNCTION" => {
+                if let Some(Value::Object(function)) = map.get("function") {
+                    table_call(function, rules)?;
+                    // Arguments are expressions like any other.
+                    if let Some(args) = function.get("children") {
+                        check_parse_tree(args, rules)?;
+                    }
+                }
+                for (k, v) in map {
+                    if k != "function" {
+                        check_parse_tree(v, rules)?;
+                    }
+                }
+                return Ok(());
+            }
+            "BASE_TABLE" => table_ref(
+                str_of("catalog_name"),
+                str_of("schema_name"),
+                str_of("table_name"),
+                rules,
+            )?,
+            _ => {}
+        }
+    }
+    map.values().try_for_each(|v| check_parse_tree(v, rules))
+}
+
+fn qualified(schema: &str, catalog: &str) -> bool {
+    !(catalog.is_empty() && (schema.is_empty() || schema == "main"))
+}
+
+fn scalar_call(name: &str, schema: &str, catalog: &str) -> Result<(), Finding> {
+    let what = format!("function {name}()");
+    if qualified(schema, catalog) {
+        return Err(refuse(
+            what,
+            "functions may not be qualified with a catalog or schema",
+        ));
+    }
+    match functions::lookup(name) {
+        Some(e) if matches!(e.verdict, Verdict::Allow | Verdict::Table) => Ok(()),
+        Some(e) if e.verdict == Verdict::Refuse => Err(refuse(what, e.reason.clone())),
+        Some(_) => Err(refuse(what, "callable only as a table function")),
+        None => Err(refuse(what, NOT_LISTED)),
+    }
+}
+
+fn table_call(function: &Map<String, Value>, rules: &PathRules) -> Result<(), Finding> {
+    let s = |k: &str| function.get(k).and_then(Value::as_str).unwrap_or("");
+    let name = s("function_name");
+    let what = format!("function {name}()");
+    if qualified(s("schema"), s("catalog")) {
+        return Err(refuse(
+            what,
+            "functions may not be qualified with a catalog or schema",
+        ));
+    }
+    let verdict = functions::lookup(name).map(|e| (e.verdict, e.reason.clone()));
+    match verdict {
+        Some((Verdict::Table, _)) => Ok(()),
+        Some((Verdict::Reader, _)) => reader_arguments(name, function, rules),
+        Some((Verdict::Refuse, reason)) => Err(refuse(what, reason)),
+        Some(_) => Err(refuse(what, "not a table function clients may call")),
+        None => Err(refuse(what, NOT_LISTED)),
+    }
+}
+
+/// A reader's positional argument must be one literal path or a literal list
+/// of them; named options follow. Computed paths are refused: the guard
+/// checks exactly the text DuckDB will open.
+fn reader_arguments(
+    name: &str,
+    function: &Map<String, Value>,
+    rules: &PathRules,
+) -> Result<(), Finding> {
+    let what = format!("function {name}()");
+    let children = function
+        .get("children")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let positional: Vec<&Value> = children
+        .iter()
+        .filter(|c| {
+            c.get("alias")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+        })
+        .collect();
+    let [first] = positional.as_slice() else {
+        return Err(refuse(
+            what,
+            "a reader takes exactly one path or list of paths, then named options",
+        ));
+    };
+    let paths = literal_paths(first).ok_or_else(|| {
+        refuse(
+            what.clone(),
+            "paths must be string literals (or a list of them), not computed",
+        )
+    })?;
+    for p in paths {
+        rules
+            .check(p)
+            .map_err(|reason| refuse(format!("path '{p}'"), reason))?;
+    }
+    Ok(())
+}
+
+fn literal_paths(v: &Value) -> Option<Vec<&str>> {
+    let class = v.get("class").and_then(Value::as_str)?;
+    match class {
+        "CONSTANT" => {
+            let value = v.get("value")?;
+            let id = value.pointer("/type/id").and_then(Value::as_str)?;
+            if id == "VARCHAR" && !value.get("is_null")?.as_bool()? {
+                Some(vec![value.get("value")?.as_str()?])
+            } else {
+                None
+            }
+        }
+        "FUNCTION" if v.get("function_name").and_then(Value::as_str) == Some("list_value") => {
+            let mut out = Vec::new();
+            for c in v.get("children")?.as_array()? {
+                out.extend(literal_paths(c)?);
+            }
+            Some(out)
+        }
+        _ => None,
+    }
+}
+
+/// Schemas that hold DuckDB's internal views.
+const INTERNAL_SCHEMAS: &[&str] = &["information_schema", "pg_catalog"];
+
+fn table_ref(catalog: &str, schema: &str, name: &str, rules: &PathRules) -> Result<(), Finding> {
+    let lower_catalog = catalog.to_ascii_lowercase();
+    if matches!(lower_catalog.as_str(), "system" | "temp") {
+        return Err(refuse(
+            format!("table {catalog}.{schema}.{name}"),
+            "DuckDB's internal catalogs are not readable",
+        ));
+    }
+    // A name DuckDB will treat as a file (a replacement scan): a path.
+    if catalog.is_empty() && schema.is_empty() && name.contains(['/', ':', '.', '~']) {
+        return rules
+            .check(name)
+            .map_err(|reason| refuse(format!("path '{name}'"), reason));
+    }
+    let schema_l = if schema.is_empty() {
+        "main".to_string()
+    } else {
+        schema.to_ascii_lowercase()
+    };
+    let key = format!("{schema_l}.{}", name.to_ascii_lowercase());
+    match functions::lookup(&key).map(|e| (e.verdict, e.reason.clone())) {
+        Some((Verdict::View, _)) => Ok(()),
+        Some((_, reason)) => Err(refuse(format!("view {key}"), reason)),
+        None if INTERNAL_SCHEMAS.contains(&schema_l.as_str()) => Err(refuse(
+            format!("view {key}"),
+            "not on the gateway's allow-list of internal views",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks what a bound plan calls (`functions`) and scans (`tables`): every
+/// one must be allowed. Table scans are `seq_scan`.
+pub fn check_plan_names(functions: &[String], tables: &[String]) -> Result<(), Finding> {
+    for name in tables {
+        if name == "seq_scan" {
+            continue;
+        }
+        match functions::lookup(name).map(|e| e.verdict) {
+            Some(Verdict::Table | Verdict::Reader) => {}
+            _ => {
+                return Err(refuse(
+                    format!("function {name}()"),
+                    "the query reads a table function that is not allowed",
+                ))
+            }
+        }
+    }
+    for name in functions {
+        match functions::lookup(name).map(|e| e.verdict) {
+            Some(Verdict::Allow | Verdict::Table) => {}
+            _ => {
+                return Err(refuse(
+                    format!("function {name}()"),
+                    "the query calls a function that is not allowed",
+                ))
+            }
+        }
+    }
+    Ok(())
+}

@@ -88,15 +88,31 @@ pub struct EngineConfig {
     pub database: Option<PathBuf>,
 
     /// Directory for the gateway's own files: DuckDB's secret directory
-    /// (`<dir>/secrets`, wiped at start-up) and spill files (`<dir>/tmp`).
-    /// Queries may read files under it.
+    /// (`<dir>/secrets`, wiped at start-up), spill files (`<dir>/tmp`) and the
+    /// default readable directory (`<dir>/files`).
     #[arg(long, env = "DUCKGATE_DATA_DIR", default_value = "duckgate-data")]
     pub data_dir: PathBuf,
+
+    /// The one local directory queries may read files from (absolute paths
+    /// inside it only). Default: `<data dir>/files`. The rest of the data
+    /// directory (spill files, secrets, spool) is never readable.
+    #[arg(long, env = "DUCKGATE_FILES_DIR")]
+    pub files_dir: Option<PathBuf>,
+
+    /// Time zone of TIMESTAMPTZ values and time zone functions (ICU).
+    #[arg(long, env = "DUCKGATE_TIMEZONE", default_value = "UTC")]
+    pub timezone: String,
 
     /// Number of pooled DuckDB connections, i.e. queries that run at once.
     /// Default: the number of cores.
     #[arg(long, env = "DUCKGATE_POOL_SIZE", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub pool_size: Option<u32>,
+
+    /// How many pooled connections that do not come back after an interrupt
+    /// (a hung S3 read inside DuckDB) may be replaced by fresh ones at once.
+    /// Default: the pool size.
+    #[arg(long, env = "DUCKGATE_POOL_SPARES", value_parser = clap::value_parser!(u32).range(0..=1024))]
+    pub pool_spares: Option<u32>,
 
     /// How long a request waits for a pooled connection before it gets 503.
     #[arg(long, env = "DUCKGATE_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
@@ -137,8 +153,9 @@ pub struct EngineConfig {
 pub enum Policy {
     /// SELECT, WITH, VALUES, FROM-first, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN, PIVOT.
     ReadOnly,
-    /// Adds INSERT, UPDATE, DELETE and CREATE/DROP of tables, views, schemas,
-    /// macros, sequences and indexes.
+    /// Adds INSERT, UPDATE, DELETE and CREATE/DROP/ALTER of tables, views,
+    /// schemas, sequences, indexes and types (never temporary objects or
+    /// macros: they would carry state between clients).
     ReadWrite,
 }
 
@@ -169,6 +186,12 @@ pub struct LimitsConfig {
     #[arg(long, env = "DUCKGATE_MAX_RESULT_BYTES", default_value_t = 4 << 30, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_result_bytes: u64,
 
+    /// Largest single value (a string or blob, or a one-row result) the
+    /// gateway encodes; a larger one fails the query with 422 before it is
+    /// buffered.
+    #[arg(long, env = "DUCKGATE_MAX_VALUE_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
+    pub max_value_bytes: u64,
+
     /// Largest request body.
     #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(64..=(1 << 30)))]
     pub max_body_bytes: u64,
@@ -176,6 +199,25 @@ pub struct LimitsConfig {
     /// Longest SQL text, in bytes.
     #[arg(long, env = "DUCKGATE_MAX_SQL_BYTES", default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(16..=(1 << 30)))]
     pub max_sql_bytes: u64,
+
+    /// How long a client may accept no bytes of a streamed answer before it
+    /// is cut off and its query interrupted (its connection goes back).
+    #[arg(long, env = "DUCKGATE_SEND_STALL_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub send_stall_timeout_ms: u64,
+
+    /// How long a client may take to send a request's headers (then the
+    /// connection is closed), and how long an idle keep-alive connection
+    /// stays open.
+    #[arg(long, env = "DUCKGATE_HEADER_READ_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub header_read_timeout_ms: u64,
+
+    /// How long a client may take to send a request body (then 408).
+    #[arg(long, env = "DUCKGATE_BODY_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub body_read_timeout_ms: u64,
+
+    /// Open client connections at most; more wait in the listen backlog.
+    #[arg(long, env = "DUCKGATE_MAX_CONNECTIONS", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
 
     /// Requests served at once (all routes); more are shed with 503.
     #[arg(long, env = "DUCKGATE_MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

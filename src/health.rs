@@ -20,8 +20,13 @@ pub struct PoolCounters {
     pub waiting: AtomicU64,
     /// Requests that gave up waiting (503).
     pub acquire_timeouts: AtomicU64,
-    /// Queries currently running (a subset of in_use).
-    pub running: AtomicU64,
+    /// Connections interrupted but not yet back from DuckDB, whose capacity
+    /// was given to a fresh connection (at most the pool's spares).
+    pub stuck: AtomicU64,
+    /// Connections replaced that way since start.
+    pub replaced_total: AtomicU64,
+    /// Connections stuck with no spare left: capacity lost until they return.
+    pub lost: AtomicU64,
 }
 
 /// Decrements a counter when dropped.

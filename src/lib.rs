@@ -18,7 +18,7 @@ pub mod engine;
 pub mod health;
 pub mod telemetry;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,7 +159,6 @@ pub async fn run(
     );
 
     let grace = Duration::from_millis(config.server.shutdown_grace_ms);
-    let (signalled_tx, signalled_rx) = tokio::sync::oneshot::channel::<()>();
     let graceful = {
         let (health, drain) = (health.clone(), drain.clone());
         async move {
@@ -174,7 +173,6 @@ pub async fn run(
             health
                 .shutting_down
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            let _ = signalled_tx.send(());
             // After the grace period, interrupt whatever still runs.
             tokio::spawn(async move {
                 tokio::time::sleep(grace).await;
@@ -182,33 +180,28 @@ pub async fn run(
             });
         }
     };
-    // Responses are streamed in several writes (headers, chunks, the last
-    // chunk): without TCP_NODELAY, Nagle's algorithm meets the client's
-    // delayed ACK and small answers wait up to 40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(graceful)
-    .into_future();
+    let limits = api::server::ConnectionLimits {
+        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
+        max_connections: config.limits.max_connections as usize,
+    };
+    let stop_accepting = CancellationToken::new();
+    let server = api::server::serve(listener, app, limits, stop_accepting.clone());
     tokio::pin!(server);
-    // The server ends when every connection has closed; a hard cap stops a
-    // peer that keeps a connection open from holding the process.
-    let hard_cap = async {
-        if signalled_rx.await.is_ok() {
-            tokio::time::sleep(grace + Duration::from_secs(5)).await;
-        } else {
-            std::future::pending::<()>().await;
+    // Serve until the signal; then stop accepting and let open connections
+    // finish, up to a hard cap, so a peer that keeps a connection open
+    // cannot hold the process.
+    let tracker = tokio::select! {
+        t = &mut server => t,
+        _ = graceful => {
+            stop_accepting.cancel();
+            server.await
         }
     };
-    tokio::select! {
-        r = &mut server => r.context("serving HTTP")?,
-        _ = hard_cap => tracing::warn!("connections still open after the grace period; exiting anyway"),
+    if tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the grace period; exiting anyway");
     }
     drain.cancel();
     rotator_stop.cancel();

@@ -81,6 +81,76 @@ fn problem(status: StatusCode, slug: &str, title: &str, detail: impl Into<String
     }
 }
 
+/// A DuckDB error, with the status that says whose it is: the client's SQL
+/// (400), a refusal by the database's lockdown (403, like the guard's), or
+/// the server's side: memory or temp space (507), S3 or another upstream
+/// unreachable or failing (502), an interrupt the client did not ask for
+/// (503). Server-side ones carry `Retry-After`.
+fn sql_problem(
+    class: String,
+    message: String,
+) -> (Problem, Option<(header::HeaderName, HeaderValue)>) {
+    let retry = Some((header::RETRY_AFTER, HeaderValue::from_static("5")));
+    let (status, slug, title, extra) = match class.as_str() {
+        "Permission" => (
+            StatusCode::FORBIDDEN,
+            "statement-forbidden",
+            "Statement not allowed",
+            None,
+        ),
+        "Out of Memory" => (
+            StatusCode::INSUFFICIENT_STORAGE,
+            "out-of-memory",
+            "Out of memory",
+            retry,
+        ),
+        "IO" | "HTTP" | "Network" if names_missing_object(&message) => {
+            (StatusCode::BAD_REQUEST, "sql-error", "SQL error", None)
+        }
+        "IO" | "HTTP" | "Network" if message.contains("HTTP 403") => (
+            StatusCode::FORBIDDEN,
+            "storage-forbidden",
+            "Storage refused access",
+            None,
+        ),
+        "IO" | "HTTP" | "Network" => (
+            StatusCode::BAD_GATEWAY,
+            "upstream-error",
+            "Storage unreachable or failing",
+            retry,
+        ),
+        "Interrupt" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "interrupted",
+            "Query interrupted",
+            retry,
+        ),
+        "Fatal" | "FATAL" | "Internal" | "INTERNAL" => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Internal error",
+            None,
+        ),
+        _ => (StatusCode::BAD_REQUEST, "sql-error", "SQL error", None),
+    };
+    let mut p = problem(status, slug, title, message);
+    p.error_class = Some(class);
+    (p, extra)
+}
+
+/// An IO error about a file or object that is not there: the client named it.
+fn names_missing_object(message: &str) -> bool {
+    [
+        "No files found",
+        "HTTP 404",
+        "does not exist",
+        "Not Found",
+        "No such file",
+    ]
+    .iter()
+    .any(|p| message.contains(p))
+}
+
 /// The status, problem body and extra headers for a query error.
 fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, HeaderValue)>) {
     match e {
@@ -92,9 +162,7 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
         }
         QueryError::Refused(Refusal::Bind(msg)) => {
             let (class, message) = crate::engine::execute::split_class(msg);
-            let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message);
-            p.error_class = Some(class);
-            (p, None)
+            sql_problem(class, message)
         }
         QueryError::Refused(Refusal::StatementCount(0)) => (
             problem(StatusCode::BAD_REQUEST, "no-statement", "No statement", "the request holds no SQL statement"),
@@ -119,11 +187,7 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             p.statement_kind = Some(kind.clone());
             (p, None)
         }
-        QueryError::Sql { class, message } => {
-            let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message.clone());
-            p.error_class = Some(class.clone());
-            (p, None)
-        }
+        QueryError::Sql { class, message } => sql_problem(class.clone(), message.clone()),
         QueryError::ParamCount { expected, got } => (
             problem(
                 StatusCode::BAD_REQUEST,
@@ -148,6 +212,24 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                 "query-timeout",
                 "Query timed out",
                 format!("the query ran past its time limit of {} ms and was interrupted", limit.as_millis()),
+            ),
+            None,
+        ),
+        QueryError::ValueTooLarge { size, limit } => (
+            problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "value-too-large",
+                "Value too large",
+                format!("the result holds a value of {size} bytes; the gateway sends values of at most {limit} bytes (DUCKGATE_MAX_VALUE_BYTES)"),
+            ),
+            None,
+        ),
+        QueryError::ClientStalled => (
+            problem(
+                StatusCode::REQUEST_TIMEOUT,
+                "client-stalled",
+                "Client stopped reading",
+                "the client accepted no data for longer than the gateway allows; the query was interrupted",
             ),
             None,
         ),

@@ -22,6 +22,13 @@ pub struct PoolHealth {
     pub waiting: u64,
     /// Requests turned away after the acquire timeout, since start.
     pub acquire_timeouts: u64,
+    /// Connections interrupted but still inside DuckDB (a hung S3 read),
+    /// each already replaced by a fresh one.
+    pub stuck: u64,
+    /// Connections replaced that way since start.
+    pub replaced_total: u64,
+    /// Stuck connections with no spare left: capacity lost until they return.
+    pub lost: u64,
 }
 
 /// One secret's credential state.
@@ -83,6 +90,15 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     let expired = secrets
         .iter()
         .any(|s| s.seconds_to_expiry.is_some_and(|x| x <= 0.0));
+    // Capacity, not only credentials: every connection stuck inside DuckDB
+    // with no spare to replace it means nothing can be served.
+    let size = h.pool.size.load(Ordering::Relaxed);
+    let lost = h.pool.lost.load(Ordering::Relaxed);
+    if lost > 0 {
+        reasons.push(format!(
+            "pool: {lost} of {size} connections stuck inside DuckDB"
+        ));
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"
@@ -91,7 +107,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     } else {
         "degraded"
     };
-    let ready = h.ready.load(Ordering::Relaxed) && !shutting_down && !expired;
+    let ready = h.ready.load(Ordering::Relaxed) && !shutting_down && !expired && lost < size;
     (
         HealthReport {
             status,
@@ -103,6 +119,9 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 in_use: h.pool.in_use.load(Ordering::Relaxed),
                 waiting: h.pool.waiting.load(Ordering::Relaxed),
                 acquire_timeouts: h.pool.acquire_timeouts.load(Ordering::Relaxed),
+                stuck: h.pool.stuck.load(Ordering::Relaxed),
+                replaced_total: h.pool.replaced_total.load(Ordering::Relaxed),
+                lost,
             },
             credential_epoch: creds.epoch,
             secrets,

@@ -8,6 +8,7 @@ pub mod error;
 pub mod health;
 pub mod metrics;
 pub mod query;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -158,11 +158,17 @@ pub async fn query(
         }
     }
     let limits = &state.config.limits;
-    let bytes = axum::body::to_bytes(body, limits.max_body_bytes as usize)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge {
-            limit: limits.max_body_bytes,
-        })?;
+    // A body sent slowly holds a concurrency slot: it gets a time limit of
+    // its own (408), far below the request backstop.
+    let bytes = tokio::time::timeout(
+        Duration::from_millis(limits.body_read_timeout_ms),
+        axum::body::to_bytes(body, limits.max_body_bytes as usize),
+    )
+    .await
+    .map_err(|_| ApiError::RequestTimeout)?
+    .map_err(|_| ApiError::PayloadTooLarge {
+        limit: limits.max_body_bytes,
+    })?;
 
     let request = parse_body(&headers, &bytes, options)?;
     if request.sql.len() as u64 > limits.max_sql_bytes {
@@ -222,18 +228,26 @@ pub async fn query(
         timeout: Duration::from_millis(timeout_ms),
         max_rows,
         max_bytes: limits.max_result_bytes,
-        policy: state.engine.policy,
+        rules: state.engine.rules(),
         started,
         retried: false,
+        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
+        max_value_bytes: limits.max_value_bytes,
     };
     let mut epoch = epoch;
     let output = match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
         Err(e) if e.is_expired_token() && !state.rotator.is_empty() && state.rotator.enabled() => {
             // Credentials died early (revoked, clock skew): refresh, single-
             // flight, and retry once. A failed statement changed nothing.
+            // The refresh respects the rotator's backoff and this request's
+            // deadline: with STS down the client hears so promptly (503).
             tracing::warn!("S3 rejected the credentials as expired; rotating and retrying once");
-            let _ = state.rotator.rotate_now(None).await;
-            if state.health.credentials.load().any_expired {
+            let left = (started + Duration::from_millis(timeout_ms))
+                .saturating_duration_since(Instant::now());
+            let refreshed = tokio::time::timeout(left, state.rotator.rotate_for_expired_token())
+                .await
+                .unwrap_or(false);
+            if !refreshed || state.health.credentials.load().any_expired {
                 return Err(QueryError::CredentialsExpired.into());
             }
             job.retried = true;

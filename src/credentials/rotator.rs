@@ -192,6 +192,30 @@ impl Rotator {
         Ok(results.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
+    /// The refresh a query asks for when S3 called its credentials expired:
+    /// like [`Rotator::rotate_now`], but a secret whose refresh is pausing
+    /// after a failure (STS down) is not asked again; the backoff stands.
+    /// Returns whether every refresh that ran succeeded.
+    pub async fn rotate_for_expired_token(&self) -> bool {
+        let now = Instant::now();
+        let due: Vec<usize> = (0..self.secrets.len())
+            .filter(|&i| {
+                self.secrets[i]
+                    .not_before
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_none_or(|nb| now >= nb)
+            })
+            .collect();
+        if due.len() < self.secrets.len() {
+            return false;
+        }
+        futures::future::join_all(due.into_iter().map(|i| self.refresh(i, true)))
+            .await
+            .iter()
+            .all(|r| r.is_ok())
+    }
+
     /// One refresh of secret `idx`, single-flight. Without `force`, it only
     /// acts if the credentials are due (the interval task's path).
     pub async fn refresh(&self, idx: usize, force: bool) -> Result<Refreshed, String> {

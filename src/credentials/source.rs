@@ -158,14 +158,24 @@ fn convert(c: Option<&aws_sdk_sts::types::Credentials>) -> Result<Credentials, F
 
 /// Reduces an SDK error to its class: the service's error code, or the kind
 /// of transport failure. Never includes request or response bodies.
-fn sts_error<E, R>(op: &str, e: &aws_sdk_sts::error::SdkError<E, R>) -> FetchError
+fn sts_error<E>(
+    op: &str,
+    e: &aws_sdk_sts::error::SdkError<E, aws_sdk_sts::config::http::HttpResponse>,
+) -> FetchError
 where
     E: ProvideErrorMetadata,
 {
     use aws_sdk_sts::error::SdkError;
     let class = match e {
         SdkError::ServiceError(se) => {
-            format!("service error {}", se.err().code().unwrap_or("unknown"))
+            // The code and message STS gave (they name the failure, never a
+            // credential), and the HTTP status when there is no code.
+            let code = se.err().code().unwrap_or("no error code");
+            let status = se.raw().status().as_u16();
+            match se.err().message() {
+                Some(m) => format!("service error {code} (HTTP {status}): {}", one_line(m, 200)),
+                None => format!("service error {code} (HTTP {status})"),
+            }
         }
         SdkError::TimeoutError(_) => "timeout".to_string(),
         SdkError::DispatchFailure(d) => {
@@ -182,6 +192,16 @@ where
         _ => "unknown failure".to_string(),
     };
     FetchError(format!("STS {op}: {class}"))
+}
+
+/// `text` on one line, at most `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(max)
+        .collect()
 }
 
 /// Renders a secret's value for the DDL only.

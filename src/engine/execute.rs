@@ -12,11 +12,9 @@ use duckdb::types::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Policy;
 use crate::engine::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard::{self, Refusal};
-use crate::engine::pool::{AcquireError, Pooled, QueryPool};
-use crate::health::OwnedCounterGuard;
+use crate::engine::pool::{AcquireError, Lease, Pooled, QueryPool};
 
 /// Encoded bytes are sent in chunks of about this size.
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -71,8 +69,6 @@ fn encode_window(
 
 /// Accepted statement texts remembered per connection.
 const VERDICT_CACHE: usize = 256;
-/// Prepared statements cached per connection.
-pub const STATEMENT_CACHE: usize = 64;
 /// Chunks in flight between the DuckDB thread and the HTTP body.
 const CHANNEL_CHUNKS: usize = 4;
 
@@ -109,10 +105,15 @@ pub struct QueryJob {
     pub timeout: Duration,
     pub max_rows: u64,
     pub max_bytes: u64,
-    pub policy: Policy,
+    /// What the guard enforces.
+    pub rules: Arc<guard::Rules>,
     pub started: Instant,
     /// Set on the second run after an expired-credentials failure.
     pub retried: bool,
+    /// How long a client may accept no bytes before it is cut off.
+    pub stall_timeout: Duration,
+    /// Largest single value (or one-row batch) the gateway will encode.
+    pub max_value_bytes: u64,
 }
 
 /// Why a query did not produce a complete result.
@@ -130,6 +131,10 @@ pub enum QueryError {
     Timeout(Duration),
     #[error("query cancelled")]
     Cancelled,
+    #[error("the client accepted no data for too long")]
+    ClientStalled,
+    #[error("a value of {size} bytes is larger than the limit of {limit}")]
+    ValueTooLarge { size: u64, limit: u64 },
     #[error("shutting down")]
     ShuttingDown,
     #[error("no connection within the acquire timeout")]
@@ -151,6 +156,8 @@ impl QueryError {
             | QueryError::Param { .. } => "sql_error",
             QueryError::Timeout(_) => "timeout",
             QueryError::Cancelled | QueryError::ShuttingDown => "cancelled",
+            QueryError::ClientStalled => "client_stalled",
+            QueryError::ValueTooLarge { .. } => "value_too_large",
             QueryError::PoolExhausted(_) => "pool_exhausted",
             QueryError::CredentialsExpired => "credentials_expired",
             QueryError::Internal(_) => "internal_error",
@@ -194,15 +201,27 @@ enum Msg {
 enum CancelReason {
     Timeout,
     ClientGone,
+    /// The client accepted no bytes for the stall limit.
+    ClientStalled,
     Shutdown,
 }
 
-#[derive(Debug)]
-enum ControlState {
+/// Where the worker is with its connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Not yet executing (guard, prepare).
     Pending,
+    /// Executing or streaming: an interrupt reaches it.
     Running,
-    Cancelled(CancelReason),
+    /// The connection is no longer the query's: never interrupt it again.
     Done,
+}
+
+#[derive(Debug)]
+struct ControlState {
+    phase: Phase,
+    /// Why the query is being stopped, once it is.
+    reason: Option<CancelReason>,
 }
 
 /// Lets the async side interrupt the query exactly while it runs on its
@@ -210,41 +229,79 @@ enum ControlState {
 struct QueryControl {
     state: Mutex<ControlState>,
     interrupt: Arc<duckdb::InterruptHandle>,
+    /// Fires on any cancellation, so a worker blocked on a full channel
+    /// (a slow reader) wakes at once.
+    cancelled: CancellationToken,
+    /// Fires when the worker is done with the connection.
+    finished: CancellationToken,
+    /// Set when the body's last bytes were queued: the whole result, or
+    /// the ending of a failed one.
+    complete: std::sync::atomic::AtomicBool,
+    /// The error that ended a body after it began, for the body to report
+    /// if the worker could not queue it.
+    error: Mutex<Option<QueryError>>,
 }
 
 impl QueryControl {
+    fn new(interrupt: Arc<duckdb::InterruptHandle>) -> Self {
+        Self {
+            state: Mutex::new(ControlState {
+                phase: Phase::Pending,
+                reason: None,
+            }),
+            interrupt,
+            cancelled: CancellationToken::new(),
+            finished: CancellationToken::new(),
+            complete: std::sync::atomic::AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ControlState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the query as executing; refused once it was cancelled.
     fn start(&self) -> Result<(), CancelReason> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match *s {
-            ControlState::Cancelled(r) => Err(r),
-            _ => {
-                *s = ControlState::Running;
+        let mut s = self.lock();
+        match s.reason {
+            Some(r) => Err(r),
+            None => {
+                s.phase = Phase::Running;
                 Ok(())
             }
         }
     }
 
     fn finish(&self) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = ControlState::Done;
+        self.lock().phase = Phase::Done;
+        self.finished.cancel();
     }
 
     fn cancel(&self, reason: CancelReason) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match *s {
-            ControlState::Running => {
-                self.interrupt.interrupt();
-                *s = ControlState::Cancelled(reason);
-            }
-            ControlState::Pending => *s = ControlState::Cancelled(reason),
-            ControlState::Cancelled(_) | ControlState::Done => {}
+        let mut s = self.lock();
+        if s.reason.is_some() || s.phase == Phase::Done {
+            return;
+        }
+        s.reason = Some(reason);
+        if s.phase == Phase::Running {
+            self.interrupt.interrupt();
+        }
+        drop(s);
+        self.cancelled.cancel();
+    }
+
+    /// Interrupts again while the cancelled query still runs: DuckDB clears
+    /// the flag when a statement starts, so an early interrupt can be lost.
+    fn reinterrupt(&self) {
+        let s = self.lock();
+        if s.phase == Phase::Running && s.reason.is_some() {
+            self.interrupt.interrupt();
         }
     }
 
     fn reason(&self) -> Option<CancelReason> {
-        match *self.state.lock().unwrap_or_else(|p| p.into_inner()) {
-            ControlState::Cancelled(r) => Some(r),
-            _ => None,
-        }
+        self.lock().reason
     }
 }
 
@@ -258,6 +315,40 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// How long an interrupted query may keep its connection before the pool
+/// replaces it.
+const STUCK_AFTER: Duration = Duration::from_secs(3);
+
+/// Watches one query independently of the HTTP body (which is not polled
+/// while a client reads slowly): enforces the deadline, keeps interrupting
+/// until the worker lets go, and replaces the lease if it does not.
+async fn watchdog(
+    control: Arc<QueryControl>,
+    lease: Arc<Lease>,
+    deadline: tokio::time::Instant,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        _ = control.finished.cancelled() => return,
+        _ = control.cancelled.cancelled() => {}
+        _ = tokio::time::sleep_until(deadline) => control.cancel(CancelReason::Timeout),
+        _ = shutdown.cancelled() => control.cancel(CancelReason::Shutdown),
+    }
+    let stuck_at = tokio::time::Instant::now() + STUCK_AFTER;
+    loop {
+        tokio::select! {
+            _ = control.finished.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => control.reinterrupt(),
+        }
+        if tokio::time::Instant::now() >= stuck_at {
+            break;
+        }
+    }
+    if !control.finished.is_cancelled() {
+        lease.replace();
+    }
+}
+
 /// Runs `job` on a pooled connection. Returns once the first rows (or the
 /// error) are known; the rest streams through the returned body.
 pub async fn run(
@@ -266,7 +357,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<QueryOutput, QueryError> {
     let deadline = tokio::time::Instant::from_std(job.started) + job.timeout;
-    let (slot, in_use) = tokio::select! {
+    let (slot, lease) = tokio::select! {
         r = pool.acquire() => r.map_err(|e| match e {
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
             AcquireError::Closed => QueryError::ShuttingDown,
@@ -274,30 +365,30 @@ pub async fn run(
         })?,
         _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
     };
-    let control = Arc::new(QueryControl {
-        state: Mutex::new(ControlState::Pending),
-        interrupt: slot.interrupt.clone(),
-    });
+    let lease = Arc::new(lease);
+    let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
     let guard = CancelOnDrop(control.clone());
     let (tx, mut rx) = mpsc::channel(CHANNEL_CHUNKS);
-    let worker_control = control.clone();
     let format = job.format;
     let timeout = job.timeout;
-    tokio::task::spawn_blocking(move || work(slot, in_use, job, tx, worker_control));
+    tokio::spawn(watchdog(
+        control.clone(),
+        lease.clone(),
+        deadline,
+        shutdown.clone(),
+    ));
+    {
+        let control = control.clone();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime));
+    }
 
-    // On a deadline or shutdown, interrupt, then take the worker's answer:
-    // it may have finished in the same instant (then its result stands), and
-    // otherwise it reports the interruption within moments.
+    // The watchdog interrupts at the deadline or on shutdown; the worker
+    // then reports within moments (or its own result, if it finished in the
+    // same instant).
     let first = tokio::select! {
         m = rx.recv() => m,
-        _ = tokio::time::sleep_until(deadline) => {
-            control.cancel(CancelReason::Timeout);
-            settle(&mut rx).await
-        }
-        _ = shutdown.cancelled() => {
-            control.cancel(CancelReason::Shutdown);
-            settle(&mut rx).await
-        }
+        _ = control.cancelled.cancelled() => settle(&mut rx).await,
     };
     let (kind, first) = match first {
         Some(Msg::Start { kind, first }) => (kind, first),
@@ -318,8 +409,8 @@ pub async fn run(
         rx,
         guard: Some(guard),
         control,
-        deadline,
-        shutdown,
+        format,
+        timeout,
         first: Some(first),
         done: false,
     };
@@ -343,8 +434,8 @@ struct BodyState {
     /// Dropping the body (client gone) interrupts the query.
     guard: Option<CancelOnDrop>,
     control: Arc<QueryControl>,
-    deadline: tokio::time::Instant,
-    shutdown: CancellationToken,
+    format: Format,
+    timeout: Duration,
     first: Option<Bytes>,
     done: bool,
 }
@@ -356,53 +447,70 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
     if st.done {
         return None;
     }
-    loop {
-        let msg = tokio::select! {
-            m = st.rx.recv() => m,
-            _ = tokio::time::sleep_until(st.deadline), if st.control.reason().is_none() => {
-                // The worker notices, and ends the body with the error.
-                st.control.cancel(CancelReason::Timeout);
-                continue;
+    match st.rx.recv().await {
+        Some(Msg::Data(b)) => Some((Ok(b), st)),
+        Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
+            st.done = true;
+            st.guard.take();
+            Some((Err(std::io::Error::other(reason)), st))
+        }
+        Some(Msg::Fail(e)) => {
+            st.done = true;
+            Some((Err(std::io::Error::other(e.to_string())), st))
+        }
+        Some(Msg::Start { .. }) => None,
+        None => {
+            st.done = true;
+            st.guard.take();
+            if st
+                .control
+                .complete
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return None;
             }
-            _ = st.shutdown.cancelled(), if st.control.reason().is_none() => {
-                st.control.cancel(CancelReason::Shutdown);
-                continue;
+            // The worker stopped before the end and could not queue its own
+            // ending (the channel was full of a slow reader's data): end the
+            // body here, never as a complete-looking answer.
+            let recorded = st
+                .control
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let err = match st.control.reason() {
+                _ if recorded.is_some() => recorded.unwrap_or(QueryError::Cancelled),
+                Some(CancelReason::Timeout) => QueryError::Timeout(st.timeout),
+                Some(CancelReason::ClientStalled) => QueryError::ClientStalled,
+                Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
+                _ => QueryError::Cancelled,
+            };
+            match error_record_for(st.format, &err) {
+                Some(record) => Some((Ok(record), st)),
+                None => Some((Err(std::io::Error::other(err.to_string())), st)),
             }
-        };
-        return match msg {
-            Some(Msg::Data(b)) => Some((Ok(b), st)),
-            Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
-                st.done = true;
-                st.guard.take();
-                Some((Err(std::io::Error::other(reason)), st))
-            }
-            Some(Msg::Fail(e)) => {
-                st.done = true;
-                Some((Err(std::io::Error::other(e.to_string())), st))
-            }
-            Some(Msg::Start { .. }) => None,
-            None => {
-                // The worker finished and dropped its sender: the body is
-                // complete (cancelling a finished query does nothing).
-                st.guard.take();
-                None
-            }
-        };
+        }
     }
 }
 
 /// The blocking half. Owns the pooled connection until it returns.
 fn work(
     mut slot: Pooled,
-    in_use: OwnedCounterGuard,
+    lease: Arc<Lease>,
     job: QueryJob,
     tx: mpsc::Sender<Msg>,
     control: Arc<QueryControl>,
+    runtime: tokio::runtime::Handle,
 ) {
     crate::engine::priority::lower_for_queries();
     let started = Instant::now();
-    let outcome = work_inner(&mut slot, &job, &tx, &control);
-    control.finish();
+    let sender = Sender {
+        tx: &tx,
+        control: &control,
+        runtime: &runtime,
+        stall: job.stall_timeout,
+    };
+    let outcome = work_inner(&mut slot, &job, &sender, &control);
     // If the connection still holds a transaction (it should not), roll back
     // so the pool's recycle check does not have to discard it.
     if !slot.conn.is_autocommit() {
@@ -417,14 +525,73 @@ fn work(
     metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
     metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
         .record(started.elapsed().as_secs_f64());
-    drop(slot);
-    drop(in_use);
+    control.finish();
+    drop(tx);
+    lease.release(slot);
+}
+
+/// Sends encoded chunks to the HTTP body, waking on cancellation and
+/// cutting off a client that accepts nothing for the stall limit.
+struct Sender<'a> {
+    tx: &'a mpsc::Sender<Msg>,
+    control: &'a QueryControl,
+    runtime: &'a tokio::runtime::Handle,
+    stall: Duration,
+}
+
+impl Sender<'_> {
+    /// Queues `msg`; false when the query was cancelled or the client
+    /// stalled or left.
+    fn send(&self, msg: Msg) -> bool {
+        self.runtime.block_on(async {
+            tokio::select! {
+                r = self.tx.send(msg) => r.is_ok(),
+                _ = self.control.cancelled.cancelled() => false,
+                _ = tokio::time::sleep(self.stall) => {
+                    self.control.cancel(CancelReason::ClientStalled);
+                    false
+                }
+            }
+        })
+    }
+
+    /// Queues `msg` only if there is room now (the answer before any body).
+    fn try_send(&self, msg: Msg) {
+        let _ = self.tx.try_send(msg);
+    }
+
+    /// Records the error that ends a begun body, then queues its last
+    /// bytes; if they cannot be queued (the client stopped reading, or the
+    /// query was cancelled), the body ends itself with the recorded error.
+    fn end(&self, err: &QueryError, last: Vec<Msg>) {
+        *self.control.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(err.clone());
+        for msg in last {
+            if !self.send_final(msg) {
+                return;
+            }
+        }
+        // Delivered: the body ends as queued and reports nothing twice.
+        self.control
+            .complete
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Like `send`, but a cancellation does not stop it: only a full
+    /// channel for the stall limit does.
+    fn send_final(&self, msg: Msg) -> bool {
+        self.runtime.block_on(async {
+            tokio::time::timeout(self.stall, self.tx.send(msg))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        })
+    }
 }
 
 fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
     control.reason().map(|r| match r {
         CancelReason::Timeout => QueryError::Timeout(job.timeout),
         CancelReason::ClientGone => QueryError::Cancelled,
+        CancelReason::ClientStalled => QueryError::ClientStalled,
         CancelReason::Shutdown => QueryError::ShuttingDown,
     })
 }
@@ -432,18 +599,18 @@ fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
 fn work_inner(
     slot: &mut Pooled,
     job: &QueryJob,
-    tx: &mpsc::Sender<Msg>,
+    tx: &Sender<'_>,
     control: &QueryControl,
 ) -> Result<(), QueryError> {
     let fail = |e: QueryError| {
-        let _ = tx.blocking_send(Msg::Fail(e.clone()));
+        tx.try_send(Msg::Fail(e.clone()));
         Err(e)
     };
     // A verdict depends only on the text and the policy, so a text this
     // connection has accepted before is not parsed and bound a second time.
     let accepted = match slot.verdicts.get(&job.sql) {
         Some(a) => a.clone(),
-        None => match guard::check(&slot.raw, &slot.conn, &job.sql, job.policy) {
+        None => match guard::check(&slot.raw, &job.sql, &job.rules) {
             Ok(a) => {
                 if slot.verdicts.len() >= VERDICT_CACHE {
                     slot.verdicts.clear();
@@ -484,11 +651,11 @@ fn stream_statement(
     stmt: &mut duckdb::Statement<'_>,
     accepted: &guard::Accepted,
     job: &QueryJob,
-    tx: &mpsc::Sender<Msg>,
+    tx: &Sender<'_>,
     control: &QueryControl,
 ) -> Result<bool, QueryError> {
     let fail = |e: QueryError| {
-        let _ = tx.blocking_send(Msg::Fail(e.clone()));
+        tx.try_send(Msg::Fail(e.clone()));
         Err(e)
     };
     let expected = stmt.parameter_count();
@@ -554,7 +721,7 @@ fn stream_statement(
                 first: chunk,
             }
         };
-        tx.blocking_send(msg).is_ok()
+        tx.send(msg)
     };
 
     loop {
@@ -579,6 +746,19 @@ fn stream_statement(
         };
         if batch.num_rows() == 0 {
             continue;
+        }
+        // One huge value would be copied again by every encoder: refuse it
+        // before anything is buffered.
+        if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
+            let err = QueryError::ValueTooLarge {
+                size,
+                limit: job.max_value_bytes,
+            };
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx);
+            return Err(err);
         }
         let room = job.max_rows.saturating_sub(rows);
         if room == 0 {
@@ -670,30 +850,77 @@ fn stream_statement(
     if !flush(&mut buf, &mut sent_start, &accepted.kind) {
         return Err(QueryError::Cancelled);
     }
+    control
+        .complete
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(!truncated)
+}
+
+/// The size of the first value in `batch` larger than `limit` bytes, looking
+/// at variable-width columns (strings, blobs) by their offsets, and at a
+/// one-row batch as a whole.
+fn oversized_value(batch: &RecordBatch, limit: u64) -> Option<u64> {
+    use arrow::array::{AsArray, GenericByteArray};
+    use arrow::datatypes::{ArrowNativeType, ByteArrayType, DataType};
+    fn widest<T: ByteArrayType>(a: &GenericByteArray<T>) -> u64 {
+        a.offsets()
+            .windows(2)
+            .map(|w| (w[1].as_usize() - w[0].as_usize()) as u64)
+            .max()
+            .unwrap_or(0)
+    }
+    for col in batch.columns() {
+        let w = match col.data_type() {
+            DataType::Utf8 => widest(col.as_string::<i32>()),
+            DataType::LargeUtf8 => widest(col.as_string::<i64>()),
+            DataType::Binary => widest(col.as_binary::<i32>()),
+            DataType::LargeBinary => widest(col.as_binary::<i64>()),
+            _ => 0,
+        };
+        if w > limit {
+            return Some(w);
+        }
+    }
+    if batch.num_rows() == 1 {
+        let total = batch.get_array_memory_size() as u64;
+        if total > limit {
+            return Some(total);
+        }
+    }
+    None
 }
 
 /// Ends a body that has begun: an error record where the format has one,
 /// otherwise an abort, so the client never mistakes it for a complete result.
-fn end_with_error(
-    encoder: &ResultEncoder,
-    buf: &mut Vec<u8>,
-    err: &QueryError,
-    tx: &mpsc::Sender<Msg>,
-) {
+fn end_with_error(encoder: &ResultEncoder, buf: &mut Vec<u8>, err: &QueryError, tx: &Sender<'_>) {
+    // Bounded by the stall limit: a client that stopped reading gets its
+    // ending from the body itself (see `next_chunk`).
     let problem = crate::api::error::problem_json_for_stream(err);
+    let mut last = Vec::new();
     match encoder.error_record(&problem) {
         Some(record) => {
             buf.extend_from_slice(&record);
-            let _ = tx.blocking_send(Msg::Data(Bytes::from(std::mem::take(buf))));
+            last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
         }
         None => {
             if !buf.is_empty() {
-                let _ = tx.blocking_send(Msg::Data(Bytes::from(std::mem::take(buf))));
+                last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
             }
-            let _ = tx.blocking_send(Msg::Abort(err.to_string()));
+            last.push(Msg::Abort(err.to_string()));
         }
     }
+    tx.end(err, last);
+}
+
+/// The last NDJSON line for `err`, or `None` for formats that end by abort.
+fn error_record_for(format: Format, err: &QueryError) -> Option<Bytes> {
+    (format == Format::Ndjson).then(|| {
+        let problem = crate::api::error::problem_json_for_stream(err);
+        let mut line =
+            serde_json::to_vec(&serde_json::json!({ "error": problem })).unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    })
 }
 
 /// A DuckDB error as class plus message. DuckDB prefixes messages with their

@@ -36,6 +36,15 @@ pub struct Engine {
     pub policy: Policy,
     /// Canonical data directory.
     pub data_dir: PathBuf,
+    /// Canonical directory queries may read files from.
+    pub files_dir: PathBuf,
+    /// What the guard enforces; set by [`Engine::lock_down`], once the S3
+    /// scope is known.
+    rules: std::sync::OnceLock<Arc<guard::Rules>>,
+    /// Extensions loaded at start (`httpfs`, `icu`).
+    pub extensions: Vec<&'static str>,
+    /// The exclusive lock on the data directory, held for the process's life.
+    _lock: std::fs::File,
 }
 
 /// Start-up failures of the engine, each with a message for the operator.
@@ -46,6 +55,11 @@ pub enum EngineError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "DUCKGATE_DATA_DIR {path} is in use by another duckgate ({holder}); give each \
+         instance its own data directory"
+    )]
+    Locked { path: PathBuf, holder: String },
     #[error("cannot open the database: {0}")]
     Open(String),
     #[error("cannot set up the database ({step}): {message}")]
@@ -67,6 +81,10 @@ impl Engine {
         needs_httpfs: bool,
     ) -> Result<Self, EngineError> {
         let data_dir = prepare_data_dir(&config.engine.data_dir)?;
+        // Nothing in the directory is touched before this lock is held: two
+        // processes on one directory would share spill files and wipe each
+        // other's secrets.
+        let lock = lock_data_dir(&data_dir)?;
         let secrets_dir = data_dir.join("secrets");
         // A restart is a recycle: secrets persisted by an earlier run (or
         // planted) must never load.
@@ -77,8 +95,25 @@ impl Engine {
             })?;
         }
         create_private_dir(&secrets_dir)?;
+        // Spill files left by a process that was killed are nobody's now.
         let tmp_dir = data_dir.join("tmp");
+        if tmp_dir.exists() {
+            std::fs::remove_dir_all(&tmp_dir).map_err(|source| EngineError::DataDir {
+                path: tmp_dir.clone(),
+                source,
+            })?;
+        }
         create_private_dir(&tmp_dir)?;
+        let files_dir = match &config.engine.files_dir {
+            Some(dir) => prepare_data_dir(dir)?,
+            None => prepare_data_dir(&data_dir.join("files"))?,
+        };
+        if files_dir.starts_with(&tmp_dir) || files_dir.starts_with(&secrets_dir) {
+            return Err(EngineError::Setup {
+                step: "DUCKGATE_FILES_DIR",
+                message: "the readable directory may not hold the spill or secret directory".into(),
+            });
+        }
 
         let mut options: Vec<(&str, String)> = vec![
             ("autoinstall_known_extensions", "false".into()),
@@ -113,25 +148,71 @@ impl Engine {
             step: "control connection",
             message: e.to_string(),
         })?;
+        let setup = |step: &'static str, sql: &str| {
+            control.execute_batch(sql).map_err(|e| EngineError::Setup {
+                step,
+                message: e.to_string(),
+            })
+        };
+        let ext_dir = config.engine.extension_dir.clone().unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".duckdb/extensions")
+        });
+        let ext_file = |name: &str| {
+            ext_dir
+                .join(EXTENSION_SUBDIR)
+                .join(format!("{name}.duckdb_extension"))
+        };
+        let mut extensions = Vec::new();
         if needs_httpfs {
-            let dir = config.engine.extension_dir.clone().unwrap_or_else(|| {
-                std::env::var_os("HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_default()
-                    .join(".duckdb/extensions")
-            });
-            let file = dir.join(EXTENSION_SUBDIR).join("httpfs.duckdb_extension");
+            let file = ext_file("httpfs");
             if !file.is_file() {
                 return Err(EngineError::MissingExtension {
                     expected: file.display().to_string(),
                 });
             }
-            control
-                .execute_batch("LOAD httpfs")
-                .map_err(|e| EngineError::Setup {
-                    step: "LOAD httpfs",
-                    message: e.to_string(),
-                })?;
+            setup("LOAD httpfs", "LOAD httpfs")?;
+            // httpfs copies AWS_ACCESS_KEY_ID and friends from the process
+            // environment into global settings that any query could read;
+            // the gateway's credentials live only in its secrets. URL query
+            // parameters (`?s3_endpoint=`) would let a path redirect signed
+            // requests: compatibility mode turns them off (and globs with
+            // them; the guard refuses `?` in paths as a second wall).
+            // A hung S3 read does not see DuckDB's interrupt: bound it by
+            // httpfs's own inactivity timeout and retries, derived from the
+            // default query limit (the pool replaces a connection that stays
+            // stuck longer; this bounds how long the stuck one lives).
+            let http_timeout_s = (config.limits.default_query_timeout_ms() / 2000).clamp(2, 30);
+            setup(
+                "httpfs timeouts",
+                &format!("SET GLOBAL http_timeout = {http_timeout_s}; SET GLOBAL http_retries = 1"),
+            )?;
+            setup(
+                "httpfs lockdown",
+                "SET GLOBAL s3_access_key_id = ''; SET GLOBAL s3_secret_access_key = ''; \
+                 SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = true",
+            )?;
+            extensions.push("httpfs");
+        }
+        // Time zones: ICU ships like httpfs; without it TIMESTAMPTZ still
+        // works in UTC, and the health snapshot says which extensions loaded.
+        if ext_file("icu").is_file() {
+            setup("LOAD icu", "LOAD icu")?;
+            setup(
+                "DUCKGATE_TIMEZONE",
+                &format!(
+                    "SET GLOBAL TimeZone = {}",
+                    sql_string(&config.engine.timezone)
+                ),
+            )?;
+            extensions.push("icu");
+        } else {
+            tracing::warn!(
+                expected = %ext_file("icu").display(),
+                "the icu extension is missing: time zone functions are unavailable"
+            );
         }
         // Initialise the secret manager now, while external access is still
         // on (DuckDB fails later with "Secret Storage with name 'memory'
@@ -146,6 +227,11 @@ impl Engine {
         let pool = pool::QueryPool::new(
             db.clone(),
             config.pool_size(),
+            config
+                .engine
+                .pool_spares
+                .map(|n| n as usize)
+                .unwrap_or_else(|| config.pool_size()),
             config.acquire_timeout(),
             health,
         )
@@ -159,16 +245,47 @@ impl Engine {
             control: Arc::new(Mutex::new(control)),
             policy: config.engine.policy,
             data_dir,
+            files_dir,
+            rules: std::sync::OnceLock::new(),
+            extensions,
+            _lock: lock,
         })
     }
 
-    /// Defense in depth under the guard: queries may touch only the data
+    /// The guard's rules (after [`Engine::lock_down`]).
+    pub fn rules(&self) -> Arc<guard::Rules> {
+        self.rules
+            .get()
+            .cloned()
+            .expect("the engine is locked down before it serves queries")
+    }
+
+    /// Defense in depth under the guard: queries may touch only the readable
     /// directory and the configured S3 prefixes, and nothing may change a
     /// setting afterwards. The order matters: allowed directories can only be
     /// set while external access is on.
     pub fn lock_down(&self, s3_prefixes: &[String]) -> Result<(), EngineError> {
+        let files = format!("{}/", self.files_dir.display());
+        let scope: Vec<String> = s3_prefixes
+            .iter()
+            .map(|p| {
+                if p.ends_with('/') {
+                    p.clone()
+                } else {
+                    format!("{p}/")
+                }
+            })
+            .collect();
+        let _ = self.rules.set(Arc::new(guard::Rules {
+            policy: self.policy,
+            paths: guard::paths::PathRules {
+                files_dir: Some(files.clone()),
+                s3: !scope.is_empty(),
+                s3_scope: scope,
+            },
+        }));
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        let mut allowed: Vec<String> = vec![format!("{}/", self.data_dir.display())];
+        let mut allowed: Vec<String> = vec![files];
         allowed.extend(s3_prefixes.iter().cloned());
         let list = allowed
             .iter()
@@ -219,6 +336,46 @@ fn prepare_data_dir(dir: &Path) -> Result<PathBuf, EngineError> {
         path: dir.to_path_buf(),
         source,
     })
+}
+
+/// Takes the exclusive lock on `<dir>/duckgate.lock` (released by the OS when
+/// the process ends, however it ends) and writes the holder's pid into it.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File, EngineError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("duckgate.lock");
+    let io = |source| EngineError::DataDir {
+        path: path.clone(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = holder.trim();
+            return Err(EngineError::Locked {
+                path: dir.to_path_buf(),
+                holder: if holder.is_empty() {
+                    "holder unknown".into()
+                } else {
+                    holder.to_string()
+                },
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+    }
+    file.set_len(0).map_err(io)?;
+    file.rewind().map_err(io)?;
+    write!(file, "pid {}", std::process::id()).map_err(io)?;
+    file.flush().map_err(io)?;
+    Ok(file)
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), EngineError> {

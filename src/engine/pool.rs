@@ -1,15 +1,22 @@
-//! The bounded query pool, on deadpool: waiting for a connection is an async
-//! wait with a deadline, so it never blocks a runtime thread (r2d2's `get`
-//! would). Every slot pairs a duckdb-rs connection with a raw connection of the
-//! same database for the statement guard.
+//! The bounded query pool. Capacity is a semaphore of `size` permits: a
+//! request waits at most the acquire timeout for one (an async wait, never a
+//! blocked runtime thread), then takes a connection from deadpool.
+//!
+//! A connection can be held inside DuckDB long after its query was
+//! interrupted (an HTTP read in flight inside httpfs does not see the
+//! interrupt). Such a lease can be *replaced*: its permit goes back to the
+//! semaphore at once, deadpool (sized with room for `spares` extra
+//! connections) opens a fresh connection for the next request, and the stuck
+//! one is closed when it finally returns. Replacements are bounded by
+//! `spares`, counted in the health snapshot and in `/metrics`.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use deadpool::managed::{self, Metrics, PoolError, RecycleError, RecycleResult, Timeouts};
+use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::Accepted;
@@ -19,14 +26,18 @@ use crate::health::{CounterGuard, Health, OwnedCounterGuard};
 pub struct Slot {
     /// Runs client statements once the guard accepted them.
     pub conn: duckdb::Connection,
-    /// Parses and classifies client statements (never executes them).
+    /// Parses client statements for the guard (never executes them).
     pub raw: RawConnection,
     /// Interrupts whatever `conn` runs.
     pub interrupt: Arc<duckdb::InterruptHandle>,
     /// Statement texts the guard accepted on this connection, and its verdict.
-    pub verdicts: HashMap<String, Accepted>,
+    pub verdicts: std::collections::HashMap<String, Accepted>,
 }
 
+/// Prepared statements cached per connection.
+pub const STATEMENT_CACHE: usize = 64;
+
+/// Opens and checks pooled connections for deadpool.
 pub struct Manager {
     db: Arc<RawDatabase>,
 }
@@ -39,12 +50,12 @@ impl managed::Manager for Manager {
         let conn = self.db.connect().map_err(|e| e.to_string())?;
         let raw = self.db.connect_raw()?;
         let interrupt = conn.interrupt_handle();
-        conn.set_prepared_statement_cache_capacity(crate::engine::execute::STATEMENT_CACHE);
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         Ok(Slot {
             conn,
             raw,
             interrupt,
-            verdicts: HashMap::new(),
+            verdicts: Default::default(),
         })
     }
 
@@ -58,13 +69,85 @@ impl managed::Manager for Manager {
     }
 }
 
+/// A connection checked out of the pool.
 pub type Pooled = managed::Object<Manager>;
 
 /// The pool plus the counters it publishes into the health snapshot.
+#[derive(Clone)]
 pub struct QueryPool {
     inner: managed::Pool<Manager>,
+    /// `size` permits: the queries that may run at once.
+    gate: Arc<Semaphore>,
+    size: usize,
+    /// How many stuck leases may be replaced at once.
+    spares: usize,
     acquire_timeout: Duration,
     health: Arc<Health>,
+}
+
+/// The right to use one pooled connection; dropping it gives the capacity
+/// back (unless it was already given back by [`Lease::replace`]).
+pub struct Lease {
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Stuck with no spare left to replace it: counted in `pool.lost`.
+    lost: std::sync::atomic::AtomicBool,
+    /// Counts the lease in `pool.in_use` while it lives.
+    _in_use: OwnedCounterGuard,
+    pool: QueryPool,
+}
+
+impl Lease {
+    /// Gives this lease's capacity back to the pool while its connection is
+    /// still held (stuck inside DuckDB after an interrupt). Returns whether
+    /// it did: replacements are bounded by the pool's spares.
+    pub fn replace(&self) -> bool {
+        let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
+        if permit.is_none() {
+            return true;
+        }
+        let stuck = &self.pool.health.pool.stuck;
+        let taken = stuck.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            ((n as usize) < self.pool.spares).then_some(n + 1)
+        });
+        if taken.is_err() {
+            if !self.lost.swap(true, Ordering::SeqCst) {
+                self.pool.health.pool.lost.fetch_add(1, Ordering::SeqCst);
+                tracing::error!(
+                    "a pooled connection is stuck after its interrupt and no spare is left; \
+                     capacity is reduced until it returns"
+                );
+            }
+            return false;
+        }
+        permit.take();
+        self.pool
+            .health
+            .pool
+            .replaced_total
+            .fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("duckgate_pool_connections_replaced_total").increment(1);
+        tracing::warn!("a pooled connection did not come back after its interrupt; replaced it");
+        true
+    }
+
+    /// Returns the connection and then the capacity; a replaced lease's
+    /// connection is closed instead (its capacity went back already).
+    pub fn release(&self, slot: Pooled) {
+        if self.lost.load(Ordering::SeqCst) {
+            self.pool.health.pool.lost.fetch_sub(1, Ordering::SeqCst);
+        }
+        let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
+        match permit.take() {
+            Some(p) => {
+                drop(slot);
+                drop(p);
+            }
+            None => {
+                drop(managed::Object::take(slot));
+                self.pool.health.pool.stuck.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// Why no connection was handed out.
@@ -79,20 +162,26 @@ pub enum AcquireError {
 }
 
 impl QueryPool {
+    /// A pool of `size` connections of `db`, with room for `spares`
+    /// replacements of stuck ones.
     pub fn new(
         db: Arc<RawDatabase>,
         size: usize,
+        spares: usize,
         acquire_timeout: Duration,
         health: Arc<Health>,
     ) -> Result<Self, String> {
         let inner = managed::Pool::builder(Manager { db })
-            .max_size(size)
+            .max_size(size + spares)
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| e.to_string())?;
         health.pool.size.store(size as u64, Ordering::Relaxed);
         Ok(Self {
             inner,
+            gate: Arc::new(Semaphore::new(size)),
+            size,
+            spares,
             acquire_timeout,
             health,
         })
@@ -102,46 +191,61 @@ impl QueryPool {
     /// for it and a broken database fails start-up rather than a request.
     pub async fn warm_up(&self) -> Result<(), String> {
         let mut held = Vec::new();
-        for _ in 0..self.inner.status().max_size {
+        for _ in 0..self.size {
             held.push(self.inner.get().await.map_err(|e| e.to_string())?);
         }
         Ok(())
     }
 
-    /// Waits at most the acquire timeout for a connection. The returned guard
-    /// counts the connection as in use until it is dropped.
-    pub async fn acquire(&self) -> Result<(Pooled, OwnedCounterGuard), AcquireError> {
+    /// Waits at most the acquire timeout for capacity, then takes a
+    /// connection. The lease counts it as in use until released.
+    pub async fn acquire(&self) -> Result<(Pooled, Lease), AcquireError> {
         let waiting = CounterGuard::new(&self.health.pool.waiting);
-        let timeouts = Timeouts {
-            wait: Some(self.acquire_timeout),
-            create: Some(self.acquire_timeout),
-            recycle: Some(self.acquire_timeout),
-        };
-        let result = self.inner.timeout_get(&timeouts).await;
+        let permit =
+            tokio::time::timeout(self.acquire_timeout, self.gate.clone().acquire_owned()).await;
         drop(waiting);
-        match result {
-            Ok(obj) => Ok((
-                obj,
-                OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
-            )),
-            Err(PoolError::Timeout(_)) => {
+        let permit = match permit {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(AcquireError::Closed),
+            Err(_) => {
                 self.health
                     .pool
                     .acquire_timeouts
                     .fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
-                Err(AcquireError::Timeout)
+                return Err(AcquireError::Timeout);
             }
-            Err(PoolError::Closed) => Err(AcquireError::Closed),
-            Err(e) => Err(AcquireError::Backend(e.to_string())),
-        }
+        };
+        let timeouts = Timeouts {
+            wait: Some(self.acquire_timeout),
+            create: Some(self.acquire_timeout),
+            recycle: Some(self.acquire_timeout),
+        };
+        let slot = self
+            .inner
+            .timeout_get(&timeouts)
+            .await
+            .map_err(|e| match e {
+                managed::PoolError::Closed => AcquireError::Closed,
+                other => AcquireError::Backend(other.to_string()),
+            })?;
+        let lease = Lease {
+            permit: Mutex::new(Some(permit)),
+            lost: std::sync::atomic::AtomicBool::new(false),
+            _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
+            pool: self.clone(),
+        };
+        Ok((slot, lease))
     }
 
+    /// The longest wait for a connection.
     pub fn acquire_timeout(&self) -> Duration {
         self.acquire_timeout
     }
 
+    /// Refuses every new acquire (shutting down).
     pub fn close(&self) {
+        self.gate.close();
         self.inner.close();
     }
 }

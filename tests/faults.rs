@@ -59,6 +59,7 @@ async fn a_client_that_stops_reading_gives_its_connection_back() {
     assert_eq!(r["rows"], json!([[42]]));
     let waited = started.elapsed();
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    eprintln!("slow reader (stall limit 1.5 s): next query served after {waited:?}");
     assert!(g.log_text().contains("client_stalled") || waited > Duration::from_millis(500));
 }
 
@@ -259,6 +260,7 @@ async fn slow_and_idle_clients_are_closed() {
     assert!(started.elapsed() < Duration::from_secs(2));
 
     // Every one of them is closed within a few header timeouts.
+    let closing = Instant::now();
     let closed_by = Instant::now() + Duration::from_secs(8);
     for mut s in held.into_iter().chain(std::iter::once(idle)) {
         let left = closed_by.saturating_duration_since(Instant::now());
@@ -274,6 +276,10 @@ async fn slow_and_idle_clients_are_closed() {
         .await;
         assert!(r.is_ok(), "a slow or idle connection stayed open");
     }
+    eprintln!(
+        "slowloris: 50 half-sent requests and 1 idle connection closed within {:?} (header timeout 1 s)",
+        closing.elapsed()
+    );
 
     // A body sent too slowly: 408, not a held slot.
     let mut s = TcpStream::connect(&addr).await.unwrap();

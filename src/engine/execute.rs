@@ -388,7 +388,17 @@ pub async fn run(
     // same instant).
     let first = tokio::select! {
         m = rx.recv() => m,
-        _ = control.cancelled.cancelled() => settle(&mut rx).await,
+        // A worker still in the guard or prepare (a bind can hang on S3) has
+        // produced nothing: answer now. One that executes may have finished
+        // in the same instant: its result then stands.
+        _ = control.cancelled.cancelled() => {
+            let pending = control.lock().phase == Phase::Pending;
+            if pending {
+                rx.try_recv().ok()
+            } else {
+                settle(&mut rx).await
+            }
+        }
     };
     let (kind, first) = match first {
         Some(Msg::Start { kind, first }) => (kind, first),
@@ -423,7 +433,7 @@ pub async fn run(
 }
 
 /// How long an interrupted worker gets to report back.
-const SETTLE: Duration = Duration::from_secs(2);
+const SETTLE: Duration = Duration::from_millis(500);
 
 async fn settle(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
     tokio::time::timeout(SETTLE, rx.recv()).await.ok().flatten()

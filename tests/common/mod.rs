@@ -55,7 +55,11 @@ impl GatewayBuilder {
         let data_dir = self
             .data_dir
             .unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_duckgate"));
+        // DUCKGATE_TEST_BIN runs the suite against another build (e.g. an
+        // older commit, to show that a test guards a fix).
+        let bin = std::env::var("DUCKGATE_TEST_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_duckgate").to_string());
+        let mut cmd = Command::new(bin);
         cmd.args(&self.args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -153,7 +153,8 @@ async fn ndjson_csv_and_arrow_formats() {
     let text = r.text().await.unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "id,name,pair");
-    assert_eq!(lines[1], "0,row 0,\"[0,1]\"");
+    // DuckDB's own text of a list, as its COPY writes it.
+    assert_eq!(lines[1], "0,row 0,\"[0, 1]\"");
     assert_eq!(lines.len(), 4);
 
     let r = g.query(json!({"sql": sql, "format": "arrow"})).await;

@@ -125,10 +125,18 @@ pub struct ResultEncoder {
     rows: u64,
     ipc: Option<arrow::ipc::writer::StreamWriter<Vec<u8>>>,
     csv_header_pending: bool,
+    /// CSV whose columns DuckDB already rendered as text, with these names.
+    csv_text: Option<Arc<Vec<String>>>,
 }
 
 impl ResultEncoder {
     pub fn new(format: Format, schema: SchemaRef) -> Self {
+        // NDJSON rows are objects: repeated column names would be repeated
+        // keys, which a JSON parser collapses. CSV headers follow DuckDB too.
+        let schema = match format {
+            Format::Ndjson | Format::Csv => dedup_schema(&schema),
+            _ => schema,
+        };
         let options = EncoderOptions::default()
             .with_explicit_nulls(true)
             .with_encoder_factory(Arc::new(JsonRules));
@@ -139,7 +147,16 @@ impl ResultEncoder {
             rows: 0,
             ipc: None,
             csv_header_pending: true,
+            csv_text: None,
         }
+    }
+
+    /// The batches are DuckDB's own VARCHAR rendering of every column (the
+    /// query was wrapped in casts), so CSV is written with DuckDB's COPY
+    /// rules only: NULL empty, a value quoted when it is empty or holds a
+    /// comma, quote or line break, quotes doubled. `names` head the columns.
+    pub fn duckdb_text(&mut self, names: Vec<String>) {
+        self.csv_text = Some(Arc::new(dedup_names(names.iter().map(String::as_str))));
     }
 
     /// The first bytes of the body.
@@ -152,10 +169,22 @@ impl ResultEncoder {
                 out.extend_from_slice(b",\"rows\":[");
             }
             Format::Ndjson => {}
-            Format::Csv => {
-                let empty = RecordBatch::new_empty(csv_schema(&self.schema));
-                self.write_csv(&empty, out)?;
-            }
+            Format::Csv => match &self.csv_text {
+                Some(names) => {
+                    for (i, name) in names.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        csv_field(out, name);
+                    }
+                    out.push(b'\n');
+                    self.csv_header_pending = false;
+                }
+                None => {
+                    let empty = RecordBatch::new_empty(csv_schema(&self.schema));
+                    self.write_csv(&empty, out)?;
+                }
+            },
             Format::Arrow => {
                 let writer = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)?;
                 self.ipc = Some(writer);
@@ -192,6 +221,7 @@ impl ResultEncoder {
             format: self.format,
             schema: self.schema.clone(),
             options: self.options.clone(),
+            csv_text: self.csv_text.is_some(),
         }
     }
 
@@ -267,6 +297,8 @@ pub struct RowsEncoder {
     format: Format,
     schema: SchemaRef,
     options: EncoderOptions,
+    /// The columns are DuckDB's text (see [`ResultEncoder::duckdb_text`]).
+    csv_text: bool,
 }
 
 impl RowsEncoder {
@@ -314,7 +346,12 @@ impl RowsEncoder {
                 }
             }
             Format::Ndjson => {
-                let array = StructArray::from(batch.clone());
+                // The (deduplicated) names of the schema, the batch's arrays.
+                let array = StructArray::try_new(
+                    self.schema.fields().clone(),
+                    batch.columns().to_vec(),
+                    None,
+                )?;
                 let field: FieldRef =
                     Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
                 let mut enc = make_encoder(&field, &array, &self.options)?;
@@ -323,6 +360,7 @@ impl RowsEncoder {
                     out.push(b'\n');
                 }
             }
+            Format::Csv if self.csv_text => csv_text_rows(batch, out)?,
             Format::Csv => {
                 let converted = csv_batch(batch, &self.options)?;
                 let mut w = arrow::csv::WriterBuilder::new()
@@ -338,6 +376,116 @@ impl RowsEncoder {
         }
         Ok(())
     }
+}
+
+/// Column names made unique the way DuckDB's own writers do (its
+/// `DeduplicateColumns`): a name seen before, case-insensitively, gets `_1`,
+/// `_2`, ... (one counter per name), skipping names already taken. `a, a, A`
+/// become `a, a_1, A_2`.
+pub fn dedup_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut counts: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for name in names {
+        let key = name.to_lowercase();
+        let Some(count) = counts.get(&key).copied() else {
+            counts.insert(key, 0);
+            out.push(name.to_string());
+            continue;
+        };
+        let mut n = count;
+        let renamed = loop {
+            n += 1;
+            let candidate = format!("{name}_{n}");
+            if !counts.contains_key(&candidate.to_lowercase()) {
+                break candidate;
+            }
+        };
+        counts.insert(key, n);
+        counts.insert(renamed.to_lowercase(), 0);
+        out.push(renamed);
+    }
+    out
+}
+
+/// `schema` with its field names made unique ([`dedup_names`]).
+fn dedup_schema(schema: &Schema) -> SchemaRef {
+    let names = dedup_names(schema.fields().iter().map(|f| f.name().as_str()));
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .zip(names)
+            .map(|(f, n)| Arc::new(f.as_ref().clone().with_name(n)))
+            .collect::<Vec<FieldRef>>(),
+    ))
+}
+
+/// Writes one CSV field by DuckDB's COPY rules (see `duckdb_text`).
+fn csv_field(out: &mut Vec<u8>, v: &str) {
+    let quote = v.is_empty() || v.bytes().any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r'));
+    if !quote {
+        out.extend_from_slice(v.as_bytes());
+        return;
+    }
+    out.push(b'"');
+    for b in v.bytes() {
+        if b == b'"' {
+            out.push(b'"');
+        }
+        out.push(b);
+    }
+    out.push(b'"');
+}
+
+/// One text column of any of Arrow's string layouts.
+enum TextColumn<'a> {
+    Utf8(&'a arrow::array::StringArray),
+    Large(&'a arrow::array::LargeStringArray),
+    View(&'a arrow::array::StringViewArray),
+}
+
+impl<'a> TextColumn<'a> {
+    fn of(c: &'a dyn Array) -> Result<Self, ArrowError> {
+        Ok(match c.data_type() {
+            DataType::Utf8 => Self::Utf8(c.as_string::<i32>()),
+            DataType::LargeUtf8 => Self::Large(c.as_string::<i64>()),
+            DataType::Utf8View => Self::View(c.as_string_view()),
+            other => {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "DuckDB text column exported as {other}"
+                )))
+            }
+        })
+    }
+
+    fn get(&self, row: usize) -> Option<&'a str> {
+        match self {
+            Self::Utf8(a) => a.is_valid(row).then(|| a.value(row)),
+            Self::Large(a) => a.is_valid(row).then(|| a.value(row)),
+            Self::View(a) => a.is_valid(row).then(|| a.value(row)),
+        }
+    }
+}
+
+/// Rows of DuckDB-rendered text columns as CSV.
+fn csv_text_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+    let columns = batch
+        .columns()
+        .iter()
+        .map(|c| TextColumn::of(c.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    for row in 0..batch.num_rows() {
+        for (i, c) in columns.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            if let Some(v) = c.get(row) {
+                csv_field(out, v);
+            }
+        }
+        out.push(b'\n');
+    }
+    Ok(())
 }
 
 /// CSV cannot hold nested values: they become JSON text; dictionaries become
@@ -456,10 +604,41 @@ impl EncoderFactory for JsonRules {
             })),
             DataType::Float32 => Box::new(Float(|i| array.as_primitive::<Float32Type>().value(i))),
             DataType::Float64 => Box::new(Float(|i| array.as_primitive::<Float64Type>().value(i))),
+            // DuckDB exports UHUGEINT as a signed Decimal128 of the same
+            // bits: read them back as u128 (the column says what it is).
+            DataType::Decimal128(_, 0) if duckdb_type(field) == Some("UHUGEINT") => {
+                let a = array.as_primitive::<Decimal128Type>();
+                Box::new(UnsignedHuge(move |i| a.value(i) as u128))
+            }
             DataType::Decimal128(_, scale) => {
                 let a = array.as_primitive::<Decimal128Type>();
                 let scale = *scale;
                 Box::new(Decimal(move |i| (a.value(i), scale)))
+            }
+            // DuckDB's infinite dates and timestamps, and TIME 24:00:00, are
+            // values Arrow's formatters reject: DuckDB's own words for them.
+            DataType::Date32 => {
+                let a = array.as_primitive::<arrow::datatypes::Date32Type>();
+                Box::new(Quoted(move |i| match a.value(i) {
+                    i32::MAX => "infinity".to_string(),
+                    v if v == -i32::MAX => "-infinity".to_string(),
+                    v => arrow::temporal_conversions::date32_to_datetime(v)
+                        .map(|d| d.format("%Y-%m-%d").to_string())
+                        .unwrap_or_else(|| v.to_string()),
+                }))
+            }
+            DataType::Timestamp(unit, tz) => {
+                let unit = *unit;
+                let zoned = tz.is_some();
+                Box::new(Quoted(move |i| timestamp_text(array, unit, zoned, i)))
+            }
+            DataType::Time64(arrow::datatypes::TimeUnit::Microsecond) => {
+                let a = array.as_primitive::<arrow::datatypes::Time64MicrosecondType>();
+                Box::new(Quoted(move |i| time_text(a.value(i) as i128 * 1000)))
+            }
+            DataType::Time64(arrow::datatypes::TimeUnit::Nanosecond) => {
+                let a = array.as_primitive::<arrow::datatypes::Time64NanosecondType>();
+                Box::new(Quoted(move |i| time_text(a.value(i) as i128)))
             }
             DataType::Decimal256(_, _) => {
                 // Beyond i128 nothing fits a double: always a string.
@@ -481,12 +660,6 @@ impl EncoderFactory for JsonRules {
             DataType::FixedSizeBinary(_) => {
                 let a = array.as_fixed_size_binary();
                 Box::new(Base64(move |i| a.value(i)))
-            }
-            DataType::Timestamp(unit, Some(_)) => {
-                // DuckDB exports TIMESTAMPTZ as UTC instants tagged "UTC";
-                // arrow cannot format named zones without chrono-tz.
-                let unit = *unit;
-                Box::new(Quoted(move |i| utc_timestamp(array, unit, i)))
             }
             DataType::Interval(unit) => {
                 let unit = *unit;
@@ -660,6 +833,74 @@ impl<'b, F: Fn(usize) -> &'b [u8]> Encoder for Base64<F> {
 }
 
 /// A UTC instant as RFC 3339 with its offset, e.g. `2024-01-02T03:04:05.5+00:00`.
+/// The DuckDB type a top-level column was declared with (field metadata set
+/// by the executor), e.g. `UHUGEINT`.
+fn duckdb_type(field: &Field) -> Option<&str> {
+    field.metadata().get(DUCKDB_TYPE_KEY).map(String::as_str)
+}
+
+/// Field metadata key that carries DuckDB's type name of a result column.
+pub const DUCKDB_TYPE_KEY: &str = "duckgate.duckdb_type";
+
+/// A UHUGEINT: a number up to 2^53, else a string (as for BIGINT).
+struct UnsignedHuge<F>(F);
+impl<F: Fn(usize) -> u128> Encoder for UnsignedHuge<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = (self.0)(idx);
+        if v <= (1u128 << 53) {
+            write!(out, "{v}").expect("writing to a Vec");
+        } else {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        }
+    }
+}
+
+/// A TIMESTAMP as ISO 8601 (TIMESTAMPTZ in UTC with `+00:00`), or DuckDB's
+/// `infinity` / `-infinity`.
+fn timestamp_text(
+    array: &dyn Array,
+    unit: arrow::datatypes::TimeUnit,
+    zoned: bool,
+    idx: usize,
+) -> String {
+    use arrow::datatypes::{
+        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    let raw = match unit {
+        TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(idx),
+        TimeUnit::Millisecond => array.as_primitive::<TimestampMillisecondType>().value(idx),
+        TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(idx),
+        TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(idx),
+    };
+    if raw == i64::MAX {
+        return "infinity".into();
+    }
+    if raw == -i64::MAX {
+        return "-infinity".into();
+    }
+    let text = utc_timestamp(array, unit, idx);
+    if zoned {
+        text
+    } else {
+        text.trim_end_matches("+00:00").to_string()
+    }
+}
+
+/// A time of day from nanoseconds; DuckDB's `24:00:00` is a valid TIME.
+fn time_text(nanos: i128) -> String {
+    let (secs, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    // Fractions in groups of three digits, as elsewhere in the answers.
+    let f = format!("{frac:09}");
+    match frac {
+        0 => format!("{h:02}:{m:02}:{s:02}"),
+        _ if frac % 1_000_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..3]),
+        _ if frac % 1_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..6]),
+        _ => format!("{h:02}:{m:02}:{s:02}.{f}"),
+    }
+}
+
 fn utc_timestamp(array: &dyn Array, unit: arrow::datatypes::TimeUnit, idx: usize) -> String {
     use arrow::datatypes::{
         TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,

@@ -638,11 +638,32 @@ fn work_inner(
     // Prepared statements are cached per connection (DuckDB rebinds them
     // when the catalog changes); one whose result was not read to the end is
     // discarded rather than kept with its pending result.
-    let mut stmt = match slot.conn.prepare_cached(&job.sql) {
-        Ok(s) => s,
-        Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+    // CSV is DuckDB's own text: the query wrapped so DuckDB casts every
+    // column to VARCHAR, as its COPY ... (FORMAT csv) writer does. Should
+    // DuckDB's rendering of the query not prepare, the Arrow path serves.
+    let text_sql = (job.format == Format::Csv)
+        .then(|| csv_text_sql(&accepted))
+        .flatten();
+    let wrapped = text_sql
+        .as_deref()
+        .and_then(|sql| match slot.conn.prepare_cached(sql) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::debug!(error = %e, "CSV text wrapper did not prepare; using Arrow values");
+                None
+            }
+        });
+    let csv_names = wrapped
+        .as_ref()
+        .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
+    let mut stmt = match wrapped {
+        Some(s) => s,
+        None => match slot.conn.prepare_cached(&job.sql) {
+            Ok(s) => s,
+            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+        },
     };
-    match stream_statement(&mut stmt, &accepted, job, tx, control) {
+    match stream_statement(&mut stmt, &accepted, csv_names, job, tx, control) {
         Ok(true) => Ok(()),
         Ok(false) => {
             stmt.discard();
@@ -660,6 +681,7 @@ fn work_inner(
 fn stream_statement(
     stmt: &mut duckdb::Statement<'_>,
     accepted: &guard::Accepted,
+    csv_names: Option<Vec<String>>,
     job: &QueryJob,
     tx: &Sender<'_>,
     control: &QueryControl,
@@ -686,14 +708,43 @@ fn stream_statement(
         }));
     }
     let schema = stmt.schema();
+    // DuckDB's own type names where the binder gave them (the guard asked),
+    // else derived from the exported type.
+    let described = accepted
+        .result
+        .as_ref()
+        .filter(|r| r.types.len() == schema.fields().len());
     let type_names: Vec<String> = schema
         .fields()
         .iter()
         .enumerate()
-        .map(|(i, f)| encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()))
+        .map(|(i, f)| match described.map(|r| r.types[i].as_str()) {
+            Some(t) if t != "UNKNOWN" => t.to_string(),
+            _ => encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()),
+        })
         .collect();
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
-    let mut encoder = ResultEncoder::new(job.format, schema.clone());
+    // JSON rules need DuckDB's type where Arrow's is ambiguous (UHUGEINT is
+    // exported as a signed decimal): carried as field metadata.
+    let encoder_schema = match job.format {
+        Format::Json | Format::Ndjson => std::sync::Arc::new(arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .zip(&type_names)
+                .map(|(f, t)| {
+                    let mut m = f.metadata().clone();
+                    m.insert(encode::DUCKDB_TYPE_KEY.to_string(), t.clone());
+                    std::sync::Arc::new(f.as_ref().clone().with_metadata(m))
+                })
+                .collect::<Vec<_>>(),
+        )),
+        _ => schema.clone(),
+    };
+    let mut encoder = ResultEncoder::new(job.format, encoder_schema);
+    if let Some(names) = csv_names {
+        encoder.duckdb_text(names);
+    }
 
     // Small answers stay small: the buffer grows to a chunk only when a
     // result needs one (a large first allocation costs small queries dearly).
@@ -864,6 +915,23 @@ fn stream_statement(
         .complete
         .store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(!truncated)
+}
+
+/// The query wrapped so that DuckDB renders every column as its VARCHAR text
+/// (what its CSV writer writes), by position, so repeated names do no harm.
+fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    let result = accepted.result.as_ref()?;
+    let inner = result.sql.as_deref()?;
+    if result.names.is_empty() {
+        return None;
+    }
+    let casts: Vec<String> = (1..=result.names.len())
+        .map(|i| format!("CAST(#{i} AS VARCHAR)"))
+        .collect();
+    Some(format!(
+        "SELECT {} FROM ({inner}) AS duckgate_text",
+        casts.join(", ")
+    ))
 }
 
 /// The size of the first value in `batch` larger than `limit` bytes, looking

@@ -94,6 +94,11 @@ yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
 	case StatementType::SELECT_STATEMENT: {
 		auto &s = statement.Cast<SelectStatement>();
 		AddPart(doc, parts, stmt, s);
+		// DuckDB's own rendering, for wrapping the query (CSV text).
+		try {
+			yyjson_mut_obj_add_strcpy(doc, stmt, "sql", s.ToString().c_str());
+		} catch (std::exception &ex) {
+		}
 		break;
 	}
 	case StatementType::EXPLAIN_STATEMENT: {
@@ -315,6 +320,8 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		auto conn = reinterpret_cast<Connection *>(connection);
 		auto &context = *conn->context;
 		PlanNames names;
+		vector<string> types;
+		vector<string> columns;
 		context.RunFunctionInTransaction([&]() {
 			Parser parser(context.GetParserOptions());
 			parser.ParseQuery(string(sql));
@@ -326,10 +333,16 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 			if (planner.plan) {
 				names.VisitOperator(*planner.plan);
 			}
+			for (auto &t : planner.types) {
+				types.push_back(t.ToString());
+			}
+			columns = planner.names;
 		});
 		AddStrings(doc, root, "functions", names.functions);
 		AddStrings(doc, root, "tables", names.tables);
 		yyjson_mut_obj_add_bool(doc, root, "unreadable", names.unreadable);
+		AddStrings(doc, root, "types", types);
+		AddStrings(doc, root, "names", columns);
 	} catch (std::exception &ex) {
 		ErrorData error(ex);
 		root = yyjson_mut_obj(doc);

@@ -26,6 +26,12 @@ pub struct PlanNames {
     /// Part of the plan could not be walked.
     #[serde(default)]
     pub unreadable: bool,
+    /// DuckDB's type of each result column (`LogicalType::ToString`).
+    #[serde(default)]
+    pub types: Vec<String>,
+    /// Each result column's name.
+    #[serde(default)]
+    pub names: Vec<String>,
     /// The binder's error, if binding failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -97,6 +103,9 @@ pub struct Statement {
     /// The statement an EXPLAIN explains.
     #[serde(default)]
     pub inner: Option<Box<Statement>>,
+    /// DuckDB's rendering of a SELECT as SQL text.
+    #[serde(default)]
+    pub sql: Option<String>,
     /// DuckDB's rendering of `inner` as SQL text.
     #[serde(default)]
     pub inner_sql: Option<String>,

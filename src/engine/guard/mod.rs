@@ -42,6 +42,20 @@ pub struct Accepted {
     pub kind: String,
     /// Whether the statement only reads (queries may be retried).
     pub read_only: bool,
+    /// For queries: the result as DuckDB's binder described it.
+    pub result: Option<ResultShape>,
+}
+
+/// A query's result columns, and the query in DuckDB's own rendering (to
+/// wrap it, e.g. so DuckDB renders CSV text itself).
+#[derive(Debug, Clone)]
+pub struct ResultShape {
+    /// DuckDB's type of each column, e.g. `DECIMAL(18,3)`, `INTEGER[]`.
+    pub types: Vec<String>,
+    /// Each column's name.
+    pub names: Vec<String>,
+    /// The statement as DuckDB renders it (no comments, no semicolon).
+    pub sql: Option<String>,
 }
 
 /// Why the guard refused.
@@ -80,9 +94,14 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     let [statement] = statements.as_slice() else {
         return Err(Refusal::StatementCount(statements.len()));
     };
-    let accepted = judge(statement, rules, 0)?;
+    let mut accepted = judge(statement, rules, 0)?;
     if statement.kind == "SELECT" {
-        check_plan(raw, sql)?;
+        let plan = check_plan(raw, sql)?;
+        accepted.result = Some(ResultShape {
+            types: plan.types,
+            names: plan.names,
+            sql: statement.sql.clone(),
+        });
     } else if is_query(statement) {
         let inner = statement
             .inner_sql
@@ -123,6 +142,7 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
             Policy::ReadWrite => Ok(Accepted {
                 kind,
                 read_only: false,
+                result: None,
             }),
         }
     };
@@ -132,6 +152,7 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
             Ok(Accepted {
                 kind,
                 read_only: true,
+                result: None,
             })
         }
         "EXPLAIN" => {
@@ -142,6 +163,7 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
             Ok(Accepted {
                 kind: format!("{kind} {}", accepted.kind),
                 read_only: accepted.read_only,
+                result: None,
             })
         }
         "INSERT" | "UPDATE" | "DELETE" => {
@@ -244,7 +266,7 @@ fn select_kind(s: &Statement) -> String {
 
 /// The plan layer: DuckDB binds the query (views and macros expanded) and the
 /// guard checks what it would scan and call. A bind error is the client's.
-fn check_plan(raw: &RawConnection, sql: &str) -> Result<(), Refusal> {
+fn check_plan(raw: &RawConnection, sql: &str) -> Result<describe::PlanNames, Refusal> {
     let plan = describe::plan_names(raw, sql).map_err(|e| match e {
         DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
         other => {
@@ -259,7 +281,8 @@ fn check_plan(raw: &RawConnection, sql: &str) -> Result<(), Refusal> {
     if plan.unreadable {
         return Err(forbid("SELECT", "the guard could not read its whole plan"));
     }
-    tree::check_plan_names(&plan.functions, &plan.tables).map_err(|f| forbid(f.what, f.reason))
+    tree::check_plan_names(&plan.functions, &plan.tables).map_err(|f| forbid(f.what, f.reason))?;
+    Ok(plan)
 }
 
 #[cfg(test)]

@@ -357,6 +357,27 @@ impl Config {
 }
 
 /// Accepts DuckDB byte sizes such as `512MB`, `4GB`, `2GiB`, `80%`.
+/// A byte size setting (`50MB`, `2GiB`) in bytes; `None` for percentages.
+pub fn byte_size(s: &str) -> Option<u64> {
+    let t = s.trim();
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%' || c == ' ');
+    let n: f64 = digits.parse().ok()?;
+    let unit = t[digits.len()..].trim().to_ascii_lowercase();
+    let scale: f64 = match unit.as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((n * scale) as u64)
+}
+
 fn parse_byte_size_setting(s: &str) -> Result<String, String> {
     let t = s.trim();
     let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%' || c == ' ');
@@ -387,6 +408,9 @@ mod tests {
         assert!(parse_byte_size_setting("lots").is_err());
         assert!(parse_byte_size_setting("4GB'; DROP").is_err());
         assert!(parse_byte_size_setting("").is_err());
+        assert_eq!(byte_size("50MB"), Some(50_000_000));
+        assert_eq!(byte_size("2 GiB"), Some(2 << 30));
+        assert_eq!(byte_size("75%"), None);
     }
 
     #[test]

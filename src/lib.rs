@@ -146,6 +146,19 @@ pub async fn run(
 
     let rotator_stop = CancellationToken::new();
     let rotator_task = tokio::spawn(rotator.clone().run(rotator_stop.clone()));
+    let spill_task = config
+        .engine
+        .max_temp_directory_size
+        .as_deref()
+        .and_then(config::byte_size)
+        .map(|cap| {
+            tokio::spawn(engine::spill::watch(
+                engine.pool.clone(),
+                engine.data_dir.join("tmp"),
+                cap,
+                rotator_stop.clone(),
+            ))
+        });
 
     health
         .ready
@@ -206,6 +219,9 @@ pub async fn run(
     drain.cancel();
     rotator_stop.cancel();
     let _ = rotator_task.await;
+    if let Some(t) = spill_task {
+        let _ = t.await;
+    }
     engine.pool.close();
     tracing::info!("stopped");
     Ok(())

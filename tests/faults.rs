@@ -320,3 +320,40 @@ async fn failures_say_whose_they_are() {
     let r = g.query(json!({"sql": "SELEC 1"})).await;
     assert_eq!(r.status(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sort_that_spills_past_the_cap_is_stopped() {
+    // DuckDB 1.5.5 lets a spilling sort pass max_temp_directory_size; the
+    // gateway watches the spill directory itself.
+    let g = Gateway::builder()
+        .env("DUCKGATE_MEMORY_LIMIT", "200MB")
+        .env("DUCKGATE_MAX_TEMP_DIRECTORY_SIZE", "50MB")
+        .env("DUCKGATE_THREADS", 2)
+        .start();
+    let tmp = g.data_dir.path().join("data/tmp");
+    let started = Instant::now();
+    let r = g
+        .query(json!({
+            "sql": "SELECT count(*) FROM (SELECT i, md5(i::VARCHAR) || md5((i + 1)::VARCHAR) AS h FROM range(30000000) t(i) ORDER BY h)",
+            "timeout_ms": 120_000
+        }))
+        .await;
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    assert_eq!(status, 507, "{body}");
+    let spilled: u64 = std::fs::read_dir(&tmp)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0);
+    eprintln!(
+        "spill cap 50MB: {status} {} after {:?}; {spilled} bytes left in tmp/",
+        body["type"],
+        started.elapsed()
+    );
+    // The gateway still serves.
+    g.query_ok("SELECT 1").await;
+}

@@ -224,6 +224,15 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             None,
         ),
+        QueryError::TempSpace => (
+            problem(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "temp-space-exhausted",
+                "Temporary space exhausted",
+                "the queries running spilled more than DUCKGATE_MAX_TEMP_DIRECTORY_SIZE to disk and were interrupted",
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
+        ),
         QueryError::ClientStalled => (
             problem(
                 StatusCode::REQUEST_TIMEOUT,

@@ -133,6 +133,8 @@ pub enum QueryError {
     Cancelled,
     #[error("the client accepted no data for too long")]
     ClientStalled,
+    #[error("the spill directory passed its cap")]
+    TempSpace,
     #[error("a value of {size} bytes is larger than the limit of {limit}")]
     ValueTooLarge { size: u64, limit: u64 },
     #[error("shutting down")]
@@ -157,6 +159,7 @@ impl QueryError {
             QueryError::Timeout(_) => "timeout",
             QueryError::Cancelled | QueryError::ShuttingDown => "cancelled",
             QueryError::ClientStalled => "client_stalled",
+            QueryError::TempSpace => "temp_space",
             QueryError::ValueTooLarge { .. } => "value_too_large",
             QueryError::PoolExhausted(_) => "pool_exhausted",
             QueryError::CredentialsExpired => "credentials_expired",
@@ -203,6 +206,8 @@ enum CancelReason {
     ClientGone,
     /// The client accepted no bytes for the stall limit.
     ClientStalled,
+    /// The spill directory passed `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`.
+    TempSpace,
     Shutdown,
 }
 
@@ -327,12 +332,14 @@ async fn watchdog(
     lease: Arc<Lease>,
     deadline: tokio::time::Instant,
     shutdown: CancellationToken,
+    spill: CancellationToken,
 ) {
     tokio::select! {
         _ = control.finished.cancelled() => return,
         _ = control.cancelled.cancelled() => {}
         _ = tokio::time::sleep_until(deadline) => control.cancel(CancelReason::Timeout),
         _ = shutdown.cancelled() => control.cancel(CancelReason::Shutdown),
+        _ = spill.cancelled() => control.cancel(CancelReason::TempSpace),
     }
     let stuck_at = tokio::time::Instant::now() + STUCK_AFTER;
     loop {
@@ -376,6 +383,7 @@ pub async fn run(
         lease.clone(),
         deadline,
         shutdown.clone(),
+        pool.spill_token(),
     ));
     {
         let control = control.clone();
@@ -410,6 +418,7 @@ pub async fn run(
             return Err(match control.reason() {
                 Some(CancelReason::Timeout) => QueryError::Timeout(timeout),
                 Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
+                Some(CancelReason::TempSpace) => QueryError::TempSpace,
                 _ => QueryError::Internal("query worker ended without an answer".into()),
             })
         }
@@ -492,6 +501,7 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
                 _ if recorded.is_some() => recorded.unwrap_or(QueryError::Cancelled),
                 Some(CancelReason::Timeout) => QueryError::Timeout(st.timeout),
                 Some(CancelReason::ClientStalled) => QueryError::ClientStalled,
+                Some(CancelReason::TempSpace) => QueryError::TempSpace,
                 Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
                 _ => QueryError::Cancelled,
             };
@@ -602,6 +612,7 @@ fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
         CancelReason::Timeout => QueryError::Timeout(job.timeout),
         CancelReason::ClientGone => QueryError::Cancelled,
         CancelReason::ClientStalled => QueryError::ClientStalled,
+        CancelReason::TempSpace => QueryError::TempSpace,
         CancelReason::Shutdown => QueryError::ShuttingDown,
     })
 }

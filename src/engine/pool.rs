@@ -83,6 +83,9 @@ pub struct QueryPool {
     spares: usize,
     acquire_timeout: Duration,
     health: Arc<Health>,
+    /// Cancelled when the spill directory passes its cap: every query
+    /// running then is interrupted (spill files have no owner DuckDB names).
+    spill: Arc<Mutex<tokio_util::sync::CancellationToken>>,
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
@@ -184,7 +187,21 @@ impl QueryPool {
             spares,
             acquire_timeout,
             health,
+            spill: Default::default(),
         })
+    }
+
+    /// The token a query watches for the spill cap (see [`QueryPool::spill_exceeded`]).
+    pub fn spill_token(&self) -> tokio_util::sync::CancellationToken {
+        self.spill.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The spill directory passed its cap: interrupts the queries running now;
+    /// later ones start with a fresh token.
+    pub fn spill_exceeded(&self) {
+        let mut t = self.spill.lock().unwrap_or_else(|p| p.into_inner());
+        t.cancel();
+        *t = tokio_util::sync::CancellationToken::new();
     }
 
     /// Creates every connection up front, so the first requests do not pay

@@ -84,6 +84,27 @@ async fn the_time_limit_covers_sending_the_answer() {
     );
 }
 
+/// Copies `from` to `to`, holding every chunk while `paused` is set.
+async fn pipe(
+    mut from: impl tokio::io::AsyncRead + Unpin,
+    mut to: impl tokio::io::AsyncWrite + Unpin,
+    paused: &AtomicBool,
+) {
+    let mut buf = [0u8; 16384];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        while paused.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
 /// A TCP proxy in front of S3 that the test can pause: while paused it
 /// accepts and holds connections and forwards nothing (a hung S3).
 struct Proxy {
@@ -108,40 +129,9 @@ async fn proxy(upstream: u16) -> Proxy {
                 let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)).await else {
                     return;
                 };
-                let (mut cr, mut cw) = client.split();
-                let (mut ur, mut uw) = up.split();
-                let pa = paused.clone();
-                let to_up = async {
-                    let mut buf = [0u8; 16384];
-                    loop {
-                        let n = match cr.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        while pa.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        if uw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                };
-                let to_client = async {
-                    let mut buf = [0u8; 16384];
-                    loop {
-                        let n = match ur.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        };
-                        while paused.load(Ordering::SeqCst) {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                        if cw.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                };
-                tokio::join!(to_up, to_client);
+                let (cr, cw) = client.split();
+                let (ur, uw) = up.split();
+                tokio::join!(pipe(cr, uw, &paused), pipe(ur, cw, &paused));
             });
         }
     });

@@ -298,22 +298,7 @@ async fn a_query_token_reaches_no_credential_and_nothing_outside_its_scope() {
         .await;
     assert_eq!(status, 400, "a temp table was created");
 
+    // Every issued key id, secret, session token, the base credentials and
+    // the admin token, in every body, header and log line.
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
-    // Key ids too: the base one and every one STS issued.
-    let issued = s3.control("GET", "secrets").await;
-    let mut ids: Vec<String> = issued["key_ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_string())
-        .collect();
-    ids.push(s3.str("access_key_id"));
-    for id in &ids {
-        for body in &seen.0 {
-            assert!(
-                !body.contains(id.as_str()),
-                "a key id reached a response: {body}"
-            );
-        }
-    }
 }

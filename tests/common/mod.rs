@@ -378,6 +378,16 @@ pub async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen, admin_toke
         .collect();
     values.push(s3.str("secret_access_key"));
     values.push(admin_token.to_string());
+    // Key ids too: every one STS issued and the base one (answers show at
+    // most their last four characters).
+    values.extend(
+        issued["key_ids"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string)),
+    );
+    values.push(s3.str("access_key_id"));
     assert!(values.len() >= 3);
     let log = g.log_text();
     for v in &values {

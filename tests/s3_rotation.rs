@@ -403,3 +403,38 @@ async fn planted_persistent_secrets_never_cause_ambiguity() {
     );
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
+
+#[tokio::test]
+async fn an_expired_token_with_sts_down_answers_503_within_the_deadline() {
+    // Issue 11 (#5): the refresh a query asks for respects the request's
+    // deadline and the rotator's backoff; the client hears 503 promptly.
+    let s3 = S3Server::start(&[]);
+    let g = s3.gateway(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
+    let mut seen = Seen::default();
+    let (status, _) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200);
+    // STS hangs (20 s per call), and S3 now rejects the session.
+    s3.control("POST", "sts?delay_ms=20000").await;
+    s3.control("POST", "expire").await;
+    let started = std::time::Instant::now();
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .json(&json!({"sql": CSV, "timeout_ms": 3000}))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let retry_after = r.headers().contains_key("retry-after");
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["type"], "urn:duckgate:problem:credentials-expired");
+    assert!(retry_after);
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "answered after {took:?}, past the 3 s limit (STS hangs 20 s)"
+    );
+    eprintln!("expired token, STS hung: 503 after {took:?} (limit 3 s)");
+    s3.control("POST", "sts?delay_ms=0").await;
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
+}

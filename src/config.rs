@@ -24,12 +24,30 @@ pub struct Cli {
     pub config: Config,
 }
 
+impl Cli {
+    /// The configuration to serve with: `duckgate serve` takes every flag
+    /// that `duckgate` alone takes.
+    pub fn serve_config(self) -> Config {
+        match self.command {
+            Some(Command::Serve(serve)) => *serve.config,
+            _ => self.config,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Run the gateway (the default).
-    Serve,
+    Serve(ServeArgs),
     /// Print the OpenAPI document of the HTTP API as JSON and exit.
     Openapi,
+}
+
+/// `duckgate serve`: the same settings as `duckgate` alone.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub config: Box<Config>,
 }
 
 /// The whole configuration of one gateway process.

@@ -11,27 +11,27 @@ async fn main() -> std::process::ExitCode {
         println!("{}", duckgate::api::docs::spec_json());
         return std::process::ExitCode::SUCCESS;
     }
-    duckgate::telemetry::init(cli.config.server.log_format);
+    let config = cli.serve_config();
+    duckgate::telemetry::init(config.server.log_format);
     // Refuse a bad configuration before binding anything.
-    if let Err(e) = cli
-        .config
+    if let Err(e) = config
         .validate()
-        .and_then(|_| duckgate::load_tokens(&cli.config, cli.config.server.listen).map(|_| ()))
+        .and_then(|_| duckgate::load_tokens(&config, config.server.listen).map(|_| ()))
     {
         eprintln!("duckgate: {e}");
         return std::process::ExitCode::from(2);
     }
-    let listener = match tokio::net::TcpListener::bind(cli.config.server.listen).await {
+    let listener = match tokio::net::TcpListener::bind(config.server.listen).await {
         Ok(l) => l,
         Err(e) => {
             eprintln!(
                 "duckgate: DUCKGATE_LISTEN: cannot listen on {}: {e}",
-                cli.config.server.listen
+                config.server.listen
             );
             return std::process::ExitCode::from(2);
         }
     };
-    match duckgate::run(cli.config, listener, shutdown_signal()).await {
+    match duckgate::run(config, listener, shutdown_signal()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line, naming the setting where there is one.

@@ -626,3 +626,15 @@ async fn large_results_arrive_whole_and_in_order_in_every_format() {
     }
     assert_eq!(text.lines().count() as u64, n + 1);
 }
+
+#[tokio::test]
+async fn serve_takes_every_flag_duckgate_takes() {
+    // The Dockerfile and the Kubernetes manifests run `duckgate serve`.
+    let g = Gateway::builder()
+        .arg("serve")
+        .arg("--pool-size")
+        .arg("1")
+        .start();
+    assert_eq!(g.health().await["pool"]["size"], 1);
+    assert_eq!(g.query_ok("SELECT 1 AS x").await["rows"], json!([[1]]));
+}

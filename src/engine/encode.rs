@@ -437,11 +437,13 @@ fn csv_field(out: &mut Vec<u8>, v: &str) {
     out.push(b'"');
 }
 
-/// One text column of any of Arrow's string layouts.
+/// One column of DuckDB's text: strings in any of Arrow's layouts, or an
+/// integer or boolean column whose Arrow text is DuckDB's.
 enum TextColumn<'a> {
     Utf8(&'a arrow::array::StringArray),
     Large(&'a arrow::array::LargeStringArray),
     View(&'a arrow::array::StringViewArray),
+    Plain(&'a dyn Array, arrow::util::display::ArrayFormatter<'a>),
 }
 
 impl<'a> TextColumn<'a> {
@@ -450,6 +452,18 @@ impl<'a> TextColumn<'a> {
             DataType::Utf8 => Self::Utf8(c.as_string::<i32>()),
             DataType::LargeUtf8 => Self::Large(c.as_string::<i64>()),
             DataType::Utf8View => Self::View(c.as_string_view()),
+            DataType::Boolean
+            | DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64 => Self::Plain(
+                c,
+                arrow::util::display::ArrayFormatter::try_new(c, &Default::default())?,
+            ),
             other => {
                 return Err(ArrowError::InvalidArgumentError(format!(
                     "DuckDB text column exported as {other}"
@@ -458,11 +472,22 @@ impl<'a> TextColumn<'a> {
         })
     }
 
-    fn get(&self, row: usize) -> Option<&'a str> {
-        match self {
+    /// Appends the CSV field of `row` (nothing for NULL).
+    fn write(&self, row: usize, out: &mut Vec<u8>) {
+        let text = match self {
             Self::Utf8(a) => a.is_valid(row).then(|| a.value(row)),
             Self::Large(a) => a.is_valid(row).then(|| a.value(row)),
             Self::View(a) => a.is_valid(row).then(|| a.value(row)),
+            Self::Plain(a, f) => {
+                if a.is_valid(row) {
+                    // Digits, a sign, true/false: never quoted.
+                    write!(out, "{}", f.value(row)).expect("writing to a Vec");
+                }
+                return;
+            }
+        };
+        if let Some(v) = text {
+            csv_field(out, v);
         }
     }
 }
@@ -479,9 +504,7 @@ fn csv_text_rows(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowErro
             if i > 0 {
                 out.push(b',');
             }
-            if let Some(v) = c.get(row) {
-                csv_field(out, v);
-            }
+            c.write(row, out);
         }
         out.push(b'\n');
     }

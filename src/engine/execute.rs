@@ -936,8 +936,16 @@ fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
     if result.names.is_empty() {
         return None;
     }
+    // Integers, booleans and VARCHAR read the same in Arrow as in DuckDB's
+    // text: those pass through uncast (casting costs DuckDB and the export).
     let casts: Vec<String> = (1..=result.names.len())
-        .map(|i| format!("CAST(#{i} AS VARCHAR)"))
+        .map(|i| match result.types.get(i - 1).map(String::as_str) {
+            Some(
+                "VARCHAR" | "BOOLEAN" | "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" | "UTINYINT"
+                | "USMALLINT" | "UINTEGER" | "UBIGINT",
+            ) => format!("#{i}"),
+            _ => format!("CAST(#{i} AS VARCHAR)"),
+        })
         .collect();
     Some(format!(
         "SELECT {} FROM ({inner}) AS duckgate_text",

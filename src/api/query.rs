@@ -32,7 +32,7 @@ pub struct QueryRequest {
     /// numbers and strings.
     #[serde(default)]
     #[schema(value_type = Vec<QueryParam>)]
-    pub params: Vec<serde_json::Value>,
+    pub params: Vec<Box<serde_json::value::RawValue>>,
     /// Response format; overrides the Accept header.
     #[serde(default)]
     pub format: Option<String>,
@@ -188,7 +188,7 @@ pub async fn query(
         .params
         .iter()
         .enumerate()
-        .map(|(i, v)| param(i + 1, v))
+        .map(|(i, v)| param(i + 1, v.as_ref()))
         .collect::<Result<Vec<_>, _>>()?;
     let timeout_ms = match request.timeout_ms {
         Some(t) if t <= 0 => {
@@ -367,26 +367,19 @@ fn choose_format(explicit: Option<&str>, headers: &HeaderMap) -> Result<Format, 
     }
 }
 
-fn param(index: usize, v: &serde_json::Value) -> Result<Param, ApiError> {
+/// One parameter from its JSON text: numbers keep the digits as written
+/// (see `Param::from_number`), strings are VARCHAR, nested values refused.
+fn param(index: usize, raw: &serde_json::value::RawValue) -> Result<Param, ApiError> {
     use serde_json::Value as J;
+    let bad = |message: String| ApiError::Query(QueryError::Param { index, message });
+    let v: J = serde_json::from_str(raw.get()).map_err(|e| bad(e.to_string()))?;
     Ok(match v {
         J::Null => Param::Null,
-        J::Bool(b) => Param::Bool(*b),
-        J::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Param::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                Param::UInt(u)
-            } else {
-                Param::Float(n.as_f64().unwrap_or(f64::NAN))
-            }
-        }
-        J::String(s) => Param::Text(s.clone()),
+        J::Bool(b) => Param::Bool(b),
+        J::Number(_) => Param::from_number(raw.get().trim()).map_err(bad)?,
+        J::String(s) => Param::Text(s),
         J::Array(_) | J::Object(_) => {
-            return Err(ApiError::Query(QueryError::Param {
-                index,
-                message: "parameters must be null, booleans, numbers or strings; pass nested values as JSON text and cast them in SQL (e.g. $1::JSON)".into(),
-            }))
+            return Err(bad("parameters must be null, booleans, numbers or strings; pass nested values as JSON text and cast them in SQL (e.g. $1::JSON)".into()))
         }
     })
 }

@@ -127,6 +127,8 @@ pub struct ResultEncoder {
     csv_header_pending: bool,
     /// CSV whose columns DuckDB already rendered as text, with these names.
     csv_text: Option<Arc<Vec<String>>>,
+    /// Arrow columns that hold UHUGEINT (see [`ResultEncoder::unsigned_huge`]).
+    uhugeint: Vec<usize>,
 }
 
 impl ResultEncoder {
@@ -148,7 +150,40 @@ impl ResultEncoder {
             ipc: None,
             csv_header_pending: true,
             csv_text: None,
+            uhugeint: Vec::new(),
         }
+    }
+
+    /// DuckDB exports UHUGEINT as a signed Decimal128 of the same bits, so
+    /// values from 2^127 read negative. Arrow answers carry these columns
+    /// (by index) as Decimal256(39, 0), which holds every UHUGEINT exactly.
+    /// Call before [`ResultEncoder::begin`].
+    pub fn unsigned_huge(&mut self, columns: Vec<usize>) {
+        if self.format != Format::Arrow || columns.is_empty() {
+            return;
+        }
+        let fields: Vec<FieldRef> = self
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match f.data_type() {
+                DataType::Decimal128(_, 0) if columns.contains(&i) => Arc::new(
+                    f.as_ref()
+                        .clone()
+                        .with_data_type(DataType::Decimal256(39, 0)),
+                ),
+                _ => f.clone(),
+            })
+            .collect();
+        self.uhugeint = columns
+            .into_iter()
+            .filter(|i| fields[*i].data_type() == &DataType::Decimal256(39, 0))
+            .collect();
+        self.schema = Arc::new(Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ));
     }
 
     /// The batches are DuckDB's own VARCHAR rendering of every column (the
@@ -200,6 +235,19 @@ impl ResultEncoder {
             return Ok(());
         }
         match self.format {
+            Format::Arrow if !self.uhugeint.is_empty() => {
+                let mut columns = batch.columns().to_vec();
+                for &i in &self.uhugeint {
+                    let unsigned: arrow::array::Decimal256Array = columns[i]
+                        .as_primitive::<Decimal128Type>()
+                        .unary(|v| arrow::datatypes::i256::from_parts(v as u128, 0));
+                    columns[i] = Arc::new(unsigned.with_precision_and_scale(39, 0)?);
+                }
+                let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+                let w = self.ipc.as_mut().expect("begin() ran");
+                w.write(&batch)?;
+                self.drain_ipc(out);
+            }
             Format::Arrow => {
                 let w = self.ipc.as_mut().expect("begin() ran");
                 w.write(batch)?;
@@ -645,9 +693,7 @@ impl EncoderFactory for JsonRules {
                 Box::new(Quoted(move |i| match a.value(i) {
                     i32::MAX => "infinity".to_string(),
                     v if v == -i32::MAX => "-infinity".to_string(),
-                    v => arrow::temporal_conversions::date32_to_datetime(v)
-                        .map(|d| d.format("%Y-%m-%d").to_string())
-                        .unwrap_or_else(|| v.to_string()),
+                    v => date_text(v.into()),
                 }))
             }
             DataType::Timestamp(unit, tz) => {
@@ -687,6 +733,31 @@ impl EncoderFactory for JsonRules {
             DataType::Interval(unit) => {
                 let unit = *unit;
                 Box::new(Quoted(move |i| iso_interval(array, unit, i)))
+            }
+            // BIGNUM arrives as DuckDB's text (see `json_exprs`): a number
+            // where a double holds it exactly, else a string, like HUGEINT.
+            DataType::Utf8 if duckdb_type(field) == Some("BIGNUM") => {
+                let a = array.as_string::<i32>();
+                Box::new(BigText(a))
+            }
+            // An unnamed struct (`row(1, 'x')`, DuckDB writes `(1, x)`) is a
+            // JSON array; repeated field names get DuckDB's column rule.
+            DataType::Struct(fields)
+                if !fields.is_empty()
+                    && (fields.iter().all(|f| f.name().is_empty())
+                        || dedup_names(fields.iter().map(|f| f.name().as_str()))
+                            .iter()
+                            .zip(fields.iter())
+                            .any(|(d, f)| d != f.name())) =>
+            {
+                let keys = (!fields.iter().all(|f| f.name().is_empty()))
+                    .then(|| dedup_names(fields.iter().map(|f| f.name().as_str())));
+                let children = fields
+                    .iter()
+                    .zip(array.as_struct().columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Box::new(StructEncoder { keys, children })
             }
             DataType::Union(fields, _) => {
                 let union = array
@@ -924,29 +995,53 @@ fn time_text(nanos: i128) -> String {
     }
 }
 
+/// A timestamp as ISO 8601 in UTC, for every value DuckDB holds (chrono's
+/// formatter stops at ±262,143 years; DuckDB's TIMESTAMP reaches 294,247).
 fn utc_timestamp(array: &dyn Array, unit: arrow::datatypes::TimeUnit, idx: usize) -> String {
     use arrow::datatypes::{
         TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
         TimestampSecondType,
     };
-    use arrow::temporal_conversions as tc;
-    let dt = match unit {
-        TimeUnit::Second => {
-            tc::timestamp_s_to_datetime(array.as_primitive::<TimestampSecondType>().value(idx))
-        }
-        TimeUnit::Millisecond => tc::timestamp_ms_to_datetime(
+    let (raw, per_second): (i64, i128) = match unit {
+        TimeUnit::Second => (array.as_primitive::<TimestampSecondType>().value(idx), 1),
+        TimeUnit::Millisecond => (
             array.as_primitive::<TimestampMillisecondType>().value(idx),
+            1_000,
         ),
-        TimeUnit::Microsecond => tc::timestamp_us_to_datetime(
+        TimeUnit::Microsecond => (
             array.as_primitive::<TimestampMicrosecondType>().value(idx),
+            1_000_000,
         ),
-        TimeUnit::Nanosecond => {
-            tc::timestamp_ns_to_datetime(array.as_primitive::<TimestampNanosecondType>().value(idx))
-        }
+        TimeUnit::Nanosecond => (
+            array.as_primitive::<TimestampNanosecondType>().value(idx),
+            1_000_000_000,
+        ),
     };
-    match dt {
-        Some(dt) => format!("{}+00:00", dt.format("%Y-%m-%dT%H:%M:%S%.f")),
-        None => "invalid timestamp".to_string(),
+    let per_day = per_second * 86_400;
+    let raw = raw as i128;
+    let (days, in_day) = (raw.div_euclid(per_day), raw.rem_euclid(per_day));
+    let nanos = in_day * (1_000_000_000 / per_second);
+    let time = time_text(nanos);
+    format!("{}T{time}+00:00", date_text(days as i64))
+}
+
+/// A proleptic Gregorian date from days since 1970-01-01, for any day
+/// (Howard Hinnant's `civil_from_days`); years as chrono writes them:
+/// four digits, a sign beyond 9999 or before year 0.
+fn date_text(days: i64) -> String {
+    let z = days as i128 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i128::from(month <= 2);
+    match year {
+        0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
+        y if y > 9999 => format!("+{year}-{month:02}-{day:02}"),
+        _ => format!("-{:04}-{month:02}-{day:02}", -year),
     }
 }
 
@@ -1011,6 +1106,51 @@ fn format_iso_duration(months: i64, days: i64, nanos: i64) -> String {
         s += "T0S";
     }
     s
+}
+
+/// A struct whose field names cannot be JSON keys as they are: an array of
+/// its values (`keys` is `None`) or an object with deduplicated keys.
+struct StructEncoder<'a> {
+    keys: Option<Vec<String>>,
+    children: Vec<NullableEncoder<'a>>,
+}
+
+impl Encoder for StructEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        out.push(if self.keys.is_some() { b'{' } else { b'[' });
+        for (n, child) in self.children.iter_mut().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            if let Some(keys) = &self.keys {
+                serde_json::to_writer(&mut *out, &keys[n]).expect("writing to a Vec");
+                out.push(b':');
+            }
+            if child.is_null(idx) {
+                out.extend_from_slice(b"null");
+            } else {
+                child.encode(idx, out);
+            }
+        }
+        out.push(if self.keys.is_some() { b'}' } else { b']' });
+    }
+}
+
+/// An integer as DuckDB's decimal text: a JSON number when a double holds it
+/// exactly (|v| <= 2^53), else a string.
+struct BigText<'a>(&'a StringArray);
+impl Encoder for BigText<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let text = self.0.value(idx);
+        let exact = text
+            .parse::<i64>()
+            .is_ok_and(|v| v.unsigned_abs() <= 1 << 53);
+        if exact {
+            out.extend_from_slice(text.as_bytes());
+        } else {
+            serde_json::to_writer(&mut *out, text).expect("writing to a Vec");
+        }
+    }
 }
 
 struct UnionEncoder<'a> {
@@ -1186,6 +1326,21 @@ fn quote_ident(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates_agree_with_chrono_wherever_chrono_reaches() {
+        // Every 997th day across chrono's whole range, and the days around
+        // the epoch, year 0 and the Gregorian leap rules.
+        let (lo, hi) = (-95_000_000i64, 95_000_000i64);
+        let days = (lo..hi).step_by(997).chain(-800_000..800_000);
+        for d in days {
+            let want = arrow::temporal_conversions::date32_to_datetime(d as i32)
+                .unwrap()
+                .format("%Y-%m-%d")
+                .to_string();
+            assert_eq!(date_text(d), want, "day {d}");
+        }
+    }
 
     #[test]
     fn decimals_are_exact() {

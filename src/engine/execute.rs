@@ -79,6 +79,17 @@ pub enum Param {
     Bool(bool),
     Int(i64),
     UInt(u64),
+    /// An integer beyond u64 (DuckDB's HUGEINT).
+    HugeInt(i128),
+    /// An integer beyond i128 (DuckDB's UHUGEINT).
+    UHugeInt(u128),
+    /// A number with a fraction and no exponent, exactly as written:
+    /// DuckDB's DECIMAL(width, scale), as DuckDB types such a literal.
+    Decimal {
+        width: u8,
+        scale: u8,
+        value: i128,
+    },
     Float(f64),
     Text(String),
 }
@@ -90,9 +101,70 @@ impl Param {
             Param::Bool(b) => Value::Boolean(*b),
             Param::Int(i) => Value::BigInt(*i),
             Param::UInt(u) => Value::UBigInt(*u),
+            Param::HugeInt(i) => Value::HugeInt(*i),
+            Param::UHugeInt(u) => Value::UHugeInt(*u),
+            Param::Decimal {
+                width,
+                scale,
+                value,
+            } => match duckdb::types::Decimal::new(*width, *scale, *value) {
+                Ok(d) => Value::Decimal(d),
+                // `from_number` only builds valid widths.
+                Err(_) => Value::Null,
+            },
             Param::Float(f) => Value::Double(*f),
             Param::Text(s) => Value::Text(s.clone()),
         }
+    }
+
+    /// A JSON number, typed the way DuckDB types the same literal in SQL:
+    /// integers as BIGINT, UBIGINT, HUGEINT or UHUGEINT (whichever holds
+    /// them), `12.50` as DECIMAL(4,2), `1e3` as DOUBLE. A number none of
+    /// these holds exactly is an error, never a silently rounded DOUBLE.
+    pub fn from_number(text: &str) -> Result<Param, String> {
+        if let Ok(i) = text.parse::<i64>() {
+            return Ok(Param::Int(i));
+        }
+        if let Ok(u) = text.parse::<u64>() {
+            return Ok(Param::UInt(u));
+        }
+        if let Ok(i) = text.parse::<i128>() {
+            return Ok(Param::HugeInt(i));
+        }
+        if let Ok(u) = text.parse::<u128>() {
+            return Ok(Param::UHugeInt(u));
+        }
+        let too_big = || {
+            format!(
+                "{text} has more digits than DuckDB's widest exact types hold; pass it as a string and cast it in SQL (e.g. $1::DOUBLE)"
+            )
+        };
+        if text.bytes().all(|b| b == b'-' || b.is_ascii_digit()) {
+            return Err(too_big());
+        }
+        if text.contains(['e', 'E']) {
+            return text
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Param::Float)
+                .ok_or_else(too_big);
+        }
+        // JSON's grammar: -?digits.digits
+        let (int, frac) = text.split_once('.').ok_or_else(too_big)?;
+        let negative = int.starts_with('-');
+        let int = int.trim_start_matches('-');
+        // DuckDB counts every digit written: `0.05` is DECIMAL(3,2).
+        let width = int.len() + frac.len();
+        if width > 38 {
+            return Err(too_big());
+        }
+        let magnitude: i128 = format!("{int}{frac}").parse().map_err(|_| too_big())?;
+        Ok(Param::Decimal {
+            width: width as u8,
+            scale: frac.len() as u8,
+            value: if negative { -magnitude } else { magnitude },
+        })
     }
 }
 
@@ -629,19 +701,32 @@ fn work_inner(
     };
     // A verdict depends only on the text and the policy, so a text this
     // connection has accepted before is not parsed and bound a second time.
-    let accepted = match slot.verdicts.get(&job.sql) {
-        Some(a) => a.clone(),
+    use std::sync::atomic::Ordering::SeqCst;
+    let epoch = slot.catalog_epoch.load(SeqCst);
+    if slot.prepared_epoch != epoch {
+        slot.conn.flush_prepared_statement_cache();
+        slot.prepared_epoch = epoch;
+    }
+    let accepted = match slot.verdicts.get(&job.sql).filter(|(e, _)| *e == epoch) {
+        Some((_, a)) => a.clone(),
         None => match guard::check(&slot.raw, &job.sql, &job.rules) {
             Ok(a) => {
                 if slot.verdicts.len() >= VERDICT_CACHE {
                     slot.verdicts.clear();
                 }
-                slot.verdicts.insert(job.sql.clone(), a.clone());
+                slot.verdicts.insert(job.sql.clone(), (epoch, a.clone()));
                 a
             }
             Err(r) => return fail(QueryError::Refused(r)),
         },
     };
+    // A statement that may change the catalog makes every verdict older
+    // than it stale, whatever its outcome: the epoch moves when it starts
+    // (so nothing judged while it runs is kept) and when it is over.
+    let _epoch = (!accepted.read_only).then(|| {
+        slot.catalog_epoch.fetch_add(1, SeqCst);
+        BumpOnDrop(&slot.catalog_epoch)
+    });
     if let Err(r) = control.start() {
         let _ = r;
         return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
@@ -652,20 +737,25 @@ fn work_inner(
     // CSV is DuckDB's own text: the query wrapped so DuckDB casts every
     // column to VARCHAR, as its COPY ... (FORMAT csv) writer does. Should
     // DuckDB's rendering of the query not prepare, the Arrow path serves.
-    let text_sql = (job.format == Format::Csv)
-        .then(|| csv_text_sql(&accepted))
-        .flatten();
+    // JSON and NDJSON likewise let DuckDB render the few values Arrow
+    // cannot carry faithfully (intervals, TIMETZ, BIT, BIGNUM, map keys).
+    let text_sql = match job.format {
+        Format::Csv => csv_text_sql(&accepted),
+        Format::Json | Format::Ndjson => json_text_sql(&accepted),
+        Format::Arrow => arrow_interval_sql(&accepted),
+    };
     let wrapped = text_sql
         .as_deref()
         .and_then(|sql| match slot.conn.prepare_cached(sql) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::debug!(error = %e, "CSV text wrapper did not prepare; using Arrow values");
+                tracing::warn!(error = %e, "text wrapper did not prepare; using Arrow values");
                 None
             }
         });
     let csv_names = wrapped
         .as_ref()
+        .filter(|_| job.format == Format::Csv)
         .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
     let mut stmt = match wrapped {
         Some(s) => s,
@@ -756,6 +846,14 @@ fn stream_statement(
     if let Some(names) = csv_names {
         encoder.duckdb_text(names);
     }
+    encoder.unsigned_huge(
+        type_names
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.as_str() == "UHUGEINT")
+            .map(|(i, _)| i)
+            .collect(),
+    );
 
     // Small answers stay small: the buffer grows to a chunk only when a
     // result needs one (a large first allocation costs small queries dearly).
@@ -948,8 +1046,86 @@ fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
         })
         .collect();
     Some(format!(
-        "SELECT {} FROM ({inner}) AS duckgate_text",
+        "SELECT {} FROM (\n{inner}\n) AS duckgate_text",
         casts.join(", ")
+    ))
+}
+
+/// Arrow's INTERVAL (month, day, nanosecond) cannot hold DuckDB's
+/// microseconds beyond ±2^63 ns (about 292 years of hours), and DuckDB's
+/// export wraps such values silently. For a query with INTERVAL columns the
+/// Arrow answer is wrapped so that such a value fails the query with a
+/// message that says so, instead of arriving wrong.
+fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
+    let result = accepted.result.as_ref()?;
+    let inner = result.sql.as_deref()?;
+    if result.types.len() != result.names.len() || !result.types.iter().any(|t| t == "INTERVAL") {
+        return None;
+    }
+    let columns: Vec<String> = result
+        .types
+        .iter()
+        .zip(&result.names)
+        .enumerate()
+        .map(|(i, (t, name))| {
+            let c = format!("#{}", i + 1);
+            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+            if t != "INTERVAL" {
+                return format!("{c} AS {quoted}");
+            }
+            let message = format!(
+                "column {name}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"
+            )
+            .replace('\'', "''");
+            format!(
+                "CASE WHEN {c} IS NULL OR abs(datepart('hour', {c})::HUGEINT * 3600000000 + datepart('minute', {c}) * 60000000 + datepart('microseconds', {c})) <= 9223372036854775 THEN {c} ELSE error('{message}') END AS {quoted}"
+            )
+        })
+        .collect();
+    Some(format!(
+        "SELECT {} FROM (\n{inner}\n) AS duckgate_arrow",
+        columns.join(", ")
+    ))
+}
+
+/// Bumps the catalog epoch when the statement that may have changed the
+/// catalog is over.
+struct BumpOnDrop<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for BumpOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The query wrapped so that DuckDB renders, as its own text, the values of
+/// the columns whose JSON Arrow cannot carry (see `ResultShape::json_exprs`);
+/// `None` when every column's Arrow value is already DuckDB's.
+fn json_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    let result = accepted.result.as_ref()?;
+    let inner = result.sql.as_deref()?;
+    if result.json_exprs.len() != result.names.len()
+        || result.json_exprs.iter().all(String::is_empty)
+    {
+        return None;
+    }
+    let columns: Vec<String> = result
+        .json_exprs
+        .iter()
+        .zip(&result.names)
+        .enumerate()
+        .map(|(i, (expr, name))| {
+            let expr = if expr.is_empty() {
+                format!("#{}", i + 1)
+            } else {
+                expr.clone()
+            };
+            format!("{expr} AS \"{}\"", name.replace('"', "\"\""))
+        })
+        .collect();
+    Some(format!(
+        "SELECT {} FROM (\n{inner}\n) AS duckgate_text",
+        columns.join(", ")
     ))
 }
 

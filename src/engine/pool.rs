@@ -30,8 +30,17 @@ pub struct Slot {
     pub raw: RawConnection,
     /// Interrupts whatever `conn` runs.
     pub interrupt: Arc<duckdb::InterruptHandle>,
-    /// Statement texts the guard accepted on this connection, and its verdict.
-    pub verdicts: std::collections::HashMap<String, Accepted>,
+    /// Statement texts the guard accepted on this connection: the catalog
+    /// epoch it judged them in, and its verdict.
+    pub verdicts: std::collections::HashMap<String, (u64, Accepted)>,
+    /// Bumped by every statement that may change the catalog (any that is
+    /// not read-only), on any connection: a verdict from an older epoch may
+    /// hold stale column types, so it is judged again.
+    pub catalog_epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// The epoch this connection's prepared statements were made in: a
+    /// statement prepared before a write may hold what binding computed
+    /// from the data then (e.g. `stats()`), so the cache is flushed.
+    pub prepared_epoch: u64,
 }
 
 /// Prepared statements cached per connection.
@@ -40,6 +49,7 @@ pub const STATEMENT_CACHE: usize = 64;
 /// Opens and checks pooled connections for deadpool.
 pub struct Manager {
     db: Arc<RawDatabase>,
+    catalog_epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl managed::Manager for Manager {
@@ -56,6 +66,8 @@ impl managed::Manager for Manager {
             raw,
             interrupt,
             verdicts: Default::default(),
+            catalog_epoch: self.catalog_epoch.clone(),
+            prepared_epoch: 0,
         })
     }
 
@@ -174,11 +186,14 @@ impl QueryPool {
         acquire_timeout: Duration,
         health: Arc<Health>,
     ) -> Result<Self, String> {
-        let inner = managed::Pool::builder(Manager { db })
-            .max_size(size + spares)
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let inner = managed::Pool::builder(Manager {
+            db,
+            catalog_epoch: Default::default(),
+        })
+        .max_size(size + spares)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| e.to_string())?;
         health.pool.size.store(size as u64, Ordering::Relaxed);
         Ok(Self {
             inner,

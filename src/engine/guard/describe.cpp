@@ -94,11 +94,6 @@ yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
 	case StatementType::SELECT_STATEMENT: {
 		auto &s = statement.Cast<SelectStatement>();
 		AddPart(doc, parts, stmt, s);
-		// DuckDB's own rendering, for wrapping the query (CSV text).
-		try {
-			yyjson_mut_obj_add_strcpy(doc, stmt, "sql", s.ToString().c_str());
-		} catch (std::exception &ex) {
-		}
 		break;
 	}
 	case StatementType::EXPLAIN_STATEMENT: {
@@ -300,6 +295,92 @@ char *WriteOut(yyjson_mut_doc *doc) {
 	return out;
 }
 
+
+// JSON from DuckDB's Arrow export is DuckDB's value for most types; for the
+// rest DuckDB renders the value itself. Returns the expression that makes
+// `e` (a value of `type`) JSON-ready, or "" when `e` needs nothing:
+// INTERVAL (Arrow's nanoseconds overflow), TIME WITH TIME ZONE (Arrow drops
+// the offset), BIT, BIGNUM and GEOMETRY (Arrow carries DuckDB's bytes) become
+// DuckDB's VARCHAR text; so does UHUGEINT inside a nested value (Arrow's
+// signed decimal; a top-level column is read back from its bits). MAP keys
+// that are not VARCHAR become their DuckDB text, so every JSON key is the
+// key's value as DuckDB writes it. Lists, arrays, structs and maps are
+// rebuilt around converted children; a UNION that holds any of these is
+// DuckDB's text as a whole.
+string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
+	auto var = "duckgate_v" + to_string(depth);
+	switch (type.id()) {
+	case LogicalTypeId::INTERVAL:
+	case LogicalTypeId::TIME_TZ:
+	case LogicalTypeId::BIT:
+	case LogicalTypeId::BIGNUM:
+	case LogicalTypeId::GEOMETRY:
+		return "CAST(" + e + " AS VARCHAR)";
+	case LogicalTypeId::UHUGEINT:
+		return depth == 0 ? "" : "CAST(" + e + " AS VARCHAR)";
+	case LogicalTypeId::LIST:
+	case LogicalTypeId::ARRAY: {
+		auto &child = type.id() == LogicalTypeId::LIST ? ListType::GetChildType(type) : ArrayType::GetChildType(type);
+		auto inner = JsonExpr(child, var, depth + 1);
+		if (inner.empty()) {
+			return "";
+		}
+		return "list_transform(" + e + ", lambda " + var + ": " + inner + ")";
+	}
+	case LogicalTypeId::MAP: {
+		auto &key = MapType::KeyType(type);
+		auto &value = MapType::ValueType(type);
+		auto key_expr = var + ".key";
+		auto value_expr = var + ".value";
+		auto key_inner = key.id() == LogicalTypeId::VARCHAR ? "" : "CAST(" + key_expr + " AS VARCHAR)";
+		auto value_inner = JsonExpr(value, value_expr, depth + 1);
+		if (key_inner.empty() && value_inner.empty()) {
+			return "";
+		}
+		return "map_from_entries(list_transform(map_entries(" + e + "), lambda " + var + ": {'key': " +
+		       (key_inner.empty() ? key_expr : key_inner) + ", 'value': " +
+		       (value_inner.empty() ? value_expr : value_inner) + "}))";
+	}
+	case LogicalTypeId::STRUCT: {
+		auto &children = StructType::GetChildTypes(type);
+		vector<string> parts;
+		bool changed = false;
+		for (idx_t i = 0; i < children.size(); i++) {
+			auto field = "struct_extract_at(" + e + ", " + to_string(i + 1) + ")";
+			auto inner = JsonExpr(children[i].second, field, depth + 1);
+			changed = changed || !inner.empty();
+			parts.push_back(inner.empty() ? field : inner);
+		}
+		if (!changed) {
+			return "";
+		}
+		string body;
+		if (StructType::IsUnnamed(type)) {
+			body = "row(";
+			for (idx_t i = 0; i < parts.size(); i++) {
+				body += (i ? ", " : "") + parts[i];
+			}
+		} else {
+			body = "struct_pack(";
+			for (idx_t i = 0; i < parts.size(); i++) {
+				body += (i ? ", " : "") + KeywordHelper::WriteOptionallyQuoted(children[i].first) + " := " + parts[i];
+			}
+		}
+		return "CASE WHEN " + e + " IS NULL THEN NULL ELSE " + body + ") END";
+	}
+	case LogicalTypeId::UNION: {
+		for (idx_t i = 0; i < UnionType::GetMemberCount(type); i++) {
+			if (!JsonExpr(UnionType::GetMemberType(type, i), var, depth + 1).empty()) {
+				return "CAST(" + e + " AS VARCHAR)";
+			}
+		}
+		return "";
+	}
+	default:
+		return "";
+	}
+}
+
 } // namespace
 
 extern "C" {
@@ -322,6 +403,7 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		PlanNames names;
 		vector<string> types;
 		vector<string> columns;
+		vector<string> json_exprs;
 		context.RunFunctionInTransaction([&]() {
 			Parser parser(context.GetParserOptions());
 			parser.ParseQuery(string(sql));
@@ -333,8 +415,9 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 			if (planner.plan) {
 				names.VisitOperator(*planner.plan);
 			}
-			for (auto &t : planner.types) {
-				types.push_back(t.ToString());
+			for (idx_t i = 0; i < planner.types.size(); i++) {
+				types.push_back(planner.types[i].ToString());
+				json_exprs.push_back(JsonExpr(planner.types[i], "#" + to_string(i + 1), 0));
 			}
 			columns = planner.names;
 		});
@@ -343,6 +426,7 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		yyjson_mut_obj_add_bool(doc, root, "unreadable", names.unreadable);
 		AddStrings(doc, root, "types", types);
 		AddStrings(doc, root, "names", columns);
+		AddStrings(doc, root, "json_exprs", json_exprs);
 	} catch (std::exception &ex) {
 		ErrorData error(ex);
 		root = yyjson_mut_obj(doc);
@@ -379,8 +463,33 @@ char *duckgate_describe_sql(void *connection, const char *sql) {
 		Parser parser(options);
 		parser.ParseQuery(string(sql));
 		auto statements = yyjson_mut_arr(doc);
+		string text(sql);
 		for (auto &statement : parser.statements) {
-			yyjson_mut_arr_append(statements, Describe(doc, *statement));
+			auto described = Describe(doc, *statement);
+			// A query's own text, exactly as the client wrote it (DuckDB's
+			// span of the statement), for wrapping it so DuckDB renders
+			// values as text. Not DuckDB's ToString: re-rendering changes
+			// literal types (`42.`, `1e-1`). The span runs on past the
+			// terminating semicolon (to a trailing comment, say): it is cut
+			// at the last token when DuckDB's tokenizer says that is `;`.
+			auto end = statement->stmt_location + statement->stmt_length;
+			if (statement->type == StatementType::SELECT_STATEMENT && statement->stmt_length > 0 &&
+			    end <= text.size()) {
+				auto own = text.substr(statement->stmt_location, statement->stmt_length);
+				for (;;) {
+					auto tokens = Parser::Tokenize(own);
+					idx_t last = tokens.size();
+					while (last > 0 && tokens[last - 1].type == SimplifiedTokenType::SIMPLIFIED_TOKEN_COMMENT) {
+						last--;
+					}
+					if (last == 0 || tokens[last - 1].start >= own.size() || own[tokens[last - 1].start] != ';') {
+						break;
+					}
+					own.resize(tokens[last - 1].start);
+				}
+				yyjson_mut_obj_add_strncpy(doc, described, "sql", own.data(), own.size());
+			}
+			yyjson_mut_arr_append(statements, described);
 		}
 		yyjson_mut_obj_add_val(doc, root, "statements", statements);
 	} catch (std::exception &ex) {

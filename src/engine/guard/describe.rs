@@ -32,6 +32,11 @@ pub struct PlanNames {
     /// Each result column's name.
     #[serde(default)]
     pub names: Vec<String>,
+    /// Per result column, the expression (over `#i`) that makes its values
+    /// JSON-ready as DuckDB's own text where Arrow cannot carry them
+    /// faithfully; empty where the Arrow value needs nothing.
+    #[serde(default)]
+    pub json_exprs: Vec<String>,
     /// The binder's error, if binding failed.
     #[serde(default)]
     pub error: Option<String>,

@@ -54,8 +54,12 @@ pub struct ResultShape {
     pub types: Vec<String>,
     /// Each column's name.
     pub names: Vec<String>,
-    /// The statement as DuckDB renders it (no comments, no semicolon).
+    /// The statement exactly as the client wrote it (DuckDB's span of it,
+    /// without the semicolon).
     pub sql: Option<String>,
+    /// Per column, DuckDB's rendering of values JSON cannot take from Arrow
+    /// (an expression over `#i`), or empty (see `describe.cpp`'s `JsonExpr`).
+    pub json_exprs: Vec<String>,
 }
 
 /// Why the guard refused.
@@ -100,6 +104,7 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
         accepted.result = Some(ResultShape {
             types: plan.types,
             names: plan.names,
+            json_exprs: plan.json_exprs,
             sql: statement.sql.clone(),
         });
     } else if is_query(statement) {

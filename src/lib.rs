@@ -2,9 +2,11 @@
 //! credentials fresh.
 //!
 //! - `config`: every setting, with defaults and validation.
-//! - `api`: axum routes (query, health, admin, metrics, docs), errors, auth.
+//! - `api`: axum routes (query, health, admin, metrics, docs), content
+//!   negotiation, errors, auth: everything HTTP.
 //! - `engine`: DuckDB: database set-up and lockdown, the query pool, the
-//!   statement guard, execution and result encoding.
+//!   statement guard, execution. No HTTP.
+//! - `encode`: result formats (JSON, NDJSON, CSV, Arrow). No HTTP.
 //! - `credentials`: credential sources, the rotator, the secret DDL.
 //! - `health`: the snapshot that probes read with atomic loads.
 //! - `telemetry`: logging.
@@ -14,6 +16,7 @@
 pub mod api;
 pub mod config;
 pub mod credentials;
+pub mod encode;
 pub mod engine;
 pub mod health;
 pub mod telemetry;

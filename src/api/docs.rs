@@ -7,7 +7,6 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::api::{admin, error, health, metrics, query};
-use crate::engine::encode;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,8 +28,8 @@ use crate::engine::encode;
         query::QueryRequest,
         query::QueryParam,
         query::QueryResult,
-        encode::Column,
-        encode::Format,
+        query::ColumnSchema,
+        query::FormatSchema,
         error::Problem,
         health::HealthReport,
         health::PoolHealth,

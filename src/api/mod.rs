@@ -7,6 +7,7 @@ pub mod docs;
 pub mod error;
 pub mod health;
 pub mod metrics;
+pub mod negotiate;
 pub mod query;
 pub mod server;
 

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::api::auth::QueryAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::AppState;
-use crate::engine::encode::{Column, Format};
+use crate::encode::{Column, Format};
 use crate::engine::{execute, Param, QueryError, QueryJob};
 
 /// Header naming the statement kind the guard saw.
@@ -58,6 +58,36 @@ pub enum QueryParam {
     Text(String),
 }
 
+// The OpenAPI schemas of `encode::Column` and `encode::Format` (encoding
+// knows nothing of HTTP or OpenAPI).
+
+/// A column of the result, as the JSON answer names it.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Column)]
+#[allow(dead_code)]
+pub struct ColumnSchema {
+    pub name: String,
+    /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// A response format.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Format)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum FormatSchema {
+    /// One JSON document: columns, rows as arrays, row count, truncation, time.
+    Json,
+    /// One JSON object per row and line.
+    Ndjson,
+    /// RFC 4180 CSV with a header line.
+    Csv,
+    /// Arrow IPC stream.
+    Arrow,
+}
+
 /// Options for raw SQL bodies, from the query string.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -75,6 +105,7 @@ pub struct QueryOptions {
 /// The JSON answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct QueryResult {
+    #[schema(value_type = Vec<ColumnSchema>)]
     pub columns: Vec<Column>,
     /// One array per row, values in column order (any JSON value).
     #[schema(value_type = Vec<Vec<serde_json::Value>>)]
@@ -233,6 +264,7 @@ pub async fn query(
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
         max_value_bytes: limits.max_value_bytes,
+        render_error: crate::api::error::problem_json_for_stream,
     };
     let mut epoch = epoch;
     let output = match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
@@ -357,7 +389,7 @@ fn choose_format(explicit: Option<&str>, headers: &HeaderMap) -> Result<Format, 
         Some(Err(_)) => Err(ApiError::NotAcceptable(
             "the Accept header is not readable".into(),
         )),
-        Some(Ok(accept)) => match Format::from_accept(accept) {
+        Some(Ok(accept)) => match crate::api::negotiate::format_from_accept(accept) {
             Ok(Some(f)) => Ok(f),
             Ok(None) => Ok(Format::Json),
             Err(_) => Err(ApiError::NotAcceptable(format!(

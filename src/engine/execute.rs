@@ -12,7 +12,7 @@ use duckdb::types::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::encode::{self, Column, Format, ResultEncoder, Summary};
+use crate::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard::{self, Refusal};
 use crate::engine::pool::{AcquireError, Lease, Pooled, QueryPool};
 
@@ -186,6 +186,10 @@ pub struct QueryJob {
     pub stall_timeout: Duration,
     /// Largest single value (or one-row batch) the gateway will encode.
     pub max_value_bytes: u64,
+    /// Renders an error that ends a streamed body (NDJSON's last record):
+    /// the HTTP layer's problem document, handed in so the engine needs no
+    /// knowledge of HTTP.
+    pub render_error: fn(&QueryError) -> serde_json::Value,
 }
 
 /// Why a query did not produce a complete result.
@@ -450,6 +454,7 @@ pub async fn run(
     let (tx, mut rx) = mpsc::channel(CHANNEL_CHUNKS);
     let format = job.format;
     let timeout = job.timeout;
+    let render_error = job.render_error;
     tokio::spawn(watchdog(
         control.clone(),
         lease.clone(),
@@ -501,6 +506,7 @@ pub async fn run(
         guard: Some(guard),
         control,
         format,
+        render_error,
         timeout,
         first: Some(first),
         done: false,
@@ -526,6 +532,7 @@ struct BodyState {
     guard: Option<CancelOnDrop>,
     control: Arc<QueryControl>,
     format: Format,
+    render_error: fn(&QueryError) -> serde_json::Value,
     timeout: Duration,
     first: Option<Bytes>,
     done: bool,
@@ -577,7 +584,7 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
                 Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
                 _ => QueryError::Cancelled,
             };
-            match error_record_for(st.format, &err) {
+            match error_record_for(st.format, st.render_error, &err) {
                 Some(record) => Some((Ok(record), st)),
                 None => Some((Err(std::io::Error::other(err.to_string())), st)),
             }
@@ -910,7 +917,7 @@ fn stream_statement(
                 if !sent_start {
                     return fail(err);
                 }
-                end_with_error(&encoder, &mut buf, &err, tx);
+                end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
                 return Err(err);
             }
         };
@@ -927,7 +934,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx);
+            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
             return Err(err);
         }
         let room = job.max_rows.saturating_sub(rows);
@@ -962,7 +969,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx);
+            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
             return Err(err);
         }
         bytes += (buf.len() - before) as u64;
@@ -990,7 +997,7 @@ fn stream_statement(
         if !sent_start {
             return fail(err);
         }
-        end_with_error(&encoder, &mut buf, &err, tx);
+        end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
         return Err(err);
     }
     if !window.is_empty() {
@@ -999,7 +1006,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx);
+            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
             return Err(err);
         }
     }
@@ -1014,7 +1021,7 @@ fn stream_statement(
         if !sent_start {
             return fail(err);
         }
-        end_with_error(&encoder, &mut buf, &err, tx);
+        end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
         return Err(err);
     }
     if !flush(&mut buf, &mut sent_start, &accepted.kind) {
@@ -1165,10 +1172,16 @@ fn oversized_value(batch: &RecordBatch, limit: u64) -> Option<u64> {
 
 /// Ends a body that has begun: an error record where the format has one,
 /// otherwise an abort, so the client never mistakes it for a complete result.
-fn end_with_error(encoder: &ResultEncoder, buf: &mut Vec<u8>, err: &QueryError, tx: &Sender<'_>) {
+fn end_with_error(
+    encoder: &ResultEncoder,
+    buf: &mut Vec<u8>,
+    err: &QueryError,
+    tx: &Sender<'_>,
+    render: fn(&QueryError) -> serde_json::Value,
+) {
     // Bounded by the stall limit: a client that stopped reading gets its
     // ending from the body itself (see `next_chunk`).
-    let problem = crate::api::error::problem_json_for_stream(err);
+    let problem = render(err);
     let mut last = Vec::new();
     match encoder.error_record(&problem) {
         Some(record) => {
@@ -1186,9 +1199,13 @@ fn end_with_error(encoder: &ResultEncoder, buf: &mut Vec<u8>, err: &QueryError, 
 }
 
 /// The last NDJSON line for `err`, or `None` for formats that end by abort.
-fn error_record_for(format: Format, err: &QueryError) -> Option<Bytes> {
+fn error_record_for(
+    format: Format,
+    render: fn(&QueryError) -> serde_json::Value,
+    err: &QueryError,
+) -> Option<Bytes> {
     (format == Format::Ndjson).then(|| {
-        let problem = crate::api::error::problem_json_for_stream(err);
+        let problem = render(err);
         let mut line =
             serde_json::to_vec(&serde_json::json!({ "error": problem })).unwrap_or_default();
         line.push(b'\n');

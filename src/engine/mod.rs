@@ -2,7 +2,6 @@
 //! connections for client queries, and a control connection (outside the pool)
 //! for the gateway's own secret DDL.
 
-pub mod encode;
 pub mod execute;
 pub mod ffi;
 pub mod guard;

@@ -1,0 +1,58 @@
+//! Content negotiation: which result format an `Accept` header asks for.
+
+use crate::encode::Format;
+
+/// The format an `Accept` header asks for. `Ok(None)` when it accepts
+/// anything; `Err` when it accepts nothing we produce.
+pub fn format_from_accept(accept: &str) -> Result<Option<Format>, NotAcceptable> {
+    let mut best: Option<(f32, Option<Format>)> = None;
+    for part in accept.split(',') {
+        let mut pieces = part.split(';');
+        let media = pieces.next().unwrap_or("").trim().to_ascii_lowercase();
+        let q = pieces
+            .filter_map(|p| p.trim().strip_prefix("q="))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        if q <= 0.0 {
+            continue;
+        }
+        let format = match media.as_str() {
+            "application/json" | "application/problem+json" => Some(Format::Json),
+            "application/x-ndjson" | "application/ndjson" | "application/jsonl" => {
+                Some(Format::Ndjson)
+            }
+            "text/csv" => Some(Format::Csv),
+            "application/vnd.apache.arrow.stream" => Some(Format::Arrow),
+            "*/*" | "application/*" | "text/*" => None,
+            _ => continue,
+        };
+        if best.as_ref().is_none_or(|(bq, _)| q > *bq) {
+            best = Some((q, format));
+        }
+    }
+    match best {
+        Some((_, f)) => Ok(f),
+        None if accept.trim().is_empty() => Ok(None),
+        None => Err(NotAcceptable),
+    }
+}
+
+/// An `Accept` header that allows none of the result formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAcceptable;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_negotiation() {
+        assert_eq!(format_from_accept("text/csv"), Ok(Some(Format::Csv)));
+        assert_eq!(format_from_accept("*/*"), Ok(None));
+        assert_eq!(
+            format_from_accept("application/json;q=0.5, application/vnd.apache.arrow.stream"),
+            Ok(Some(Format::Arrow))
+        );
+        assert_eq!(format_from_accept("image/png"), Err(NotAcceptable));
+    }
+}

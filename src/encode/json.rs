@@ -1,0 +1,603 @@
+//! JSON values: the rules arrow-json's defaults do not follow, supplied
+//! through its `EncoderFactory` hook. Integers and decimals beyond 2^53 become
+//! strings (JavaScript clients would round them), NaN/Infinity strings (JSON
+//! has no such numbers), binary base64, DuckDB's infinite dates and
+//! `24:00:00` DuckDB's words, dates of any year ISO 8601, unions their value,
+//! maps objects, unnamed structs arrays and repeated field names DuckDB's
+//! column rule.
+
+use std::io::Write as _;
+
+use arrow::array::{Array, AsArray, StringArray, UnionArray};
+use arrow::datatypes::{
+    DataType, Decimal128Type, Decimal256Type, Field, FieldRef, Float16Type, Float32Type,
+    Float64Type, Int64Type, IntervalUnit, UInt64Type,
+};
+use arrow::error::ArrowError;
+use arrow::json::writer::{make_encoder, Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
+use base64::Engine as _;
+
+use super::dedup_names;
+
+/// Largest integer a JSON consumer using doubles represents exactly.
+const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+/// The JSON rules arrow-json does not apply by default.
+#[derive(Debug)]
+pub(super) struct JsonRules;
+
+impl EncoderFactory for JsonRules {
+    fn make_default_encoder<'a>(
+        &self,
+        field: &'a FieldRef,
+        array: &'a dyn Array,
+        options: &'a EncoderOptions,
+    ) -> Result<Option<NullableEncoder<'a>>, ArrowError> {
+        let nulls = array.nulls().cloned();
+        let enc: Box<dyn Encoder + 'a> = match array.data_type() {
+            DataType::Int64 => Box::new(SafeInt(array.as_primitive::<Int64Type>())),
+            DataType::UInt64 => Box::new(SafeUInt(array.as_primitive::<UInt64Type>())),
+            DataType::Float16 => Box::new(Float(|i| {
+                array.as_primitive::<Float16Type>().value(i).to_f32()
+            })),
+            DataType::Float32 => Box::new(Float(|i| array.as_primitive::<Float32Type>().value(i))),
+            DataType::Float64 => Box::new(Float(|i| array.as_primitive::<Float64Type>().value(i))),
+            // DuckDB exports UHUGEINT as a signed Decimal128 of the same
+            // bits: read them back as u128 (the column says what it is).
+            DataType::Decimal128(_, 0) if duckdb_type(field) == Some("UHUGEINT") => {
+                let a = array.as_primitive::<Decimal128Type>();
+                Box::new(UnsignedHuge(move |i| a.value(i) as u128))
+            }
+            DataType::Decimal128(_, scale) => {
+                let a = array.as_primitive::<Decimal128Type>();
+                let scale = *scale;
+                Box::new(Decimal(move |i| (a.value(i), scale)))
+            }
+            // DuckDB's infinite dates and timestamps, and TIME 24:00:00, are
+            // values Arrow's formatters reject: DuckDB's own words for them.
+            DataType::Date32 => {
+                let a = array.as_primitive::<arrow::datatypes::Date32Type>();
+                Box::new(Quoted(move |i| match a.value(i) {
+                    i32::MAX => "infinity".to_string(),
+                    v if v == -i32::MAX => "-infinity".to_string(),
+                    v => date_text(v.into()),
+                }))
+            }
+            DataType::Timestamp(unit, tz) => {
+                let unit = *unit;
+                let zoned = tz.is_some();
+                Box::new(Quoted(move |i| timestamp_text(array, unit, zoned, i)))
+            }
+            DataType::Time64(arrow::datatypes::TimeUnit::Microsecond) => {
+                let a = array.as_primitive::<arrow::datatypes::Time64MicrosecondType>();
+                Box::new(Quoted(move |i| time_text(a.value(i) as i128 * 1000)))
+            }
+            DataType::Time64(arrow::datatypes::TimeUnit::Nanosecond) => {
+                let a = array.as_primitive::<arrow::datatypes::Time64NanosecondType>();
+                Box::new(Quoted(move |i| time_text(a.value(i) as i128)))
+            }
+            DataType::Decimal256(_, _) => {
+                // Beyond i128 nothing fits a double: always a string.
+                let a = array.as_primitive::<Decimal256Type>();
+                Box::new(Quoted(move |i| a.value_as_string(i)))
+            }
+            DataType::Binary => {
+                let a = array.as_binary::<i32>();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::LargeBinary => {
+                let a = array.as_binary::<i64>();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::BinaryView => {
+                let a = array.as_binary_view();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::FixedSizeBinary(_) => {
+                let a = array.as_fixed_size_binary();
+                Box::new(Base64(move |i| a.value(i)))
+            }
+            DataType::Interval(unit) => {
+                let unit = *unit;
+                Box::new(Quoted(move |i| iso_interval(array, unit, i)))
+            }
+            // BIGNUM arrives as DuckDB's text (see `json_exprs`): a number
+            // where a double holds it exactly, else a string, like HUGEINT.
+            DataType::Utf8 if duckdb_type(field) == Some("BIGNUM") => {
+                let a = array.as_string::<i32>();
+                Box::new(BigText(a))
+            }
+            // An unnamed struct (`row(1, 'x')`, DuckDB writes `(1, x)`) is a
+            // JSON array; repeated field names get DuckDB's column rule.
+            DataType::Struct(fields)
+                if !fields.is_empty()
+                    && (fields.iter().all(|f| f.name().is_empty())
+                        || dedup_names(fields.iter().map(|f| f.name().as_str()))
+                            .iter()
+                            .zip(fields.iter())
+                            .any(|(d, f)| d != f.name())) =>
+            {
+                let keys = (!fields.iter().all(|f| f.name().is_empty()))
+                    .then(|| dedup_names(fields.iter().map(|f| f.name().as_str())));
+                let children = fields
+                    .iter()
+                    .zip(array.as_struct().columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Box::new(StructEncoder { keys, children })
+            }
+            DataType::Union(fields, _) => {
+                let union = array
+                    .as_any()
+                    .downcast_ref::<UnionArray>()
+                    .expect("union type");
+                let mut children = Vec::new();
+                for (type_id, child_field) in fields.iter() {
+                    let child = union.child(type_id);
+                    children.push((type_id, make_encoder(child_field, child.as_ref(), options)?));
+                }
+                let _ = field;
+                Box::new(UnionEncoder { union, children })
+            }
+            DataType::Map(entries, _) => {
+                let DataType::Struct(kv) = entries.data_type() else {
+                    return Ok(None);
+                };
+                if matches!(
+                    kv[0].data_type(),
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+                ) {
+                    return Ok(None);
+                }
+                let map = array.as_map();
+                let keys = arrow::util::display::ArrayFormatter::try_new(
+                    map.keys().as_ref(),
+                    &arrow::util::display::FormatOptions::default(),
+                )?;
+                let values = make_encoder(&kv[1], map.values().as_ref(), options)?;
+                Box::new(MapEncoder { map, keys, values })
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(NullableEncoder::new(enc, nulls)))
+    }
+}
+
+struct SafeInt<'a>(&'a arrow::array::Int64Array);
+impl Encoder for SafeInt<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = self.0.value(idx);
+        if v.unsigned_abs() > MAX_SAFE_INTEGER {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        } else {
+            write!(out, "{v}").expect("writing to a Vec");
+        }
+    }
+}
+
+struct SafeUInt<'a>(&'a arrow::array::UInt64Array);
+impl Encoder for SafeUInt<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = self.0.value(idx);
+        if v > MAX_SAFE_INTEGER {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        } else {
+            write!(out, "{v}").expect("writing to a Vec");
+        }
+    }
+}
+
+struct Float<F>(F);
+impl<T: JsonFloat, F: Fn(usize) -> T> Encoder for Float<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        (self.0)(idx).write_json(out);
+    }
+}
+
+/// A float as JSON: the shortest text that reads back to the same value (in
+/// its own width, so FLOAT 0.1 stays 0.1), NaN and infinities as strings.
+trait JsonFloat: serde::Serialize + Copy {
+    fn is_nan(self) -> bool;
+    fn is_infinite(self) -> bool;
+    fn is_sign_positive(self) -> bool;
+
+    fn write_json(self, out: &mut Vec<u8>) {
+        if self.is_nan() {
+            out.extend_from_slice(b"\"NaN\"");
+        } else if self.is_infinite() {
+            out.extend_from_slice(if self.is_sign_positive() {
+                b"\"Infinity\""
+            } else {
+                b"\"-Infinity\""
+            });
+        } else {
+            serde_json::to_writer(out, &self).expect("finite float");
+        }
+    }
+}
+
+impl JsonFloat for f32 {
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    fn is_infinite(self) -> bool {
+        f32::is_infinite(self)
+    }
+    fn is_sign_positive(self) -> bool {
+        f32::is_sign_positive(self)
+    }
+}
+
+impl JsonFloat for f64 {
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    fn is_infinite(self) -> bool {
+        f64::is_infinite(self)
+    }
+    fn is_sign_positive(self) -> bool {
+        f64::is_sign_positive(self)
+    }
+}
+
+struct Decimal<F>(F);
+impl<F: Fn(usize) -> (i128, i8)> Encoder for Decimal<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let (unscaled, scale) = (self.0)(idx);
+        let text = decimal_text(unscaled, scale);
+        if unscaled.unsigned_abs() > MAX_SAFE_INTEGER as u128 {
+            out.push(b'"');
+            out.extend_from_slice(text.as_bytes());
+            out.push(b'"');
+        } else {
+            out.extend_from_slice(text.as_bytes());
+        }
+    }
+}
+
+/// Exact decimal text of `unscaled * 10^-scale`.
+fn decimal_text(unscaled: i128, scale: i8) -> String {
+    if scale <= 0 {
+        let mut s = unscaled.to_string();
+        if unscaled != 0 {
+            s.extend(std::iter::repeat_n('0', (-scale) as usize));
+        }
+        return s;
+    }
+    let scale = scale as usize;
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if digits.len() <= scale {
+        format!("{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(digits.len() - scale);
+        format!("{sign}{int}.{frac}")
+    }
+}
+
+struct Quoted<F>(F);
+impl<F: Fn(usize) -> String> Encoder for Quoted<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let s = (self.0)(idx);
+        serde_json::to_writer(out, &s).expect("writing to a Vec");
+    }
+}
+
+struct Base64<F>(F);
+impl<'b, F: Fn(usize) -> &'b [u8]> Encoder for Base64<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        out.push(b'"');
+        let encoded = base64::engine::general_purpose::STANDARD.encode((self.0)(idx));
+        out.extend_from_slice(encoded.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// A UTC instant as RFC 3339 with its offset, e.g. `2024-01-02T03:04:05.5+00:00`.
+/// The DuckDB type a top-level column was declared with (field metadata set
+/// by the executor), e.g. `UHUGEINT`.
+fn duckdb_type(field: &Field) -> Option<&str> {
+    field.metadata().get(DUCKDB_TYPE_KEY).map(String::as_str)
+}
+
+/// Field metadata key that carries DuckDB's type name of a result column.
+pub const DUCKDB_TYPE_KEY: &str = "duckgate.duckdb_type";
+
+/// A UHUGEINT: a number up to 2^53, else a string (as for BIGINT).
+struct UnsignedHuge<F>(F);
+impl<F: Fn(usize) -> u128> Encoder for UnsignedHuge<F> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let v = (self.0)(idx);
+        if v <= (1u128 << 53) {
+            write!(out, "{v}").expect("writing to a Vec");
+        } else {
+            write!(out, "\"{v}\"").expect("writing to a Vec");
+        }
+    }
+}
+
+/// A TIMESTAMP as ISO 8601 (TIMESTAMPTZ in UTC with `+00:00`), or DuckDB's
+/// `infinity` / `-infinity`.
+fn timestamp_text(
+    array: &dyn Array,
+    unit: arrow::datatypes::TimeUnit,
+    zoned: bool,
+    idx: usize,
+) -> String {
+    use arrow::datatypes::{
+        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    let raw = match unit {
+        TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(idx),
+        TimeUnit::Millisecond => array.as_primitive::<TimestampMillisecondType>().value(idx),
+        TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(idx),
+        TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(idx),
+    };
+    if raw == i64::MAX {
+        return "infinity".into();
+    }
+    if raw == -i64::MAX {
+        return "-infinity".into();
+    }
+    let text = utc_timestamp(array, unit, idx);
+    if zoned {
+        text
+    } else {
+        text.trim_end_matches("+00:00").to_string()
+    }
+}
+
+/// A time of day from nanoseconds; DuckDB's `24:00:00` is a valid TIME.
+fn time_text(nanos: i128) -> String {
+    let (secs, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    // Fractions in groups of three digits, as elsewhere in the answers.
+    let f = format!("{frac:09}");
+    match frac {
+        0 => format!("{h:02}:{m:02}:{s:02}"),
+        _ if frac % 1_000_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..3]),
+        _ if frac % 1_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..6]),
+        _ => format!("{h:02}:{m:02}:{s:02}.{f}"),
+    }
+}
+
+/// A timestamp as ISO 8601 in UTC, for every value DuckDB holds (chrono's
+/// formatter stops at ±262,143 years; DuckDB's TIMESTAMP reaches 294,247).
+fn utc_timestamp(array: &dyn Array, unit: arrow::datatypes::TimeUnit, idx: usize) -> String {
+    use arrow::datatypes::{
+        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+        TimestampSecondType,
+    };
+    let (raw, per_second): (i64, i128) = match unit {
+        TimeUnit::Second => (array.as_primitive::<TimestampSecondType>().value(idx), 1),
+        TimeUnit::Millisecond => (
+            array.as_primitive::<TimestampMillisecondType>().value(idx),
+            1_000,
+        ),
+        TimeUnit::Microsecond => (
+            array.as_primitive::<TimestampMicrosecondType>().value(idx),
+            1_000_000,
+        ),
+        TimeUnit::Nanosecond => (
+            array.as_primitive::<TimestampNanosecondType>().value(idx),
+            1_000_000_000,
+        ),
+    };
+    let per_day = per_second * 86_400;
+    let raw = raw as i128;
+    let (days, in_day) = (raw.div_euclid(per_day), raw.rem_euclid(per_day));
+    let nanos = in_day * (1_000_000_000 / per_second);
+    let time = time_text(nanos);
+    format!("{}T{time}+00:00", date_text(days as i64))
+}
+
+/// A proleptic Gregorian date from days since 1970-01-01, for any day
+/// (Howard Hinnant's `civil_from_days`); years as chrono writes them:
+/// four digits, a sign beyond 9999 or before year 0.
+fn date_text(days: i64) -> String {
+    let z = days as i128 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i128::from(month <= 2);
+    match year {
+        0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
+        y if y > 9999 => format!("+{year}-{month:02}-{day:02}"),
+        _ => format!("-{:04}-{month:02}-{day:02}", -year),
+    }
+}
+
+/// An interval as an ISO 8601 duration, e.g. `P1Y2M3DT4H5M6.5S`.
+fn iso_interval(array: &dyn Array, unit: IntervalUnit, idx: usize) -> String {
+    use arrow::datatypes::{IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType};
+    let (months, days, nanos): (i64, i64, i64) = match unit {
+        IntervalUnit::YearMonth => (
+            array.as_primitive::<IntervalYearMonthType>().value(idx) as i64,
+            0,
+            0,
+        ),
+        IntervalUnit::DayTime => {
+            let v = array.as_primitive::<IntervalDayTimeType>().value(idx);
+            (0, v.days as i64, v.milliseconds as i64 * 1_000_000)
+        }
+        IntervalUnit::MonthDayNano => {
+            let v = array.as_primitive::<IntervalMonthDayNanoType>().value(idx);
+            (v.months as i64, v.days as i64, v.nanoseconds)
+        }
+    };
+    format_iso_duration(months, days, nanos)
+}
+
+fn format_iso_duration(months: i64, days: i64, nanos: i64) -> String {
+    let mut s = String::from("P");
+    let (years, months) = (months / 12, months % 12);
+    if years != 0 {
+        s += &format!("{years}Y");
+    }
+    if months != 0 {
+        s += &format!("{months}M");
+    }
+    if days != 0 {
+        s += &format!("{days}D");
+    }
+    if nanos != 0 {
+        s.push('T');
+        let neg = nanos < 0;
+        let n = nanos.unsigned_abs();
+        let hours = n / 3_600_000_000_000;
+        let minutes = (n / 60_000_000_000) % 60;
+        let secs = (n / 1_000_000_000) % 60;
+        let frac = n % 1_000_000_000;
+        let sign = if neg { "-" } else { "" };
+        if hours != 0 {
+            s += &format!("{sign}{hours}H");
+        }
+        if minutes != 0 {
+            s += &format!("{sign}{minutes}M");
+        }
+        if secs != 0 || frac != 0 {
+            if frac != 0 {
+                let f = format!("{frac:09}");
+                s += &format!("{sign}{secs}.{}S", f.trim_end_matches('0'));
+            } else {
+                s += &format!("{sign}{secs}S");
+            }
+        }
+    }
+    if s == "P" {
+        s += "T0S";
+    }
+    s
+}
+
+/// A struct whose field names cannot be JSON keys as they are: an array of
+/// its values (`keys` is `None`) or an object with deduplicated keys.
+struct StructEncoder<'a> {
+    keys: Option<Vec<String>>,
+    children: Vec<NullableEncoder<'a>>,
+}
+
+impl Encoder for StructEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        out.push(if self.keys.is_some() { b'{' } else { b'[' });
+        for (n, child) in self.children.iter_mut().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            if let Some(keys) = &self.keys {
+                serde_json::to_writer(&mut *out, &keys[n]).expect("writing to a Vec");
+                out.push(b':');
+            }
+            if child.is_null(idx) {
+                out.extend_from_slice(b"null");
+            } else {
+                child.encode(idx, out);
+            }
+        }
+        out.push(if self.keys.is_some() { b'}' } else { b']' });
+    }
+}
+
+/// An integer as DuckDB's decimal text: a JSON number when a double holds it
+/// exactly (|v| <= 2^53), else a string.
+struct BigText<'a>(&'a StringArray);
+impl Encoder for BigText<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let text = self.0.value(idx);
+        let exact = text
+            .parse::<i64>()
+            .is_ok_and(|v| v.unsigned_abs() <= 1 << 53);
+        if exact {
+            out.extend_from_slice(text.as_bytes());
+        } else {
+            serde_json::to_writer(&mut *out, text).expect("writing to a Vec");
+        }
+    }
+}
+
+struct UnionEncoder<'a> {
+    union: &'a UnionArray,
+    children: Vec<(i8, NullableEncoder<'a>)>,
+}
+
+impl Encoder for UnionEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let type_id = self.union.type_id(idx);
+        let offset = self.union.value_offset(idx);
+        match self.children.iter_mut().find(|(t, _)| *t == type_id) {
+            Some((_, enc)) if !enc.is_null(offset) => enc.encode(offset, out),
+            _ => out.extend_from_slice(b"null"),
+        }
+    }
+}
+
+struct MapEncoder<'a> {
+    map: &'a arrow::array::MapArray,
+    keys: arrow::util::display::ArrayFormatter<'a>,
+    values: NullableEncoder<'a>,
+}
+
+impl Encoder for MapEncoder<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let offsets = self.map.value_offsets();
+        let (start, end) = (offsets[idx] as usize, offsets[idx + 1] as usize);
+        out.push(b'{');
+        for (n, i) in (start..end).enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            let key = self.keys.value(i).to_string();
+            serde_json::to_writer(&mut *out, &key).expect("writing to a Vec");
+            out.push(b':');
+            if self.values.is_null(i) {
+                out.extend_from_slice(b"null");
+            } else {
+                self.values.encode(i, out);
+            }
+        }
+        out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_agree_with_chrono_wherever_chrono_reaches() {
+        // Every 997th day across chrono's whole range, and the days around
+        // the epoch, year 0 and the Gregorian leap rules.
+        let (lo, hi) = (-95_000_000i64, 95_000_000i64);
+        let days = (lo..hi).step_by(997).chain(-800_000..800_000);
+        for d in days {
+            let want = arrow::temporal_conversions::date32_to_datetime(d as i32)
+                .unwrap()
+                .format("%Y-%m-%d")
+                .to_string();
+            assert_eq!(date_text(d), want, "day {d}");
+        }
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_text(12345, 3), "12.345");
+        assert_eq!(decimal_text(-5, 3), "-0.005");
+        assert_eq!(decimal_text(0, 2), "0.00");
+        assert_eq!(decimal_text(7, 0), "7");
+    }
+
+    #[test]
+    fn intervals_are_iso_8601() {
+        assert_eq!(
+            format_iso_duration(14, 3, 3_723_500_000_000),
+            "P1Y2M3DT1H2M3.5S"
+        );
+        assert_eq!(format_iso_duration(0, 0, 0), "PT0S");
+        assert_eq!(format_iso_duration(0, -1, 0), "P-1D");
+    }
+}

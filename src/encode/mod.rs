@@ -1,0 +1,449 @@
+//! Result encoding: JSON, NDJSON, CSV and Arrow IPC, built on the arrow
+//! writers; nothing here knows HTTP. Encoders turn record batches into bytes
+//! incrementally, so a result streams in memory bounded by a few batches.
+//!
+//! - [`json`]: the JSON rules arrow-json's defaults do not follow (integers
+//!   beyond 2^53 as strings, NaN as strings, base64 binary, DuckDB's infinite
+//!   dates, unnamed structs as arrays, ...).
+//! - [`csv`]: DuckDB's COPY quoting over DuckDB's own VARCHAR text.
+//! - [`types`]: DuckDB's names for the types of a result.
+//!
+//! Values Arrow cannot carry faithfully are rendered by DuckDB itself before
+//! they get here (the engine wraps the query; see `ResultShape::json_exprs`).
+
+pub mod csv;
+pub mod json;
+pub mod types;
+
+pub use json::DUCKDB_TYPE_KEY;
+pub use types::{duckdb_type_name, logical_type_name};
+
+use std::io::Write as _;
+use std::sync::Arc;
+
+use arrow::array::{AsArray, RecordBatch, StructArray};
+use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Schema, SchemaRef};
+use arrow::error::ArrowError;
+use arrow::json::writer::{make_encoder, EncoderOptions};
+use serde::Serialize;
+
+/// A response format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// One JSON document: columns, rows as arrays, row count, truncation, time.
+    Json,
+    /// One JSON object per row and line.
+    Ndjson,
+    /// RFC 4180 CSV with a header line.
+    Csv,
+    /// Arrow IPC stream.
+    Arrow,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Ndjson => "application/x-ndjson",
+            Format::Csv => "text/csv; charset=utf-8",
+            Format::Arrow => "application/vnd.apache.arrow.stream",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "json" => Some(Format::Json),
+            "ndjson" | "jsonl" => Some(Format::Ndjson),
+            "csv" => Some(Format::Csv),
+            "arrow" | "ipc" => Some(Format::Arrow),
+            _ => None,
+        }
+    }
+}
+
+/// A column of the result, as the JSON answer names it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Column {
+    pub name: String,
+    /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// What the encoder needs to write the end of a JSON answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub row_count: u64,
+    pub truncated: bool,
+    pub elapsed_ms: f64,
+    pub retried: bool,
+}
+
+/// Turns batches of one result into bytes of one format.
+pub struct ResultEncoder {
+    format: Format,
+    schema: SchemaRef,
+    options: EncoderOptions,
+    /// Rows written so far (JSON needs it for separators).
+    rows: u64,
+    ipc: Option<arrow::ipc::writer::StreamWriter<Vec<u8>>>,
+    csv_header_pending: bool,
+    /// CSV whose columns DuckDB already rendered as text, with these names.
+    csv_text: Option<Arc<Vec<String>>>,
+    /// Arrow columns that hold UHUGEINT (see [`ResultEncoder::unsigned_huge`]).
+    uhugeint: Vec<usize>,
+}
+
+impl ResultEncoder {
+    pub fn new(format: Format, schema: SchemaRef) -> Self {
+        // NDJSON rows are objects: repeated column names would be repeated
+        // keys, which a JSON parser collapses. CSV headers follow DuckDB too.
+        let schema = match format {
+            Format::Ndjson | Format::Csv => dedup_schema(&schema),
+            _ => schema,
+        };
+        let options = EncoderOptions::default()
+            .with_explicit_nulls(true)
+            .with_encoder_factory(Arc::new(json::JsonRules));
+        Self {
+            format,
+            schema,
+            options,
+            rows: 0,
+            ipc: None,
+            csv_header_pending: true,
+            csv_text: None,
+            uhugeint: Vec::new(),
+        }
+    }
+
+    /// DuckDB exports UHUGEINT as a signed Decimal128 of the same bits, so
+    /// values from 2^127 read negative. Arrow answers carry these columns
+    /// (by index) as Decimal256(39, 0), which holds every UHUGEINT exactly.
+    /// Call before [`ResultEncoder::begin`].
+    pub fn unsigned_huge(&mut self, columns: Vec<usize>) {
+        if self.format != Format::Arrow || columns.is_empty() {
+            return;
+        }
+        let fields: Vec<FieldRef> = self
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match f.data_type() {
+                DataType::Decimal128(_, 0) if columns.contains(&i) => Arc::new(
+                    f.as_ref()
+                        .clone()
+                        .with_data_type(DataType::Decimal256(39, 0)),
+                ),
+                _ => f.clone(),
+            })
+            .collect();
+        self.uhugeint = columns
+            .into_iter()
+            .filter(|i| fields[*i].data_type() == &DataType::Decimal256(39, 0))
+            .collect();
+        self.schema = Arc::new(Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ));
+    }
+
+    /// The batches are DuckDB's own VARCHAR rendering of every column (the
+    /// query was wrapped in casts), so CSV is written with DuckDB's COPY
+    /// rules only: NULL empty, a value quoted when it is empty or holds a
+    /// comma, quote or line break, quotes doubled. `names` head the columns.
+    pub fn duckdb_text(&mut self, names: Vec<String>) {
+        self.csv_text = Some(Arc::new(dedup_names(names.iter().map(String::as_str))));
+    }
+
+    /// The first bytes of the body.
+    pub fn begin(&mut self, columns: &[Column], out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.format {
+            Format::Json => {
+                out.extend_from_slice(b"{\"columns\":");
+                serde_json::to_writer(&mut *out, columns)
+                    .map_err(|e| ArrowError::JsonError(e.to_string()))?;
+                out.extend_from_slice(b",\"rows\":[");
+            }
+            Format::Ndjson => {}
+            Format::Csv => match &self.csv_text {
+                Some(names) => {
+                    for (i, name) in names.iter().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        csv::csv_field(out, name);
+                    }
+                    out.push(b'\n');
+                    self.csv_header_pending = false;
+                }
+                None => {
+                    let empty = RecordBatch::new_empty(csv::csv_schema(&self.schema));
+                    self.write_csv(&empty, out)?;
+                }
+            },
+            Format::Arrow => {
+                let writer = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)?;
+                self.ipc = Some(writer);
+                self.drain_ipc(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one batch.
+    pub fn batch(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Arrow if !self.uhugeint.is_empty() => {
+                let mut columns = batch.columns().to_vec();
+                for &i in &self.uhugeint {
+                    let unsigned: arrow::array::Decimal256Array = columns[i]
+                        .as_primitive::<Decimal128Type>()
+                        .unary(|v| arrow::datatypes::i256::from_parts(v as u128, 0));
+                    columns[i] = Arc::new(unsigned.with_precision_and_scale(39, 0)?);
+                }
+                let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+                let w = self.ipc.as_mut().expect("begin() ran");
+                w.write(&batch)?;
+                self.drain_ipc(out);
+            }
+            Format::Arrow => {
+                let w = self.ipc.as_mut().expect("begin() ran");
+                w.write(batch)?;
+                self.drain_ipc(out);
+            }
+            _ => {
+                self.rows_encoder().encode(batch, self.rows, out)?;
+                self.csv_header_pending = false;
+            }
+        }
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// A stateless encoder of row batches, which threads can share; `None`
+    /// for Arrow IPC, whose stream writer is sequential.
+    pub fn rows_encoder(&self) -> RowsEncoder {
+        RowsEncoder {
+            format: self.format,
+            schema: self.schema.clone(),
+            options: self.options.clone(),
+            csv_text: self.csv_text.is_some(),
+        }
+    }
+
+    /// The last bytes of a complete body.
+    pub fn finish(&mut self, summary: Summary, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        match self.format {
+            Format::Json => {
+                write!(
+                    out,
+                    "],\"row_count\":{},\"truncated\":{},\"elapsed_ms\":{:.3}",
+                    summary.row_count, summary.truncated, summary.elapsed_ms
+                )
+                .expect("writing to a Vec");
+                if summary.retried {
+                    out.extend_from_slice(b",\"retried\":true");
+                }
+                out.push(b'}');
+            }
+            Format::Ndjson => {
+                if summary.truncated {
+                    out.extend_from_slice(b"{\"truncated\":true,\"row_count\":");
+                    write!(out, "{}", summary.row_count).expect("writing to a Vec");
+                    out.extend_from_slice(b"}\n");
+                }
+            }
+            Format::Csv => {}
+            Format::Arrow => {
+                if let Some(w) = self.ipc.as_mut() {
+                    w.finish()?;
+                }
+                self.drain_ipc(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// For NDJSON, a last line that reports an error after rows were sent.
+    /// Other formats cannot carry one; their body is aborted instead.
+    pub fn error_record(&self, problem: &serde_json::Value) -> Option<Vec<u8>> {
+        if self.format != Format::Ndjson {
+            return None;
+        }
+        let mut line = serde_json::to_vec(&serde_json::json!({ "error": problem })).ok()?;
+        line.push(b'\n');
+        Some(line)
+    }
+
+    fn write_csv(&mut self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        let mut w = arrow::csv::WriterBuilder::new()
+            .with_header(self.csv_header_pending)
+            .build(&mut *out);
+        w.write(batch)?;
+        self.csv_header_pending = false;
+        Ok(())
+    }
+
+    fn drain_ipc(&mut self, out: &mut Vec<u8>) {
+        if let Some(w) = self.ipc.as_mut() {
+            if out.is_empty() {
+                // Hand the writer's buffer over instead of copying it.
+                std::mem::swap(out, w.get_mut());
+            } else {
+                out.append(w.get_mut());
+            }
+        }
+    }
+}
+
+/// Encodes row batches of JSON, NDJSON or CSV without state of its own, so
+/// several threads can encode consecutive batches at once.
+#[derive(Clone)]
+pub struct RowsEncoder {
+    format: Format,
+    schema: SchemaRef,
+    options: EncoderOptions,
+    /// The columns are DuckDB's text (see [`ResultEncoder::duckdb_text`]).
+    csv_text: bool,
+}
+
+impl RowsEncoder {
+    /// Whether batches of this format may be encoded in parallel.
+    pub fn parallel(&self) -> bool {
+        self.format != Format::Arrow
+    }
+
+    /// Appends `batch`; `rows_before` is how many rows the body already holds
+    /// (JSON separates rows with commas).
+    pub fn encode(
+        &self,
+        batch: &RecordBatch,
+        rows_before: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        match self.format {
+            Format::Json => {
+                let mut encoders = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for row in 0..batch.num_rows() {
+                    if rows_before > 0 || row > 0 {
+                        out.push(b',');
+                    }
+                    out.push(b'[');
+                    for (i, enc) in encoders.iter_mut().enumerate() {
+                        if i > 0 {
+                            out.push(b',');
+                        }
+                        if enc.is_null(row) {
+                            out.extend_from_slice(b"null");
+                        } else {
+                            enc.encode(row, out);
+                        }
+                    }
+                    out.push(b']');
+                }
+            }
+            Format::Ndjson => {
+                // The (deduplicated) names of the schema, the batch's arrays.
+                let array = StructArray::try_new(
+                    self.schema.fields().clone(),
+                    batch.columns().to_vec(),
+                    None,
+                )?;
+                let field: FieldRef =
+                    Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
+                let mut enc = make_encoder(&field, &array, &self.options)?;
+                for row in 0..batch.num_rows() {
+                    enc.encode(row, out);
+                    out.push(b'\n');
+                }
+            }
+            Format::Csv if self.csv_text => csv::csv_text_rows(batch, out)?,
+            Format::Csv => {
+                let converted = csv::csv_batch(batch, &self.options)?;
+                let mut w = arrow::csv::WriterBuilder::new()
+                    .with_header(false)
+                    .build(&mut *out);
+                w.write(&converted)?;
+            }
+            Format::Arrow => {
+                return Err(ArrowError::InvalidArgumentError(
+                    "Arrow IPC is written by its stream writer".into(),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Column names made unique the way DuckDB's own writers do (its
+/// `DeduplicateColumns`): a name seen before, case-insensitively, gets `_1`,
+/// `_2`, ... (one counter per name), skipping names already taken. `a, a, A`
+/// become `a, a_1, A_2`.
+pub fn dedup_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut counts: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for name in names {
+        let key = name.to_lowercase();
+        let Some(count) = counts.get(&key).copied() else {
+            counts.insert(key, 0);
+            out.push(name.to_string());
+            continue;
+        };
+        let mut n = count;
+        let renamed = loop {
+            n += 1;
+            let candidate = format!("{name}_{n}");
+            if !counts.contains_key(&candidate.to_lowercase()) {
+                break candidate;
+            }
+        };
+        counts.insert(key, n);
+        counts.insert(renamed.to_lowercase(), 0);
+        out.push(renamed);
+    }
+    out
+}
+
+/// `schema` with its field names made unique ([`dedup_names`]).
+fn dedup_schema(schema: &Schema) -> SchemaRef {
+    let names = dedup_names(schema.fields().iter().map(|f| f.name().as_str()));
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .zip(names)
+            .map(|(f, n)| Arc::new(f.as_ref().clone().with_name(n)))
+            .collect::<Vec<FieldRef>>(),
+    ))
+}
+
+/// DuckDB type names for the columns of a result, from the Arrow schema.
+pub fn columns(schema: &Schema, duckdb_types: &[String]) -> Vec<Column> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Column {
+            name: f.name().clone(),
+            type_name: duckdb_types
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| f.data_type().to_string()),
+        })
+        .collect()
+}

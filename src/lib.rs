@@ -1,24 +1,26 @@
 //! duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
 //! credentials fresh.
 //!
-//! - `config`: every setting, with defaults and validation.
+//! - `config`: every setting (S3 secrets in `config::s3`), with defaults and
+//!   validation.
 //! - `api`: axum routes (query, health, admin, metrics, docs), content
 //!   negotiation, errors, auth: everything HTTP.
 //! - `engine`: DuckDB: database set-up and lockdown, the query pool, the
 //!   statement guard, execution. No HTTP.
 //! - `encode`: result formats (JSON, NDJSON, CSV, Arrow). No HTTP.
 //! - `credentials`: credential sources, the rotator, the secret DDL.
-//! - `health`: the snapshot that probes read with atomic loads.
+//! - `state`: the health snapshot that probes read with atomic loads.
 //! - `telemetry`: logging.
 //!
 //! [`run`] wires them together and serves until the shutdown future resolves.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod api;
 pub mod config;
 pub mod credentials;
 pub mod encode;
 pub mod engine;
-pub mod health;
+pub mod state;
 pub mod telemetry;
 
 use std::future::Future;
@@ -36,7 +38,7 @@ use crate::api::AppState;
 use crate::config::{Config, ConfigError};
 use crate::credentials::Rotator;
 use crate::engine::Engine;
-use crate::health::Health;
+use crate::state::Health;
 
 /// Checks the token settings against the listen address and reads the tokens.
 pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigError> {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use clap::Parser;
 use duckgate::config::Cli;
 use duckgate::engine::Engine;
-use duckgate::health::Health;
+use duckgate::state::Health;
 
 const ENV_KEY_ID: &str = "AKIAENVIRONMENTBASE1";
 const ENV_SECRET: &str = "environment-base-secret-do-not-leak";

@@ -155,13 +155,13 @@ fn names_missing_object(message: &str) -> bool {
 fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, HeaderValue)>) {
     match e {
         QueryError::Refused(Refusal::Parse(msg)) => {
-            let (class, message) = crate::engine::execute::split_class(msg);
+            let (class, message) = crate::engine::errors::split_class(msg);
             let mut p = problem(StatusCode::BAD_REQUEST, "sql-error", "SQL error", message);
             p.error_class = Some(if class == "Unknown" { "Parser".into() } else { class });
             (p, None)
         }
         QueryError::Refused(Refusal::Bind(msg)) => {
-            let (class, message) = crate::engine::execute::split_class(msg);
+            let (class, message) = crate::engine::errors::split_class(msg);
             sql_problem(class, message)
         }
         QueryError::Refused(Refusal::StatementCount(0)) => (

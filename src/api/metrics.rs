@@ -16,8 +16,8 @@ use crate::api::AppState;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder once (tests start several
-/// gateways in one process; they share it).
+/// Installs the process-wide Prometheus recorder once (a process may start
+/// `run` more than once; every start shares it).
 pub fn recorder() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {

@@ -34,7 +34,7 @@ use tower_http::trace::TraceLayer;
 use crate::config::Config;
 use crate::credentials::Rotator;
 use crate::engine::Engine;
-use crate::health::Health;
+use crate::state::Health;
 
 use self::auth::Tokens;
 use self::error::ApiError;

@@ -1,7 +1,6 @@
 //! S3 credentials: where they come from (`source`), how they are installed
 //! into DuckDB (`sql`), and who keeps them fresh (`rotator`).
 
-pub mod config;
 pub mod rotator;
 pub mod source;
 pub mod sql;

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::credentials::config::{RotationTiming, SecretSpec};
+use crate::config::s3::{RotationTiming, SecretSpec};
 use crate::credentials::source::{key_id_suffix, CredentialSource, Credentials};
 use crate::credentials::sql;
-use crate::health::{CredentialsView, Health, SecretState};
+use crate::state::{CredentialsView, Health, SecretState};
 
 /// Longest pause between retries after failures.
 const BACKOFF_CAP: Duration = Duration::from_secs(30);
@@ -47,7 +47,7 @@ struct Managed {
 /// Owns the credential lifecycle of every configured S3 secret.
 pub struct Rotator {
     secrets: Vec<Arc<Managed>>,
-    control: Arc<Mutex<duckdb::Connection>>,
+    control: Arc<Mutex<crate::engine::ffi::Connection>>,
     health: Arc<Health>,
     timing: RotationTiming,
     /// Test hook: hold the control connection this long during each install
@@ -69,7 +69,7 @@ pub enum Refreshed {
 impl Rotator {
     pub async fn new(
         specs: Vec<SecretSpec>,
-        control: Arc<Mutex<duckdb::Connection>>,
+        control: Arc<Mutex<crate::engine::ffi::Connection>>,
         health: Arc<Health>,
         timing: RotationTiming,
         test_stall: Duration,

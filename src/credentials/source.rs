@@ -8,7 +8,7 @@ use aws_config::BehaviorVersion;
 use aws_sdk_sts::error::ProvideErrorMetadata;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::credentials::config::{SecretSpec, SourceSpec};
+use crate::config::s3::{SecretSpec, SourceSpec};
 
 /// One set of credentials. The secret parts redact themselves.
 #[derive(Clone)]

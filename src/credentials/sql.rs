@@ -4,7 +4,7 @@
 //! otherwise take one from the process environment and sign with a
 //! mismatched pair).
 
-use crate::credentials::config::SecretSpec;
+use crate::config::s3::SecretSpec;
 use crate::credentials::source::{expose, Credentials};
 use crate::engine::sql_string;
 
@@ -53,14 +53,14 @@ pub fn create_secret(spec: &SecretSpec, creds: &Credentials) -> String {
 /// statement (and so of a credential) reaches a log or an answer.
 pub fn reduce_error(e: &duckdb::Error) -> String {
     let text = e.to_string();
-    let (class, _) = crate::engine::execute::split_class(&text);
+    let (class, _) = crate::engine::errors::split_class(&text);
     format!("DuckDB {class} error while installing the secret")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::credentials::config::SourceSpec;
+    use crate::config::s3::SourceSpec;
     use secrecy::SecretString;
 
     #[test]

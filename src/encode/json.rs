@@ -66,15 +66,15 @@ impl EncoderFactory for JsonRules {
             DataType::Timestamp(unit, tz) => {
                 let unit = *unit;
                 let zoned = tz.is_some();
-                Box::new(Quoted(move |i| timestamp_text(array, unit, zoned, i)))
+                Box::new(Timestamps::new(array, unit, zoned))
             }
             DataType::Time64(arrow::datatypes::TimeUnit::Microsecond) => {
                 let a = array.as_primitive::<arrow::datatypes::Time64MicrosecondType>();
-                Box::new(Quoted(move |i| time_text(a.value(i) as i128 * 1000)))
+                Box::new(Quoted(move |i| time_text(a.value(i) * 1000)))
             }
             DataType::Time64(arrow::datatypes::TimeUnit::Nanosecond) => {
                 let a = array.as_primitive::<arrow::datatypes::Time64NanosecondType>();
-                Box::new(Quoted(move |i| time_text(a.value(i) as i128)))
+                Box::new(Quoted(move |i| time_text(a.value(i))))
             }
             DataType::Decimal256(_, _) => {
                 // Beyond i128 nothing fits a double: always a string.
@@ -316,100 +316,146 @@ impl<F: Fn(usize) -> u128> Encoder for UnsignedHuge<F> {
     }
 }
 
-/// A TIMESTAMP as ISO 8601 (TIMESTAMPTZ in UTC with `+00:00`), or DuckDB's
-/// `infinity` / `-infinity`.
-fn timestamp_text(
-    array: &dyn Array,
-    unit: arrow::datatypes::TimeUnit,
+/// TIMESTAMP values as ISO 8601 (TIMESTAMPTZ in UTC with `+00:00`), or
+/// DuckDB's `infinity` / `-infinity`; written straight into the output.
+struct Timestamps<'a> {
+    values: &'a [i64],
+    /// Units per second (1, 1e3, 1e6, 1e9).
+    per_second: i64,
     zoned: bool,
-    idx: usize,
-) -> String {
-    use arrow::datatypes::{
-        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-        TimestampSecondType,
-    };
-    let raw = match unit {
-        TimeUnit::Second => array.as_primitive::<TimestampSecondType>().value(idx),
-        TimeUnit::Millisecond => array.as_primitive::<TimestampMillisecondType>().value(idx),
-        TimeUnit::Microsecond => array.as_primitive::<TimestampMicrosecondType>().value(idx),
-        TimeUnit::Nanosecond => array.as_primitive::<TimestampNanosecondType>().value(idx),
-    };
-    if raw == i64::MAX {
-        return "infinity".into();
-    }
-    if raw == -i64::MAX {
-        return "-infinity".into();
-    }
-    let text = utc_timestamp(array, unit, idx);
-    if zoned {
-        text
-    } else {
-        text.trim_end_matches("+00:00").to_string()
+}
+
+impl<'a> Timestamps<'a> {
+    fn new(array: &'a dyn Array, unit: arrow::datatypes::TimeUnit, zoned: bool) -> Self {
+        use arrow::datatypes::{
+            TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
+            TimestampSecondType,
+        };
+        let (values, per_second): (&[i64], i64) = match unit {
+            TimeUnit::Second => (array.as_primitive::<TimestampSecondType>().values(), 1),
+            TimeUnit::Millisecond => (
+                array.as_primitive::<TimestampMillisecondType>().values(),
+                1_000,
+            ),
+            TimeUnit::Microsecond => (
+                array.as_primitive::<TimestampMicrosecondType>().values(),
+                1_000_000,
+            ),
+            TimeUnit::Nanosecond => (
+                array.as_primitive::<TimestampNanosecondType>().values(),
+                1_000_000_000,
+            ),
+        };
+        Self {
+            values,
+            per_second,
+            zoned,
+        }
     }
 }
 
-/// A time of day from nanoseconds; DuckDB's `24:00:00` is a valid TIME.
-fn time_text(nanos: i128) -> String {
+impl Encoder for Timestamps<'_> {
+    fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let raw = self.values[idx];
+        out.push(b'"');
+        match raw {
+            i64::MAX => out.extend_from_slice(b"infinity"),
+            v if v == -i64::MAX => out.extend_from_slice(b"-infinity"),
+            _ => {
+                let per_day = self.per_second * 86_400;
+                let (days, in_day) = (raw.div_euclid(per_day), raw.rem_euclid(per_day));
+                write_date(out, days);
+                out.push(b'T');
+                write_time(out, in_day * (1_000_000_000 / self.per_second));
+                if self.zoned {
+                    out.extend_from_slice(b"+00:00");
+                }
+            }
+        }
+        out.push(b'"');
+    }
+}
+
+/// `n` as exactly `width` decimal digits (n < 10^width).
+fn write_digits(out: &mut Vec<u8>, mut n: u64, width: usize) {
+    let start = out.len();
+    out.resize(start + width, b'0');
+    for slot in out[start..].iter_mut().rev() {
+        *slot = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+}
+
+/// A time of day from nanoseconds (`HH:MM:SS` and the fraction in groups of
+/// three digits, as elsewhere in the answers); DuckDB's `24:00:00` is a
+/// valid TIME.
+fn write_time(out: &mut Vec<u8>, nanos: i64) {
+    let nanos = nanos.max(0) as u64;
     let (secs, frac) = (nanos / 1_000_000_000, nanos % 1_000_000_000);
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    // Fractions in groups of three digits, as elsewhere in the answers.
-    let f = format!("{frac:09}");
-    match frac {
-        0 => format!("{h:02}:{m:02}:{s:02}"),
-        _ if frac % 1_000_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..3]),
-        _ if frac % 1_000 == 0 => format!("{h:02}:{m:02}:{s:02}.{}", &f[..6]),
-        _ => format!("{h:02}:{m:02}:{s:02}.{f}"),
+    write_digits(out, secs / 3600, 2);
+    out.push(b':');
+    write_digits(out, secs / 60 % 60, 2);
+    out.push(b':');
+    write_digits(out, secs % 60, 2);
+    if frac == 0 {
+        return;
+    }
+    out.push(b'.');
+    if frac % 1_000_000 == 0 {
+        write_digits(out, frac / 1_000_000, 3);
+    } else if frac % 1_000 == 0 {
+        write_digits(out, frac / 1_000, 6);
+    } else {
+        write_digits(out, frac, 9);
     }
 }
 
-/// A timestamp as ISO 8601 in UTC, for every value DuckDB holds (chrono's
-/// formatter stops at ±262,143 years; DuckDB's TIMESTAMP reaches 294,247).
-fn utc_timestamp(array: &dyn Array, unit: arrow::datatypes::TimeUnit, idx: usize) -> String {
-    use arrow::datatypes::{
-        TimeUnit, TimestampMicrosecondType, TimestampMillisecondType, TimestampNanosecondType,
-        TimestampSecondType,
-    };
-    let (raw, per_second): (i64, i128) = match unit {
-        TimeUnit::Second => (array.as_primitive::<TimestampSecondType>().value(idx), 1),
-        TimeUnit::Millisecond => (
-            array.as_primitive::<TimestampMillisecondType>().value(idx),
-            1_000,
-        ),
-        TimeUnit::Microsecond => (
-            array.as_primitive::<TimestampMicrosecondType>().value(idx),
-            1_000_000,
-        ),
-        TimeUnit::Nanosecond => (
-            array.as_primitive::<TimestampNanosecondType>().value(idx),
-            1_000_000_000,
-        ),
-    };
-    let per_day = per_second * 86_400;
-    let raw = raw as i128;
-    let (days, in_day) = (raw.div_euclid(per_day), raw.rem_euclid(per_day));
-    let nanos = in_day * (1_000_000_000 / per_second);
-    let time = time_text(nanos);
-    format!("{}T{time}+00:00", date_text(days as i64))
+fn time_text(nanos: i64) -> String {
+    let mut out = Vec::with_capacity(18);
+    write_time(&mut out, nanos);
+    String::from_utf8(out).expect("ASCII")
 }
 
 /// A proleptic Gregorian date from days since 1970-01-01, for any day
-/// (Howard Hinnant's `civil_from_days`); years as chrono writes them:
-/// four digits, a sign beyond 9999 or before year 0.
-fn date_text(days: i64) -> String {
+/// DuckDB holds (chrono stops at ±262,143 years; DuckDB's TIMESTAMP reaches
+/// 294,247) by Howard Hinnant's `civil_from_days`; years as ISO 8601 (and
+/// chrono) write them: four digits, a sign beyond 9999 or before year 0.
+fn write_date(out: &mut Vec<u8>, days: i64) {
     let z = days as i128 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
     let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
     let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u64;
+    let month = (if mp < 10 { mp + 3 } else { mp - 9 }) as u64;
     let year = yoe + era * 400 + i128::from(month <= 2);
     match year {
-        0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
-        y if y > 9999 => format!("+{year}-{month:02}-{day:02}"),
-        _ => format!("-{:04}-{month:02}-{day:02}", -year),
+        0..=9999 => write_digits(out, year as u64, 4),
+        y if y > 9999 => {
+            out.push(b'+');
+            out.extend_from_slice(year.to_string().as_bytes());
+        }
+        _ => {
+            out.push(b'-');
+            let abs = (-year) as u64;
+            if abs < 10_000 {
+                write_digits(out, abs, 4);
+            } else {
+                out.extend_from_slice(abs.to_string().as_bytes());
+            }
+        }
     }
+    out.push(b'-');
+    write_digits(out, month, 2);
+    out.push(b'-');
+    write_digits(out, day, 2);
+}
+
+fn date_text(days: i64) -> String {
+    let mut out = Vec::with_capacity(10);
+    write_date(&mut out, days);
+    String::from_utf8(out).expect("ASCII")
 }
 
 /// An interval as an ISO 8601 duration, e.g. `P1Y2M3DT4H5M6.5S`.

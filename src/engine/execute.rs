@@ -807,12 +807,18 @@ fn stream_statement(
     }
     let values: Vec<Value> = job.params.iter().map(Param::to_value).collect();
     if let Err(e) = stmt.stream_arrow(duckdb::params_from_iter(values.iter())) {
-        return fail(cancel_error(control, job).unwrap_or_else(|| match &e {
-            duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
-                index: 0,
-                message: inner.to_string(),
-            },
-            _ => sql_error(&e),
+        return fail(cancel_error(control, job).unwrap_or_else(|| {
+            match &e {
+                duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
+                    // The first value that does not convert (1-based, as `$n`).
+                    index: values
+                        .iter()
+                        .position(|v| duckdb::ToSql::to_sql(v).is_err())
+                        .map_or(1, |i| i + 1),
+                    message: inner.to_string(),
+                },
+                _ => sql_error(&e),
+            }
         }));
     }
     let schema = stmt.schema();
@@ -1220,34 +1226,6 @@ pub fn sql_error(e: &duckdb::Error) -> QueryError {
         duckdb::Error::DuckDBFailure(_, Some(msg)) => msg.clone(),
         other => other.to_string(),
     };
-    let (class, message) = split_class(&text);
+    let (class, message) = crate::engine::errors::split_class(&text);
     QueryError::Sql { class, message }
-}
-
-pub fn split_class(text: &str) -> (String, String) {
-    if let Some((head, rest)) = text.split_once(" Error: ") {
-        if !head.is_empty()
-            && head.len() < 40
-            && head.chars().all(|c| c.is_ascii_alphabetic() || c == ' ')
-        {
-            return (head.trim().to_string(), rest.trim().to_string());
-        }
-    }
-    ("Unknown".to_string(), text.trim().to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn error_classes() {
-        let (c, m) = split_class("Catalog Error: Table with name nope does not exist!");
-        assert_eq!(c, "Catalog");
-        assert!(m.starts_with("Table with name"));
-        let (c, _) = split_class("Parser Error: syntax error at or near \"SELEC\"");
-        assert_eq!(c, "Parser");
-        let (c, _) = split_class("something odd");
-        assert_eq!(c, "Unknown");
-    }
 }

@@ -3,20 +3,91 @@
 
 use std::ffi::{CStr, CString};
 use std::ptr;
+use std::sync::Arc;
 
 use duckdb::ffi;
 
-/// A DuckDB database opened through the C API. Connections made from it
-/// (crate or raw) keep the database instance alive on their own, so dropping
-/// this handle first is safe.
+/// A DuckDB database opened through the C API. DuckDB's own connection
+/// objects keep the database instance alive, but duckdb-rs's `Connection`
+/// also remembers this handle (its `try_clone` reads it), so crate
+/// connections come as [`Connection`], which owns an `Arc` of the handle.
 pub struct RawDatabase {
     raw: ffi::duckdb_database,
 }
 
-// SAFETY: a duckdb_database is a pointer to a thread-safe DatabaseInstance
-// wrapper; DuckDB allows connecting from any thread.
+// SAFETY: a duckdb_database is a pointer to a wrapper around a thread-safe
+// DatabaseInstance; DuckDB allows connecting from any thread, and the handle
+// is only read after `open` (closed once, in drop, with no other user left).
 unsafe impl Send for RawDatabase {}
+// SAFETY: as above; connecting takes `&self` and DuckDB synchronizes it.
 unsafe impl Sync for RawDatabase {}
+
+/// A DuckDB configuration, destroyed when dropped.
+struct Config(ffi::duckdb_config);
+
+impl Config {
+    fn new() -> Result<Self, String> {
+        let mut config: ffi::duckdb_config = ptr::null_mut();
+        // SAFETY: `config` is a valid out pointer.
+        if unsafe { ffi::duckdb_create_config(&mut config) } != ffi::DuckDBSuccess {
+            return Err("cannot allocate DuckDB configuration".into());
+        }
+        Ok(Self(config))
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        // SAFETY: created by `duckdb_create_config`, destroyed once.
+        unsafe { ffi::duckdb_destroy_config(&mut self.0) }
+    }
+}
+
+/// A duckdb-rs connection that keeps its database open: it holds an `Arc`
+/// of the [`RawDatabase`] and drops the connection first. Only what the
+/// gateway uses is exposed: not `try_clone`, whose clone would not keep the
+/// database alive (the use-after-free this type exists to rule out).
+pub struct Connection {
+    conn: duckdb::Connection,
+    _db: Arc<RawDatabase>,
+}
+
+impl Connection {
+    /// See `duckdb::Connection::execute_batch`.
+    pub fn execute_batch(&self, sql: &str) -> duckdb::Result<()> {
+        self.conn.execute_batch(sql)
+    }
+
+    /// See `duckdb::Connection::prepare_cached`.
+    pub fn prepare_cached(&self, sql: &str) -> duckdb::Result<duckdb::CachedStatement<'_>> {
+        self.conn.prepare_cached(sql)
+    }
+
+    /// See `duckdb::Connection::prepare`.
+    pub fn prepare(&self, sql: &str) -> duckdb::Result<duckdb::Statement<'_>> {
+        self.conn.prepare(sql)
+    }
+
+    /// See `duckdb::Connection::interrupt_handle`.
+    pub fn interrupt_handle(&self) -> Arc<duckdb::InterruptHandle> {
+        self.conn.interrupt_handle()
+    }
+
+    /// See `duckdb::Connection::is_autocommit`.
+    pub fn is_autocommit(&self) -> bool {
+        self.conn.is_autocommit()
+    }
+
+    /// See `duckdb::Connection::set_prepared_statement_cache_capacity`.
+    pub fn set_prepared_statement_cache_capacity(&self, capacity: usize) {
+        self.conn.set_prepared_statement_cache_capacity(capacity)
+    }
+
+    /// See `duckdb::Connection::flush_prepared_statement_cache`.
+    pub fn flush_prepared_statement_cache(&self) {
+        self.conn.flush_prepared_statement_cache()
+    }
+}
 
 impl RawDatabase {
     /// Opens `path` (`None` = in memory) with start-up options that must be in
@@ -30,43 +101,61 @@ impl RawDatabase {
                 .map_err(|_| "database path contains NUL".to_string())?,
             None => CString::new(":memory:").expect("static string"),
         };
-        unsafe {
-            let mut config: ffi::duckdb_config = ptr::null_mut();
-            if ffi::duckdb_create_config(&mut config) != ffi::DuckDBSuccess {
-                return Err("cannot allocate DuckDB configuration".into());
-            }
-            for (name, value) in options {
+        // Every fallible conversion happens before anything is allocated on
+        // DuckDB's side, and the configuration is destroyed on every path.
+        let options = options
+            .iter()
+            .map(|(name, value)| {
                 let n = CString::new(*name).map_err(|_| format!("{name}: NUL in name"))?;
                 let v =
                     CString::new(value.as_str()).map_err(|_| format!("{name}: NUL in value"))?;
-                if ffi::duckdb_set_config(config, n.as_ptr(), v.as_ptr()) != ffi::DuckDBSuccess {
-                    ffi::duckdb_destroy_config(&mut config);
-                    return Err(format!("DuckDB rejected option {name}={value}"));
-                }
-            }
-            let mut db: ffi::duckdb_database = ptr::null_mut();
-            let mut err: *mut std::os::raw::c_char = ptr::null_mut();
-            let state = ffi::duckdb_open_ext(c_path.as_ptr(), &mut db, config, &mut err);
-            ffi::duckdb_destroy_config(&mut config);
+                Ok((n, v, *name, value))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let config = Config::new()?;
+        for (n, v, name, value) in &options {
+            // SAFETY: `config.0` is a live configuration (destroyed only by
+            // `Config`'s drop); `n` and `v` are NUL-terminated and outlive
+            // the call, which copies them.
+            let state = unsafe { ffi::duckdb_set_config(config.0, n.as_ptr(), v.as_ptr()) };
             if state != ffi::DuckDBSuccess {
-                let msg = if err.is_null() {
-                    "unknown error".to_string()
-                } else {
+                return Err(format!("DuckDB rejected option {name}={value}"));
+            }
+        }
+        let mut db: ffi::duckdb_database = ptr::null_mut();
+        let mut err: *mut std::os::raw::c_char = ptr::null_mut();
+        // SAFETY: `c_path` is NUL-terminated; `db` and `err` are valid out
+        // pointers; `config.0` is live (duckdb_open_ext copies it).
+        let state = unsafe { ffi::duckdb_open_ext(c_path.as_ptr(), &mut db, config.0, &mut err) };
+        if state != ffi::DuckDBSuccess {
+            let msg = if err.is_null() {
+                "unknown error".to_string()
+            } else {
+                // SAFETY: on failure DuckDB sets `err` to a malloc'd
+                // NUL-terminated message that the caller frees once.
+                unsafe {
                     let m = CStr::from_ptr(err).to_string_lossy().into_owned();
                     ffi::duckdb_free(err.cast());
                     m
-                };
-                return Err(msg);
-            }
-            Ok(Self { raw: db })
+                }
+            };
+            return Err(msg);
         }
+        Ok(Self { raw: db })
     }
 
-    /// A duckdb-rs connection to this database.
-    pub fn connect(&self) -> duckdb::Result<duckdb::Connection> {
-        // SAFETY: `raw` is an open database; the crate does not close it
-        // because it did not open it.
-        unsafe { duckdb::Connection::open_from_raw(self.raw) }
+    /// A duckdb-rs connection to this database, which keeps the database
+    /// open for as long as it lives (see [`Connection`]).
+    pub fn connect(self: &Arc<Self>) -> duckdb::Result<Connection> {
+        // SAFETY: `raw` is an open database handle, and stays open while the
+        // returned connection lives: the connection holds an `Arc` of `self`
+        // and is dropped before it (field order), and duckdb-rs does not
+        // close a database it did not open.
+        let conn = unsafe { duckdb::Connection::open_from_raw(self.raw) }?;
+        Ok(Connection {
+            conn,
+            _db: self.clone(),
+        })
     }
 
     /// A raw connection, for the guard's parser.

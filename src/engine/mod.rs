@@ -2,6 +2,7 @@
 //! connections for client queries, and a control connection (outside the pool)
 //! for the gateway's own secret DDL.
 
+pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::config::{Config, Policy};
-use crate::health::Health;
+use crate::state::Health;
 
 pub use execute::{Param, QueryError, QueryJob, QueryOutput};
 
@@ -31,7 +32,7 @@ pub struct Engine {
     /// Client queries run here, bounded.
     pub pool: pool::QueryPool,
     /// Secret DDL runs here and nowhere else; no client can reach it.
-    pub control: Arc<Mutex<duckdb::Connection>>,
+    pub control: Arc<Mutex<crate::engine::ffi::Connection>>,
     /// Statement policy for clients.
     pub policy: Policy,
     /// Canonical data directory.

@@ -20,12 +20,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::Accepted;
-use crate::health::{CounterGuard, Health, OwnedCounterGuard};
+use crate::state::{CounterGuard, Health, OwnedCounterGuard};
 
 /// One pooled connection.
 pub struct Slot {
     /// Runs client statements once the guard accepted them.
-    pub conn: duckdb::Connection,
+    pub conn: crate::engine::ffi::Connection,
     /// Parses client statements for the guard (never executes them).
     pub raw: RawConnection,
     /// Interrupts whatever `conn` runs.

@@ -33,16 +33,12 @@ pub fn lower_current_thread(nice: i32) {
     }
     #[cfg(target_os = "linux")]
     {
-        extern "C" {
-            fn setpriority(which: i32, who: u32, prio: i32) -> i32;
-            fn gettid() -> i32;
-        }
-        const PRIO_PROCESS: i32 = 0;
-        // SAFETY: plain syscalls on the calling thread's own id.
+        // SAFETY: plain syscalls about the calling thread itself; no memory
+        // is passed.
         unsafe {
-            let tid = gettid();
+            let tid = libc::gettid();
             if tid > 0 {
-                setpriority(PRIO_PROCESS, tid as u32, nice);
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
             }
         }
     }

@@ -15,7 +15,7 @@ fn rules(policy: Policy) -> Rules {
 
 /// The guard on an in-memory database (no extensions), after `setup`.
 fn verdict(policy: Policy, setup: &str, sql: &str) -> Result<Accepted, Refusal> {
-    let db = crate::engine::ffi::RawDatabase::open(None, &[]).unwrap();
+    let db = std::sync::Arc::new(crate::engine::ffi::RawDatabase::open(None, &[]).unwrap());
     let conn = db.connect().unwrap();
     if !setup.is_empty() {
         conn.execute_batch(setup).unwrap();

@@ -8,7 +8,7 @@ use clap::Args;
 use secrecy::SecretString;
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use super::ConfigError;
 
 /// Settings for the S3 secrets the gateway installs and keeps fresh.
 #[derive(Debug, Clone, Args)]

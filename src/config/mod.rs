@@ -10,7 +10,9 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::credentials::config::S3Settings;
+pub mod s3;
+
+use s3::S3Settings;
 
 /// duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
 /// credentials fresh.
@@ -252,7 +254,7 @@ pub struct AuthConfig {
         env = "DUCKGATE_QUERY_TOKENS",
         hide_env_values = true,
         value_delimiter = ',',
-        value_parser = crate::credentials::config::parse_secret
+        value_parser = s3::parse_secret
     )]
     pub query_tokens: Vec<SecretString>,
 
@@ -261,7 +263,7 @@ pub struct AuthConfig {
     pub query_tokens_file: Option<PathBuf>,
 
     /// Bearer token for `/admin/...`. Unset: the admin API is off.
-    #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true, value_parser = crate::credentials::config::parse_secret)]
+    #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true, value_parser = s3::parse_secret)]
     pub admin_token: Option<SecretString>,
 
     /// Allow anonymous queries on a non-loopback address.

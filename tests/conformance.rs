@@ -32,6 +32,11 @@ const QUERIES: &[&str] = &[
     "SELECT '\\xAA\\x00'::BLOB AS b, 'ünïcødé 🦆' AS u",
     "SELECT i, i::VARCHAR AS s FROM range(3) t(i) ORDER BY i DESC",
     "SELECT * FROM (VALUES (1, 'a'), (NULL, NULL)) t(\"select\", \"from\")",
+    // Unicode blanks (DuckDB replaces them and re-parses): the wrapped text
+    // must be the whole statement, never a shorter one (which here would
+    // read a refused system view, or cut LIMIT 10 to LIMIT 1).
+    "WITH duckdb_databasesX AS (SELECT 1 a, 2 b, 3 c) SELECT\u{a0}* FROM duckdb_databasesX",
+    "\u{feff}SELECT\u{2003}* FROM range(100) LIMIT 10",
 ];
 
 /// DuckDB's own CSV for every query, from the test venv's Python duckdb.

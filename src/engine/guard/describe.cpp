@@ -463,19 +463,19 @@ char *duckgate_describe_sql(void *connection, const char *sql) {
 		Parser parser(options);
 		parser.ParseQuery(string(sql));
 		auto statements = yyjson_mut_arr(doc);
-		string text(sql);
 		for (auto &statement : parser.statements) {
 			auto described = Describe(doc, *statement);
-			// A query's own text, exactly as the client wrote it (DuckDB's
-			// span of the statement), for wrapping it so DuckDB renders
-			// values as text. Not DuckDB's ToString: re-rendering changes
-			// literal types (`42.`, `1e-1`). The span runs on past the
-			// terminating semicolon (to a trailing comment, say): it is cut
-			// at the last token when DuckDB's tokenizer says that is `;`.
-			auto end = statement->stmt_location + statement->stmt_length;
-			if (statement->type == StatementType::SELECT_STATEMENT && statement->stmt_length > 0 &&
-			    end <= text.size()) {
-				auto own = text.substr(statement->stmt_location, statement->stmt_length);
+			// A query's own text as DuckDB parsed it (`query`: the statement's
+			// span of the text DuckDB read, after it replaced Unicode blanks;
+			// the span's offsets are not into the client's text), for
+			// wrapping it so DuckDB renders values as text. Not DuckDB's
+			// ToString: re-rendering changes literal types (`42.`, `1e-1`).
+			// The span runs on past the terminating semicolon (to a trailing
+			// comment, say): it is cut at the last token when DuckDB's
+			// tokenizer says that is `;`. The wrapper is judged by the guard
+			// again before it runs.
+			if (statement->type == StatementType::SELECT_STATEMENT && !statement->query.empty()) {
+				auto own = statement->query;
 				for (;;) {
 					auto tokens = Parser::Tokenize(own);
 					idx_t last = tokens.size();

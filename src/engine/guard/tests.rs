@@ -170,6 +170,12 @@ fn paths_are_literal_scoped_and_plain() {
         "SELECT * FROM read_parquet(concat('s3://data/t.parquet', chr(63), 's3_endpoint=x'))",
         "SELECT * FROM read_parquet(?)",
         "SELECT * FROM read_parquet('s3://data/a.parquet', 's3://data/b.parquet')",
+        // Qualified names DuckDB joins into a path (replacement scans).
+        "SELECT * FROM \"/etc/passwd\".csv",
+        "SELECT * FROM \"/srv\".\"files/../x\".csv",
+        "SELECT * FROM \"s3://data/t\".\"parquet?s3_endpoint=x\"",
+        "SELECT * FROM \"s3://other/t\".parquet",
+        "SELECT * FROM relative.csv",
     ] {
         let kind = ro(sql);
         assert!(

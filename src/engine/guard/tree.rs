@@ -193,6 +193,41 @@ fn table_ref(catalog: &str, schema: &str, name: &str, rules: &PathRules) -> Resu
             .check(name)
             .map_err(|reason| refuse(format!("path '{name}'"), reason));
     }
+    // Qualified names too: DuckDB joins `"/dir/x".csv` into the path
+    // `/dir/x.csv` (ReplacementScan::GetFullPath) when no such table exists.
+    if !catalog.is_empty() || !schema.is_empty() {
+        let full = [catalog, schema, name]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join(".");
+        let file_like = name.rsplit('.').next().is_some_and(|ext| {
+            matches!(
+                ext.to_ascii_lowercase().as_str(),
+                "csv"
+                    | "tsv"
+                    | "txt"
+                    | "parquet"
+                    | "json"
+                    | "jsonl"
+                    | "ndjson"
+                    | "gz"
+                    | "zst"
+                    | "arrow"
+                    | "ipc"
+                    | "feather"
+                    | "xlsx"
+                    | "duckdb"
+                    | "db"
+            )
+        });
+        if file_like || full.contains(['/', ':', '~', '\\']) {
+            return rules
+                .check(&full)
+                .map_err(|reason| refuse(format!("path '{full}'"), reason));
+        }
+    }
     let schema_l = if schema.is_empty() {
         "main".to_string()
     } else {

@@ -33,7 +33,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::auth::Tokens;
+use crate::api::auth::{NamedToken, Tokens};
 use crate::api::AppState;
 use crate::config::{Config, ConfigError};
 use crate::credentials::Rotator;
@@ -70,6 +70,18 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
             format!(
                 "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
             ),
+        ));
+    }
+    let query: Vec<NamedToken> = query
+        .iter()
+        .map(|t| NamedToken::parse(t.expose_secret()))
+        .collect();
+    let mut names: Vec<&str> = query.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ConfigError::new(
+            "DUCKGATE_QUERY_TOKENS",
+            format!("two query tokens are named {}: names must be unique", w[0]),
         ));
     }
     let admin = config
@@ -146,6 +158,9 @@ pub async fn run(
         config: config.clone(),
         metrics,
         shutdown: drain.clone(),
+        queries: Arc::new(engine::queries::Registry::new(
+            config.limits.listed_sql_bytes as usize,
+        )),
     };
     let app = api::router(state);
 

@@ -1,6 +1,9 @@
 //! Bearer tokens: query tokens open `/query`, the admin token opens
-//! `/admin/...`, and neither opens the other. Comparisons take constant time;
-//! tokens never reach a log line.
+//! `/admin/...`, and neither opens the other; `/queries` takes either (a
+//! query token sees its own queries, the admin token all). Comparisons take
+//! constant time; tokens never reach a log line, only their names do.
+
+use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -10,11 +13,39 @@ use subtle::ConstantTimeEq;
 use crate::api::error::ApiError;
 use crate::api::AppState;
 
+/// A query token and the name lists, logs and metrics show for it.
+pub struct NamedToken {
+    pub name: Arc<str>,
+    pub secret: SecretString,
+}
+
+impl NamedToken {
+    /// `name:token` names a token (a name is 1-64 of `A-Za-z0-9._-`); a bare
+    /// token is named `token-` and the first 8 hex digits of its SHA-256.
+    pub fn parse(text: &str) -> Self {
+        if let Some((name, secret)) = text.split_once(':') {
+            if crate::engine::queries::valid_id(name) && name.len() <= 64 && !secret.is_empty() {
+                return Self {
+                    name: name.into(),
+                    secret: SecretString::from(secret.to_string()),
+                };
+            }
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(text.as_bytes());
+        let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        Self {
+            name: format!("token-{short}").into(),
+            secret: SecretString::from(text.to_string()),
+        }
+    }
+}
+
 /// The configured tokens.
 pub struct Tokens {
     /// Empty means anonymous queries are allowed (start-up checked that the
     /// address or `--allow-anonymous` permits it).
-    pub query: Vec<SecretString>,
+    pub query: Vec<NamedToken>,
     /// `None`: the admin API is off.
     pub admin: Option<SecretString>,
 }
@@ -26,6 +57,20 @@ fn matches_any(given: &[u8], tokens: &[SecretString]) -> bool {
         found |= given.ct_eq(t.expose_secret().as_bytes());
     }
     found.into()
+}
+
+/// The index of the query token `given` is, compared with every token
+/// without an early exit.
+fn which_token(given: &[u8], tokens: &[NamedToken]) -> Option<usize> {
+    use subtle::ConditionallySelectable;
+    let mut found = subtle::Choice::from(0u8);
+    let mut index = 0u32;
+    for (i, t) in tokens.iter().enumerate() {
+        let eq = given.ct_eq(t.secret.expose_secret().as_bytes());
+        index.conditional_assign(&(i as u32), eq);
+        found |= eq;
+    }
+    bool::from(found).then_some(index as usize)
 }
 
 fn bearer(parts: &Parts) -> Option<&[u8]> {
@@ -45,8 +90,11 @@ fn failed(route: &'static str, reason: &'static str) {
     tracing::warn!(route, reason, "authentication failed");
 }
 
-/// Proof that the request may run queries.
-pub struct QueryAuth;
+/// Proof that the request may run queries, and whose token it is.
+pub struct QueryAuth {
+    /// The token's name (`anonymous` when no tokens are configured).
+    pub name: Arc<str>,
+}
 
 impl FromRequestParts<AppState> for QueryAuth {
     type Rejection = ApiError;
@@ -54,7 +102,9 @@ impl FromRequestParts<AppState> for QueryAuth {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let tokens = &state.tokens.query;
         if tokens.is_empty() {
-            return Ok(QueryAuth);
+            return Ok(QueryAuth {
+                name: "anonymous".into(),
+            });
         }
         match bearer(parts) {
             None => {
@@ -63,13 +113,50 @@ impl FromRequestParts<AppState> for QueryAuth {
                     detail: "a bearer token is required: Authorization: Bearer <token>",
                 })
             }
-            Some(given) if matches_any(given, tokens) => Ok(QueryAuth),
-            Some(_) => {
-                failed("query", "wrong");
-                Err(ApiError::Unauthorized {
-                    detail: "the bearer token is not valid for queries",
-                })
+            Some(given) => match which_token(given, tokens) {
+                Some(i) => Ok(QueryAuth {
+                    name: tokens[i].name.clone(),
+                }),
+                None => {
+                    failed("query", "wrong");
+                    Err(ApiError::Unauthorized {
+                        detail: "the bearer token is not valid for queries",
+                    })
+                }
+            },
+        }
+    }
+}
+
+/// Who asks about running queries: the admin (every query) or a query
+/// token's holder (its own).
+pub enum Caller {
+    Admin,
+    Owner(Arc<str>),
+}
+
+impl Caller {
+    /// Whether this caller may see and cancel a query of `owner`.
+    pub fn may_see(&self, owner: &str) -> bool {
+        match self {
+            Caller::Admin => true,
+            Caller::Owner(name) => name.as_ref() == owner,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let (Some(admin), Some(given)) = (&state.tokens.admin, bearer(parts)) {
+            if matches_any(given, std::slice::from_ref(admin)) {
+                return Ok(Caller::Admin);
             }
+        }
+        match QueryAuth::from_request_parts(parts, state).await {
+            Ok(q) => Ok(Caller::Owner(q.name)),
+            Err(e) => Err(e),
         }
     }
 }

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, error, health, metrics, query};
+use crate::api::{admin, error, health, metrics, queries, query};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,6 +17,9 @@ use crate::api::{admin, error, health, metrics, query};
     ),
     paths(
         query::query,
+        queries::list,
+        queries::show,
+        queries::cancel,
         health::healthz,
         health::readyz,
         metrics::metrics,
@@ -36,10 +39,14 @@ use crate::api::{admin, error, health, metrics, query};
         health::SecretHealth,
         admin::SecretsReport,
         admin::SecretInfo,
+        queries::QueryInfo,
+        queries::QueryList,
+        queries::Cancelled,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "query", description = "Run SQL"),
+        (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
         (name = "health", description = "Probes and metrics"),
         (name = "admin", description = "Credential operations (admin token)")
     )

@@ -27,6 +27,9 @@ pub struct Problem {
     /// The refused statement kind, for 403 refusals.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statement_kind: Option<String>,
+    /// The query's id (`duckgate-query-id`), on answers to `/query`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_id: Option<String>,
 }
 
 /// Every way a request can fail.
@@ -56,6 +59,12 @@ pub enum ApiError {
     Overloaded,
     #[error("request timed out")]
     RequestTimeout,
+    #[error("{detail}")]
+    Conflict {
+        slug: &'static str,
+        title: &'static str,
+        detail: String,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,6 +87,7 @@ fn problem(status: StatusCode, slug: &str, title: &str, detail: impl Into<String
         detail: detail.into(),
         error_class: None,
         statement_kind: None,
+        query_id: None,
     }
 }
 
@@ -246,6 +256,15 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             problem(StatusCode::REQUEST_TIMEOUT, "query-cancelled", "Query cancelled", "the query was cancelled"),
             None,
         ),
+        QueryError::CancelledByRequest => (
+            problem(
+                StatusCode::CONFLICT,
+                "query-cancelled",
+                "Query cancelled",
+                "the query was cancelled by a DELETE /queries/{id} request (its owner or the admin)",
+            ),
+            None,
+        ),
         QueryError::ShuttingDown => (
             problem(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -355,6 +374,11 @@ impl ApiError {
                 ),
                 Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
             ),
+            ApiError::Conflict {
+                slug,
+                title,
+                detail,
+            } => (problem(StatusCode::CONFLICT, slug, title, detail.clone()), None),
             ApiError::RequestTimeout => (
                 problem(
                     StatusCode::REQUEST_TIMEOUT,
@@ -377,9 +401,29 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (body, extra) = self.parts();
+impl ApiError {
+    /// The status, the problem's short type and DuckDB's error class, for
+    /// the audit line.
+    pub fn summary(&self) -> (u16, String, Option<String>) {
+        let (p, _) = self.parts();
+        let slug = p
+            .type_uri
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        (p.status, slug, p.error_class)
+    }
+
+    /// The problem response of a query, naming its id in the body and the
+    /// `duckgate-query-id` header.
+    pub fn into_response_for(self, query_id: &str) -> Response {
+        self.render(Some(query_id))
+    }
+
+    fn render(self, query_id: Option<&str>) -> Response {
+        let (mut body, extra) = self.parts();
+        body.query_id = query_id.map(str::to_string);
         let status = StatusCode::from_u16(body.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if let ApiError::Internal(cause) | ApiError::Query(QueryError::Internal(cause)) = &self {
             tracing::error!(error.cause = %cause, "request failed");
@@ -396,6 +440,17 @@ impl IntoResponse for ApiError {
         if let Some((name, value)) = extra {
             response.headers_mut().insert(name, value);
         }
+        if let Some(v) = query_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+            response
+                .headers_mut()
+                .insert(crate::api::query::QUERY_ID_HEADER, v);
+        }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.render(None)
     }
 }

@@ -8,6 +8,7 @@ pub mod error;
 pub mod health;
 pub mod metrics;
 pub mod negotiate;
+pub mod queries;
 pub mod query;
 pub mod server;
 
@@ -56,6 +57,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Cancelled when shutdown's grace period ends: running queries stop.
     pub shutdown: CancellationToken,
+    /// The queries running now (`GET /queries`, `DELETE /queries/{id}`).
+    pub queries: Arc<crate::engine::queries::Registry>,
 }
 
 /// The whole API.
@@ -80,6 +83,10 @@ pub fn router(state: AppState) -> Router {
             axum::http::StatusCode::GATEWAY_TIMEOUT,
             query_backstop,
         ));
+    // Listing and cancelling: cheap, never queued behind queries.
+    let queries_routes = Router::new()
+        .route("/queries", get(queries::list))
+        .route("/queries/{id}", get(queries::show).delete(queries::cancel));
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))
@@ -97,6 +104,7 @@ pub fn router(state: AppState) -> Router {
 
     Router::new()
         .merge(query_routes)
+        .merge(queries_routes)
         .merge(admin_routes)
         .merge(probe_routes)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

@@ -8,16 +8,21 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use tracing::Instrument;
+
 use crate::api::auth::QueryAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::AppState;
 use crate::encode::{Column, Format};
+use crate::engine::queries::{valid_id, IdError, Outcome, Registration};
 use crate::engine::{execute, Param, QueryError, QueryJob};
 
 /// Header naming the statement kind the guard saw.
 pub const STATEMENT_HEADER: &str = "duckgate-statement";
 /// Header carrying the credential epoch the query ran under.
 pub const EPOCH_HEADER: &str = "duckgate-credential-epoch";
+/// The query's id: the client's, or one the gateway made.
+pub const QUERY_ID_HEADER: &str = "duckgate-query-id";
 /// Header present when the query was retried after a credential refresh.
 pub const RETRIED_HEADER: &str = "duckgate-retried";
 
@@ -125,7 +130,8 @@ pub struct QueryResult {
 /// `application/sql`, or what `curl --data-binary` sends). The format comes
 /// from the body's `format`, then the `format` query parameter, then Accept.
 #[utoipa::path(post, path = "/query", tag = "query",
-    params(QueryOptions),
+    params(QueryOptions,
+        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among running queries); generated when absent")),
     request_body(content(
         (QueryRequest = "application/json"),
         (String = "text/plain"),
@@ -138,6 +144,7 @@ pub struct QueryResult {
             (String = "text/csv"),
             (Vec<u8> = "application/vnd.apache.arrow.stream")
         ), headers(
+            ("duckgate-query-id" = String, description = "The query's id: the client's, or a generated one"),
             ("duckgate-statement" = String, description = "The statement kind"),
             ("duckgate-credential-epoch" = u64, description = "Credential epoch the query ran under")
         )),
@@ -145,6 +152,7 @@ pub struct QueryResult {
         (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Statement not allowed", body = Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or SQL too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
@@ -153,7 +161,66 @@ pub struct QueryResult {
     security(("bearer" = []), ()))]
 pub async fn query(
     State(state): State<AppState>,
-    _auth: QueryAuth,
+    auth: QueryAuth,
+    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    // The client's id, else a generated one: in the answer's header, every
+    // problem, the request's log lines and the audit line.
+    let id = match headers.get(QUERY_ID_HEADER).map(|v| v.to_str()) {
+        None => uuid::Uuid::new_v4().to_string(),
+        Some(Ok(v)) if valid_id(v) => v.to_string(),
+        Some(_) => {
+            return ApiError::bad_request(
+                "invalid-query-id",
+                "Invalid query id",
+                IdError::Invalid.to_string(),
+            )
+            .into_response()
+        }
+    };
+    let span = tracing::info_span!("query", query_id = %id, token = %auth.name);
+    let mut registration = None;
+    let answer = run_query(
+        &state,
+        &auth,
+        &id,
+        &mut registration,
+        options,
+        headers,
+        body,
+    )
+    .instrument(span)
+    .await;
+    match answer {
+        Ok(mut response) => {
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                response.headers_mut().insert(QUERY_ID_HEADER, v);
+            }
+            response
+        }
+        Err(e) => {
+            if let Some(r) = &registration {
+                let (status, kind, error_class) = e.summary();
+                r.running.set_outcome(Outcome {
+                    status,
+                    kind,
+                    error_class,
+                });
+            }
+            // The registration (if any) ends here: the audit line.
+            e.into_response_for(&id)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_query(
+    state: &AppState,
+    auth: &QueryAuth,
+    id: &str,
+    registration: &mut Option<Registration>,
     options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
     body: Body,
@@ -251,6 +318,21 @@ pub async fn query(
     }
     let epoch = creds.epoch;
     drop(creds);
+    let reg = state
+        .queries
+        .register(Some(id), auth.name.clone(), &request.sql, epoch)
+        .map_err(|e| match e {
+            IdError::Taken(_) => ApiError::Conflict {
+                slug: "query-id-taken",
+                title: "Query id in use",
+                detail: e.to_string(),
+            },
+            IdError::Invalid => {
+                ApiError::bad_request("invalid-query-id", "Invalid query id", e.to_string())
+            }
+        })?;
+    let tracker = reg.running.clone();
+    *registration = Some(reg);
 
     let mut job = QueryJob {
         sql: request.sql,
@@ -265,6 +347,7 @@ pub async fn query(
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
         max_value_bytes: limits.max_value_bytes,
         render_error: crate::api::error::problem_json_for_stream,
+        tracker: Some(tracker.clone()),
     };
     let mut epoch = epoch;
     let output = match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
@@ -293,7 +376,12 @@ pub async fn query(
         other => other?,
     };
 
-    let mut response = Response::new(Body::from_stream(output.body));
+    let body = Tracked {
+        inner: output.body,
+        registration: registration.take(),
+        cancelled: Box::pin(tracker.cancel.clone().cancelled_owned()),
+    };
+    let mut response = Response::new(Body::from_stream(body));
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
     h.insert(
@@ -312,6 +400,71 @@ pub async fn query(
         );
     }
     Ok(response.into_response())
+}
+
+/// A result body that counts what it hands out and keeps its query
+/// registered (listed, cancellable) until it ends or the client goes away.
+struct Tracked {
+    inner: futures::stream::BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
+    registration: Option<Registration>,
+    /// A cancel request ends the body whenever the query has nothing more
+    /// to give at once (normally the engine ends it first, with its own
+    /// ending: NDJSON's error record).
+    cancelled: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl futures::Stream for Tracked {
+    type Item = Result<bytes::Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future as _;
+        use std::task::Poll;
+        if self.registration.is_none() {
+            return Poll::Ready(None);
+        }
+        let polled = self.inner.as_mut().poll_next(cx);
+        // Nothing more from the query (its worker may be gone, only a slow
+        // reader's queued bytes left): a cancel request ends the body now.
+        if polled.is_pending() && self.cancelled.as_mut().poll(cx).is_ready() {
+            if let Some(r) = self.registration.take() {
+                r.running.set_outcome(Outcome {
+                    status: 200,
+                    kind: "query-cancelled".into(),
+                    error_class: None,
+                });
+            }
+            return Poll::Ready(Some(Err(std::io::Error::other("query cancelled"))));
+        }
+        if let Some(r) = &self.registration {
+            let running = &r.running;
+            match &polled {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    running
+                        .bytes
+                        .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+                Poll::Ready(Some(Err(_))) => running.set_outcome(Outcome {
+                    status: 200,
+                    kind: "failed-while-streaming".into(),
+                    error_class: None,
+                }),
+                Poll::Ready(None) => running.set_outcome(Outcome {
+                    status: 200,
+                    kind: "ok".into(),
+                    error_class: None,
+                }),
+                Poll::Pending => {}
+            }
+        }
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            // The audit line, as soon as the answer is over.
+            self.registration.take();
+        }
+        polled
+    }
 }
 
 /// The request, from a JSON body or a raw SQL body.

@@ -212,6 +212,10 @@ pub struct LimitsConfig {
     #[arg(long, env = "DUCKGATE_MAX_VALUE_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_value_bytes: u64,
 
+    /// How much of a running query's SQL `GET /queries` shows (bytes).
+    #[arg(long, env = "DUCKGATE_LISTED_SQL_BYTES", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
+    pub listed_sql_bytes: u64,
+
     /// Largest request body.
     #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(64..=(1 << 30)))]
     pub max_body_bytes: u64,

@@ -67,6 +67,9 @@ fn encode_window(
     })
 }
 
+/// The longest text wrapper the gateway builds (nested types can make the
+/// rendering expressions grow); beyond it, Arrow's values serve.
+const MAX_WRAPPER_BYTES: usize = 256 * 1024;
 /// Accepted statement texts remembered per connection.
 const VERDICT_CACHE: usize = 256;
 /// Chunks in flight between the DuckDB thread and the HTTP body.
@@ -190,6 +193,9 @@ pub struct QueryJob {
     /// the HTTP layer's problem document, handed in so the engine needs no
     /// knowledge of HTTP.
     pub render_error: fn(&QueryError) -> serde_json::Value,
+    /// The query's entry in the registry of running queries: its state and
+    /// counts are kept current, and a cancel request stops it.
+    pub tracker: Option<Arc<crate::engine::queries::Running>>,
 }
 
 /// Why a query did not produce a complete result.
@@ -207,6 +213,9 @@ pub enum QueryError {
     Timeout(Duration),
     #[error("query cancelled")]
     Cancelled,
+    /// A cancel request (`DELETE /queries/{id}`) stopped it.
+    #[error("query cancelled on request")]
+    CancelledByRequest,
     #[error("the client accepted no data for too long")]
     ClientStalled,
     #[error("the spill directory passed its cap")]
@@ -233,7 +242,9 @@ impl QueryError {
             | QueryError::ParamCount { .. }
             | QueryError::Param { .. } => "sql_error",
             QueryError::Timeout(_) => "timeout",
-            QueryError::Cancelled | QueryError::ShuttingDown => "cancelled",
+            QueryError::Cancelled | QueryError::CancelledByRequest | QueryError::ShuttingDown => {
+                "cancelled"
+            }
             QueryError::ClientStalled => "client_stalled",
             QueryError::TempSpace => "temp_space",
             QueryError::ValueTooLarge { .. } => "value_too_large",
@@ -280,6 +291,8 @@ enum Msg {
 enum CancelReason {
     Timeout,
     ClientGone,
+    /// `DELETE /queries/{id}` asked for it.
+    Requested,
     /// The client accepted no bytes for the stall limit.
     ClientStalled,
     /// The spill directory passed `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`.
@@ -409,10 +422,12 @@ async fn watchdog(
     deadline: tokio::time::Instant,
     shutdown: CancellationToken,
     spill: CancellationToken,
+    requested: CancellationToken,
 ) {
     tokio::select! {
         _ = control.finished.cancelled() => return,
         _ = control.cancelled.cancelled() => {}
+        _ = requested.cancelled() => control.cancel(CancelReason::Requested),
         _ = tokio::time::sleep_until(deadline) => control.cancel(CancelReason::Timeout),
         _ = shutdown.cancelled() => control.cancel(CancelReason::Shutdown),
         _ = spill.cancelled() => control.cancel(CancelReason::TempSpace),
@@ -440,6 +455,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<QueryOutput, QueryError> {
     let deadline = tokio::time::Instant::from_std(job.started) + job.timeout;
+    let requested = job
+        .tracker
+        .as_ref()
+        .map(|t| t.cancel.clone())
+        .unwrap_or_default();
     let (slot, lease) = tokio::select! {
         r = pool.acquire() => r.map_err(|e| match e {
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
@@ -447,6 +467,7 @@ pub async fn run(
             AcquireError::Backend(m) => QueryError::Internal(m),
         })?,
         _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
+        _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
     };
     let lease = Arc::new(lease);
     let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
@@ -455,12 +476,14 @@ pub async fn run(
     let format = job.format;
     let timeout = job.timeout;
     let render_error = job.render_error;
+    let tracker = job.tracker.clone();
     tokio::spawn(watchdog(
         control.clone(),
         lease.clone(),
         deadline,
         shutdown.clone(),
         pool.spill_token(),
+        requested,
     ));
     {
         let control = control.clone();
@@ -494,6 +517,7 @@ pub async fn run(
         None => {
             return Err(match control.reason() {
                 Some(CancelReason::Timeout) => QueryError::Timeout(timeout),
+                Some(CancelReason::Requested) => QueryError::CancelledByRequest,
                 Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
                 Some(CancelReason::TempSpace) => QueryError::TempSpace,
                 _ => QueryError::Internal("query worker ended without an answer".into()),
@@ -507,6 +531,7 @@ pub async fn run(
         control,
         format,
         render_error,
+        tracker,
         timeout,
         first: Some(first),
         done: false,
@@ -533,6 +558,7 @@ struct BodyState {
     control: Arc<QueryControl>,
     format: Format,
     render_error: fn(&QueryError) -> serde_json::Value,
+    tracker: Option<Arc<crate::engine::queries::Running>>,
     timeout: Duration,
     first: Option<Bytes>,
     done: bool,
@@ -579,11 +605,13 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
             let err = match st.control.reason() {
                 _ if recorded.is_some() => recorded.unwrap_or(QueryError::Cancelled),
                 Some(CancelReason::Timeout) => QueryError::Timeout(st.timeout),
+                Some(CancelReason::Requested) => QueryError::CancelledByRequest,
                 Some(CancelReason::ClientStalled) => QueryError::ClientStalled,
                 Some(CancelReason::TempSpace) => QueryError::TempSpace,
                 Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
                 _ => QueryError::Cancelled,
             };
+            record_failure(st.tracker.as_deref(), &err);
             match error_record_for(st.format, st.render_error, &err) {
                 Some(record) => Some((Ok(record), st)),
                 None => Some((Err(std::io::Error::other(err.to_string())), st)),
@@ -690,6 +718,7 @@ fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
     control.reason().map(|r| match r {
         CancelReason::Timeout => QueryError::Timeout(job.timeout),
         CancelReason::ClientGone => QueryError::Cancelled,
+        CancelReason::Requested => QueryError::CancelledByRequest,
         CancelReason::ClientStalled => QueryError::ClientStalled,
         CancelReason::TempSpace => QueryError::TempSpace,
         CancelReason::Shutdown => QueryError::ShuttingDown,
@@ -727,12 +756,16 @@ fn work_inner(
             Err(r) => return fail(QueryError::Refused(r)),
         },
     };
+    if let Some(t) = &job.tracker {
+        let _ = t.kind.set(accepted.kind.clone());
+        t.advance(crate::engine::queries::QueryState::Running);
+    }
     // A statement that may change the catalog makes every verdict older
     // than it stale, whatever its outcome: the epoch moves when it starts
     // (so nothing judged while it runs is kept) and when it is over.
     let _epoch = (!accepted.read_only).then(|| {
         slot.catalog_epoch.fetch_add(1, SeqCst);
-        BumpOnDrop(&slot.catalog_epoch)
+        BumpOnDrop(slot.catalog_epoch.clone())
     });
     if let Err(r) = control.start() {
         let _ = r;
@@ -750,7 +783,25 @@ fn work_inner(
         Format::Csv => csv_text_sql(&accepted),
         Format::Json | Format::Ndjson => json_text_sql(&accepted),
         Format::Arrow => arrow_interval_sql(&accepted),
-    };
+    }
+    .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
+    // What runs is what the guard judged: the wrapper too (once per text
+    // and catalog epoch, like any statement).
+    let text_sql = text_sql.filter(|sql| {
+        if slot.verdicts.get(sql).is_some_and(|(e, _)| *e == epoch) {
+            return true;
+        }
+        match guard::check(&slot.raw, sql, &job.rules) {
+            Ok(a) => {
+                slot.verdicts.insert(sql.clone(), (epoch, a));
+                true
+            }
+            Err(r) => {
+                tracing::warn!(refusal = ?r, "the guard refused a text wrapper; using Arrow values");
+                false
+            }
+        }
+    });
     let wrapped = text_sql
         .as_deref()
         .and_then(|sql| match slot.conn.prepare_cached(sql) {
@@ -899,6 +950,9 @@ fn stream_statement(
             Msg::Data(chunk)
         } else {
             *sent_start = true;
+            if let Some(t) = &job.tracker {
+                t.advance(crate::engine::queries::QueryState::Streaming);
+            }
             Msg::Start {
                 kind: kind.to_string(),
                 first: chunk,
@@ -923,7 +977,7 @@ fn stream_statement(
                 if !sent_start {
                     return fail(err);
                 }
-                end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+                end_with_error(&encoder, &mut buf, &err, tx, job);
                 return Err(err);
             }
         };
@@ -940,7 +994,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+            end_with_error(&encoder, &mut buf, &err, tx, job);
             return Err(err);
         }
         let room = job.max_rows.saturating_sub(rows);
@@ -957,6 +1011,9 @@ fn stream_statement(
         };
         let before = buf.len();
         rows += take as u64;
+        if let Some(t) = &job.tracker {
+            t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+        }
         // Large results encode windows of batches on several threads (DuckDB
         // writes its own formats in parallel too); small ones stay serial.
         let encoded = if rows_encoder.parallel() && serial_batches >= SERIAL_BATCHES {
@@ -975,7 +1032,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+            end_with_error(&encoder, &mut buf, &err, tx, job);
             return Err(err);
         }
         bytes += (buf.len() - before) as u64;
@@ -1003,7 +1060,7 @@ fn stream_statement(
         if !sent_start {
             return fail(err);
         }
-        end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+        end_with_error(&encoder, &mut buf, &err, tx, job);
         return Err(err);
     }
     if !window.is_empty() {
@@ -1012,7 +1069,7 @@ fn stream_statement(
             if !sent_start {
                 return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+            end_with_error(&encoder, &mut buf, &err, tx, job);
             return Err(err);
         }
     }
@@ -1027,7 +1084,7 @@ fn stream_statement(
         if !sent_start {
             return fail(err);
         }
-        end_with_error(&encoder, &mut buf, &err, tx, job.render_error);
+        end_with_error(&encoder, &mut buf, &err, tx, job);
         return Err(err);
     }
     if !flush(&mut buf, &mut sent_start, &accepted.kind) {
@@ -1103,9 +1160,9 @@ fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
 
 /// Bumps the catalog epoch when the statement that may have changed the
 /// catalog is over.
-struct BumpOnDrop<'a>(&'a std::sync::atomic::AtomicU64);
+struct BumpOnDrop(Arc<std::sync::atomic::AtomicU64>);
 
-impl Drop for BumpOnDrop<'_> {
+impl Drop for BumpOnDrop {
     fn drop(&mut self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -1183,8 +1240,10 @@ fn end_with_error(
     buf: &mut Vec<u8>,
     err: &QueryError,
     tx: &Sender<'_>,
-    render: fn(&QueryError) -> serde_json::Value,
+    job: &QueryJob,
 ) {
+    record_failure(job.tracker.as_deref(), err);
+    let render = job.render_error;
     // Bounded by the stall limit: a client that stopped reading gets its
     // ending from the body itself (see `next_chunk`).
     let problem = render(err);
@@ -1202,6 +1261,20 @@ fn end_with_error(
         }
     }
     tx.end(err, last);
+}
+
+/// Records, for the audit line, that a body which had begun ended in `err`.
+fn record_failure(tracker: Option<&crate::engine::queries::Running>, err: &QueryError) {
+    if let Some(t) = tracker {
+        t.set_outcome(crate::engine::queries::Outcome {
+            status: 200,
+            kind: format!("failed-while-streaming:{}", err.outcome()),
+            error_class: match err {
+                QueryError::Sql { class, .. } => Some(class.clone()),
+                _ => None,
+            },
+        });
+    }
 }
 
 /// The last NDJSON line for `err`, or `None` for formats that end by abort.

@@ -8,6 +8,7 @@ pub mod ffi;
 pub mod guard;
 pub mod pool;
 pub mod priority;
+pub mod queries;
 pub mod spill;
 
 use std::path::{Path, PathBuf};

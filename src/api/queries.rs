@@ -1,0 +1,183 @@
+//! `GET /queries`, `GET /queries/{id}`, `DELETE /queries/{id}`: what runs
+//! now, and cancelling it. A query token sees and cancels its own queries;
+//! the admin token sees and cancels all. A query another token owns is
+//! answered exactly like one that does not exist.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use axum::extract::{Path, State};
+use axum::Json;
+
+use crate::api::auth::Caller;
+use crate::api::error::ApiError;
+use crate::api::AppState;
+use crate::engine::queries::{QueryState, Running};
+
+/// A running query.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct QueryInfo {
+    /// The query id (`duckgate-query-id`).
+    pub id: String,
+    /// The name of the token that started it.
+    pub token: String,
+    /// The statement kind, once the guard has read it.
+    pub kind: Option<String>,
+    /// The SQL, cut to `DUCKGATE_LISTED_SQL_BYTES`.
+    pub sql: String,
+    /// Whether `sql` was cut.
+    pub sql_truncated: bool,
+    /// `queued` (waiting for a connection or the guard), `running` or
+    /// `streaming`.
+    #[schema(value_type = String)]
+    pub state: QueryState,
+    /// When it started, milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    pub elapsed_ms: f64,
+    /// Result rows produced so far.
+    pub rows: u64,
+    /// Body bytes sent so far.
+    pub bytes: u64,
+    /// The credential epoch it started under.
+    pub credential_epoch: u64,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+}
+
+impl From<&Running> for QueryInfo {
+    fn from(r: &Running) -> Self {
+        QueryInfo {
+            id: r.id.clone(),
+            token: r.owner.to_string(),
+            kind: r.kind.get().cloned(),
+            sql: r.sql.clone(),
+            sql_truncated: r.sql.len() < r.sql_len,
+            state: r.state(),
+            started_at_ms: r
+                .started_at
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            elapsed_ms: r.started.elapsed().as_secs_f64() * 1000.0,
+            rows: r.rows.load(Ordering::Relaxed),
+            bytes: r.bytes.load(Ordering::Relaxed),
+            credential_epoch: r.epoch,
+            cancel_requested: r.cancel.is_cancelled(),
+        }
+    }
+}
+
+/// The queries running now.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct QueryList {
+    pub queries: Vec<QueryInfo>,
+}
+
+/// What a cancel request did.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Cancelled {
+    pub id: String,
+    /// Always true: the query was asked to stop.
+    pub cancelled: bool,
+    /// Whether it had let go of its connection when this answer was sent
+    /// (the gateway waits up to two seconds for that).
+    pub ended: bool,
+}
+
+/// Lists the running queries the caller may see (its own; all for admin).
+#[utoipa::path(get, path = "/queries", tag = "queries",
+    responses(
+        (status = 200, description = "The running queries, oldest first", body = QueryList),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<QueryList> {
+    let queries = state
+        .queries
+        .list()
+        .iter()
+        .filter(|r| caller.may_see(&r.owner))
+        .map(|r| QueryInfo::from(r.as_ref()))
+        .collect();
+    Json(QueryList { queries })
+}
+
+/// The caller's running queries with this id (the admin's: every owner's).
+fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Vec<std::sync::Arc<Running>>, ApiError> {
+    let owner = match caller {
+        Caller::Admin => None,
+        Caller::Owner(name) => Some(name.as_ref()),
+    };
+    let found = state.queries.find(owner, id);
+    if found.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "no running query with id {id} is yours to see"
+        )));
+    }
+    Ok(found)
+}
+
+/// One running query.
+#[utoipa::path(get, path = "/queries/{id}", tag = "queries",
+    params(("id" = String, Path, description = "The query id")),
+    responses(
+        (status = 200, description = "The query", body = QueryInfo),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not running, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<QueryInfo>, ApiError> {
+    let found = visible(&state, &caller, &id)?;
+    Ok(Json(QueryInfo::from(found[0].as_ref())))
+}
+
+/// Cancels a running query (the admin: every running query with that id):
+/// it is interrupted (again and again until
+/// DuckDB stops), its connection goes back to the pool, and its own client
+/// gets the problem `query-cancelled` (409), or the end of its stream.
+#[utoipa::path(delete, path = "/queries/{id}", tag = "queries",
+    params(("id" = String, Path, description = "The query id")),
+    responses(
+        (status = 200, description = "Asked to stop; `ended` says whether it has", body = Cancelled),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not running, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let found = visible(&state, &caller, &id)?;
+    let who = match &caller {
+        Caller::Admin => "admin".to_string(),
+        Caller::Owner(name) => name.to_string(),
+    };
+    for r in &found {
+        tracing::info!(query_id = %r.id, owner = %r.owner, by = %who, "cancel requested");
+        state.queries.cancel(r);
+    }
+    // Wait (bounded) for the queries to leave: their connections are free.
+    let until = Instant::now() + Duration::from_secs(2);
+    let mut ended = false;
+    while Instant::now() < until {
+        if !found.iter().any(|r| state.queries.contains(r)) {
+            ended = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Json(Cancelled {
+        id,
+        cancelled: true,
+        ended,
+    }))
+}

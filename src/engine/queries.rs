@@ -1,0 +1,331 @@
+//! The queries running now: each has an id, an owner (a token's name, never
+//! the token), its state and what it has sent, and a cancellation token that
+//! `DELETE /queries/{id}` fires. A query is registered before it waits for a
+//! connection and leaves the registry when its last byte is sent or its
+//! request goes away; leaving writes one audit line.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Instant, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+/// The longest query id a client may choose.
+pub const MAX_ID_LEN: usize = 128;
+
+/// Where a query is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueryState {
+    /// Waiting for a connection, or for the guard to read it.
+    Queued,
+    /// Accepted and executing on its connection.
+    Running,
+    /// Its first bytes went to the client; the rest follows.
+    Streaming,
+}
+
+/// One registered query.
+#[derive(Debug)]
+pub struct Running {
+    /// The client's `duckgate-query-id`, or a generated one.
+    pub id: String,
+    /// The name of the token that started it (`anonymous` without tokens).
+    pub owner: Arc<str>,
+    /// The SQL, cut to the registry's limit (on a character boundary).
+    pub sql: String,
+    /// The SQL's length in bytes, before any cut.
+    pub sql_len: usize,
+    /// The first 16 hex digits of the SHA-256 of the whole SQL: correlates
+    /// audit lines, shows nothing.
+    pub sql_hash: String,
+    /// The statement kind, once the guard has read it.
+    pub kind: OnceLock<String>,
+    pub started_at: SystemTime,
+    pub started: Instant,
+    /// The credential epoch it started under.
+    pub epoch: u64,
+    state: AtomicU8,
+    /// Result rows produced so far.
+    pub rows: AtomicU64,
+    /// Body bytes handed to the client so far.
+    pub bytes: AtomicU64,
+    /// Fired by a cancel request; the engine interrupts the query.
+    pub cancel: CancellationToken,
+    /// How it ended, as the HTTP layer reports it (status, problem type,
+    /// DuckDB's error class), for the audit line.
+    outcome: Mutex<Option<Outcome>>,
+}
+
+/// How a query ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub status: u16,
+    /// `ok`, or the problem's short type (`sql-error`, `query-cancelled`, ...).
+    pub kind: String,
+    pub error_class: Option<String>,
+}
+
+impl Running {
+    pub fn state(&self) -> QueryState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => QueryState::Queued,
+            1 => QueryState::Running,
+            _ => QueryState::Streaming,
+        }
+    }
+
+    /// Moves forward only (queued → running → streaming).
+    pub fn advance(&self, to: QueryState) {
+        let v = match to {
+            QueryState::Queued => 0,
+            QueryState::Running => 1,
+            QueryState::Streaming => 2,
+        };
+        self.state.fetch_max(v, Ordering::Relaxed);
+    }
+
+    /// Records how the query ended (the first report wins).
+    pub fn set_outcome(&self, outcome: Outcome) {
+        let mut o = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        if o.is_none() {
+            *o = Some(outcome);
+        }
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        self.outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Why a query could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    #[error("a query id is 1 to {MAX_ID_LEN} characters of A-Z, a-z, 0-9, '.', '_' and '-'")]
+    Invalid,
+    #[error("a query with id {0} is running")]
+    Taken(String),
+}
+
+/// A query's key: ids are unique per owner, so a client can neither squat
+/// another token's id nor learn from a conflict that it is in use.
+type Key = (Arc<str>, String);
+
+/// The running queries of one gateway.
+#[derive(Debug)]
+pub struct Registry {
+    queries: Mutex<HashMap<Key, Arc<Running>>>,
+    /// How much of a query's SQL is kept for listing.
+    sql_limit: usize,
+    cancellations: AtomicU64,
+}
+
+impl Registry {
+    pub fn new(sql_limit: usize) -> Self {
+        Self {
+            queries: Mutex::new(HashMap::new()),
+            sql_limit,
+            cancellations: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Running>>> {
+        self.queries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a query under the client's id (validated, unique among
+    /// its owner's running ones) or a generated one. It stays listed while the
+    /// returned registration lives.
+    pub fn register(
+        self: &Arc<Self>,
+        id: Option<&str>,
+        owner: Arc<str>,
+        sql: &str,
+        epoch: u64,
+    ) -> Result<Registration, IdError> {
+        let id = match id {
+            Some(id) if valid_id(id) => id.to_string(),
+            Some(_) => return Err(IdError::Invalid),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        let mut cut = sql.len().min(self.sql_limit);
+        while !sql.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let key = (owner.clone(), id.clone());
+        let running = Arc::new(Running {
+            id: id.clone(),
+            owner,
+            sql: sql[..cut].to_string(),
+            sql_len: sql.len(),
+            sql_hash: sql_hash(sql),
+            kind: OnceLock::new(),
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            epoch,
+            state: AtomicU8::new(0),
+            rows: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            cancel: CancellationToken::new(),
+            outcome: Mutex::new(None),
+        });
+        let mut queries = self.lock();
+        if queries.contains_key(&key) {
+            return Err(IdError::Taken(id));
+        }
+        queries.insert(key, running.clone());
+        metrics::gauge!("duckgate_queries_running").set(queries.len() as f64);
+        Ok(Registration {
+            registry: self.clone(),
+            running,
+        })
+    }
+
+    /// Every running query, oldest first.
+    pub fn list(&self) -> Vec<Arc<Running>> {
+        let mut all: Vec<_> = self.lock().values().cloned().collect();
+        all.sort_by_key(|r| r.started);
+        all
+    }
+
+    /// The running queries with this id: of `owner` only, or of every
+    /// owner (`None`, the admin's view).
+    pub fn find(&self, owner: Option<&str>, id: &str) -> Vec<Arc<Running>> {
+        self.lock()
+            .iter()
+            .filter(|((o, i), _)| i == id && owner.is_none_or(|w| w == o.as_ref()))
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Whether this very query is still registered.
+    pub fn contains(&self, r: &Arc<Running>) -> bool {
+        self.lock()
+            .get(&(r.owner.clone(), r.id.clone()))
+            .is_some_and(|now| Arc::ptr_eq(now, r))
+    }
+
+    /// Asks this query to stop.
+    pub fn cancel(&self, r: &Running) {
+        if !r.cancel.is_cancelled() {
+            self.cancellations.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("duckgate_query_cancellations_total").increment(1);
+        }
+        r.cancel.cancel();
+    }
+
+    /// Cancel requests honoured since start.
+    pub fn cancellations(&self) -> u64 {
+        self.cancellations.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `id` may name a query: short, and safe in a header, a URL path
+/// segment and a log line as it is.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+fn sql_hash(sql: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(sql.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A query's place in the registry: dropping it removes the query and
+/// writes the audit line (never the SQL text, parameters or tokens).
+#[derive(Debug)]
+pub struct Registration {
+    registry: Arc<Registry>,
+    pub running: Arc<Running>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let r = &self.running;
+        {
+            let mut queries = self.registry.lock();
+            let key = (r.owner.clone(), r.id.clone());
+            if queries.get(&key).is_some_and(|now| Arc::ptr_eq(now, r)) {
+                queries.remove(&key);
+            }
+            metrics::gauge!("duckgate_queries_running").set(queries.len() as f64);
+        }
+        let outcome = r.outcome().unwrap_or_else(|| Outcome {
+            // The request went away before it was answered in full.
+            status: 499,
+            kind: if r.cancel.is_cancelled() {
+                "query-cancelled".into()
+            } else {
+                "client-gone".into()
+            },
+            error_class: None,
+        });
+        tracing::info!(
+            target: "duckgate::audit",
+            query_id = %r.id,
+            token = %r.owner,
+            kind = r.kind.get().map(String::as_str).unwrap_or("-"),
+            sql_sha256 = %r.sql_hash,
+            sql_bytes = r.sql_len,
+            outcome = %outcome.kind,
+            status = outcome.status,
+            rows = r.rows.load(Ordering::Relaxed),
+            bytes = r.bytes.load(Ordering::Relaxed),
+            elapsed_ms = r.started.elapsed().as_secs_f64() * 1000.0,
+            credential_epoch = r.epoch,
+            error_class = outcome.error_class.as_deref().unwrap_or("-"),
+            "query ended"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_validated_unique_and_released() {
+        let reg = Arc::new(Registry::new(8));
+        assert_eq!(
+            reg.register(Some("a b"), "t".into(), "SELECT 1", 0)
+                .unwrap_err(),
+            IdError::Invalid
+        );
+        assert_eq!(
+            reg.register(Some(&"x".repeat(MAX_ID_LEN + 1)), "t".into(), "SELECT 1", 0)
+                .unwrap_err(),
+            IdError::Invalid
+        );
+        let first = reg.register(Some("job-1.a_b"), "t".into(), "SELECT 'héllo wörld'", 0);
+        let first = first.unwrap();
+        assert_eq!(first.running.sql, "SELECT '");
+        assert!(matches!(
+            reg.register(Some("job-1.a_b"), "t".into(), "SELECT 2", 0),
+            Err(IdError::Taken(_))
+        ));
+        let generated = reg.register(None, "t".into(), "SELECT 3", 0).unwrap();
+        assert!(valid_id(&generated.running.id));
+        // Another owner may use the same id; neither sees the other's.
+        let other = reg
+            .register(Some("job-1.a_b"), "u".into(), "SELECT 4", 0)
+            .unwrap();
+        assert_eq!(reg.find(Some("u"), "job-1.a_b").len(), 1);
+        assert_eq!(reg.find(None, "job-1.a_b").len(), 2);
+        assert_eq!(reg.list().len(), 3);
+        drop(first);
+        assert!(reg.find(Some("t"), "job-1.a_b").is_empty());
+        assert!(reg.contains(&other.running));
+        assert!(reg
+            .register(Some("job-1.a_b"), "t".into(), "SELECT 2", 0)
+            .is_ok());
+    }
+}

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use crate::api::auth::QueryAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::AppState;
+use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::{Column, Format};
 use crate::engine::queries::{valid_id, IdError, Outcome, Registration};
 use crate::engine::{execute, Param, QueryError, QueryJob};
@@ -334,7 +335,7 @@ async fn run_query(
     let tracker = reg.running.clone();
     *registration = Some(reg);
 
-    let mut job = QueryJob {
+    let job = QueryJob {
         sql: request.sql,
         params,
         format,
@@ -349,32 +350,18 @@ async fn run_query(
         render_error: crate::api::error::problem_json_for_stream,
         tracker: Some(tracker.clone()),
     };
-    let mut epoch = epoch;
-    let output = match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
-        Err(e) if e.is_expired_token() && !state.rotator.is_empty() && state.rotator.enabled() => {
-            // Credentials died early (revoked, clock skew): refresh, single-
-            // flight, and retry once. A failed statement changed nothing.
-            // The refresh respects the rotator's backoff and this request's
-            // deadline: with STS down the client hears so promptly (503).
-            tracing::warn!("S3 rejected the credentials as expired; rotating and retrying once");
-            let left = (started + Duration::from_millis(timeout_ms))
-                .saturating_duration_since(Instant::now());
-            let refreshed = tokio::time::timeout(left, state.rotator.rotate_for_expired_token())
-                .await
-                .unwrap_or(false);
-            if !refreshed || state.health.credentials.load().any_expired {
-                return Err(QueryError::CredentialsExpired.into());
-            }
-            job.retried = true;
-            epoch = state.health.epoch();
-            match execute::run(&state.engine.pool, job.clone(), state.shutdown.clone()).await {
-                Err(e) if e.is_expired_token() => return Err(QueryError::CredentialsExpired.into()),
-                other => other?,
-            }
-        }
-        Err(e) if e.is_expired_token() => return Err(QueryError::CredentialsExpired.into()),
-        other => other?,
-    };
+    // Expired credentials (revoked early, clock skew): the credentials
+    // layer refreshes them and runs the query once more.
+    let deadline = started + Duration::from_millis(timeout_ms);
+    let (pool, shutdown) = (&state.engine.pool, &state.shutdown);
+    let (output, retried) =
+        with_fresh_credentials(&state.rotator, &state.health, deadline, |retried| {
+            let mut job = job.clone();
+            job.retried = retried;
+            execute::run(pool, job, shutdown.clone())
+        })
+        .await?;
+    let epoch = if retried { state.health.epoch() } else { epoch };
 
     let body = Tracked {
         inner: output.body,
@@ -393,7 +380,7 @@ async fn run_query(
         h.insert(STATEMENT_HEADER, v);
     }
     h.insert(EPOCH_HEADER, HeaderValue::from(epoch));
-    if job.retried {
+    if retried {
         h.insert(
             RETRIED_HEADER,
             HeaderValue::from_static("expired-credentials"),

@@ -1,6 +1,8 @@
 //! S3 credentials: where they come from (`source`), how they are installed
-//! into DuckDB (`sql`), and who keeps them fresh (`rotator`).
+//! into DuckDB (`sql`), who keeps them fresh (`rotator`), and the one retry
+//! of a query S3 rejected as expired (`retry`).
 
+pub mod retry;
 pub mod rotator;
 pub mod source;
 pub mod sql;

@@ -94,6 +94,27 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
     Ok(Tokens { query, admin })
 }
 
+/// The registry of running queries, with the audit file if one is set.
+fn audit_registry(config: &Config) -> anyhow::Result<engine::queries::Registry> {
+    let registry = engine::queries::Registry::new(config.limits.listed_sql_bytes as usize);
+    Ok(match &config.limits.audit_log {
+        None => registry,
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| {
+                    ConfigError::new(
+                        "DUCKGATE_AUDIT_LOG",
+                        format!("cannot open {}: {}", path.display(), e.kind()),
+                    )
+                })?;
+            registry.with_audit_file(file)
+        }
+    })
+}
+
 /// Builds the gateway on `listener` and serves until `shutdown` resolves,
 /// then drains: stops accepting, lets running queries finish within the
 /// grace period, interrupts the rest.
@@ -158,9 +179,7 @@ pub async fn run(
         config: config.clone(),
         metrics,
         shutdown: drain.clone(),
-        queries: Arc::new(engine::queries::Registry::new(
-            config.limits.listed_sql_bytes as usize,
-        )),
+        queries: Arc::new(audit_registry(&config)?),
     };
     let app = api::router(state);
 

@@ -240,3 +240,51 @@ async fn every_query_has_an_id_and_one_audit_line_without_secrets() {
         "SQL text in the audit line: {failed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_records_also_go_to_the_audit_log_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.ndjson");
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
+        .env("DUCKGATE_AUDIT_LOG", path.display())
+        .start();
+    for sql in [
+        "SELECT 'audit-sql-text' AS s",
+        "SELECT * FROM no_such_table_x",
+    ] {
+        let r = g
+            .client
+            .post(g.url("/query"))
+            .bearer_auth(ALICE)
+            .json(&json!({"sql": sql}))
+            .send()
+            .await
+            .unwrap();
+        r.bytes().await.unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if text.lines().count() >= 2 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "audit file: {text:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "{text}");
+    assert_eq!(records[0]["token"], "alice");
+    assert_eq!(records[0]["outcome"], "ok");
+    assert_eq!(records[0]["rows"], 1);
+    assert_eq!(records[1]["status"], 400);
+    assert_eq!(records[1]["error_class"], "Catalog");
+    assert!(
+        !text.contains(ALICE)
+            && !text.contains("audit-sql-text")
+            && !text.contains("no_such_table_x")
+    );
+}

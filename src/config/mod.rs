@@ -216,6 +216,11 @@ pub struct LimitsConfig {
     #[arg(long, env = "DUCKGATE_LISTED_SQL_BYTES", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
     pub listed_sql_bytes: u64,
 
+    /// Also append one JSON line per ended query (the audit record) to this
+    /// file, created if missing. Unset: audit records go to the log only.
+    #[arg(long, env = "DUCKGATE_AUDIT_LOG")]
+    pub audit_log: Option<std::path::PathBuf>,
+
     /// Largest request body.
     #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(64..=(1 << 30)))]
     pub max_body_bytes: u64,

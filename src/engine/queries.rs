@@ -122,6 +122,9 @@ pub struct Registry {
     /// How much of a query's SQL is kept for listing.
     sql_limit: usize,
     cancellations: AtomicU64,
+    /// Where audit records also go, one JSON object per line
+    /// (`DUCKGATE_AUDIT_LOG`).
+    audit_file: Option<Mutex<std::fs::File>>,
 }
 
 impl Registry {
@@ -130,7 +133,14 @@ impl Registry {
             queries: Mutex::new(HashMap::new()),
             sql_limit,
             cancellations: AtomicU64::new(0),
+            audit_file: None,
         }
+    }
+
+    /// Also appends every audit record to `file` as a line of JSON.
+    pub fn with_audit_file(mut self, file: std::fs::File) -> Self {
+        self.audit_file = Some(Mutex::new(file));
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Running>>> {
@@ -269,6 +279,35 @@ impl Drop for Registration {
             },
             error_class: None,
         });
+        let rows = r.rows.load(Ordering::Relaxed);
+        let bytes = r.bytes.load(Ordering::Relaxed);
+        let elapsed_ms = r.started.elapsed().as_secs_f64() * 1000.0;
+        if let Some(file) = &self.registry.audit_file {
+            let record = serde_json::json!({
+                "ended_at_ms": std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+                "query_id": r.id,
+                "token": &*r.owner,
+                "kind": r.kind.get(),
+                "sql_sha256": r.sql_hash,
+                "sql_bytes": r.sql_len,
+                "outcome": outcome.kind,
+                "status": outcome.status,
+                "rows": rows,
+                "bytes": bytes,
+                "elapsed_ms": elapsed_ms,
+                "credential_epoch": r.epoch,
+                "error_class": outcome.error_class,
+            });
+            let mut line = record.to_string();
+            line.push('\n');
+            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = std::io::Write::write_all(&mut *f, line.as_bytes()) {
+                tracing::warn!(error = %e, "cannot append to DUCKGATE_AUDIT_LOG");
+            }
+        }
         tracing::info!(
             target: "duckgate::audit",
             query_id = %r.id,
@@ -278,9 +317,9 @@ impl Drop for Registration {
             sql_bytes = r.sql_len,
             outcome = %outcome.kind,
             status = outcome.status,
-            rows = r.rows.load(Ordering::Relaxed),
-            bytes = r.bytes.load(Ordering::Relaxed),
-            elapsed_ms = r.started.elapsed().as_secs_f64() * 1000.0,
+            rows,
+            bytes,
+            elapsed_ms,
             credential_epoch = r.epoch,
             error_class = outcome.error_class.as_deref().unwrap_or("-"),
             "query ended"

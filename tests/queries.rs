@@ -31,10 +31,11 @@ fn gateway() -> Gateway {
         .start()
 }
 
-async fn get(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
+/// A `method` request to `path` with `token`: status and JSON body.
+async fn call(g: &Gateway, method: reqwest::Method, path: &str, token: &str) -> (u16, Value) {
     let r = g
         .client
-        .get(g.url(path))
+        .request(method, g.url(path))
         .bearer_auth(token)
         .send()
         .await
@@ -43,16 +44,12 @@ async fn get(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+async fn get(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
+    call(g, reqwest::Method::GET, path, token).await
+}
+
 async fn delete(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .delete(g.url(path))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    call(g, reqwest::Method::DELETE, path, token).await
 }
 
 async fn listed_ids(g: &Gateway, token: &str) -> Vec<String> {
@@ -219,7 +216,7 @@ async fn every_query_has_an_id_and_one_audit_line_without_secrets() {
     assert_eq!(audit.len(), 2, "{audit:#?}");
     let ok = audit.iter().find(|l| l.contains(&id)).unwrap();
     assert!(
-        ok.contains("token=token-") && ok.contains("outcome=ok") && ok.contains("status=200"),
+        ok.contains("token=token-3") && ok.contains("outcome=ok") && ok.contains("status=200"),
         "{ok}"
     );
     assert!(ok.contains("rows=1"), "{ok}");

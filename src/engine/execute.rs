@@ -1096,29 +1096,61 @@ fn stream_statement(
     Ok(!truncated)
 }
 
-/// The query wrapped so that DuckDB renders every column as its VARCHAR text
-/// (what its CSV writer writes), by position, so repeated names do no harm.
-fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
+/// The client's statement wrapped as `SELECT <expr AS name>, ... FROM
+/// (<statement>)`: `expr(i, type)` gives column `i`'s expression over its
+/// position `#i` (`None`: the column as it is), so repeated names do no
+/// harm. `None` when there is no statement text to wrap, or when no column
+/// changes and `always` is false.
+fn wrap_columns(
+    accepted: &guard::Accepted,
+    always: bool,
+    expr: impl Fn(usize, &str) -> Option<String>,
+) -> Option<String> {
     let result = accepted.result.as_ref()?;
     let inner = result.sql.as_deref()?;
-    if result.names.is_empty() {
+    if result.names.is_empty() || result.types.len() != result.names.len() {
         return None;
     }
-    // Integers, booleans and VARCHAR read the same in Arrow as in DuckDB's
-    // text: those pass through uncast (casting costs DuckDB and the export).
-    let casts: Vec<String> = (1..=result.names.len())
-        .map(|i| match result.types.get(i - 1).map(String::as_str) {
-            Some(
-                "VARCHAR" | "BOOLEAN" | "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" | "UTINYINT"
-                | "USMALLINT" | "UINTEGER" | "UBIGINT",
-            ) => format!("#{i}"),
-            _ => format!("CAST(#{i} AS VARCHAR)"),
+    let mut changed = false;
+    let columns: Vec<String> = result
+        .types
+        .iter()
+        .zip(&result.names)
+        .enumerate()
+        .map(|(i, (t, name))| {
+            let e = expr(i, t);
+            changed |= e.is_some();
+            let e = e.unwrap_or_else(|| format!("#{}", i + 1));
+            format!("{e} AS \"{}\"", name.replace('"', "\"\""))
         })
         .collect();
-    Some(format!(
-        "SELECT {} FROM (\n{inner}\n) AS duckgate_text",
-        casts.join(", ")
-    ))
+    (always || changed).then(|| {
+        format!(
+            "SELECT {} FROM (\n{inner}\n) AS duckgate_wrapped",
+            columns.join(", ")
+        )
+    })
+}
+
+/// CSV: DuckDB renders every column as its VARCHAR text (what its COPY ...
+/// (FORMAT csv) writer writes). Integers, booleans and VARCHAR read the same
+/// in Arrow as in DuckDB's text: those pass through uncast (casting costs
+/// DuckDB and the export). Always wrapped: the CSV writer expects it.
+fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    wrap_columns(accepted, true, |i, t| match t {
+        "VARCHAR" | "BOOLEAN" | "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" | "UTINYINT"
+        | "USMALLINT" | "UINTEGER" | "UBIGINT" => None,
+        _ => Some(format!("CAST(#{} AS VARCHAR)", i + 1)),
+    })
+}
+
+/// JSON and NDJSON: DuckDB renders, as its own text, the values of the
+/// columns whose JSON Arrow cannot carry (see `ResultShape::json_exprs`).
+fn json_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    let exprs = &accepted.result.as_ref()?.json_exprs;
+    wrap_columns(accepted, false, |i, _| {
+        exprs.get(i).filter(|e| !e.is_empty()).cloned()
+    })
 }
 
 /// Arrow's INTERVAL (month, day, nanosecond) cannot hold DuckDB's
@@ -1127,35 +1159,20 @@ fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
 /// Arrow answer is wrapped so that such a value fails the query with a
 /// message that says so, instead of arriving wrong.
 fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
-    let result = accepted.result.as_ref()?;
-    let inner = result.sql.as_deref()?;
-    if result.types.len() != result.names.len() || !result.types.iter().any(|t| t == "INTERVAL") {
-        return None;
-    }
-    let columns: Vec<String> = result
-        .types
-        .iter()
-        .zip(&result.names)
-        .enumerate()
-        .map(|(i, (t, name))| {
+    let names = &accepted.result.as_ref()?.names;
+    wrap_columns(accepted, false, |i, t| {
+        (t == "INTERVAL").then(|| {
             let c = format!("#{}", i + 1);
-            let quoted = format!("\"{}\"", name.replace('"', "\"\""));
-            if t != "INTERVAL" {
-                return format!("{c} AS {quoted}");
-            }
             let message = format!(
-                "column {name}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"
+                "column {}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR",
+                names[i]
             )
             .replace('\'', "''");
             format!(
-                "CASE WHEN {c} IS NULL OR abs(datepart('hour', {c})::HUGEINT * 3600000000 + datepart('minute', {c}) * 60000000 + datepart('microseconds', {c})) <= 9223372036854775 THEN {c} ELSE error('{message}') END AS {quoted}"
+                "CASE WHEN {c} IS NULL OR abs(datepart('hour', {c})::HUGEINT * 3600000000 + datepart('minute', {c}) * 60000000 + datepart('microseconds', {c})) <= 9223372036854775 THEN {c} ELSE error('{message}') END"
             )
         })
-        .collect();
-    Some(format!(
-        "SELECT {} FROM (\n{inner}\n) AS duckgate_arrow",
-        columns.join(", ")
-    ))
+    })
 }
 
 /// Bumps the catalog epoch when the statement that may have changed the
@@ -1166,37 +1183,6 @@ impl Drop for BumpOnDrop {
     fn drop(&mut self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
-}
-
-/// The query wrapped so that DuckDB renders, as its own text, the values of
-/// the columns whose JSON Arrow cannot carry (see `ResultShape::json_exprs`);
-/// `None` when every column's Arrow value is already DuckDB's.
-fn json_text_sql(accepted: &guard::Accepted) -> Option<String> {
-    let result = accepted.result.as_ref()?;
-    let inner = result.sql.as_deref()?;
-    if result.json_exprs.len() != result.names.len()
-        || result.json_exprs.iter().all(String::is_empty)
-    {
-        return None;
-    }
-    let columns: Vec<String> = result
-        .json_exprs
-        .iter()
-        .zip(&result.names)
-        .enumerate()
-        .map(|(i, (expr, name))| {
-            let expr = if expr.is_empty() {
-                format!("#{}", i + 1)
-            } else {
-                expr.clone()
-            };
-            format!("{expr} AS \"{}\"", name.replace('"', "\"\""))
-        })
-        .collect();
-    Some(format!(
-        "SELECT {} FROM (\n{inner}\n) AS duckgate_text",
-        columns.join(", ")
-    ))
 }
 
 /// The size of the first value in `batch` larger than `limit` bytes, looking

@@ -74,7 +74,8 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
     }
     let query: Vec<NamedToken> = query
         .iter()
-        .map(|t| NamedToken::parse(t.expose_secret()))
+        .enumerate()
+        .map(|(i, t)| NamedToken::parse(t.expose_secret(), i + 1))
         .collect();
     let mut names: Vec<&str> = query.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();

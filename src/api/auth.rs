@@ -21,8 +21,11 @@ pub struct NamedToken {
 
 impl NamedToken {
     /// `name:token` names a token (a name is 1-64 of `A-Za-z0-9._-`); a bare
-    /// token is named `token-` and the first 8 hex digits of its SHA-256.
-    pub fn parse(text: &str) -> Self {
+    /// token is named by its place in the configured list (`token-1`,
+    /// `token-2`, ...). Not by a hash of it: query tokens have no minimum
+    /// length, and a hash in every log line would let anyone who reads the
+    /// logs test guesses of a short token offline.
+    pub fn parse(text: &str, position: usize) -> Self {
         if let Some((name, secret)) = text.split_once(':') {
             if crate::engine::queries::valid_id(name) && name.len() <= 64 && !secret.is_empty() {
                 return Self {
@@ -31,11 +34,8 @@ impl NamedToken {
                 };
             }
         }
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(text.as_bytes());
-        let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
         Self {
-            name: format!("token-{short}").into(),
+            name: format!("token-{position}").into(),
             secret: SecretString::from(text.to_string()),
         }
     }

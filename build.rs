@@ -1,12 +1,16 @@
-//! Compiles the guard's parse shim (`src/engine/guard/describe.cpp`) against the
-//! DuckDB headers that libduckdb-sys publishes (`DEP_DUCKDB_INCLUDE`), so the
-//! statement guard reads SQL with DuckDB's own C++ parser.
+//! Compiles the C++ shims against the DuckDB headers that libduckdb-sys
+//! publishes (`DEP_DUCKDB_INCLUDE`): the guard's parse shim
+//! (`src/engine/guard/describe.cpp`), so the statement guard reads SQL with
+//! DuckDB's own C++ parser, and the progress shim (`src/engine/progress.cpp`),
+//! which reads a running query's progress from its connection's context.
 
 use std::path::PathBuf;
 
 fn main() {
-    const SHIM: &str = "src/engine/guard/describe.cpp";
-    println!("cargo:rerun-if-changed={SHIM}");
+    const SHIMS: [&str; 2] = ["src/engine/guard/describe.cpp", "src/engine/progress.cpp"];
+    for shim in SHIMS {
+        println!("cargo:rerun-if-changed={shim}");
+    }
     println!("cargo:rerun-if-changed=build.rs");
     let include = PathBuf::from(
         std::env::var("DEP_DUCKDB_INCLUDE")
@@ -21,7 +25,7 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .cpp(true)
-        .file(SHIM)
+        .files(SHIMS)
         .include(&include)
         .include(root.join("extension/json/include"))
         .include(root.join("third_party/yyjson/include"))

@@ -21,6 +21,7 @@ pub mod credentials;
 pub mod encode;
 pub mod engine;
 pub mod state;
+pub mod statements;
 pub mod telemetry;
 
 use std::future::Future;
@@ -130,7 +131,7 @@ pub async fn run(
         .context("reading the listen address")?;
     let tokens = load_tokens(&config, addr)?;
     let secrets = config.s3.secrets()?;
-    let timing = config.s3.timing(config.max_query_timeout());
+    let timing = config.s3.timing(config.longest_time_limit());
     let config = Arc::new(config);
     // Installed first, so start-up's credential installs are counted too.
     let metrics = api::metrics::recorder();
@@ -171,6 +172,25 @@ pub async fn run(
         .await
         .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
 
+    let statements = {
+        let s = &config.statements;
+        let spool = statements::spool::Spool::open(
+            engine.data_dir.join("spool"),
+            s.spool_bytes,
+            s.spool_statement_bytes,
+        )
+        .context("preparing the spool directory")?;
+        statements::Statements::new(
+            spool,
+            statements::Settings {
+                ttl: Duration::from_millis(s.statement_ttl_ms),
+                max_statements: s.max_statements as usize,
+                max_timeout: config.max_statement_timeout(),
+                max_wait: Duration::from_millis(s.max_statement_wait_ms),
+                share: statements::Settings::share_of(config.pool_size(), s.statement_pool_share),
+            },
+        )
+    };
     let drain = CancellationToken::new();
     let state = AppState {
         engine: engine.clone(),
@@ -181,11 +201,13 @@ pub async fn run(
         metrics,
         shutdown: drain.clone(),
         queries: Arc::new(audit_registry(&config)?),
+        statements: statements.clone(),
     };
     let app = api::router(state);
 
     let rotator_stop = CancellationToken::new();
     let rotator_task = tokio::spawn(rotator.clone().run(rotator_stop.clone()));
+    let sweep_task = tokio::spawn(statements.clone().sweep(rotator_stop.clone()));
     let spill_task = config
         .engine
         .max_temp_directory_size
@@ -259,6 +281,7 @@ pub async fn run(
     drain.cancel();
     rotator_stop.cancel();
     let _ = rotator_task.await;
+    let _ = sweep_task.await;
     if let Some(t) = spill_task {
         let _ = t.await;
     }

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, error, health, metrics, queries, query};
+use crate::api::{admin, error, health, metrics, queries, query, statements};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,11 @@ use crate::api::{admin, error, health, metrics, queries, query};
         queries::list,
         queries::show,
         queries::cancel,
+        statements::submit,
+        statements::list,
+        statements::show,
+        statements::result,
+        statements::discard,
         health::healthz,
         health::readyz,
         metrics::metrics,
@@ -40,13 +45,18 @@ use crate::api::{admin, error, health, metrics, queries, query};
         admin::SecretsReport,
         admin::SecretInfo,
         queries::QueryInfo,
+        queries::ProgressInfo,
         queries::QueryList,
         queries::Cancelled,
+        statements::StatementStatus,
+        statements::StatementList,
+        statements::Discarded,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "query", description = "Run SQL"),
         (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
+        (name = "statements", description = "Async statements: submit, poll, page the spooled result in any format, cancel or discard (a query token: its own; the admin token: all)"),
         (name = "health", description = "Probes and metrics"),
         (name = "admin", description = "Credential operations (admin token)")
     )

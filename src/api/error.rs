@@ -65,6 +65,12 @@ pub enum ApiError {
         title: &'static str,
         detail: String,
     },
+    /// As many async statements as allowed are kept.
+    #[error("too many statements")]
+    TooManyStatements { limit: usize },
+    /// A statement's result expired.
+    #[error("{0}")]
+    Gone(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -243,6 +249,18 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
         ),
+        QueryError::SpoolFull { limit, scope } => (
+            problem(
+                StatusCode::INSUFFICIENT_STORAGE,
+                "spool-quota-exceeded",
+                "Spool quota exceeded",
+                match *scope {
+                    "statement" => format!("the statement's result passed the spool quota of one statement, {limit} bytes (DUCKGATE_SPOOL_STATEMENT_BYTES); its spooled part was removed. Narrow the query, or ask for fewer rows with max_rows"),
+                    _ => format!("the spooled results of all statements passed {limit} bytes (DUCKGATE_SPOOL_BYTES); this statement's spooled part was removed. Fetch or DELETE finished statements, or retry later"),
+                },
+            ),
+            None,
+        ),
         QueryError::ClientStalled => (
             problem(
                 StatusCode::REQUEST_TIMEOUT,
@@ -388,6 +406,19 @@ impl ApiError {
                 ),
                 None,
             ),
+            ApiError::TooManyStatements { limit } => (
+                problem(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too-many-statements",
+                    "Too many statements",
+                    format!("the gateway keeps at most {limit} statements (DUCKGATE_MAX_STATEMENTS) and holds that many; DELETE finished ones or retry once some expire"),
+                ),
+                Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
+            ),
+            ApiError::Gone(detail) => (
+                problem(StatusCode::GONE, "statement-expired", "Statement expired", detail.clone()),
+                None,
+            ),
             ApiError::Internal(_) => (
                 problem(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -398,6 +429,21 @@ impl ApiError {
                 None,
             ),
         }
+    }
+}
+
+/// How a failed query or statement ends, for its audit line.
+pub fn outcome_of(e: &QueryError) -> crate::engine::queries::Outcome {
+    let (p, _) = query_problem(e);
+    crate::engine::queries::Outcome {
+        status: p.status,
+        kind: p
+            .type_uri
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_string(),
+        error_class: p.error_class,
     }
 }
 

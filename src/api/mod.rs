@@ -11,6 +11,7 @@ pub mod negotiate;
 pub mod queries;
 pub mod query;
 pub mod server;
+pub mod statements;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// The queries running now (`GET /queries`, `DELETE /queries/{id}`).
     pub queries: Arc<crate::engine::queries::Registry>,
+    /// Async statements and their spool.
+    pub statements: Arc<crate::statements::Statements>,
 }
 
 /// The whole API.
@@ -71,6 +74,7 @@ pub fn router(state: AppState) -> Router {
     );
     let query_routes = Router::new()
         .route("/query", post(query::query))
+        .route("/statements", post(statements::submit))
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
@@ -86,7 +90,23 @@ pub fn router(state: AppState) -> Router {
     // Listing and cancelling: cheap, never queued behind queries.
     let queries_routes = Router::new()
         .route("/queries", get(queries::list))
-        .route("/queries/{id}", get(queries::show).delete(queries::cancel));
+        .route("/queries/{id}", get(queries::show).delete(queries::cancel))
+        .route("/statements", get(statements::list))
+        .route(
+            "/statements/{id}",
+            get(statements::show).delete(statements::discard),
+        );
+    // Result pages stream from the spool: bounded like queries.
+    let page_routes = Router::new()
+        .route("/statements/{id}/result", get(statements::result))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                    ApiError::Overloaded
+                }))
+                .load_shed()
+                .concurrency_limit(limits.max_concurrent_requests as usize),
+        );
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))
@@ -105,6 +125,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(query_routes)
         .merge(queries_routes)
+        .merge(page_routes)
         .merge(admin_routes)
         .merge(probe_routes)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

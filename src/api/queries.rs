@@ -42,11 +42,44 @@ pub struct QueryInfo {
     pub credential_epoch: u64,
     /// Whether a cancel was requested.
     pub cancel_requested: bool,
+    /// DuckDB's own progress of the query while it executes on its
+    /// connection (absent while queued, and once its connection let go).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressInfo>,
 }
 
-impl From<&Running> for QueryInfo {
-    fn from(r: &Running) -> Self {
+/// DuckDB's own progress of a query (its progress bar's numbers).
+#[derive(Debug, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
+pub struct ProgressInfo {
+    /// Percentage done (0-100); absent while DuckDB cannot tell (it knows
+    /// once every pipeline of the plan reports progress).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<f64>,
+    /// Rows (for some sources, bytes) processed so far.
+    pub rows_processed: u64,
+    /// Rows (or bytes) to process in all, as DuckDB estimates them.
+    pub total_rows: u64,
+}
+
+impl From<crate::engine::progress::Progress> for ProgressInfo {
+    fn from(p: crate::engine::progress::Progress) -> Self {
+        ProgressInfo {
+            percentage: p.percentage,
+            rows_processed: p.rows_processed,
+            total_rows: p.total_rows,
+        }
+    }
+}
+
+impl QueryInfo {
+    /// `r` as listed, with its progress read from `db`.
+    pub fn of(r: &Running, db: &crate::engine::ffi::RawDatabase) -> Self {
+        let connection = r.connection.load(Ordering::SeqCst);
         QueryInfo {
+            progress: connection
+                .checked_sub(1)
+                .and_then(|id| crate::engine::progress::read(db, id))
+                .map(ProgressInfo::from),
             id: r.id.clone(),
             token: r.owner.to_string(),
             kind: r.kind.get().cloned(),
@@ -97,7 +130,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<QueryLi
         .list()
         .iter()
         .filter(|r| caller.may_see(&r.owner))
-        .map(|r| QueryInfo::from(r.as_ref()))
+        .map(|r| QueryInfo::of(r, &state.engine.db))
         .collect();
     Json(QueryList { queries })
 }
@@ -136,7 +169,7 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<QueryInfo>, ApiError> {
     let found = visible(&state, &caller, &id)?;
-    Ok(Json(QueryInfo::from(found[0].as_ref())))
+    Ok(Json(QueryInfo::of(&found[0], &state.engine.db)))
 }
 
 /// Cancels a running query (the admin: every running query with that id):

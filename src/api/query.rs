@@ -50,6 +50,12 @@ pub struct QueryRequest {
     #[serde(default)]
     #[schema(minimum = 1)]
     pub max_rows: Option<i64>,
+    /// `POST /statements` only: how long to wait for the finished result
+    /// before answering 202 with the statement's status (milliseconds,
+    /// clamped to the gateway's maximum; 0 answers at once).
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub wait_ms: Option<i64>,
 }
 
 /// A positional parameter: null, a boolean, a number or a string (the
@@ -106,6 +112,9 @@ pub struct QueryOptions {
     /// Row limit.
     #[param(minimum = 1)]
     pub max_rows: Option<i64>,
+    /// `POST /statements` only: how long to wait for the result.
+    #[param(minimum = 0)]
+    pub wait_ms: Option<i64>,
 }
 
 /// The JSON answer.
@@ -227,116 +236,44 @@ async fn run_query(
     body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let Query(options) = options.map_err(|e| {
-        ApiError::bad_request(
-            "invalid-query-string",
-            "Invalid query string",
-            e.body_text(),
-        )
-    })?;
-    // Every option given is checked, even where the body overrides it.
-    for (name, value) in [
-        ("timeout_ms", options.timeout_ms),
-        ("max_rows", options.max_rows),
-    ] {
-        if value.is_some_and(|v| v <= 0) {
-            return Err(ApiError::bad_request(
-                "invalid-query-string",
-                "Invalid query string",
-                format!("{name} must be positive"),
-            ));
-        }
-    }
-    if let Some(f) = options.format.as_deref() {
-        if Format::from_name(f).is_none() {
-            return Err(ApiError::bad_request(
-                "unknown-format",
-                "Unknown format",
-                format!("format `{f}` is not one of json, ndjson, csv, arrow"),
-            ));
-        }
-    }
-    let limits = &state.config.limits;
-    // A body sent slowly holds a concurrency slot: it gets a time limit of
-    // its own (408), far below the request backstop.
-    let bytes = tokio::time::timeout(
-        Duration::from_millis(limits.body_read_timeout_ms),
-        axum::body::to_bytes(body, limits.max_body_bytes as usize),
-    )
-    .await
-    .map_err(|_| ApiError::RequestTimeout)?
-    .map_err(|_| ApiError::PayloadTooLarge {
-        limit: limits.max_body_bytes,
-    })?;
-
-    let request = parse_body(&headers, &bytes, options)?;
-    if request.sql.len() as u64 > limits.max_sql_bytes {
-        return Err(ApiError::PayloadTooLarge {
-            limit: limits.max_sql_bytes,
-        });
-    }
-    if request.sql.trim().is_empty() {
+    let request = read_request(state, options, &headers, body).await?;
+    if request.wait_ms.is_some() {
         return Err(ApiError::bad_request(
-            "empty-sql",
-            "No SQL",
-            "the request holds no SQL text",
+            "invalid-option",
+            "Option not accepted here",
+            "wait_ms belongs to POST /statements; /query always waits for the result",
         ));
     }
-    let format = choose_format(request.format.as_deref(), &headers)?;
-    let params = request
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, v)| param(i + 1, v.as_ref()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let timeout_ms = match request.timeout_ms {
-        Some(t) if t <= 0 => {
-            return Err(ApiError::bad_request(
-                "invalid-timeout",
-                "Invalid timeout",
-                "timeout_ms must be positive",
-            ))
-        }
-        Some(t) => (t as u64).min(limits.max_query_timeout_ms),
-        None => limits.default_query_timeout_ms(),
-    };
-    let max_rows = match request.max_rows {
-        Some(r) if r <= 0 => {
-            return Err(ApiError::bad_request(
-                "invalid-max-rows",
-                "Invalid row limit",
-                "max_rows must be positive",
-            ))
-        }
-        Some(r) => (r as u64).min(limits.max_rows),
-        None => limits.default_rows(),
-    };
+    let limits = &state.config.limits;
+    let RequestParts {
+        sql,
+        params,
+        format,
+        timeout_ms,
+        max_rows,
+        ..
+    } = request;
+    let timeout_ms = timeout_ms.map_or(limits.default_query_timeout_ms(), |t| {
+        t.min(limits.max_query_timeout_ms)
+    });
+    let max_rows = max_rows.map_or(limits.default_rows(), |r| r.min(limits.max_rows));
 
     // Fail fast, without a clock call, when credentials are known expired.
     let creds = state.health.credentials.load();
-    if creds.any_expired && request.sql.to_ascii_lowercase().contains("s3://") {
+    if creds.any_expired && sql.to_ascii_lowercase().contains("s3://") {
         return Err(QueryError::CredentialsExpired.into());
     }
     let epoch = creds.epoch;
     drop(creds);
     let reg = state
         .queries
-        .register(Some(id), auth.name.clone(), &request.sql, epoch)
-        .map_err(|e| match e {
-            IdError::Taken(_) => ApiError::Conflict {
-                slug: "query-id-taken",
-                title: "Query id in use",
-                detail: e.to_string(),
-            },
-            IdError::Invalid => {
-                ApiError::bad_request("invalid-query-id", "Invalid query id", e.to_string())
-            }
-        })?;
+        .register(Some(id), auth.name.clone(), &sql, epoch)
+        .map_err(id_error)?;
     let tracker = reg.running.clone();
     *registration = Some(reg);
 
     let job = QueryJob {
-        sql: request.sql,
+        sql,
         params,
         format,
         timeout: Duration::from_millis(timeout_ms),
@@ -349,6 +286,7 @@ async fn run_query(
         max_value_bytes: limits.max_value_bytes,
         render_error: crate::api::error::problem_json_for_stream,
         tracker: Some(tracker.clone()),
+        sink: None,
     };
     // Expired credentials (revoked early, clock skew): the credentials
     // layer refreshes them and runs the query once more.
@@ -387,6 +325,148 @@ async fn run_query(
         );
     }
     Ok(response.into_response())
+}
+
+/// A request read and checked, with its limits still as asked.
+pub(crate) struct RequestParts {
+    pub sql: String,
+    pub params: Vec<Param>,
+    pub format: Format,
+    /// As asked (positive), not yet clamped.
+    pub timeout_ms: Option<u64>,
+    pub max_rows: Option<u64>,
+    pub wait_ms: Option<u64>,
+}
+
+/// The registry's refusal of an id, as a problem.
+pub(crate) fn id_error(e: IdError) -> ApiError {
+    match e {
+        IdError::Taken(_) => ApiError::Conflict {
+            slug: "query-id-taken",
+            title: "Query id in use",
+            detail: e.to_string(),
+        },
+        IdError::Invalid => {
+            ApiError::bad_request("invalid-query-id", "Invalid query id", e.to_string())
+        }
+    }
+}
+
+/// Reads and checks a `/query` or `/statements` request: options, body
+/// (within its time and size limits), SQL, format and parameters.
+pub(crate) async fn read_request(
+    state: &AppState,
+    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<RequestParts, ApiError> {
+    let Query(options) = options.map_err(|e| {
+        ApiError::bad_request(
+            "invalid-query-string",
+            "Invalid query string",
+            e.body_text(),
+        )
+    })?;
+    // Every option given is checked, even where the body overrides it.
+    for (name, value) in [
+        ("timeout_ms", options.timeout_ms),
+        ("max_rows", options.max_rows),
+    ] {
+        if value.is_some_and(|v| v <= 0) {
+            return Err(ApiError::bad_request(
+                "invalid-query-string",
+                "Invalid query string",
+                format!("{name} must be positive"),
+            ));
+        }
+    }
+    if options.wait_ms.is_some_and(|v| v < 0) {
+        return Err(ApiError::bad_request(
+            "invalid-query-string",
+            "Invalid query string",
+            "wait_ms must not be negative",
+        ));
+    }
+    if let Some(f) = options.format.as_deref() {
+        if Format::from_name(f).is_none() {
+            return Err(ApiError::bad_request(
+                "unknown-format",
+                "Unknown format",
+                format!("format `{f}` is not one of json, ndjson, csv, arrow"),
+            ));
+        }
+    }
+    let limits = &state.config.limits;
+    // A body sent slowly holds a concurrency slot: it gets a time limit of
+    // its own (408), far below the request backstop.
+    let bytes = tokio::time::timeout(
+        Duration::from_millis(limits.body_read_timeout_ms),
+        axum::body::to_bytes(body, limits.max_body_bytes as usize),
+    )
+    .await
+    .map_err(|_| ApiError::RequestTimeout)?
+    .map_err(|_| ApiError::PayloadTooLarge {
+        limit: limits.max_body_bytes,
+    })?;
+
+    let request = parse_body(headers, &bytes, options)?;
+    if request.sql.len() as u64 > limits.max_sql_bytes {
+        return Err(ApiError::PayloadTooLarge {
+            limit: limits.max_sql_bytes,
+        });
+    }
+    if request.sql.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "empty-sql",
+            "No SQL",
+            "the request holds no SQL text",
+        ));
+    }
+    let format = choose_format(request.format.as_deref(), headers)?;
+    let params = request
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, v)| param(i + 1, v.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let positive = |slug: &'static str, title: &'static str, name: &str, v: Option<i64>| match v {
+        Some(v) if v <= 0 => Err(ApiError::bad_request(
+            slug,
+            title,
+            format!("{name} must be positive"),
+        )),
+        v => Ok(v.map(|v| v as u64)),
+    };
+    let timeout_ms = positive(
+        "invalid-timeout",
+        "Invalid timeout",
+        "timeout_ms",
+        request.timeout_ms,
+    )?;
+    let max_rows = positive(
+        "invalid-max-rows",
+        "Invalid row limit",
+        "max_rows",
+        request.max_rows,
+    )?;
+    let wait_ms = match request.wait_ms {
+        Some(w) if w < 0 => {
+            return Err(ApiError::bad_request(
+                "invalid-wait",
+                "Invalid wait",
+                "wait_ms must not be negative",
+            ))
+        }
+        w => w.map(|w| w as u64),
+    };
+    Ok(RequestParts {
+        sql: request.sql,
+        params,
+        format,
+        timeout_ms,
+        max_rows,
+        wait_ms,
+    })
 }
 
 /// A result body that counts what it hands out and keeps its query
@@ -495,6 +575,7 @@ fn parse_body(
         request.format = request.format.or(options.format);
         request.timeout_ms = request.timeout_ms.or(options.timeout_ms);
         request.max_rows = request.max_rows.or(options.max_rows);
+        request.wait_ms = request.wait_ms.or(options.wait_ms);
         Ok(request)
     } else {
         let sql = std::str::from_utf8(bytes).map_err(|_| {
@@ -510,11 +591,15 @@ fn parse_body(
             format: options.format,
             timeout_ms: options.timeout_ms,
             max_rows: options.max_rows,
+            wait_ms: options.wait_ms,
         })
     }
 }
 
-fn choose_format(explicit: Option<&str>, headers: &HeaderMap) -> Result<Format, ApiError> {
+pub(crate) fn choose_format(
+    explicit: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Format, ApiError> {
     if let Some(name) = explicit {
         return Format::from_name(name).ok_or_else(|| {
             ApiError::bad_request(

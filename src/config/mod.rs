@@ -62,9 +62,63 @@ pub struct Config {
     #[command(flatten)]
     pub limits: LimitsConfig,
     #[command(flatten)]
+    pub statements: StatementsConfig,
+    #[command(flatten)]
     pub auth: AuthConfig,
     #[command(flatten)]
     pub s3: S3Settings,
+}
+
+/// Async statements (`POST /statements`) and their result spool.
+#[derive(Debug, Clone, Args)]
+pub struct StatementsConfig {
+    /// Largest time limit a statement may ask for. Default: one hour, or
+    /// less when the shortest STS session allows less (80% of it minus the
+    /// refresh lead), never below DUCKGATE_MAX_QUERY_TIMEOUT_MS.
+    #[arg(long, env = "DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..=604_800_000))]
+    pub max_statement_timeout_ms: Option<u64>,
+
+    /// The share of the pool (0-1) async statements may hold at once: at
+    /// least one connection, and never the whole of a pool of two or more,
+    /// so `/query` always keeps capacity.
+    #[arg(long, env = "DUCKGATE_STATEMENT_POOL_SHARE", default_value_t = 0.5, value_parser = parse_share)]
+    pub statement_pool_share: f64,
+
+    /// Longest `wait_ms` a submission may ask for (keep it below the idle
+    /// limit of the proxies in front, often 60 s).
+    #[arg(long, env = "DUCKGATE_MAX_STATEMENT_WAIT_MS", default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
+    pub max_statement_wait_ms: u64,
+
+    /// How long a finished statement and its spooled result are kept.
+    #[arg(long, env = "DUCKGATE_STATEMENT_TTL_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(100..=604_800_000))]
+    pub statement_ttl_ms: u64,
+
+    /// Statements kept at once (queued, running and finished); a submission
+    /// beyond it gets 429.
+    #[arg(long, env = "DUCKGATE_MAX_STATEMENTS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_statements: u64,
+
+    /// Bytes all spooled results may take together (`<data dir>/spool`);
+    /// a statement that would pass it fails with 507.
+    #[arg(long, env = "DUCKGATE_SPOOL_BYTES", default_value = "10GB", value_parser = parse_byte_count)]
+    pub spool_bytes: u64,
+
+    /// Bytes one statement's spooled result may take.
+    #[arg(long, env = "DUCKGATE_SPOOL_STATEMENT_BYTES", default_value = "2GB", value_parser = parse_byte_count)]
+    pub spool_statement_bytes: u64,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a share between 0 and 1")),
+    }
+}
+
+fn parse_byte_count(s: &str) -> Result<u64, String> {
+    byte_size(s)
+        .filter(|&n| n >= 1024)
+        .ok_or_else(|| format!("`{s}` is not a byte size of at least 1KB (e.g. 500MB, 10GB)"))
 }
 
 /// Where and how the HTTP server listens.
@@ -353,7 +407,29 @@ impl Config {
                 "must be at least 16 characters",
             ));
         }
-        self.s3.validate(self.max_query_timeout())?;
+        if self.statements.spool_statement_bytes > self.statements.spool_bytes {
+            return Err(ConfigError::new(
+                "DUCKGATE_SPOOL_STATEMENT_BYTES",
+                "exceeds DUCKGATE_SPOOL_BYTES",
+            ));
+        }
+        if let Some(t) = self
+            .statements
+            .max_statement_timeout_ms
+            .filter(|&t| t < l.max_query_timeout_ms)
+        {
+            return Err(ConfigError::new(
+                "DUCKGATE_MAX_STATEMENT_TIMEOUT_MS",
+                format!(
+                    "{t} ms is below DUCKGATE_MAX_QUERY_TIMEOUT_MS {} ms",
+                    l.max_query_timeout_ms
+                ),
+            ));
+        }
+        self.s3.validate(
+            self.longest_time_limit(),
+            self.statements.max_statement_timeout_ms.is_some(),
+        )?;
         Ok(())
     }
 
@@ -374,6 +450,32 @@ impl Config {
 
     pub fn max_query_timeout(&self) -> Duration {
         Duration::from_millis(self.limits.max_query_timeout_ms)
+    }
+
+    /// The largest time limit of an async statement: the setting, else an
+    /// hour or what the shortest STS session covers (80% of it minus the
+    /// refresh lead), whichever is less, never below the query maximum.
+    pub fn max_statement_timeout(&self) -> Duration {
+        if let Some(ms) = self.statements.max_statement_timeout_ms {
+            return Duration::from_millis(ms);
+        }
+        let mut limit = Duration::from_secs(3600);
+        let timing = self.s3.timing(self.max_query_timeout());
+        if timing.enabled {
+            for s in self.s3.secrets().unwrap_or_default() {
+                if let Some(lifetime) = s.source.duration() {
+                    limit = limit.min(lifetime.mul_f64(0.8).saturating_sub(timing.lead));
+                }
+            }
+        }
+        limit.max(self.max_query_timeout())
+    }
+
+    /// The longest time limit of any kind of work (queries, statements):
+    /// the credential rotator's refresh rule and the start-up check use it,
+    /// so no work meets an expired token within its limit.
+    pub fn longest_time_limit(&self) -> Duration {
+        self.max_query_timeout().max(self.max_statement_timeout())
     }
 
     /// The database path, or `None` for an in-memory database.

@@ -303,7 +303,13 @@ impl S3Settings {
     }
 
     /// Rejects configurations whose sessions cannot outlive the longest query.
-    pub fn validate(&self, max_query_timeout: Duration) -> Result<(), ConfigError> {
+    /// `statement_limit_set`: the longest limit is the statements' own
+    /// setting (the error then names it).
+    pub fn validate(
+        &self,
+        max_query_timeout: Duration,
+        statement_limit_set: bool,
+    ) -> Result<(), ConfigError> {
         let secrets = self.secrets()?;
         let timing = self.timing(max_query_timeout);
         if !timing.enabled {
@@ -317,11 +323,16 @@ impl S3Settings {
             // The refresh must leave the old credentials enough life for the
             // longest query, and the new ones must not be due for refresh at once.
             if need.as_secs_f64() > lifetime.as_secs_f64() * 0.8 {
+                let limit = if statement_limit_set {
+                    "DUCKGATE_MAX_STATEMENT_TIMEOUT_MS"
+                } else {
+                    "DUCKGATE_MAX_QUERY_TIMEOUT_MS"
+                };
                 return Err(ConfigError::new(
                     "DUCKGATE_S3_SESSION_DURATION_SECS",
                     format!(
-                        "secret `{}`: sessions of {} s cannot cover the longest query ({} s, DUCKGATE_MAX_QUERY_TIMEOUT_MS) plus the refresh lead ({} s, DUCKGATE_S3_REFRESH_LEAD_SECS) with 20% to spare; \
-                         lengthen the sessions or shorten the query timeout or the lead",
+                        "secret `{}`: sessions of {} s cannot cover the longest query or statement ({} s, {limit}) plus the refresh lead ({} s, DUCKGATE_S3_REFRESH_LEAD_SECS) with 20% to spare; \
+                         lengthen the sessions or shorten the time limit or the lead",
                         s.name,
                         lifetime.as_secs(),
                         timing.max_query_timeout.as_secs_f64(),

@@ -51,6 +51,16 @@ impl Format {
         }
     }
 
+    /// The format's name, as `format=` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Ndjson => "ndjson",
+            Format::Csv => "csv",
+            Format::Arrow => "arrow",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
             "json" => Some(Format::Json),

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard::{self, Refusal};
 use crate::engine::pool::{AcquireError, Lease, Pooled, QueryPool};
+use crate::engine::sink::{self, BatchSink, ResultLayout, SinkError};
 
 /// Encoded bytes are sent in chunks of about this size.
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -196,6 +197,9 @@ pub struct QueryJob {
     /// The query's entry in the registry of running queries: its state and
     /// counts are kept current, and a cancel request stops it.
     pub tracker: Option<Arc<crate::engine::queries::Running>>,
+    /// Keep the result here (an async statement's spool) instead of
+    /// encoding it: `format` is then unused, and the answer's body is empty.
+    pub sink: Option<Arc<dyn BatchSink>>,
 }
 
 /// Why a query did not produce a complete result.
@@ -228,6 +232,9 @@ pub enum QueryError {
     PoolExhausted(Duration),
     #[error("S3 credentials expired")]
     CredentialsExpired,
+    /// A kept result would pass a byte quota (`scope`: `statement` or `spool`).
+    #[error("the result passed the {scope} spool quota of {limit} bytes")]
+    SpoolFull { limit: u64, scope: &'static str },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -250,6 +257,7 @@ impl QueryError {
             QueryError::ValueTooLarge { .. } => "value_too_large",
             QueryError::PoolExhausted(_) => "pool_exhausted",
             QueryError::CredentialsExpired => "credentials_expired",
+            QueryError::SpoolFull { .. } => "spool_full",
             QueryError::Internal(_) => "internal_error",
         }
     }
@@ -638,6 +646,11 @@ fn work(
         stall: job.stall_timeout,
     };
     let outcome = work_inner(&mut slot, &job, &sender, &control);
+    if let Some(t) = &job.tracker {
+        // The connection is about to serve someone else: its progress is
+        // no longer this query's.
+        t.connection.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
     // If the connection still holds a transaction (it should not), roll back
     // so the pool's recycle check does not have to discard it.
     if !slot.conn.is_autocommit() {
@@ -771,6 +784,12 @@ fn work_inner(
         let _ = r;
         return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
     }
+    if let Some(t) = &job.tracker {
+        t.connection.store(slot.connection_id + 1, SeqCst);
+    }
+    if let Some(sink) = &job.sink {
+        return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
+    }
     // Prepared statements are cached per connection (DuckDB rebinds them
     // when the catalog changes); one whose result was not read to the end is
     // discarded rather than kept with its pending result.
@@ -787,21 +806,7 @@ fn work_inner(
     .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
     // What runs is what the guard judged: the wrapper too (once per text
     // and catalog epoch, like any statement).
-    let text_sql = text_sql.filter(|sql| {
-        if slot.verdicts.get(sql).is_some_and(|(e, _)| *e == epoch) {
-            return true;
-        }
-        match guard::check(&slot.raw, sql, &job.rules) {
-            Ok(a) => {
-                slot.verdicts.insert(sql.clone(), (epoch, a));
-                true
-            }
-            Err(r) => {
-                tracing::warn!(refusal = ?r, "the guard refused a text wrapper; using Arrow values");
-                false
-            }
-        }
-    });
+    let text_sql = text_sql.filter(|sql| judged(slot, sql, &job.rules, epoch));
     let wrapped = text_sql
         .as_deref()
         .and_then(|sql| match slot.conn.prepare_cached(sql) {
@@ -835,6 +840,198 @@ fn work_inner(
     }
 }
 
+/// Whether the guard accepts a wrapper the gateway built (judged once per
+/// text and catalog epoch, like any statement).
+fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> bool {
+    if slot.verdicts.get(sql).is_some_and(|(e, _)| *e == epoch) {
+        return true;
+    }
+    match guard::check(&slot.raw, sql, rules) {
+        Ok(a) => {
+            slot.verdicts.insert(sql.to_string(), (epoch, a));
+            true
+        }
+        Err(r) => {
+            tracing::warn!(refusal = ?r, "the guard refused a wrapper; using the statement's own values");
+            false
+        }
+    }
+}
+
+/// Binds the parameters and executes, ready to step through Arrow batches.
+fn execute_arrow(
+    stmt: &mut duckdb::Statement<'_>,
+    job: &QueryJob,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let expected = stmt.parameter_count();
+    if expected != job.params.len() {
+        return Err(QueryError::ParamCount {
+            expected,
+            got: job.params.len(),
+        });
+    }
+    let values: Vec<Value> = job.params.iter().map(Param::to_value).collect();
+    stmt.stream_arrow(duckdb::params_from_iter(values.iter()))
+        .map(|_| ())
+        .map_err(|e| {
+            cancel_error(control, job).unwrap_or_else(|| match &e {
+                duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
+                    // The first value that does not convert (1-based, as `$n`).
+                    index: values
+                        .iter()
+                        .position(|v| duckdb::ToSql::to_sql(v).is_err())
+                        .map_or(1, |i| i + 1),
+                    message: inner.to_string(),
+                },
+                _ => sql_error(&e),
+            })
+        })
+}
+
+/// DuckDB's own type names of an executed statement's columns, where the
+/// binder gave them (the guard asked), else derived from the exported type.
+fn column_types(
+    stmt: &duckdb::Statement<'_>,
+    accepted: &guard::Accepted,
+    schema: &arrow::datatypes::Schema,
+) -> Vec<String> {
+    let described = accepted
+        .result
+        .as_ref()
+        .filter(|r| r.types.len() == schema.fields().len());
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match described.map(|r| r.types[i].as_str()) {
+            Some(t) if t != "UNKNOWN" => t.to_string(),
+            _ => encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()),
+        })
+        .collect()
+}
+
+impl From<SinkError> for QueryError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Full { limit, scope } => QueryError::SpoolFull { limit, scope },
+            SinkError::Io(m) => QueryError::Internal(format!("writing the spool: {m}")),
+        }
+    }
+}
+
+/// Runs one accepted statement into `sink` (an async statement's spool),
+/// wrapped so that every format can be served from what is kept (see
+/// `sink`). The answer is an empty body once the result is complete.
+fn spool_statement(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender<'_>,
+    control: &QueryControl,
+    sink: &dyn BatchSink,
+    epoch: u64,
+) -> Result<(), QueryError> {
+    let fail = |e: QueryError| {
+        tx.try_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    let wrapped = sink::spool_sql(accepted)
+        .filter(|(sql, _)| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
+    let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
+        Ok(s) => Some((s, Some(layout))),
+        Err(e) => {
+            tracing::warn!(error = %e, "spool wrapper did not prepare; keeping the statement's own values");
+            None
+        }
+    });
+    let (mut stmt, layout) = match prepared {
+        Some(p) => p,
+        None => match slot.conn.prepare_cached(&job.sql) {
+            Ok(s) => (s, None),
+            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+        },
+    };
+    let keep = || -> Result<bool, QueryError> {
+        execute_arrow(&mut stmt, job, control)?;
+        let schema = stmt.schema();
+        let layout = match layout {
+            Some(l) => l,
+            None => ResultLayout::plain(
+                accepted.kind.clone(),
+                schema.fields().iter().map(|f| f.name().clone()).collect(),
+                column_types(&stmt, accepted, &schema),
+            ),
+        };
+        sink.begin(&layout, &schema)?;
+        let mut rows: u64 = 0;
+        let mut truncated = false;
+        loop {
+            if control.reason().is_some() {
+                break;
+            }
+            let batch = match stmt.step() {
+                Ok(Some(sa)) => RecordBatch::from(&sa),
+                Ok(None) => break,
+                Err(e) => return Err(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+            };
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
+                return Err(QueryError::ValueTooLarge {
+                    size,
+                    limit: job.max_value_bytes,
+                });
+            }
+            let room = job.max_rows.saturating_sub(rows);
+            if room == 0 {
+                truncated = true;
+                break;
+            }
+            let take = (batch.num_rows() as u64).min(room) as usize;
+            let part = if take < batch.num_rows() {
+                truncated = true;
+                batch.slice(0, take)
+            } else {
+                batch
+            };
+            sink.batch(&part)?;
+            rows += take as u64;
+            if let Some(t) = &job.tracker {
+                t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+            }
+            if truncated {
+                break;
+            }
+        }
+        if let Some(err) = cancel_error(control, job) {
+            return Err(err);
+        }
+        sink.finish(rows, truncated)?;
+        Ok(truncated)
+    };
+    match keep() {
+        Ok(truncated) => {
+            if truncated {
+                stmt.discard();
+            }
+            tx.try_send(Msg::Start {
+                kind: accepted.kind.clone(),
+                first: Bytes::new(),
+            });
+            control
+                .complete
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+        Err(e) => {
+            stmt.discard();
+            fail(e)
+        }
+    }
+}
+
 /// Binds, executes and streams one accepted statement. `Ok(true)` when the
 /// result was read to its end.
 fn stream_statement(
@@ -849,45 +1046,11 @@ fn stream_statement(
         tx.try_send(Msg::Fail(e.clone()));
         Err(e)
     };
-    let expected = stmt.parameter_count();
-    if expected != job.params.len() {
-        return fail(QueryError::ParamCount {
-            expected,
-            got: job.params.len(),
-        });
-    }
-    let values: Vec<Value> = job.params.iter().map(Param::to_value).collect();
-    if let Err(e) = stmt.stream_arrow(duckdb::params_from_iter(values.iter())) {
-        return fail(cancel_error(control, job).unwrap_or_else(|| {
-            match &e {
-                duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
-                    // The first value that does not convert (1-based, as `$n`).
-                    index: values
-                        .iter()
-                        .position(|v| duckdb::ToSql::to_sql(v).is_err())
-                        .map_or(1, |i| i + 1),
-                    message: inner.to_string(),
-                },
-                _ => sql_error(&e),
-            }
-        }));
+    if let Err(e) = execute_arrow(stmt, job, control) {
+        return fail(e);
     }
     let schema = stmt.schema();
-    // DuckDB's own type names where the binder gave them (the guard asked),
-    // else derived from the exported type.
-    let described = accepted
-        .result
-        .as_ref()
-        .filter(|r| r.types.len() == schema.fields().len());
-    let type_names: Vec<String> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| match described.map(|r| r.types[i].as_str()) {
-            Some(t) if t != "UNKNOWN" => t.to_string(),
-            _ => encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()),
-        })
-        .collect();
+    let type_names = column_types(stmt, accepted, &schema);
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
     // JSON rules need DuckDB's type where Arrow's is ambiguous (UHUGEINT is
     // exported as a signed decimal): carried as field metadata.
@@ -1137,10 +1300,8 @@ fn wrap_columns(
 /// in Arrow as in DuckDB's text: those pass through uncast (casting costs
 /// DuckDB and the export). Always wrapped: the CSV writer expects it.
 fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
-    wrap_columns(accepted, true, |i, t| match t {
-        "VARCHAR" | "BOOLEAN" | "TINYINT" | "SMALLINT" | "INTEGER" | "BIGINT" | "UTINYINT"
-        | "USMALLINT" | "UINTEGER" | "UBIGINT" => None,
-        _ => Some(format!("CAST(#{} AS VARCHAR)", i + 1)),
+    wrap_columns(accepted, true, |i, t| {
+        sink::csv_needs_cast(t).then(|| format!("CAST(#{} AS VARCHAR)", i + 1))
     })
 }
 
@@ -1169,7 +1330,8 @@ fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
             )
             .replace('\'', "''");
             format!(
-                "CASE WHEN {c} IS NULL OR abs(datepart('hour', {c})::HUGEINT * 3600000000 + datepart('minute', {c}) * 60000000 + datepart('microseconds', {c})) <= 9223372036854775 THEN {c} ELSE error('{message}') END"
+                "CASE WHEN {} THEN {c} ELSE error('{message}') END",
+                sink::interval_fits_arrow(&c)
             )
         })
     })

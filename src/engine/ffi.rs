@@ -63,6 +63,12 @@ impl Connection {
         self.conn.prepare_cached(sql)
     }
 
+    /// DuckDB's id of this connection (`current_connection_id()`).
+    pub fn connection_id(&self) -> duckdb::Result<u64> {
+        self.conn
+            .query_row("SELECT current_connection_id()", [], |r| r.get(0))
+    }
+
     /// See `duckdb::Connection::prepare`.
     pub fn prepare(&self, sql: &str) -> duckdb::Result<duckdb::Statement<'_>> {
         self.conn.prepare(sql)
@@ -156,6 +162,11 @@ impl RawDatabase {
             conn,
             _db: self.clone(),
         })
+    }
+
+    /// The C API handle, for the progress shim. Valid while `self` lives.
+    pub fn as_ptr(&self) -> ffi::duckdb_database {
+        self.raw
     }
 
     /// A raw connection, for the guard's parser.

@@ -8,7 +8,9 @@ pub mod ffi;
 pub mod guard;
 pub mod pool;
 pub mod priority;
+pub mod progress;
 pub mod queries;
+pub mod sink;
 pub mod spill;
 
 use std::path::{Path, PathBuf};

@@ -41,6 +41,9 @@ pub struct Slot {
     /// statement prepared before a write may hold what binding computed
     /// from the data then (e.g. `stats()`), so the cache is flushed.
     pub prepared_epoch: u64,
+    /// DuckDB's id of `conn` (`current_connection_id()`), by which the
+    /// progress shim finds its context.
+    pub connection_id: u64,
 }
 
 /// Prepared statements cached per connection.
@@ -61,6 +64,13 @@ impl managed::Manager for Manager {
         let raw = self.db.connect_raw()?;
         let interrupt = conn.interrupt_handle();
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let connection_id = conn.connection_id().map_err(|e| e.to_string())?;
+        if !crate::engine::progress::track(&self.db, connection_id) {
+            tracing::warn!(
+                connection_id,
+                "DuckDB's query progress is not tracked on a pooled connection"
+            );
+        }
         Ok(Slot {
             conn,
             raw,
@@ -68,6 +78,7 @@ impl managed::Manager for Manager {
             verdicts: Default::default(),
             catalog_epoch: self.catalog_epoch.clone(),
             prepared_epoch: 0,
+            connection_id,
         })
     }
 

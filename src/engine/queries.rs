@@ -33,6 +33,8 @@ pub struct Running {
     pub id: String,
     /// The name of the token that started it (`anonymous` without tokens).
     pub owner: Arc<str>,
+    /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
+    pub api: &'static str,
     /// The SQL, cut to the registry's limit (on a character boundary).
     pub sql: String,
     /// The SQL's length in bytes, before any cut.
@@ -53,6 +55,9 @@ pub struct Running {
     pub bytes: AtomicU64,
     /// Fired by a cancel request; the engine interrupts the query.
     pub cancel: CancellationToken,
+    /// DuckDB's id of the connection it executes on, plus one (0: none), so
+    /// its progress can be read while it runs.
+    pub connection: AtomicU64,
     /// How it ended, as the HTTP layer reports it (status, problem type,
     /// DuckDB's error class), for the audit line.
     outcome: Mutex<Option<Outcome>>,
@@ -157,6 +162,18 @@ impl Registry {
         sql: &str,
         epoch: u64,
     ) -> Result<Registration, IdError> {
+        self.register_as("query", id, owner, sql, epoch)
+    }
+
+    /// [`Registry::register`] for work that came through `api`.
+    pub fn register_as(
+        self: &Arc<Self>,
+        api: &'static str,
+        id: Option<&str>,
+        owner: Arc<str>,
+        sql: &str,
+        epoch: u64,
+    ) -> Result<Registration, IdError> {
         let id = match id {
             Some(id) if valid_id(id) => id.to_string(),
             Some(_) => return Err(IdError::Invalid),
@@ -170,6 +187,7 @@ impl Registry {
         let running = Arc::new(Running {
             id: id.clone(),
             owner,
+            api,
             sql: sql[..cut].to_string(),
             sql_len: sql.len(),
             sql_hash: sql_hash(sql),
@@ -181,6 +199,7 @@ impl Registry {
             rows: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             cancel: CancellationToken::new(),
+            connection: AtomicU64::new(0),
             outcome: Mutex::new(None),
         });
         let mut queries = self.lock();
@@ -289,6 +308,7 @@ impl Drop for Registration {
                     .map(|d| d.as_millis() as u64)
                     .unwrap_or(0),
                 "query_id": r.id,
+                "api": r.api,
                 "token": &*r.owner,
                 "kind": r.kind.get(),
                 "sql_sha256": r.sql_hash,
@@ -311,6 +331,7 @@ impl Drop for Registration {
         tracing::info!(
             target: "duckgate::audit",
             query_id = %r.id,
+            api = r.api,
             token = %r.owner,
             kind = r.kind.get().map(String::as_str).unwrap_or("-"),
             sql_sha256 = %r.sql_hash,

@@ -1,0 +1,614 @@
+//! Async statements: `POST /statements` submits (and waits up to `wait_ms`
+//! for the result), `GET /statements/{id}` polls, `GET
+//! /statements/{id}/result` pages the spooled result in any format, `DELETE
+//! /statements/{id}` cancels or discards. A query token sees its own
+//! statements; the admin token sees all. Another token's statement is
+//! answered exactly like one that does not exist.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+
+use crate::api::auth::{Caller, QueryAuth};
+use crate::api::error::ApiError;
+use crate::api::queries::ProgressInfo;
+use crate::api::query::{
+    id_error, read_request, QueryOptions, RequestParts, EPOCH_HEADER, QUERY_ID_HEADER,
+    RETRIED_HEADER, STATEMENT_HEADER,
+};
+use crate::api::AppState;
+use crate::encode::{Column, Format};
+use crate::engine::queries::{valid_id, IdError};
+use crate::engine::{QueryError, QueryJob};
+use crate::statements::pages::{self, Page};
+use crate::statements::{AdmitError, Runner, State as StatementState, Statement};
+
+/// Header with a statement's state on its answers.
+pub const STATE_HEADER: &str = "duckgate-statement-state";
+/// Header with the rows of the whole result, on result pages.
+pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
+
+/// What a statement is now.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct StatementStatus {
+    /// The statement id (`duckgate-query-id` at submission, or generated).
+    pub id: String,
+    /// The name of the token that submitted it.
+    pub token: String,
+    /// `queued` (waiting for the statements' share of the pool), `running`,
+    /// `succeeded`, `failed`, `cancelled` or `expired`.
+    #[schema(value_type = String)]
+    pub state: StatementState,
+    /// The statement kind, once the guard has read it.
+    pub kind: Option<String>,
+    /// The SQL, cut to `DUCKGATE_LISTED_SQL_BYTES`.
+    pub sql: String,
+    pub sql_truncated: bool,
+    /// When it was submitted, milliseconds since the Unix epoch.
+    pub submitted_at_ms: u64,
+    /// When it finished.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<u64>,
+    /// When its result is removed (finished statements).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// From submission to its end, or to now.
+    pub elapsed_ms: f64,
+    /// Its time limit.
+    pub timeout_ms: u64,
+    /// DuckDB's own progress while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressInfo>,
+    /// Result rows so far (all of them once it succeeded).
+    pub rows: u64,
+    /// Whether the result was cut by `max_rows`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    /// Bytes its spooled result takes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spool_bytes: Option<u64>,
+    /// The result's columns, once it succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<crate::api::query::ColumnSchema>>)]
+    pub columns: Option<Vec<Column>>,
+    /// Where its result is paged, once it succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    /// Why it failed or was cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::error::Problem>)]
+    pub problem: Option<serde_json::Value>,
+    /// The credential epoch it started under.
+    pub credential_epoch: u64,
+    /// Present and true when it was run again after a credential refresh.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried: Option<bool>,
+    /// Whether a cancel was requested.
+    pub cancel_requested: bool,
+}
+
+/// Statements the caller may see.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct StatementList {
+    pub statements: Vec<StatementStatus>,
+}
+
+/// What `DELETE /statements/{id}` did.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Discarded {
+    pub id: String,
+    /// The state it was in.
+    #[schema(value_type = String)]
+    pub state: StatementState,
+    /// Whether it was running (or queued) and was asked to stop.
+    pub cancelled: bool,
+}
+
+/// Which rows of a result, in which format.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageOptions {
+    /// `json`, `ndjson`, `csv` or `arrow`; else the Accept header decides.
+    pub format: Option<String>,
+    /// The first row, from 0.
+    #[param(minimum = 0)]
+    pub offset: Option<i64>,
+    /// Rows at most; absent: to the end.
+    #[param(minimum = 1)]
+    pub limit: Option<i64>,
+}
+
+fn millis(t: std::time::SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn status_of(state: &AppState, s: &Statement) -> StatementStatus {
+    let snap = s.snapshot(state.statements.settings.ttl);
+    let r = &s.running;
+    let connection = r.connection.load(Ordering::SeqCst);
+    let progress = (snap.state == StatementState::Running)
+        .then(|| {
+            connection
+                .checked_sub(1)
+                .and_then(|id| crate::engine::progress::read(&state.engine.db, id))
+        })
+        .flatten()
+        .map(ProgressInfo::from);
+    let result = snap.result.as_deref();
+    StatementStatus {
+        id: r.id.clone(),
+        token: r.owner.to_string(),
+        state: snap.state,
+        kind: r.kind.get().cloned(),
+        sql: r.sql.clone(),
+        sql_truncated: r.sql.len() < r.sql_len,
+        submitted_at_ms: millis(r.started_at),
+        finished_at_ms: snap.finished_at.map(millis),
+        expires_at_ms: snap.expires_at.map(millis),
+        elapsed_ms: snap.elapsed.as_secs_f64() * 1000.0,
+        timeout_ms: s.timeout.as_millis() as u64,
+        progress,
+        rows: result.map_or(r.rows.load(Ordering::Relaxed), |r| r.rows),
+        truncated: result.map(|r| r.truncated),
+        spool_bytes: result.map(|r| r.bytes),
+        columns: result.map(|res| {
+            res.layout
+                .names
+                .iter()
+                .zip(&res.layout.types)
+                .map(|(n, t)| Column {
+                    name: n.clone(),
+                    type_name: t.clone(),
+                })
+                .collect()
+        }),
+        result: result.map(|_| format!("/statements/{}/result", r.id)),
+        problem: snap
+            .error
+            .as_ref()
+            .map(crate::api::error::problem_json_for_stream),
+        credential_epoch: r.epoch,
+        retried: snap.retried.then_some(true),
+        cancel_requested: r.cancel.is_cancelled(),
+    }
+}
+
+/// Submits one SQL statement to run in the background, and waits up to
+/// `wait_ms` for it.
+///
+/// The body is `/query`'s, plus `wait_ms` (default 10000, clamped to
+/// `DUCKGATE_MAX_STATEMENT_WAIT_MS`). Finished in time: the result in the
+/// format asked for, as `/query` gives it (a failure: its problem).
+/// Otherwise 202 with `Location` and the status document; poll it, then
+/// page the result from `GET /statements/{id}/result`. Statements run on a
+/// share of the pool (`DUCKGATE_STATEMENT_POOL_SHARE`), with their own time
+/// limits (`DUCKGATE_MAX_STATEMENT_TIMEOUT_MS`, also the default) and no
+/// row limit but `max_rows` and the spool quotas.
+#[utoipa::path(post, path = "/statements", tag = "statements",
+    params(QueryOptions,
+        ("duckgate-query-id" = Option<String>, Header, description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
+    request_body(content(
+        (crate::api::query::QueryRequest = "application/json"),
+        (String = "text/plain"),
+        (String = "application/sql")
+    )),
+    responses(
+        (status = 200, description = "Finished within wait_ms: the result", content(
+            (crate::api::query::QueryResult = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream")
+        ), headers(
+            ("duckgate-query-id" = String, description = "The statement's id"),
+            ("duckgate-statement-state" = String, description = "succeeded")
+        )),
+        (status = 202, description = "Still running: its status", body = StatementStatus, headers(
+            ("Location" = String, description = "/statements/{id}"),
+            ("duckgate-query-id" = String, description = "The statement's id")
+        )),
+        (status = 400, description = "Malformed request, or the statement's SQL error", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Statement not allowed", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The id is in use, or the statement was cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body or SQL too large", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Unsupported content type", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 429, description = "As many statements as allowed are kept", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Shutting down, or S3 credentials expired", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The statement ran past its time limit", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 507, description = "The result passed a spool quota", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn submit(
+    State(state): State<AppState>,
+    auth: QueryAuth,
+    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let id = match headers.get(QUERY_ID_HEADER).map(|v| v.to_str()) {
+        None => uuid::Uuid::new_v4().to_string(),
+        Some(Ok(v)) if valid_id(v) => v.to_string(),
+        Some(_) => return id_error(IdError::Invalid).into_response(),
+    };
+    let started = Instant::now();
+    match submit_inner(&state, &auth, &id, started, options, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response_for(&id),
+    }
+}
+
+async fn submit_inner(
+    state: &AppState,
+    auth: &QueryAuth,
+    id: &str,
+    started: Instant,
+    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let RequestParts {
+        sql,
+        params,
+        format,
+        timeout_ms,
+        max_rows,
+        wait_ms,
+    } = read_request(state, options, &headers, body).await?;
+    let settings = &state.statements.settings;
+    let limits = &state.config.limits;
+    let max_timeout = settings.max_timeout;
+    let timeout = timeout_ms.map_or(max_timeout, |t| Duration::from_millis(t).min(max_timeout));
+    let max_rows = max_rows.map_or(limits.max_rows, |r| r.min(limits.max_rows));
+    let wait = Duration::from_millis(wait_ms.unwrap_or(10_000)).min(settings.max_wait);
+
+    let creds = state.health.credentials.load();
+    if creds.any_expired && sql.to_ascii_lowercase().contains("s3://") {
+        return Err(QueryError::CredentialsExpired.into());
+    }
+    let epoch = creds.epoch;
+    drop(creds);
+    let registration = state
+        .queries
+        .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)
+        .map_err(id_error)?;
+    let statement = state
+        .statements
+        .admit(registration.running.clone(), timeout)
+        .map_err(|e| match e {
+            AdmitError::Taken(id) => ApiError::Conflict {
+                slug: "query-id-taken",
+                title: "Statement id in use",
+                detail: format!("a statement with id {id} is kept; DELETE it or choose another id"),
+            },
+            AdmitError::TooMany(limit) => ApiError::TooManyStatements { limit },
+        })?;
+    let writer = state.statements.writer();
+    let job = QueryJob {
+        sql,
+        params,
+        format: Format::Arrow,
+        timeout,
+        max_rows,
+        max_bytes: u64::MAX,
+        rules: state.engine.rules(),
+        started,
+        retried: false,
+        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
+        max_value_bytes: limits.max_value_bytes,
+        render_error: crate::api::error::problem_json_for_stream,
+        tracker: Some(registration.running.clone()),
+        sink: Some(writer.clone()),
+    };
+    let runner = Runner {
+        engine: state.engine.clone(),
+        rotator: state.rotator.clone(),
+        health: state.health.clone(),
+        shutdown: state.shutdown.clone(),
+        summarize: crate::api::error::outcome_of,
+    };
+    state
+        .statements
+        .start(statement.clone(), job, writer, registration, runner);
+
+    tokio::select! {
+        _ = statement.done.cancelled() => {}
+        _ = tokio::time::sleep(wait) => {}
+    }
+    let snap = statement.snapshot(settings.ttl);
+    match (snap.state, snap.result, snap.error) {
+        (StatementState::Succeeded, Some(result), _) => Ok(page_response(
+            state,
+            &statement,
+            result,
+            Page {
+                format,
+                offset: 0,
+                limit: None,
+            },
+        )),
+        (StatementState::Failed | StatementState::Cancelled, _, Some(e)) => Err(e.into()),
+        _ => Ok(accepted(state, &statement)),
+    }
+}
+
+/// 202: the statement runs; here is where to poll.
+fn accepted(state: &AppState, statement: &Statement) -> Response {
+    let status = status_of(state, statement);
+    let location = format!("/statements/{}", status.id);
+    let mut response = (StatusCode::ACCEPTED, Json(status)).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        h.insert(header::LOCATION, v);
+    }
+    decorate(h, statement);
+    response
+}
+
+/// The id, state and credential headers every statement answer carries.
+fn decorate(h: &mut HeaderMap, statement: &Statement) {
+    let r = &statement.running;
+    if let Ok(v) = HeaderValue::from_str(&r.id) {
+        h.insert(QUERY_ID_HEADER, v);
+    }
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(EPOCH_HEADER, HeaderValue::from(r.epoch));
+}
+
+/// A page of a finished statement's result.
+fn page_response(
+    state: &AppState,
+    statement: &Statement,
+    result: Arc<crate::statements::spool::SpoolResult>,
+    page: Page,
+) -> Response {
+    let total = result.rows;
+    let rows = page.rows(&result);
+    let next = (page.offset + rows < total && page.limit.is_some()).then(|| {
+        format!(
+            "</statements/{}/result?format={}&offset={}&limit={}>; rel=\"next\"",
+            statement.running.id,
+            page.format.name(),
+            page.offset + rows,
+            page.limit.unwrap_or(rows)
+        )
+    });
+    let kind = result.layout.kind.clone();
+    let retried = statement.snapshot(state.statements.settings.ttl).retried;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let stall = Duration::from_millis(state.config.limits.send_stall_timeout_ms);
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || pages::serve(result, page, tx, runtime, stall));
+    let body = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    let mut response = Response::new(Body::from_stream(body));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(page.format.content_type()),
+    );
+    decorate(h, statement);
+    h.insert(STATE_HEADER, HeaderValue::from_static("succeeded"));
+    h.insert(TOTAL_ROWS_HEADER, HeaderValue::from(total));
+    if let Ok(v) = HeaderValue::from_str(&kind) {
+        h.insert(STATEMENT_HEADER, v);
+    }
+    if let Some(v) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
+        h.insert(header::LINK, v);
+    }
+    if retried {
+        h.insert(
+            RETRIED_HEADER,
+            HeaderValue::from_static("expired-credentials"),
+        );
+    }
+    response
+}
+
+/// The caller's statement with this id (the admin's: any owner's, if one).
+fn visible(state: &AppState, caller: &Caller, id: &str) -> Result<Arc<Statement>, ApiError> {
+    let owner = match caller {
+        Caller::Admin => None,
+        Caller::Owner(name) => Some(name.as_ref()),
+    };
+    let mut found = state.statements.find(owner, id);
+    match found.len() {
+        0 => Err(ApiError::NotFound(format!(
+            "no statement with id {id} is yours to see"
+        ))),
+        1 => Ok(found.remove(0)),
+        n => Err(ApiError::Conflict {
+            slug: "ambiguous-id",
+            title: "Ambiguous id",
+            detail: format!("{n} tokens have a statement with id {id}; ask with the owner's token"),
+        }),
+    }
+}
+
+/// The statements the caller may see (its own; all for admin), oldest first.
+#[utoipa::path(get, path = "/statements", tag = "statements",
+    responses(
+        (status = 200, description = "Kept statements", body = StatementList),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<StatementList> {
+    let owner = match &caller {
+        Caller::Admin => None,
+        Caller::Owner(name) => Some(name.as_ref()),
+    };
+    let statements = state
+        .statements
+        .list(owner)
+        .iter()
+        .map(|s| status_of(&state, s))
+        .collect();
+    Json(StatementList { statements })
+}
+
+/// One statement's status.
+#[utoipa::path(get, path = "/statements/{id}", tag = "statements",
+    params(("id" = String, Path, description = "The statement id")),
+    responses(
+        (status = 200, description = "Its status", body = StatementStatus),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let s = visible(&state, &caller, &id)?;
+    let status = status_of(&state, &s);
+    let mut response = Json(status).into_response();
+    decorate(response.headers_mut(), &s);
+    Ok(response)
+}
+
+/// A page of a finished statement's result, in any format.
+///
+/// `offset` (from 0) and `limit` choose the rows; without `limit`, every
+/// row from `offset` on. Each page is a whole document of its format (JSON
+/// with `columns` and the page's `row_count`; CSV with its header line;
+/// Arrow a whole IPC stream), encoded exactly as `/query` encodes the same
+/// rows. `Link: rel="next"` names the next page; `duckgate-total-rows` the
+/// result's rows.
+#[utoipa::path(get, path = "/statements/{id}/result", tag = "statements",
+    params(("id" = String, Path, description = "The statement id"), PageOptions),
+    responses(
+        (status = 200, description = "The page", content(
+            (crate::api::query::QueryResult = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream")
+        ), headers(
+            ("duckgate-total-rows" = u64, description = "Rows of the whole result"),
+            ("Link" = String, description = "The next page, if any")
+        )),
+        (status = 400, description = "Bad page options, the statement's SQL error, or an Arrow page of an INTERVAL Arrow cannot hold", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Still running, or cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Expired: the result was removed", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn result(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    options: Result<Query<PageOptions>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let Query(options) = options.map_err(|e| {
+        ApiError::bad_request(
+            "invalid-query-string",
+            "Invalid query string",
+            e.body_text(),
+        )
+    })?;
+    let s = visible(&state, &caller, &id)?;
+    let format = crate::api::query::choose_format(options.format.as_deref(), &headers)?;
+    let offset = match options.offset {
+        Some(o) if o < 0 => {
+            return Err(ApiError::bad_request(
+                "invalid-offset",
+                "Invalid offset",
+                "offset must not be negative",
+            ))
+        }
+        o => o.unwrap_or(0) as u64,
+    };
+    let limit = match options.limit {
+        Some(l) if l <= 0 => {
+            return Err(ApiError::bad_request(
+                "invalid-limit",
+                "Invalid limit",
+                "limit must be positive",
+            ))
+        }
+        l => l.map(|l| l as u64),
+    };
+    let snap = s.snapshot(state.statements.settings.ttl);
+    let result = match (snap.state, snap.result, snap.error) {
+        (StatementState::Succeeded, Some(r), _) => r,
+        (StatementState::Queued | StatementState::Running, _, _) => {
+            return Err(ApiError::Conflict {
+                slug: "statement-running",
+                title: "Statement still running",
+                detail: format!(
+                    "statement {id} has not finished; poll GET /statements/{id} until its state is succeeded"
+                ),
+            })
+        }
+        (StatementState::Expired, _, _) | (StatementState::Succeeded, None, _) => {
+            return Err(ApiError::Gone(format!(
+                "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"
+            )))
+        }
+        (_, _, Some(e)) => return Err(e.into()),
+        (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
+    };
+    if format == Format::Arrow {
+        if let Some(column) = &result.arrow_refusal {
+            return Err(ApiError::bad_request(
+                "sql-error",
+                "SQL error",
+                format!("column {column}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"),
+            ));
+        }
+    }
+    Ok(page_response(
+        &state,
+        &s,
+        result,
+        Page {
+            format,
+            offset,
+            limit,
+        },
+    ))
+}
+
+/// Cancels a queued or running statement, or discards a finished one and
+/// its result. Either way it is forgotten at once.
+#[utoipa::path(delete, path = "/statements/{id}", tag = "statements",
+    params(("id" = String, Path, description = "The statement id")),
+    responses(
+        (status = 200, description = "Cancelled or discarded", body = Discarded),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn discard(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Discarded>, ApiError> {
+    let s = visible(&state, &caller, &id)?;
+    let before = s.snapshot(state.statements.settings.ttl).state;
+    let cancelled = !before.finished();
+    if cancelled {
+        state.queries.cancel(&s.running);
+    }
+    state.statements.discard(&s);
+    Ok(Json(Discarded {
+        id,
+        state: before,
+        cancelled,
+    }))
+}

@@ -1,0 +1,450 @@
+//! Async statements: work that outlives a request. A statement is submitted,
+//! runs in the background on a bounded share of the pool, keeps its result
+//! in the spool, and is polled, paged, cancelled or discarded by id. Finished
+//! statements are kept for a TTL, then expire (their files are removed); a
+//! bounded number is kept at once.
+
+pub mod pages;
+pub mod spool;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::credentials::retry::with_fresh_credentials;
+use crate::credentials::Rotator;
+use crate::engine::queries::{Outcome, Registration, Running};
+use crate::engine::{execute, Engine, QueryError, QueryJob};
+use crate::state::Health;
+
+use self::spool::{Spool, SpoolResult, SpoolWriter};
+
+/// How statements are bounded.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a finished statement is kept.
+    pub ttl: Duration,
+    /// Statements kept at once.
+    pub max_statements: usize,
+    /// Largest time limit of a statement.
+    pub max_timeout: Duration,
+    /// Longest wait a submission may ask for.
+    pub max_wait: Duration,
+    /// Pool connections statements may hold at once.
+    pub share: usize,
+}
+
+impl Settings {
+    /// Connections async statements may hold in a pool of `pool_size`: the
+    /// share, at least one, and never all of a pool of two or more.
+    pub fn share_of(pool_size: usize, share: f64) -> usize {
+        let n = (pool_size as f64 * share).floor() as usize;
+        if pool_size > 1 {
+            n.clamp(1, pool_size - 1)
+        } else {
+            1
+        }
+    }
+}
+
+/// Where a statement is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Waiting for its share of the pool.
+    Queued,
+    Running,
+    /// Its result is in the spool.
+    Succeeded,
+    Failed,
+    /// Stopped by `DELETE /statements/{id}` or `DELETE /queries/{id}`.
+    Cancelled,
+    /// Finished longer ago than the TTL: its result is gone.
+    Expired,
+}
+
+impl State {
+    pub fn finished(self) -> bool {
+        !matches!(self, State::Queued | State::Running)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: State,
+    result: Option<Arc<SpoolResult>>,
+    error: Option<QueryError>,
+    finished: Option<(Instant, SystemTime)>,
+    retried: bool,
+}
+
+/// One statement.
+#[derive(Debug)]
+pub struct Statement {
+    /// Its entry among the running queries (id, owner, SQL, rows, cancel,
+    /// progress), kept after it ended for the status document.
+    pub running: Arc<Running>,
+    /// Its time limit.
+    pub timeout: Duration,
+    inner: Mutex<Inner>,
+    /// Fires when it has finished.
+    pub done: CancellationToken,
+}
+
+/// What a statement is now.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub state: State,
+    pub result: Option<Arc<SpoolResult>>,
+    pub error: Option<QueryError>,
+    pub finished_at: Option<SystemTime>,
+    pub expires_at: Option<SystemTime>,
+    /// From submission to its end (or now).
+    pub elapsed: Duration,
+    pub retried: bool,
+}
+
+impl Statement {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn snapshot(&self, ttl: Duration) -> Snapshot {
+        let inner = self.lock();
+        Snapshot {
+            state: inner.state,
+            result: inner.result.clone(),
+            error: inner.error.clone(),
+            finished_at: inner.finished.map(|(_, at)| at),
+            expires_at: inner.finished.map(|(_, at)| at + ttl),
+            elapsed: match inner.finished {
+                Some((at, _)) => at.duration_since(self.running.started),
+                None => self.running.started.elapsed(),
+            },
+            retried: inner.retried,
+        }
+    }
+
+    fn set_state(&self, state: State) {
+        let mut inner = self.lock();
+        if !inner.state.finished() {
+            inner.state = state;
+        }
+    }
+}
+
+/// Why a statement could not be admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmitError {
+    /// Its owner already has a statement with this id.
+    Taken(String),
+    /// As many statements as allowed are kept.
+    TooMany(usize),
+}
+
+/// What a statement needs to run, from the gateway.
+#[derive(Clone)]
+pub struct Runner {
+    pub engine: Arc<Engine>,
+    pub rotator: Arc<Rotator>,
+    pub health: Arc<Health>,
+    pub shutdown: CancellationToken,
+    /// How the HTTP layer reports an error (status, problem type, class),
+    /// for the audit line.
+    pub summarize: fn(&QueryError) -> Outcome,
+}
+
+type Key = (Arc<str>, String);
+
+/// Every kept statement of one gateway.
+#[derive(Debug)]
+pub struct Statements {
+    map: Mutex<HashMap<Key, Arc<Statement>>>,
+    share: Arc<Semaphore>,
+    pub spool: Arc<Spool>,
+    pub settings: Settings,
+    files: std::sync::atomic::AtomicU64,
+}
+
+impl Statements {
+    pub fn new(spool: Arc<Spool>, settings: Settings) -> Arc<Self> {
+        Arc::new(Statements {
+            map: Mutex::new(HashMap::new()),
+            share: Arc::new(Semaphore::new(settings.share)),
+            spool,
+            settings,
+            files: Default::default(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Statement>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(map: &HashMap<Key, Arc<Statement>>) {
+        let mut counts = [0usize; 6];
+        for s in map.values() {
+            counts[s.lock().state as usize] += 1;
+        }
+        for (state, n) in [
+            "queued",
+            "running",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "expired",
+        ]
+        .iter()
+        .zip(counts)
+        {
+            metrics::gauge!("duckgate_statements", "state" => *state).set(n as f64);
+        }
+    }
+
+    /// Keeps a new statement (its registry entry made), if its owner has
+    /// none with this id and fewer than the maximum are kept (expired ones
+    /// make room first).
+    pub fn admit(
+        &self,
+        running: Arc<Running>,
+        timeout: Duration,
+    ) -> Result<Arc<Statement>, AdmitError> {
+        let key = (running.owner.clone(), running.id.clone());
+        let mut map = self.lock();
+        if map.contains_key(&key) {
+            return Err(AdmitError::Taken(running.id.clone()));
+        }
+        if map.len() >= self.settings.max_statements {
+            let mut expired: Vec<(Instant, Key)> = map
+                .iter()
+                .filter_map(|(k, s)| {
+                    let inner = s.lock();
+                    (inner.state == State::Expired)
+                        .then(|| (inner.finished.map_or(s.running.started, |f| f.0), k.clone()))
+                })
+                .collect();
+            expired.sort();
+            let excess = map.len() + 1 - self.settings.max_statements;
+            for (_, k) in expired.into_iter().take(excess) {
+                map.remove(&k);
+            }
+            if map.len() >= self.settings.max_statements {
+                return Err(AdmitError::TooMany(self.settings.max_statements));
+            }
+        }
+        let statement = Arc::new(Statement {
+            running,
+            timeout,
+            inner: Mutex::new(Inner {
+                state: State::Queued,
+                result: None,
+                error: None,
+                finished: None,
+                retried: false,
+            }),
+            done: CancellationToken::new(),
+        });
+        map.insert(key, statement.clone());
+        Self::publish(&map);
+        Ok(statement)
+    }
+
+    /// A writer for a new statement's spool file.
+    pub fn writer(&self) -> Arc<SpoolWriter> {
+        let n = self
+            .files
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Arc::new(self.spool.writer(&format!("{n}.arrow")))
+    }
+
+    /// Runs `statement` in the background: `job` (whose sink is `writer`)
+    /// on the statements' share of the pool. `registration` ends (the audit
+    /// line) when it does.
+    pub fn start(
+        self: &Arc<Self>,
+        statement: Arc<Statement>,
+        job: QueryJob,
+        writer: Arc<SpoolWriter>,
+        registration: Registration,
+        runner: Runner,
+    ) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let outcome = this.drive(&statement, job, &runner).await;
+            let (state, result, error) = match outcome {
+                Ok(retried) => {
+                    statement.lock().retried = retried;
+                    match writer.take_result() {
+                        Some(r) => (State::Succeeded, Some(Arc::new(r)), None),
+                        None => (
+                            State::Failed,
+                            None,
+                            Some(QueryError::Internal("the statement kept no result".into())),
+                        ),
+                    }
+                }
+                Err(QueryError::CancelledByRequest) => {
+                    (State::Cancelled, None, Some(QueryError::CancelledByRequest))
+                }
+                Err(e) => (State::Failed, None, Some(e)),
+            };
+            drop(writer);
+            registration.running.set_outcome(match &error {
+                None => Outcome {
+                    status: 200,
+                    kind: "ok".into(),
+                    error_class: None,
+                },
+                Some(e) => (runner.summarize)(e),
+            });
+            if let Some(r) = &result {
+                registration
+                    .running
+                    .bytes
+                    .store(r.bytes, std::sync::atomic::Ordering::Relaxed);
+            }
+            metrics::counter!("duckgate_statements_total", "outcome" => match &error {
+                None => "ok",
+                Some(e) => e.outcome(),
+            })
+            .increment(1);
+            {
+                let mut inner = statement.lock();
+                inner.state = state;
+                inner.result = result;
+                inner.error = error;
+                inner.finished = Some((Instant::now(), SystemTime::now()));
+            }
+            // The audit line.
+            drop(registration);
+            statement.done.cancel();
+            Self::publish(&this.lock());
+        });
+    }
+
+    /// Waits for a share of the pool, then runs the statement (again on
+    /// pool exhaustion, until its deadline). `Ok(retried)` once its result
+    /// is kept.
+    async fn drive(
+        &self,
+        statement: &Statement,
+        job: QueryJob,
+        runner: &Runner,
+    ) -> Result<bool, QueryError> {
+        let cancel = statement.running.cancel.clone();
+        let deadline = job.started + job.timeout;
+        let _permit = tokio::select! {
+            p = self.share.clone().acquire_owned() => p.map_err(|_| QueryError::ShuttingDown)?,
+            _ = cancel.cancelled() => return Err(QueryError::CancelledByRequest),
+            _ = runner.shutdown.cancelled() => return Err(QueryError::ShuttingDown),
+            _ = tokio::time::sleep_until(deadline.into()) => return Err(QueryError::Timeout(job.timeout)),
+        };
+        statement.set_state(State::Running);
+        Self::publish(&self.lock());
+        loop {
+            let attempt =
+                with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
+                    let mut job = job.clone();
+                    job.retried = retried;
+                    execute::run(&runner.engine.pool, job, runner.shutdown.clone())
+                })
+                .await;
+            match attempt {
+                // Interactive queries hold the rest of the pool: wait.
+                Err(QueryError::PoolExhausted(_))
+                    if Instant::now() < deadline && !cancel.is_cancelled() =>
+                {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                        _ = cancel.cancelled() => return Err(QueryError::CancelledByRequest),
+                    }
+                }
+                Err(e) => return Err(e),
+                Ok((mut output, retried)) => {
+                    // The body is empty: the result went to the spool. It
+                    // ends with an error if the statement failed late.
+                    while let Some(chunk) = output.body.next().await {
+                        if let Err(e) = chunk {
+                            return Err(QueryError::Internal(e.to_string()));
+                        }
+                    }
+                    return Ok(retried);
+                }
+            }
+        }
+    }
+
+    /// The statements with this id: of `owner` only, or of every owner
+    /// (`None`, the admin's view).
+    pub fn find(&self, owner: Option<&str>, id: &str) -> Vec<Arc<Statement>> {
+        self.lock()
+            .iter()
+            .filter(|((o, i), _)| i == id && owner.is_none_or(|w| w == o.as_ref()))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    /// Kept statements of `owner` (every owner's for `None`), oldest first.
+    pub fn list(&self, owner: Option<&str>) -> Vec<Arc<Statement>> {
+        let mut all: Vec<_> = self
+            .lock()
+            .iter()
+            .filter(|((o, _), _)| owner.is_none_or(|w| w == o.as_ref()))
+            .map(|(_, s)| s.clone())
+            .collect();
+        all.sort_by_key(|s| s.running.started);
+        all
+    }
+
+    /// Stops the statement if it runs and forgets it; its spooled result is
+    /// removed once nobody reads it.
+    pub fn discard(&self, statement: &Statement) {
+        statement.running.cancel.cancel();
+        let key = (
+            statement.running.owner.clone(),
+            statement.running.id.clone(),
+        );
+        let mut map = self.lock();
+        if map
+            .get(&key)
+            .is_some_and(|s| std::ptr::eq(s.as_ref(), statement))
+        {
+            map.remove(&key);
+        }
+        Self::publish(&map);
+    }
+
+    /// Expires finished statements older than the TTL (their results are
+    /// removed) and forgets expired ones after another TTL, until `stop`.
+    pub async fn sweep(self: Arc<Self>, stop: CancellationToken) {
+        let ttl = self.settings.ttl;
+        let every = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            let now = Instant::now();
+            let mut map = self.lock();
+            map.retain(|_, s| {
+                let mut inner = s.lock();
+                let Some((at, _)) = inner.finished else {
+                    return true;
+                };
+                if inner.state == State::Expired {
+                    return now.duration_since(at) < ttl * 2;
+                }
+                if now.duration_since(at) >= ttl {
+                    inner.state = State::Expired;
+                    inner.result = None;
+                }
+                true
+            });
+            Self::publish(&map);
+        }
+    }
+}

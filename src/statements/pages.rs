@@ -1,0 +1,176 @@
+//! Pages of a spooled result, in any format, encoded exactly as `/query`
+//! encodes the same rows: the same encoder, fed the columns `/query` would
+//! have run (the result's own values for Arrow, DuckDB's text twins where
+//! JSON or CSV use DuckDB's text).
+
+use std::fs::File;
+use std::io::BufReader;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::ipc::reader::FileReader;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+
+use crate::encode::{self, Format, ResultEncoder, Summary};
+use crate::statements::spool::SpoolResult;
+
+/// Encoded bytes are sent in chunks of about this size.
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Which rows, in which format.
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub format: Format,
+    /// The first row (0-based).
+    pub offset: u64,
+    /// Rows at most; `None`: to the end.
+    pub limit: Option<u64>,
+}
+
+impl Page {
+    /// The rows of `result` this page holds.
+    pub fn rows(&self, result: &SpoolResult) -> u64 {
+        let left = result.rows.saturating_sub(self.offset);
+        self.limit.map_or(left, |l| l.min(left))
+    }
+}
+
+/// The file's columns this format reads, and the schema it encodes with.
+fn projection(result: &SpoolResult, format: Format) -> (Vec<usize>, SchemaRef) {
+    let layout = &result.layout;
+    let n = layout.names.len();
+    let source: Vec<usize> = (0..n)
+        .map(|i| match format {
+            Format::Arrow => i,
+            Format::Json | Format::Ndjson => layout.json[i].unwrap_or(i),
+            Format::Csv if layout.csv_text => layout.csv[i].unwrap_or(i),
+            Format::Csv => i,
+        })
+        .collect();
+    let fields: Vec<Field> = source
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let f = result.schema.field(c);
+            let f = Field::new(&layout.names[i], f.data_type().clone(), true);
+            match format {
+                // JSON rules need DuckDB's type where Arrow's is ambiguous.
+                Format::Json | Format::Ndjson => f.with_metadata(
+                    [(encode::DUCKDB_TYPE_KEY.to_string(), layout.types[i].clone())].into(),
+                ),
+                _ => f,
+            }
+        })
+        .collect();
+    (source, Arc::new(Schema::new(fields)))
+}
+
+/// Encodes `page` of `result` and sends it through `tx` in chunks; stops
+/// when the receiver goes away or accepts nothing for `stall`. Runs on a
+/// blocking thread.
+pub fn serve(
+    result: Arc<SpoolResult>,
+    page: Page,
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    runtime: tokio::runtime::Handle,
+    stall: Duration,
+) {
+    let started = Instant::now();
+    let send = |chunk: Result<Bytes, std::io::Error>| -> bool {
+        runtime.block_on(async {
+            tokio::time::timeout(stall, tx.send(chunk))
+                .await
+                .is_ok_and(|r| r.is_ok())
+        })
+    };
+    let mut buf = Vec::new();
+    if let Err(e) = encode_page(&result, page, started, &mut buf, &mut |buf| {
+        send(Ok(Bytes::from(std::mem::take(buf))))
+    }) {
+        // The body began: an abort, never a complete-looking answer.
+        let _ = send(Err(std::io::Error::other(e)));
+        return;
+    }
+    if !buf.is_empty() {
+        send(Ok(Bytes::from(buf)));
+    }
+}
+
+fn encode_page(
+    result: &SpoolResult,
+    page: Page,
+    started: Instant,
+    buf: &mut Vec<u8>,
+    flush: &mut dyn FnMut(&mut Vec<u8>) -> bool,
+) -> Result<(), String> {
+    let (source, schema) = projection(result, page.format);
+    let layout = &result.layout;
+    let mut encoder = ResultEncoder::new(page.format, schema.clone());
+    if page.format == Format::Csv && layout.csv_text {
+        encoder.duckdb_text(layout.names.clone());
+    }
+    encoder.unsigned_huge(
+        layout
+            .types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.as_str() == "UHUGEINT")
+            .map(|(i, _)| i)
+            .collect(),
+    );
+    let columns = encode::columns(&schema, &layout.types);
+    encoder.begin(&columns, buf).map_err(|e| e.to_string())?;
+
+    let total = page.rows(result);
+    let mut skip = page.offset;
+    let mut left = total;
+    if left > 0 {
+        let file = File::open(&result.path).map_err(|e| format!("opening the spool: {e}"))?;
+        let mut reader = FileReader::try_new(BufReader::with_capacity(1 << 20, file), Some(source))
+            .map_err(|e| format!("reading the spool: {e}"))?;
+        // The batch that holds the first row: starts[b] <= offset < starts[b + 1].
+        let first = result
+            .starts
+            .partition_point(|&s| s <= page.offset)
+            .saturating_sub(1);
+        skip -= result.starts[first];
+        reader
+            .set_index(first)
+            .map_err(|e| format!("reading the spool: {e}"))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| format!("reading the spool: {e}"))?;
+            let from = skip.min(batch.num_rows() as u64) as usize;
+            skip -= from as u64;
+            let take = (batch.num_rows() - from).min(left as usize);
+            if take == 0 {
+                continue;
+            }
+            let part =
+                RecordBatch::try_new(schema.clone(), batch.slice(from, take).columns().to_vec())
+                    .map_err(|e| format!("reading the spool: {e}"))?;
+            encoder.batch(&part, buf).map_err(|e| e.to_string())?;
+            left -= take as u64;
+            if buf.len() >= CHUNK_BYTES && !flush(buf) {
+                return Ok(());
+            }
+            if left == 0 {
+                break;
+            }
+        }
+    }
+    let ends = page.offset + total >= result.rows;
+    encoder
+        .finish(
+            Summary {
+                row_count: total,
+                truncated: result.truncated && ends,
+                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+                retried: false,
+            },
+            buf,
+        )
+        .map_err(|e| e.to_string())
+}

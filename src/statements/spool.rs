@@ -1,0 +1,320 @@
+//! The spool: async statements' results as Arrow IPC files under
+//! `<data dir>/spool/`, bounded by a byte quota for all of them and one per
+//! statement. A file lives exactly as long as its owner: the writer removes
+//! a partial file when the statement fails, and a finished result removes
+//! its file when the last holder lets go (expiry, DELETE, shutdown).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use arrow::ipc::writer::FileWriter;
+
+use crate::engine::sink::{BatchSink, ResultLayout, SinkError};
+
+/// Batches are gathered to about this many rows before they are written
+/// (DuckDB hands out 2,048 rows at a time; larger IPC batches page faster).
+const TARGET_BATCH_ROWS: usize = 64 * 1024;
+
+/// The spool directory and the bytes all its files take.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    limit: u64,
+    per_statement: u64,
+    used: AtomicU64,
+}
+
+impl Spool {
+    /// Empties (or creates) `dir`: results of an earlier process are gone
+    /// with the statements that made them.
+    pub fn open(dir: PathBuf, limit: u64, per_statement: u64) -> std::io::Result<Arc<Self>> {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(Arc::new(Spool {
+            dir,
+            limit,
+            per_statement,
+            used: AtomicU64::new(0),
+        }))
+    }
+
+    /// Bytes the spool's files take now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn reserve(&self, bytes: u64) -> Result<(), SinkError> {
+        let before = self.used.fetch_add(bytes, Ordering::SeqCst);
+        if before + bytes > self.limit {
+            self.used.fetch_sub(bytes, Ordering::SeqCst);
+            return Err(SinkError::Full {
+                limit: self.limit,
+                scope: "spool",
+            });
+        }
+        metrics::gauge!("duckgate_spool_bytes").set((before + bytes) as f64);
+        Ok(())
+    }
+
+    fn release(&self, bytes: u64) {
+        let after = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+        metrics::gauge!("duckgate_spool_bytes").set(after as f64);
+    }
+
+    /// A writer for one statement's result, at `<dir>/<n>.arrow`.
+    pub fn writer(self: &Arc<Self>, file_name: &str) -> SpoolWriter {
+        SpoolWriter {
+            spool: self.clone(),
+            path: self.dir.join(file_name),
+            state: Mutex::new(None),
+            result: Mutex::new(None),
+        }
+    }
+}
+
+/// Counts the bytes handed to the file.
+struct Counting<W> {
+    inner: W,
+    written: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+struct Writing {
+    writer: FileWriter<Counting<BufWriter<File>>>,
+    schema: SchemaRef,
+    layout: ResultLayout,
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
+    /// Rows before each written batch, then the total.
+    starts: Vec<u64>,
+    /// Bytes reserved in the spool's quota for this file.
+    reserved: u64,
+    /// An INTERVAL that Arrow cannot hold was seen (column name).
+    arrow_refusal: Option<String>,
+}
+
+/// Writes one statement's result (the engine's [`BatchSink`]).
+#[derive(Debug)]
+pub struct SpoolWriter {
+    spool: Arc<Spool>,
+    path: PathBuf,
+    state: Mutex<Option<Writing>>,
+    result: Mutex<Option<SpoolResult>>,
+}
+
+impl std::fmt::Debug for Writing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writing")
+            .field("reserved", &self.reserved)
+            .finish()
+    }
+}
+
+fn io(e: impl std::fmt::Display) -> SinkError {
+    SinkError::Io(e.to_string())
+}
+
+impl SpoolWriter {
+    /// The finished result, once `finish` ran.
+    pub fn take_result(&self) -> Option<SpoolResult> {
+        self.result.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Writing>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops a partial file and its quota.
+    fn abandon(&self, writing: Option<Writing>) {
+        if let Some(w) = writing {
+            drop(w.writer);
+            self.spool.release(w.reserved);
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// Writes the gathered batches as one and charges the quota.
+    fn flush(&self, w: &mut Writing) -> Result<(), SinkError> {
+        if w.pending.is_empty() {
+            return Ok(());
+        }
+        let batch = if w.pending.len() == 1 {
+            w.pending.pop().expect("one batch")
+        } else {
+            let b = arrow::compute::concat_batches(&w.schema, &w.pending).map_err(io)?;
+            w.pending.clear();
+            b
+        };
+        w.pending_rows = 0;
+        let start = *w.starts.last().unwrap_or(&0);
+        w.writer.write(&batch).map_err(io)?;
+        w.starts.push(start + batch.num_rows() as u64);
+        self.charge(w)
+    }
+
+    fn charge(&self, w: &mut Writing) -> Result<(), SinkError> {
+        let written = w.writer.get_ref().written;
+        if written > self.spool.per_statement {
+            return Err(SinkError::Full {
+                limit: self.spool.per_statement,
+                scope: "statement",
+            });
+        }
+        if written > w.reserved {
+            self.spool.reserve(written - w.reserved)?;
+            w.reserved = written;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SpoolWriter {
+    fn drop(&mut self) {
+        let writing = self.lock().take();
+        self.abandon(writing);
+    }
+}
+
+/// Whether `batch` holds an INTERVAL whose own value was nulled because
+/// Arrow cannot hold it (its JSON twin is not NULL): returns the column.
+fn arrow_refusal(layout: &ResultLayout, batch: &RecordBatch) -> Option<String> {
+    layout
+        .interval_checked
+        .iter()
+        .enumerate()
+        .filter(|(_, checked)| **checked)
+        .find_map(|(i, _)| {
+            let own = batch.column(i);
+            let text = batch.column(layout.json[i]?);
+            (0..batch.num_rows())
+                .any(|r| own.is_null(r) && !text.is_null(r))
+                .then(|| layout.names[i].clone())
+        })
+}
+
+impl BatchSink for SpoolWriter {
+    fn begin(&self, layout: &ResultLayout, schema: &SchemaRef) -> Result<(), SinkError> {
+        let mut state = self.lock();
+        self.abandon(state.take());
+        let file = File::create(&self.path).map_err(io)?;
+        let counting = Counting {
+            inner: BufWriter::with_capacity(1 << 20, file),
+            written: 0,
+        };
+        let writer = FileWriter::try_new(counting, schema).map_err(io)?;
+        let mut w = Writing {
+            writer,
+            schema: schema.clone(),
+            layout: layout.clone(),
+            pending: Vec::new(),
+            pending_rows: 0,
+            starts: vec![0],
+            reserved: 0,
+            arrow_refusal: None,
+        };
+        let charged = self.charge(&mut w);
+        *state = Some(w);
+        charged
+    }
+
+    fn batch(&self, batch: &RecordBatch) -> Result<(), SinkError> {
+        let mut state = self.lock();
+        let w = state
+            .as_mut()
+            .ok_or_else(|| SinkError::Io("no result begun".into()))?;
+        if w.arrow_refusal.is_none() {
+            w.arrow_refusal = arrow_refusal(&w.layout, batch);
+        }
+        w.pending_rows += batch.num_rows();
+        w.pending.push(batch.clone());
+        if w.pending_rows >= TARGET_BATCH_ROWS {
+            let flushed = self.flush(w);
+            if flushed.is_err() {
+                self.abandon(state.take());
+            }
+            return flushed;
+        }
+        Ok(())
+    }
+
+    fn finish(&self, rows: u64, truncated: bool) -> Result<(), SinkError> {
+        let mut state = self.lock();
+        let mut w = state
+            .take()
+            .ok_or_else(|| SinkError::Io("no result begun".into()))?;
+        let done = self
+            .flush(&mut w)
+            .and_then(|_| w.writer.finish().map_err(io))
+            .and_then(|_| w.writer.get_mut().flush().map_err(io))
+            .and_then(|_| self.charge(&mut w));
+        if let Err(e) = done {
+            self.abandon(Some(w));
+            return Err(e);
+        }
+        let bytes = w.reserved;
+        let result = SpoolResult {
+            spool: self.spool.clone(),
+            path: self.path.clone(),
+            layout: w.layout.clone(),
+            schema: w.schema.clone(),
+            starts: std::mem::take(&mut w.starts),
+            rows,
+            truncated,
+            bytes,
+            arrow_refusal: w.arrow_refusal.take(),
+        };
+        // The file and its quota now belong to the result.
+        drop(w.writer);
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        Ok(())
+    }
+}
+
+/// A finished, spooled result. Dropping the last holder removes its file.
+#[derive(Debug)]
+pub struct SpoolResult {
+    spool: Arc<Spool>,
+    pub path: PathBuf,
+    pub layout: ResultLayout,
+    /// The file's schema: the result's own columns, then twins.
+    pub schema: SchemaRef,
+    /// Rows before each batch of the file, then the total.
+    pub starts: Vec<u64>,
+    pub rows: u64,
+    /// Cut by the statement's row limit.
+    pub truncated: bool,
+    /// The file's size.
+    pub bytes: u64,
+    /// A column holding an INTERVAL beyond Arrow's range: Arrow pages are
+    /// refused, as `/query` refuses such an Arrow answer.
+    pub arrow_refusal: Option<String>,
+}
+
+impl Drop for SpoolResult {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        self.spool.release(self.bytes);
+    }
+}

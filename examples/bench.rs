@@ -14,7 +14,7 @@
 //! (data and logs; default a temporary directory), `--clients N` (concurrent
 //! clients = pool connections = in-process connections; default 4),
 //! `--threads T` (DuckDB threads on both sides; default the number of cores),
-//! `--only small,large,memory,health,s3,rotation`.
+//! `--only small,large,memory,health,s3,rotation,statements`.
 //!
 //! Load generators: small queries use `wrk` (C, one event-loop thread), not a
 //! tokio/reqwest loop in this process. On a two-core machine the client shares
@@ -96,7 +96,7 @@ impl Opts {
                 "-h" | "--help" => {
                     eprintln!(
                         "usage: bench --gateway PATH [--quick] [--work DIR] [--clients N] \
-                         [--threads T] [--only small,large,memory,health,s3,rotation]"
+                         [--threads T] [--only small,large,memory,health,s3,rotation,statements]"
                     );
                     std::process::exit(0);
                 }
@@ -853,6 +853,206 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------- 7. statements
+
+/// Polls `GET /statements/{id}` until it is no longer queued or running.
+async fn statement_done(g: &Gateway, id: &str, limit: Duration) -> Result<Value> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let v: Value = g
+            .client
+            .get(g.url(&format!("/statements/{id}")))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if v["state"] != "queued" && v["state"] != "running" {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("statement {id} still {} after {limit:?}", v["state"]);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Paging a spooled result as Arrow against the same result straight from
+/// `/query`, and the cost of submit-and-poll for a small statement.
+async fn bench_statements(opts: &Opts, table: &mut Table) -> Result<()> {
+    let n = opts.sizes[1];
+    let g = Gateway::start(
+        opts,
+        "statements",
+        &[
+            ("DUCKGATE_DATABASE", opts.db_path().display().to_string()),
+            ("DUCKGATE_SPOOL_BYTES", "200GB".into()),
+            ("DUCKGATE_SPOOL_STATEMENT_BYTES", "100GB".into()),
+            ("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", "3600000".into()),
+        ],
+    )?;
+    let t = table_name(n);
+    let select = format!("SELECT * FROM {t}");
+    query_json(&g, &format!("SELECT count(*), max(txt) FROM {t}")).await?;
+    let name = format!("statements: {} rows paged as Arrow", human_rows(n));
+    let r: Result<()> = async {
+        let started = Instant::now();
+        let v: Value = g
+            .client
+            .post(g.url("/statements"))
+            .header("duckgate-query-id", "bench-paging")
+            .json(&json!({"sql": select, "max_rows": n, "wait_ms": 0}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if v["state"].is_null() {
+            bail!("submit: {v}");
+        }
+        let done = statement_done(&g, "bench-paging", Duration::from_secs(1800)).await?;
+        if done["state"] != "succeeded" {
+            bail!("statement: {done}");
+        }
+        let spooled = started.elapsed().as_secs_f64();
+        let page = (n / 10).max(1);
+        let direct = query_body(&select, "arrow", n);
+        let (mut paged_t, mut direct_t) = (Vec::new(), Vec::new());
+        let mut paged_bytes = 0;
+        for rep in 0..opts.reps {
+            let (b, s) = fetch_get_pages(&g, "bench-paging", "arrow", page).await?;
+            paged_bytes = b;
+            paged_t.push(s);
+            let (_, d) = fetch(&g.client, &g.url("/query"), &direct).await?;
+            direct_t.push(d);
+            log(format!(
+                "{name} rep {rep}: pages {:.2} s, /query {:.2} s",
+                paged_t[rep], direct_t[rep]
+            ));
+        }
+        let (ps, ds) = (median(paged_t), median(direct_t));
+        let ratio = ds / ps;
+        table.add(
+            "7",
+            name.clone(),
+            format!(
+                "{ps:.2} s in pages of {}, {:.0} MB/s; spooled in {spooled:.2} s ({} MB spool)",
+                human_rows(page),
+                mbps(paged_bytes, ps),
+                done["spool_bytes"].as_u64().unwrap_or(0) / 1_000_000
+            ),
+            format!("{ds:.2} s: the same rows from POST /query (Arrow)"),
+            format!("{ratio:.2}"),
+            "≥ 0.9 (of /query)",
+            Some(ratio >= 0.9),
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("7", name, &e);
+    }
+
+    // A small statement: answered within wait_ms, and submit, poll, fetch.
+    let name = "statements: SELECT 42, submit and poll".to_string();
+    let r: Result<()> = async {
+        let count = if opts.quick { 20 } else { 100 };
+        let (mut inline, mut polled, mut direct) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..count {
+            let t0 = Instant::now();
+            fetch(
+                &g.client,
+                &g.url("/query"),
+                &json!({"sql": "SELECT 42 AS x"}),
+            )
+            .await?;
+            direct.push(t0.elapsed().as_secs_f64());
+            let t0 = Instant::now();
+            let r = g
+                .client
+                .post(g.url("/statements"))
+                .json(&json!({"sql": "SELECT 42 AS x", "wait_ms": 10_000}))
+                .send()
+                .await?;
+            if r.status() != 200 {
+                bail!("wait_ms answer: {}", r.status());
+            }
+            let id = r.headers()["duckgate-query-id"].to_str()?.to_string();
+            r.bytes().await?;
+            inline.push(t0.elapsed().as_secs_f64());
+            g.client
+                .delete(g.url(&format!("/statements/{id}")))
+                .send()
+                .await?;
+            let t0 = Instant::now();
+            let id = format!("small-{i}");
+            g.client
+                .post(g.url("/statements"))
+                .header("duckgate-query-id", &id)
+                .json(&json!({"sql": "SELECT 42 AS x", "wait_ms": 0}))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            statement_done(&g, &id, Duration::from_secs(30)).await?;
+            g.client
+                .get(g.url(&format!("/statements/{id}/result")))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            polled.push(t0.elapsed().as_secs_f64());
+            g.client
+                .delete(g.url(&format!("/statements/{id}")))
+                .send()
+                .await?;
+        }
+        let (i, p, d) = (
+            median(inline) * 1e3,
+            median(polled) * 1e3,
+            median(direct) * 1e3,
+        );
+        table.add(
+            "7",
+            name.clone(),
+            format!("{i:.2} ms within wait_ms; {p:.2} ms submit + poll (20 ms interval) + result"),
+            format!("{d:.2} ms: POST /query"),
+            format!("+{:.2} ms", i - d),
+            "reported",
+            None,
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("7", name, &e);
+    }
+    Ok(())
+}
+
+/// Reads every page of a statement's result (`limit` rows each, following
+/// `Link: rel="next"`). Returns (bytes, seconds).
+async fn fetch_get_pages(g: &Gateway, id: &str, format: &str, limit: u64) -> Result<(u64, f64)> {
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    let mut next = Some(format!(
+        "/statements/{id}/result?format={format}&offset=0&limit={limit}"
+    ));
+    while let Some(path) = next.take() {
+        let resp = g.client.get(g.url(&path)).send().await?;
+        if !resp.status().is_success() {
+            bail!("{path}: HTTP {}", resp.status());
+        }
+        next = resp.headers().get("link").and_then(|l| {
+            let l = l.to_str().ok()?;
+            Some(l[l.find('<')? + 1..l.find('>')?].to_string())
+        });
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            bytes += chunk.context("page ended abnormally")?.len() as u64;
+        }
+    }
+    Ok((bytes, started.elapsed().as_secs_f64()))
+}
+
 // ---------------------------------------------------------------- 3. memory
 
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
@@ -1463,7 +1663,7 @@ async fn run(opts: Opts) -> Result<()> {
         opts.work.display()
     ));
     let mut table = Table::default();
-    if opts.wants("small") || opts.wants("large") {
+    if opts.wants("small") || opts.wants("large") || opts.wants("statements") {
         prepare_data(&opts)?;
     }
     if opts.wants("small") {
@@ -1472,6 +1672,11 @@ async fn run(opts: Opts) -> Result<()> {
     if opts.wants("large") {
         if let Err(e) = bench_large(&opts, &mut table).await {
             table.failed("2", "large results", &e);
+        }
+    }
+    if opts.wants("statements") {
+        if let Err(e) = bench_statements(&opts, &mut table).await {
+            table.failed("7", "statements", &e);
         }
     }
     if opts.wants("memory") {

@@ -19,6 +19,7 @@ import {
   healthz,
   localQuery,
   metrics,
+  mixedStatement,
   query,
   readyz,
   rotate,
@@ -34,6 +35,8 @@ const thresholds = {
   'http_req_duration{name:healthz}': ['p(99)<25'],
   'http_req_duration{kind:local}': ['p(95)<250'],
   local_query_failed: ['rate<0.01'],
+  statement_failed: ['rate==0'],
+  statements: ['count>0'],
 };
 if (S3_ENABLED) {
   thresholds.s3_query_failed = ['rate==0'];
@@ -66,6 +69,10 @@ export function walk() {
     query('SELECT * FROM no_such_table', { expect: 400 });
     query('SELECT 1; SELECT 2', { expect: 400 });
     query('CREATE TABLE t (x INTEGER)', { expect: 403 });
+  });
+  group('statements', () => {
+    mixedStatement('local');
+    if (S3_ENABLED) mixedStatement('s3', 500);
   });
   group('probes', () => {
     healthz();

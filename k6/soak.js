@@ -14,12 +14,17 @@
 //            DUCKGATE_S3_DATA, content verified (only when DUCKGATE_S3_DATA is set)
 //   healthz  one GET /healthz per second, as an orchestrator's probe would
 //   metrics  one GET /metrics every 15 s, as a Prometheus scrape would
+//   statements one async statement every SOAK_STATEMENT_EVERY (default 5s):
+//            submitted, polled, paged in a random format, deleted; with S3,
+//            every other one reads S3 and holds SOAK_STATEMENT_HOLD_MS
+//            (default 3000), so some span a rotation
 //   rotate   one POST /admin/secrets/rotate every SOAK_ROTATE_EVERY (default
 //            10m), from SOAK_ROTATE_START (default 30s; only with an admin token)
 //
 // Thresholds (any crossed makes k6 exit 99):
 //   http_req_failed            < 0.1 %
 //   s3_query_failed            == 0   (and s3_queries > 0 when S3 is configured)
+//   statement_failed           == 0   (and statements > 0)
 //   healthz p99                < 25 ms
 //   query p95                  < SOAK_QUERY_P95_MS (default 250 ms), every query
 //   local query p95            < SOAK_LOCAL_P95_MS (default 50 ms)
@@ -31,6 +36,7 @@ import {
   healthz,
   localQuery,
   metrics,
+  mixedStatement,
   parseDuration,
   rotate,
   s3Query,
@@ -41,6 +47,8 @@ const LOCAL_RATE = parseInt(__ENV.SOAK_LOCAL_RATE || '10', 10);
 const S3_RATE = parseInt(__ENV.SOAK_S3_RATE || '2', 10);
 const ROTATE_EVERY = __ENV.SOAK_ROTATE_EVERY || '10m';
 const ROTATE_START = __ENV.SOAK_ROTATE_START || '30s';
+const STATEMENT_EVERY = __ENV.SOAK_STATEMENT_EVERY || '5s';
+const STATEMENT_HOLD_MS = parseInt(__ENV.SOAK_STATEMENT_HOLD_MS || '3000', 10);
 const QUERY_P95_MS = parseInt(__ENV.SOAK_QUERY_P95_MS || '250', 10);
 const LOCAL_P95_MS = parseInt(__ENV.SOAK_LOCAL_P95_MS || '50', 10);
 
@@ -66,6 +74,7 @@ const scenarios = {
   local: rateScenario('local', LOCAL_RATE, '1s', 2, 6),
   healthz: rateScenario('probe', 1, '1s', 1, 2),
   metrics: rateScenario('scrape', 1, '15s', 1, 1),
+  statements: rateScenario('statement', 1, STATEMENT_EVERY, 1, 4),
 };
 if (S3_ENABLED) scenarios.s3 = rateScenario('s3', S3_RATE, '1s', 2, 6);
 if (ADMIN_ENABLED) {
@@ -83,6 +92,8 @@ const thresholds = {
   'http_req_duration{name:query}': [`p(95)<${QUERY_P95_MS}`],
   'http_req_duration{kind:local}': [`p(95)<${LOCAL_P95_MS}`],
   local_query_failed: ['rate<0.001'],
+  statement_failed: ['rate==0'],
+  statements: ['count>0'],
   healthz_not_ok: ['rate<0.001'],
   // Sub-metrics the summary should show even without a threshold of their own.
   'http_req_duration{name:metrics}': ['max>=0'],
@@ -103,6 +114,14 @@ export const options = {
 
 export function local() {
   localQuery();
+}
+
+let statementCount = 0;
+
+export function statement() {
+  statementCount += 1;
+  const kind = S3_ENABLED && statementCount % 2 === 0 ? 's3' : 'local';
+  mixedStatement(kind, STATEMENT_HOLD_MS);
 }
 
 export function s3() {

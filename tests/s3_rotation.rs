@@ -438,3 +438,88 @@ async fn an_expired_token_with_sts_down_answers_503_within_the_deadline() {
     s3.control("POST", "sts?delay_ms=0").await;
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
+
+#[tokio::test]
+async fn an_async_statement_on_s3_spans_a_forced_rotation() {
+    let s3 = S3Server::start(&[]);
+    // Sessions of 12 s: the statements' time limit defaults to what they
+    // cover (80% of 12 s minus the 1 s lead), and the rotator refreshes
+    // with that longest limit in mind.
+    let g = s3
+        .gateway(12)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let mut seen = Seen::default();
+    let sql =
+        format!("SELECT n, total, slept FROM ({CSV}), (SELECT sleep_ms(4000) IS NULL AS slept)");
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .header("duckgate-query-id", "s3-backfill")
+        .json(&json!({"sql": sql, "wait_ms": 0}))
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 202, "{v}");
+    assert_eq!(
+        v["timeout_ms"], 8600,
+        "the default limit follows the sessions: {v}"
+    );
+    let epoch = v["credential_epoch"].as_u64().unwrap();
+    // Rotate while it runs.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let r = g
+        .client
+        .post(g.url("/admin/secrets/rotate"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let done = loop {
+        let r = g
+            .client
+            .get(g.url("/statements/s3-backfill"))
+            .send()
+            .await
+            .unwrap();
+        let (_, v) = seen.take(r).await;
+        if v["state"] != "running" && v["state"] != "queued" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert!(g.health().await["credential_epoch"].as_u64().unwrap() > epoch);
+    let r = g
+        .client
+        .get(g.url("/statements/s3-backfill/result?format=json"))
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rows"], json!([[3, 7.5, true]]));
+    // A statement limit the sessions cannot cover is refused at start-up.
+    let refused = s3
+        .gateway(12)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", 60_000)
+        .try_start();
+    let (code, log) = refused
+        .err()
+        .expect("started with a statement limit beyond its sessions");
+    assert_eq!(code, Some(2), "{log:?}");
+    assert!(
+        log.join("\n").contains("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS"),
+        "{log:?}"
+    );
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
+}

@@ -419,6 +419,10 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
     );
     let (_, s) = get(&g, "/statements/big", ALICE).await;
     assert_eq!(s["state"], "failed");
+    assert_eq!(s["problem"]["status"], 507, "{s}");
+    let (status, p) = get(&g, "/statements/big/result", ALICE).await;
+    assert_eq!(status, 409, "{p}");
+    assert_eq!(p["type"], "urn:duckgate:problem:statement-failed");
     // Three small ones fit the count; a fourth does not while they are kept.
     for id in ["a", "b"] {
         let r = submit(

@@ -17,7 +17,7 @@
 //   DUCKGATE_QUERY_TIMEOUT    client-side timeout of one request (default 60s)
 
 import http from 'k6/http';
-import { check } from 'k6';
+import { check, sleep } from 'k6';
 import { Counter, Rate, Trend } from 'k6/metrics';
 
 export const BASE_URL = (__ENV.DUCKGATE_URL || 'http://127.0.0.1:8080').replace(/\/+$/, '');
@@ -47,6 +47,12 @@ export const credentialEpoch = new Trend('credential_epoch');
 export const healthzNotOk = new Rate('healthz_not_ok');
 /** Successful POST /admin/secrets/rotate calls. */
 export const adminRotations = new Counter('admin_rotations');
+/** Async statements submitted (POST /statements). */
+export const statements = new Counter('statements');
+/** 1 per statement that did not succeed with the expected rows, 0 per good one. */
+export const statementFailed = new Rate('statement_failed');
+/** Submit to last page, per statement (ms). */
+export const statementDuration = new Trend('statement_duration', true);
 
 // ---- formats ---------------------------------------------------------------
 
@@ -275,6 +281,115 @@ export function s3Query(which) {
   };
   const names = S3_PARQUET_ROWS > 0 ? Object.keys(shapes) : ['csv', 'csv_ndjson'];
   return shapes[which || pick(names)]();
+}
+
+// ---- async statements ------------------------------------------------------
+
+/**
+ * One async statement: POST /statements (wait_ms, default 0), poll
+ * GET /statements/{id} until it finishes, page its result in `format` with
+ * `pageRows` rows per page following Link rel="next", check the rows, then
+ * DELETE it (its spool file goes at once).
+ *
+ * opts: format (json), params, kind (local|s3), rows (expected total),
+ *       pageRows (default 1000), wait_ms (default 0), verify(rows) -> bool
+ * Returns true when it succeeded with the expected rows.
+ */
+export function statement(sql, opts = {}) {
+  const format = opts.format || 'json';
+  const kind = opts.kind || 'local';
+  const pageRows = opts.pageRows || 1000;
+  const headers = Object.assign({ 'Content-Type': 'application/json' }, bearer(QUERY_TOKEN));
+  const body = { sql, format, wait_ms: opts.wait_ms || 0 };
+  if (opts.params) body.params = opts.params;
+  const started = Date.now();
+  statements.add(1, { kind });
+  const submitted = http.post(`${BASE_URL}/statements`, JSON.stringify(body), {
+    headers,
+    tags: { name: 'statement_submit', kind },
+    timeout: REQUEST_TIMEOUT,
+    responseType: format === 'arrow' ? 'binary' : 'text',
+  });
+  const id = header(submitted, 'duckgate-query-id');
+  let ok = check(submitted, {
+    [`${kind} statement: submitted (200 or 202)`]: (r) => r.status === 200 || r.status === 202,
+  });
+  const fail = (why) => {
+    statementFailed.add(1, { kind });
+    console.error(`${kind} statement ${id} failed: ${why}`);
+    if (id) http.del(`${BASE_URL}/statements/${id}`, null, { headers, tags: { name: 'statement_delete', kind } });
+    return false;
+  };
+  if (!ok || !id) return fail(`submit answered ${submitted.status} ${String(submitted.body).slice(0, 300)}`);
+  if (submitted.status === 202) {
+    const until = Date.now() + parseDuration(REQUEST_TIMEOUT) * 1000;
+    let state = 'queued';
+    let status = null;
+    while (state === 'queued' || state === 'running') {
+      if (Date.now() > until) return fail(`still ${state} after ${REQUEST_TIMEOUT}`);
+      sleep(0.2);
+      const r = http.get(`${BASE_URL}/statements/${id}`, { headers, tags: { name: 'statement_poll', kind } });
+      if (r.status !== 200) return fail(`poll answered ${r.status}`);
+      status = JSON.parse(r.body);
+      state = status.state;
+    }
+    if (state !== 'succeeded') return fail(`ended ${state}: ${JSON.stringify(status.problem || {})}`);
+  }
+  // Page the result (the 200 answer of a quick one is its first page too).
+  let rows = [];
+  let next = `/statements/${id}/result?format=${format}&offset=0&limit=${pageRows}`;
+  let pages = 0;
+  while (next) {
+    const r = http.get(`${BASE_URL}${next}`, {
+      headers,
+      tags: { name: 'statement_result', kind, format },
+      timeout: REQUEST_TIMEOUT,
+      responseType: format === 'arrow' ? 'binary' : 'text',
+    });
+    if (r.status !== 200) return fail(`page ${next} answered ${r.status}`);
+    pages += 1;
+    if (format === 'arrow') {
+      if (!looksLikeArrowStream(r)) return fail('a page is not an Arrow stream');
+    } else {
+      const page = rowsOf(r, format);
+      if (page === null) return fail(`page ${next} does not parse`);
+      rows = rows.concat(page);
+    }
+    const link = header(r, 'link');
+    next = link ? link.slice(link.indexOf('<') + 1, link.indexOf('>')) : null;
+    if (pages > 10000) return fail('pages never end');
+  }
+  ok = check(rows, {
+    [`${kind} statement: row count`]: (all) =>
+      format === 'arrow' || opts.rows === undefined || all.length === opts.rows,
+    [`${kind} statement: content`]: (all) => format === 'arrow' || !opts.verify || Boolean(opts.verify(all)),
+  });
+  http.del(`${BASE_URL}/statements/${id}`, null, { headers, tags: { name: 'statement_delete', kind } });
+  statementDuration.add(Date.now() - started, { kind });
+  if (!ok) return fail(`${rows.length} rows, expected ${opts.rows}`);
+  statementFailed.add(0, { kind });
+  return true;
+}
+
+/**
+ * A statement mix: local (a few thousand rows, paged) or, with S3, an S3
+ * read that also sleeps `holdMs`, so some statements span a rotation.
+ */
+export function mixedStatement(kind, holdMs) {
+  const format = pick(FORMATS);
+  if (kind === 's3') {
+    const csv = `${S3_DATA}/small.csv`;
+    return statement(
+      `SELECT id, name, score, slept FROM read_csv('${csv}'), (SELECT sleep_ms(${holdMs || 0}) IS NULL AS slept) ORDER BY id`,
+      { kind: 's3', format, rows: 3, pageRows: 2, verify: (rows) => rows.length === 3 },
+    );
+  }
+  const n = 1000 + Math.floor(Math.random() * 4000);
+  return statement(`SELECT i, i * 0.5 AS half, 'r' || i AS s FROM range(${n}) t(i)`, {
+    format,
+    rows: n,
+    pageRows: 1500,
+  });
 }
 
 // ---- probes, metrics, admin ------------------------------------------------

@@ -116,6 +116,7 @@ pub struct Discarded {
 #[into_params(parameter_in = Query)]
 pub struct PageOptions {
     /// `json`, `ndjson`, `csv` or `arrow`; else the Accept header decides.
+    #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// The first row, from 0.
     #[param(minimum = 0)]
@@ -281,17 +282,34 @@ async fn submit_inner(
         .queries
         .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)
         .map_err(id_error)?;
-    let statement = state
+    let statement = match state
         .statements
         .admit(registration.running.clone(), timeout)
-        .map_err(|e| match e {
-            AdmitError::Taken(id) => ApiError::Conflict {
-                slug: "query-id-taken",
-                title: "Statement id in use",
-                detail: format!("a statement with id {id} is kept; DELETE it or choose another id"),
-            },
-            AdmitError::TooMany(limit) => ApiError::TooManyStatements { limit },
-        })?;
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let e = match e {
+                AdmitError::Taken(id) => ApiError::Conflict {
+                    slug: "query-id-taken",
+                    title: "Statement id in use",
+                    detail: format!(
+                        "a statement with id {id} is kept; DELETE it or choose another id"
+                    ),
+                },
+                AdmitError::TooMany(limit) => ApiError::TooManyStatements { limit },
+            };
+            // Its audit line says why it never ran.
+            let (status, kind, error_class) = e.summary();
+            registration
+                .running
+                .set_outcome(crate::engine::queries::Outcome {
+                    status,
+                    kind,
+                    error_class,
+                });
+            return Err(e);
+        }
+    };
     let writer = state.statements.writer();
     let job = QueryJob {
         sql,
@@ -498,11 +516,11 @@ pub async fn show(
             ("duckgate-total-rows" = u64, description = "Rows of the whole result"),
             ("Link" = String, description = "The next page, if any")
         )),
-        (status = 400, description = "Bad page options, the statement's SQL error, or an Arrow page of an INTERVAL Arrow cannot hold", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Bad page options, or an Arrow page of an INTERVAL Arrow cannot hold", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Still running, or cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Still running, failed (`statement-failed`, its problem in the detail and in its status), or cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 410, description = "Expired: the result was removed", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
@@ -559,7 +577,22 @@ pub async fn result(
                 "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"
             )))
         }
-        (_, _, Some(e)) => return Err(e.into()),
+        (_, _, Some(QueryError::CancelledByRequest)) => {
+            return Err(QueryError::CancelledByRequest.into())
+        }
+        (_, _, Some(e)) => {
+            let problem = crate::api::error::problem_json_for_stream(&e);
+            return Err(ApiError::Conflict {
+                slug: "statement-failed",
+                title: "Statement failed",
+                detail: format!(
+                    "statement {id} failed and has no result: {} ({}): {}",
+                    problem["title"].as_str().unwrap_or("error"),
+                    problem["status"],
+                    problem["detail"].as_str().unwrap_or("")
+                ),
+            });
+        }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
     if format == Format::Arrow {

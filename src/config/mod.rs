@@ -464,7 +464,8 @@ impl Config {
         if timing.enabled {
             for s in self.s3.secrets().unwrap_or_default() {
                 if let Some(lifetime) = s.source.duration() {
-                    limit = limit.min(lifetime.mul_f64(0.8).saturating_sub(timing.lead));
+                    let covered = Duration::from_millis(lifetime.as_millis() as u64 * 4 / 5);
+                    limit = limit.min(covered.saturating_sub(timing.lead));
                 }
             }
         }

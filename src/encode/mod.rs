@@ -21,8 +21,8 @@ pub use types::{duckdb_type_name, logical_type_name};
 use std::io::Write as _;
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch, StructArray};
-use arrow::datatypes::{DataType, Decimal128Type, Field, FieldRef, Schema, SchemaRef};
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Decimal128Type, FieldRef, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::json::writer::{make_encoder, EncoderOptions};
 use serde::Serialize;
@@ -368,18 +368,43 @@ impl RowsEncoder {
                 }
             }
             Format::Ndjson => {
-                // The (deduplicated) names of the schema, the batch's arrays.
-                let array = StructArray::try_new(
-                    self.schema.fields().clone(),
-                    batch.columns().to_vec(),
-                    None,
-                )?;
-                let field: FieldRef =
-                    Arc::new(Field::new_struct("", self.schema.fields().clone(), false));
-                let mut enc = make_encoder(&field, &array, &self.options)?;
+                // Row by row like JSON, each value after its key: the
+                // (deduplicated) names, JSON-escaped once per batch, not per
+                // row (as a struct encoder would).
+                let mut encoders = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let keys: Vec<Vec<u8>> = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| {
+                        let mut key = Vec::with_capacity(f.name().len() + 4);
+                        key.push(if i == 0 { b'{' } else { b',' });
+                        serde_json::to_writer(&mut key, f.name())
+                            .map_err(|e| ArrowError::JsonError(e.to_string()))?;
+                        key.push(b':');
+                        Ok(key)
+                    })
+                    .collect::<Result<_, ArrowError>>()?;
                 for row in 0..batch.num_rows() {
-                    enc.encode(row, out);
-                    out.push(b'\n');
+                    if encoders.is_empty() {
+                        out.push(b'{');
+                    }
+                    for (enc, key) in encoders.iter_mut().zip(&keys) {
+                        out.extend_from_slice(key);
+                        if enc.is_null(row) {
+                            out.extend_from_slice(b"null");
+                        } else {
+                            enc.encode(row, out);
+                        }
+                    }
+                    out.extend_from_slice(b"}\n");
                 }
             }
             Format::Csv if self.csv_text => csv::csv_text_rows(batch, out)?,

@@ -109,7 +109,7 @@ pub async fn rotate(
         .rotator
         .rotate_now(params.name.as_deref())
         .await
-        .map_err(ApiError::NotFound)?;
+        .map_err(|e| ApiError::NotFound(e.to_string()))?;
     let names: Vec<String> = match &params.name {
         Some(n) => vec![n.clone()],
         None => state.rotator.names(),

@@ -35,7 +35,7 @@ struct Managed {
     /// it waited for has finished, and takes that flight's result.
     attempts: AtomicU64,
     /// Result of the last attempt (error class only).
-    last_result: Mutex<Result<(), String>>,
+    last_result: Mutex<Result<(), RotationError>>,
     /// Consecutive failures, for the backoff.
     failures: AtomicU32,
     /// No automatic attempt before this instant (backoff after a failure).
@@ -55,6 +55,31 @@ pub struct Rotator {
     test_stall: Duration,
     /// Set once start-up installed every secret.
     started: std::sync::atomic::AtomicBool,
+}
+
+/// Why a credential refresh failed. No message holds a secret: source
+/// errors are reduced to their code, status and message, DuckDB's to its
+/// class and text without the statement.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RotationError {
+    /// The source (STS, a web identity, the environment) gave no credentials.
+    #[error("{0}")]
+    Fetch(crate::credentials::source::FetchError),
+    /// DuckDB refused the secret on the control connection.
+    #[error("{0}")]
+    Install(String),
+    /// The blocking task that installs the secret ended abnormally.
+    #[error("the install task failed")]
+    InstallTask,
+    /// `POST /admin/secrets/rotate?name=` named no configured secret.
+    #[error("no secret named `{0}`")]
+    UnknownSecret(String),
+    /// A secret could not be installed at start-up.
+    #[error("secret `{name}`: {error}")]
+    StartUp {
+        name: String,
+        error: Box<RotationError>,
+    },
 }
 
 /// What one refresh did.
@@ -148,25 +173,27 @@ impl Rotator {
 
     /// Installs every secret at start-up, retrying briefly; fails if one
     /// cannot be installed, so a misconfigured gateway does not start.
-    pub async fn install_all(&self, attempts: u32) -> Result<(), String> {
+    pub async fn install_all(&self, attempts: u32) -> Result<(), RotationError> {
         for (idx, m) in self.secrets.iter().enumerate() {
-            let mut last = String::new();
-            let mut ok = false;
+            let mut last = None;
             for attempt in 0..attempts.max(1) {
                 match self.refresh(idx, true).await {
                     Ok(_) => {
-                        ok = true;
+                        last = None;
                         break;
                     }
                     Err(e) => {
-                        last = e;
-                        tracing::warn!(secret = %m.spec.name, attempt = attempt + 1, error = %last, "installing S3 credentials failed");
+                        tracing::warn!(secret = %m.spec.name, attempt = attempt + 1, error = %e, "installing S3 credentials failed");
+                        last = Some(e);
                         tokio::time::sleep(backoff(attempt + 1)).await;
                     }
                 }
             }
-            if !ok {
-                return Err(format!("secret `{}`: {last}", m.spec.name));
+            if let Some(error) = last {
+                return Err(RotationError::StartUp {
+                    name: m.spec.name.clone(),
+                    error: Box::new(error),
+                });
             }
         }
         self.started.store(true, Ordering::Relaxed);
@@ -175,14 +202,17 @@ impl Rotator {
 
     /// Refreshes now (the admin endpoint and the expired-token retry). `name`
     /// selects one secret; `None` means all.
-    pub async fn rotate_now(&self, name: Option<&str>) -> Result<Vec<Result<(), String>>, String> {
+    pub async fn rotate_now(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<Result<(), RotationError>>, RotationError> {
         let targets: Vec<usize> = match name {
             Some(n) => {
                 let idx = self
                     .secrets
                     .iter()
                     .position(|m| m.spec.name == n)
-                    .ok_or_else(|| format!("no secret named `{n}`"))?;
+                    .ok_or_else(|| RotationError::UnknownSecret(n.to_string()))?;
                 vec![idx]
             }
             None => (0..self.secrets.len()).collect(),
@@ -218,7 +248,7 @@ impl Rotator {
 
     /// One refresh of secret `idx`, single-flight. Without `force`, it only
     /// acts if the credentials are due (the interval task's path).
-    pub async fn refresh(&self, idx: usize, force: bool) -> Result<Refreshed, String> {
+    pub async fn refresh(&self, idx: usize, force: bool) -> Result<Refreshed, RotationError> {
         let m = &self.secrets[idx];
         let seen = m.attempts.load(Ordering::Acquire);
         let _flight = m.flight.lock().await;
@@ -241,7 +271,7 @@ impl Rotator {
         let started = Instant::now();
         let result = match m.source.fetch().await {
             Ok(creds) => self.install(m, creds.clone()).await.map(|_| creds),
-            Err(e) => Err(e.0),
+            Err(e) => Err(RotationError::Fetch(e)),
         };
         let elapsed = started.elapsed();
 
@@ -272,7 +302,7 @@ impl Rotator {
                 let pause = backoff(failures);
                 *m.not_before.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Instant::now() + pause);
-                self.publish_failure(idx, &class, failures);
+                self.publish_failure(idx, &class.to_string(), failures);
                 metrics::counter!("duckgate_rotations_total", "secret" => m.spec.name.clone(), "outcome" => "error")
                     .increment(1);
                 tracing::warn!(
@@ -291,7 +321,7 @@ impl Rotator {
     }
 
     /// Runs the DDL on the control connection, off the async workers.
-    async fn install(&self, m: &Managed, creds: Credentials) -> Result<(), String> {
+    async fn install(&self, m: &Managed, creds: Credentials) -> Result<(), RotationError> {
         let statement = sql::create_secret(&m.spec, &creds);
         let control = self.control.clone();
         let stall = if self.started.load(Ordering::Relaxed) {
@@ -305,10 +335,10 @@ impl Rotator {
                 std::thread::sleep(stall);
             }
             conn.execute_batch(&statement)
-                .map_err(|e| sql::reduce_error(&e))
+                .map_err(|e| RotationError::Install(sql::reduce_error(&e)))
         })
         .await
-        .map_err(|_| "the install task failed".to_string())?
+        .map_err(|_| RotationError::InstallTask)?
     }
 
     /// Whether secret `idx` should be refreshed now: never installed, or its

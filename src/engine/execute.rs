@@ -472,7 +472,7 @@ pub async fn run(
         r = pool.acquire() => r.map_err(|e| match e {
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
             AcquireError::Closed => QueryError::ShuttingDown,
-            AcquireError::Backend(m) => QueryError::Internal(m),
+            AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
         })?,
         _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
         _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),

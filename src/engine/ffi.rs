@@ -22,15 +22,32 @@ unsafe impl Send for RawDatabase {}
 // SAFETY: as above; connecting takes `&self` and DuckDB synchronizes it.
 unsafe impl Sync for RawDatabase {}
 
+/// Why DuckDB's C API refused to open or connect.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FfiError {
+    /// A path, option name or value holds a NUL byte (C strings cannot).
+    #[error("{0} contains a NUL byte")]
+    Nul(String),
+    #[error("cannot allocate a DuckDB configuration")]
+    Config,
+    #[error("DuckDB rejected option {name}={value}")]
+    Option { name: String, value: String },
+    /// `duckdb_open_ext` failed, with DuckDB's message.
+    #[error("{0}")]
+    Open(String),
+    #[error("cannot connect to the database")]
+    Connect,
+}
+
 /// A DuckDB configuration, destroyed when dropped.
 struct Config(ffi::duckdb_config);
 
 impl Config {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self, FfiError> {
         let mut config: ffi::duckdb_config = ptr::null_mut();
         // SAFETY: `config` is a valid out pointer.
         if unsafe { ffi::duckdb_create_config(&mut config) } != ffi::DuckDBSuccess {
-            return Err("cannot allocate DuckDB configuration".into());
+            return Err(FfiError::Config);
         }
         Ok(Self(config))
     }
@@ -101,10 +118,10 @@ impl RawDatabase {
     pub fn open(
         path: Option<&std::path::Path>,
         options: &[(&str, String)],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, FfiError> {
         let c_path = match path {
             Some(p) => CString::new(p.to_string_lossy().as_bytes())
-                .map_err(|_| "database path contains NUL".to_string())?,
+                .map_err(|_| FfiError::Nul("the database path".into()))?,
             None => CString::new(":memory:").expect("static string"),
         };
         // Every fallible conversion happens before anything is allocated on
@@ -112,12 +129,13 @@ impl RawDatabase {
         let options = options
             .iter()
             .map(|(name, value)| {
-                let n = CString::new(*name).map_err(|_| format!("{name}: NUL in name"))?;
-                let v =
-                    CString::new(value.as_str()).map_err(|_| format!("{name}: NUL in value"))?;
+                let n = CString::new(*name)
+                    .map_err(|_| FfiError::Nul(format!("option name {name}")))?;
+                let v = CString::new(value.as_str())
+                    .map_err(|_| FfiError::Nul(format!("the value of option {name}")))?;
                 Ok((n, v, *name, value))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, FfiError>>()?;
         let config = Config::new()?;
         for (n, v, name, value) in &options {
             // SAFETY: `config.0` is a live configuration (destroyed only by
@@ -125,7 +143,10 @@ impl RawDatabase {
             // the call, which copies them.
             let state = unsafe { ffi::duckdb_set_config(config.0, n.as_ptr(), v.as_ptr()) };
             if state != ffi::DuckDBSuccess {
-                return Err(format!("DuckDB rejected option {name}={value}"));
+                return Err(FfiError::Option {
+                    name: name.to_string(),
+                    value: value.to_string(),
+                });
             }
         }
         let mut db: ffi::duckdb_database = ptr::null_mut();
@@ -145,7 +166,7 @@ impl RawDatabase {
                     m
                 }
             };
-            return Err(msg);
+            return Err(FfiError::Open(msg));
         }
         Ok(Self { raw: db })
     }
@@ -170,12 +191,12 @@ impl RawDatabase {
     }
 
     /// A raw connection, for the guard's parser.
-    pub fn connect_raw(&self) -> Result<RawConnection, String> {
+    pub fn connect_raw(&self) -> Result<RawConnection, FfiError> {
         let mut con: ffi::duckdb_connection = ptr::null_mut();
         // SAFETY: `raw` is an open database.
         let state = unsafe { ffi::duckdb_connect(self.raw, &mut con) };
         if state != ffi::DuckDBSuccess {
-            return Err("cannot connect to the database".into());
+            return Err(FfiError::Connect);
         }
         Ok(RawConnection { raw: con })
     }

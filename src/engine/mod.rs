@@ -65,9 +65,11 @@ pub enum EngineError {
     )]
     Locked { path: PathBuf, holder: String },
     #[error("cannot open the database: {0}")]
-    Open(String),
+    Open(#[from] ffi::FfiError),
     #[error("cannot set up the database ({step}): {message}")]
     Setup { step: &'static str, message: String },
+    #[error("cannot open the connection pool: {0}")]
+    Pool(#[from] pool::PoolError),
     #[error(
         "the httpfs extension is missing: expected {expected}. Install it offline with \
          `pip install duckdb-extension-httpfs==1.5.5` and copy extensions/v1.5.5/httpfs.duckdb_extension \
@@ -144,9 +146,7 @@ impl Engine {
         // DuckDB's worker threads start now and inherit this thread's
         // niceness; the threads that run client statements lower theirs too.
         priority::set_query_nice(config.engine.query_nice);
-        let db = Arc::new(
-            ffi::RawDatabase::open(config.database_path(), &options).map_err(EngineError::Open)?,
-        );
+        let db = Arc::new(ffi::RawDatabase::open(config.database_path(), &options)?);
 
         let control = db.connect().map_err(|e| EngineError::Setup {
             step: "control connection",
@@ -238,11 +238,7 @@ impl Engine {
                 .unwrap_or_else(|| config.pool_size()),
             config.acquire_timeout(),
             health,
-        )
-        .map_err(|e| EngineError::Setup {
-            step: "connection pool",
-            message: e,
-        })?;
+        )?;
         Ok(Self {
             db,
             pool,

@@ -46,6 +46,23 @@ pub struct Slot {
     pub connection_id: u64,
 }
 
+/// Why the pool could not open or hand out a connection.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// Opening a connection failed.
+    #[error("opening a pooled connection: {0}")]
+    Connect(#[from] duckdb::Error),
+    /// Opening the guard's parse connection failed.
+    #[error("opening a parse connection: {0}")]
+    Parse(#[from] crate::engine::ffi::FfiError),
+    /// deadpool could not be built (a configuration error).
+    #[error("building the pool: {0}")]
+    Build(String),
+    /// deadpool failed to hand out a connection (e.g. creating one failed).
+    #[error("taking a pooled connection: {0}")]
+    Take(String),
+}
+
 /// Prepared statements cached per connection.
 pub const STATEMENT_CACHE: usize = 64;
 
@@ -57,14 +74,14 @@ pub struct Manager {
 
 impl managed::Manager for Manager {
     type Type = Slot;
-    type Error = String;
+    type Error = PoolError;
 
-    async fn create(&self) -> Result<Slot, String> {
-        let conn = self.db.connect().map_err(|e| e.to_string())?;
+    async fn create(&self) -> Result<Slot, PoolError> {
+        let conn = self.db.connect()?;
         let raw = self.db.connect_raw()?;
         let interrupt = conn.interrupt_handle();
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let connection_id = conn.connection_id().map_err(|e| e.to_string())?;
+        let connection_id = conn.connection_id()?;
         if !crate::engine::progress::track(&self.db, connection_id) {
             tracing::warn!(
                 connection_id,
@@ -82,7 +99,7 @@ impl managed::Manager for Manager {
         })
     }
 
-    async fn recycle(&self, slot: &mut Slot, _: &Metrics) -> RecycleResult<String> {
+    async fn recycle(&self, slot: &mut Slot, _: &Metrics) -> RecycleResult<PoolError> {
         // Each request is its own transaction; a connection that somehow kept
         // one open is not handed to the next client.
         if !slot.conn.is_autocommit() {
@@ -184,7 +201,16 @@ pub enum AcquireError {
     /// The pool is closed (shutting down).
     Closed,
     /// A connection could not be created.
-    Backend(String),
+    Backend(PoolError),
+}
+
+/// deadpool's error around ours: the backend's own as it is, the rest as
+/// deadpool words it.
+fn take_error(e: managed::PoolError<PoolError>) -> PoolError {
+    match e {
+        managed::PoolError::Backend(e) => e,
+        other => PoolError::Take(other.to_string()),
+    }
 }
 
 impl QueryPool {
@@ -196,7 +222,7 @@ impl QueryPool {
         spares: usize,
         acquire_timeout: Duration,
         health: Arc<Health>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PoolError> {
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
@@ -204,7 +230,7 @@ impl QueryPool {
         .max_size(size + spares)
         .runtime(Runtime::Tokio1)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| PoolError::Build(e.to_string()))?;
         health.pool.size.store(size as u64, Ordering::Relaxed);
         Ok(Self {
             inner,
@@ -232,10 +258,10 @@ impl QueryPool {
 
     /// Creates every connection up front, so the first requests do not pay
     /// for it and a broken database fails start-up rather than a request.
-    pub async fn warm_up(&self) -> Result<(), String> {
+    pub async fn warm_up(&self) -> Result<(), PoolError> {
         let mut held = Vec::new();
         for _ in 0..self.size {
-            held.push(self.inner.get().await.map_err(|e| e.to_string())?);
+            held.push(self.inner.get().await.map_err(take_error)?);
         }
         Ok(())
     }
@@ -270,7 +296,7 @@ impl QueryPool {
             .await
             .map_err(|e| match e {
                 managed::PoolError::Closed => AcquireError::Closed,
-                other => AcquireError::Backend(other.to_string()),
+                other => AcquireError::Backend(take_error(other)),
             })?;
         let lease = Lease {
             permit: Mutex::new(Some(permit)),

@@ -546,7 +546,25 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
         503,
         "control: two queries should have held both connections"
     );
+    // A statement submitted now waits for a connection (as long as its own
+    // limit allows), runs once a query lets go, and its wait is not counted
+    // as a client turned away.
+    let r = submit(
+        &g,
+        ALICE,
+        Some("patient"),
+        json!({"sql": "SELECT 42 AS x", "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
     for h in hogs {
         let _ = h.await;
     }
+    let s = finished(&g, ALICE, "patient", Duration::from_secs(30)).await;
+    assert_eq!(s["state"], "succeeded", "{s}");
+    let health = g.health().await;
+    assert_eq!(
+        health["pool"]["acquire_timeouts"], 1,
+        "only the probe's 503 is an acquire timeout: {health}"
+    );
 }

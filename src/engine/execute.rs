@@ -468,8 +468,18 @@ pub async fn run(
         .as_ref()
         .map(|t| t.cancel.clone())
         .unwrap_or_default();
+    // A client waits the acquire timeout; a kept result (an async
+    // statement) waits as long as its own deadline allows.
+    let acquired = match job.sink {
+        None => futures::future::Either::Left(pool.acquire()),
+        Some(_) => futures::future::Either::Right(pool.acquire_within(
+            deadline.saturating_duration_since(tokio::time::Instant::now()),
+            false,
+        )),
+    };
     let (slot, lease) = tokio::select! {
-        r = pool.acquire() => r.map_err(|e| match e {
+        r = acquired => r.map_err(|e| match e {
+            AcquireError::Timeout if job.sink.is_some() => QueryError::Timeout(job.timeout),
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
             AcquireError::Closed => QueryError::ShuttingDown,
             AcquireError::Backend(e) => QueryError::Internal(e.to_string()),

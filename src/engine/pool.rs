@@ -269,19 +269,33 @@ impl QueryPool {
     /// Waits at most the acquire timeout for capacity, then takes a
     /// connection. The lease counts it as in use until released.
     pub async fn acquire(&self) -> Result<(Pooled, Lease), AcquireError> {
-        let waiting = CounterGuard::new(&self.health.pool.waiting);
-        let permit =
-            tokio::time::timeout(self.acquire_timeout, self.gate.clone().acquire_owned()).await;
+        self.acquire_within(self.acquire_timeout, true).await
+    }
+
+    /// Like [`QueryPool::acquire`], waiting at most `wait` for capacity.
+    /// Background work (an async statement waits as long as its own time
+    /// limit allows) passes `count_timeout: false`: running out of that
+    /// wait is its own timeout, not a client turned away, so it is not
+    /// counted in `acquire_timeouts`.
+    pub async fn acquire_within(
+        &self,
+        wait: Duration,
+        count_timeout: bool,
+    ) -> Result<(Pooled, Lease), AcquireError> {
+        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
+        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
         drop(waiting);
         let permit = match permit {
             Ok(Ok(p)) => p,
             Ok(Err(_)) => return Err(AcquireError::Closed),
             Err(_) => {
-                self.health
-                    .pool
-                    .acquire_timeouts
-                    .fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+                if count_timeout {
+                    self.health
+                        .pool
+                        .acquire_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+                }
                 return Err(AcquireError::Timeout);
             }
         };

@@ -326,9 +326,8 @@ impl Statements {
         });
     }
 
-    /// Waits for a share of the pool, then runs the statement (again on
-    /// pool exhaustion, until its deadline). `Ok(retried)` once its result
-    /// is kept.
+    /// Waits for a share of the pool, then runs the statement. `Ok(retried)`
+    /// once its result is kept.
     async fn drive(
         &self,
         statement: &Statement,
@@ -345,37 +344,23 @@ impl Statements {
         };
         statement.set_state(State::Running);
         Self::publish(&self.lock());
-        loop {
-            let attempt =
-                with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
-                    let mut job = job.clone();
-                    job.retried = retried;
-                    execute::run(&runner.engine.pool, job, runner.shutdown.clone())
-                })
-                .await;
-            match attempt {
-                // Interactive queries hold the rest of the pool: wait.
-                Err(QueryError::PoolExhausted(_))
-                    if Instant::now() < deadline && !cancel.is_cancelled() =>
-                {
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                        _ = cancel.cancelled() => return Err(QueryError::CancelledByRequest),
-                    }
-                }
-                Err(e) => return Err(e),
-                Ok((mut output, retried)) => {
-                    // The body is empty: the result went to the spool. It
-                    // ends with an error if the statement failed late.
-                    while let Some(chunk) = output.body.next().await {
-                        if let Err(e) = chunk {
-                            return Err(QueryError::Internal(e.to_string()));
-                        }
-                    }
-                    return Ok(retried);
-                }
+        // The engine waits for a connection as long as the deadline allows
+        // (interactive queries may hold the rest of the pool).
+        let (mut output, retried) =
+            with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
+                let mut job = job.clone();
+                job.retried = retried;
+                execute::run(&runner.engine.pool, job, runner.shutdown.clone())
+            })
+            .await?;
+        // The body is empty: the result went to the spool. It ends with an
+        // error if the statement failed late.
+        while let Some(chunk) = output.body.next().await {
+            if let Err(e) = chunk {
+                return Err(QueryError::Internal(e.to_string()));
             }
         }
+        Ok(retried)
     }
 
     /// The statements with this id: of `owner` only, or of every owner

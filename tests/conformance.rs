@@ -405,3 +405,65 @@ async fn a_repeated_query_sees_a_recreated_table_as_it_is_now() {
         "stats() still describes the old data"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn intervals_of_statements_that_cannot_be_wrapped_are_duckdb_text() {
+    // INSERT ... RETURNING cannot be wrapped in a SELECT, so DuckDB cannot
+    // render its INTERVALs: the encoders write DuckDB's text themselves.
+    let values = [
+        "INTERVAL 1 DAY",
+        "INTERVAL '1 year 2 months 3 days 04:05:06.5'",
+        "INTERVAL '-2 years -1 month'",
+        "INTERVAL '-3 days 12:00:00'",
+        "INTERVAL '-00:00:00.000001'",
+        "INTERVAL '100 hours 7 minutes'",
+        "INTERVAL 0 SECONDS",
+        "INTERVAL '13 months -40 days 23:59:59.999999'",
+    ];
+    let select = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("{v} AS i{i}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let want = duckdb_texts(&format!("SELECT {select}"));
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .start();
+    let columns = (0..values.len())
+        .map(|i| format!("i{i} INTERVAL"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    g.query_ok(&format!("CREATE TABLE iv ({columns})")).await;
+    for (n, format) in ["json", "ndjson", "csv"].iter().enumerate() {
+        let sql = format!("INSERT INTO iv VALUES ({}) RETURNING *", values.join(", "));
+        let r = g.query(json!({"sql": sql, "format": format})).await;
+        assert_eq!(r.status(), 200);
+        let text = r.text().await.unwrap();
+        let got: Vec<String> = match *format {
+            "json" => {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                v["rows"][0]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c.as_str().unwrap().to_string())
+                    .collect()
+            }
+            "ndjson" => {
+                let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+                (0..values.len())
+                    .map(|i| v[format!("i{i}")].as_str().unwrap().to_string())
+                    .collect()
+            }
+            _ => text
+                .lines()
+                .nth(1)
+                .unwrap()
+                .split(',')
+                .map(str::to_string)
+                .collect(),
+        };
+        assert_eq!(got, want, "{format} (insert {n})");
+    }
+}

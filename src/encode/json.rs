@@ -99,7 +99,7 @@ impl EncoderFactory for JsonRules {
             }
             DataType::Interval(unit) => {
                 let unit = *unit;
-                Box::new(Quoted(move |i| iso_interval(array, unit, i)))
+                Box::new(Quoted(move |i| interval_text(array, unit, i)))
             }
             // BIGNUM arrives as DuckDB's text (see `json_exprs`): a number
             // where a double holds it exactly, else a string, like HUGEINT.
@@ -458,65 +458,73 @@ fn date_text(days: i64) -> String {
     String::from_utf8(out).expect("ASCII")
 }
 
-/// An interval as an ISO 8601 duration, e.g. `P1Y2M3DT4H5M6.5S`.
-fn iso_interval(array: &dyn Array, unit: IntervalUnit, idx: usize) -> String {
+/// An interval as DuckDB's own text (its `IntervalToStringCast`), the
+/// same text the JSON wrapper makes DuckDB write: used where a statement
+/// cannot be wrapped (INSERT ... RETURNING, CALL). Arrow carries DuckDB's
+/// microseconds as nanoseconds.
+fn interval_text(array: &dyn Array, unit: IntervalUnit, idx: usize) -> String {
     use arrow::datatypes::{IntervalDayTimeType, IntervalMonthDayNanoType, IntervalYearMonthType};
-    let (months, days, nanos): (i64, i64, i64) = match unit {
+    let (months, days, micros): (i32, i32, i64) = match unit {
         IntervalUnit::YearMonth => (
-            array.as_primitive::<IntervalYearMonthType>().value(idx) as i64,
+            array.as_primitive::<IntervalYearMonthType>().value(idx),
             0,
             0,
         ),
         IntervalUnit::DayTime => {
             let v = array.as_primitive::<IntervalDayTimeType>().value(idx);
-            (0, v.days as i64, v.milliseconds as i64 * 1_000_000)
+            (0, v.days, v.milliseconds as i64 * 1000)
         }
         IntervalUnit::MonthDayNano => {
             let v = array.as_primitive::<IntervalMonthDayNanoType>().value(idx);
-            (v.months as i64, v.days as i64, v.nanoseconds)
+            (v.months, v.days, v.nanoseconds / 1000)
         }
     };
-    format_iso_duration(months, days, nanos)
+    duckdb_interval(months, days, micros)
 }
 
-fn format_iso_duration(months: i64, days: i64, nanos: i64) -> String {
-    let mut s = String::from("P");
-    let (years, months) = (months / 12, months % 12);
-    if years != 0 {
-        s += &format!("{years}Y");
-    }
+/// DuckDB's `IntervalToStringCast::Format`: `1 year 2 months 3 days
+/// 04:05:06.5`, signed parts, `00:00:00` for nothing.
+fn duckdb_interval(months: i32, days: i32, micros: i64) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let part = |s: &mut String, value: i32, name: &str| {
+        if value == 0 {
+            return;
+        }
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        let plural = if value == 1 || value == -1 { "" } else { "s" };
+        let _ = write!(s, "{value} {name}{plural}");
+    };
     if months != 0 {
-        s += &format!("{months}M");
+        let years = months / 12;
+        part(&mut s, years, "year");
+        part(&mut s, months - years * 12, "month");
     }
-    if days != 0 {
-        s += &format!("{days}D");
-    }
-    if nanos != 0 {
-        s.push('T');
-        let neg = nanos < 0;
-        let n = nanos.unsigned_abs();
-        let hours = n / 3_600_000_000_000;
-        let minutes = (n / 60_000_000_000) % 60;
-        let secs = (n / 1_000_000_000) % 60;
-        let frac = n % 1_000_000_000;
-        let sign = if neg { "-" } else { "" };
-        if hours != 0 {
-            s += &format!("{sign}{hours}H");
+    part(&mut s, days, "day");
+    if micros != 0 {
+        if !s.is_empty() {
+            s.push(' ');
         }
-        if minutes != 0 {
-            s += &format!("{sign}{minutes}M");
+        if micros < 0 {
+            s.push('-');
         }
-        if secs != 0 || frac != 0 {
-            if frac != 0 {
-                let f = format!("{frac:09}");
-                s += &format!("{sign}{secs}.{}S", f.trim_end_matches('0'));
-            } else {
-                s += &format!("{sign}{secs}S");
-            }
+        let m = micros.unsigned_abs();
+        let (hour, min, sec, frac) = (
+            m / 3_600_000_000,
+            (m / 60_000_000) % 60,
+            (m / 1_000_000) % 60,
+            m % 1_000_000,
+        );
+        let _ = write!(s, "{hour:02}:{min:02}:{sec:02}");
+        if frac != 0 {
+            let digits = format!("{frac:06}");
+            s.push('.');
+            s.push_str(digits.trim_end_matches('0'));
         }
-    }
-    if s == "P" {
-        s += "T0S";
+    } else if s.is_empty() {
+        s.push_str("00:00:00");
     }
     s
 }
@@ -635,15 +643,5 @@ mod tests {
         assert_eq!(decimal_text(-5, 3), "-0.005");
         assert_eq!(decimal_text(0, 2), "0.00");
         assert_eq!(decimal_text(7, 0), "7");
-    }
-
-    #[test]
-    fn intervals_are_iso_8601() {
-        assert_eq!(
-            format_iso_duration(14, 3, 3_723_500_000_000),
-            "P1Y2M3DT1H2M3.5S"
-        );
-        assert_eq!(format_iso_duration(0, 0, 0), "PT0S");
-        assert_eq!(format_iso_duration(0, -1, 0), "P-1D");
     }
 }

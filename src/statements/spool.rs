@@ -17,8 +17,10 @@ use arrow::ipc::writer::FileWriter;
 use crate::engine::sink::{BatchSink, ResultLayout, SinkError};
 
 /// Batches are gathered to about this many rows before they are written
-/// (DuckDB hands out 2,048 rows at a time; larger IPC batches page faster).
+/// (DuckDB hands out 2,048 rows at a time; larger IPC batches page faster),
+/// or this many bytes, whichever comes first (wide rows stay bounded).
 const TARGET_BATCH_ROWS: usize = 64 * 1024;
+const TARGET_BATCH_BYTES: usize = 16 << 20;
 
 /// The spool directory and the bytes all its files take.
 #[derive(Debug)]
@@ -107,6 +109,7 @@ struct Writing {
     layout: ResultLayout,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
+    pending_bytes: usize,
     /// Rows before each written batch, then the total.
     starts: Vec<u64>,
     /// Bytes reserved in the spool's quota for this file.
@@ -168,6 +171,7 @@ impl SpoolWriter {
             b
         };
         w.pending_rows = 0;
+        w.pending_bytes = 0;
         let start = *w.starts.last().unwrap_or(&0);
         w.writer.write(&batch).map_err(io)?;
         w.starts.push(start + batch.num_rows() as u64);
@@ -230,6 +234,7 @@ impl BatchSink for SpoolWriter {
             layout: layout.clone(),
             pending: Vec::new(),
             pending_rows: 0,
+            pending_bytes: 0,
             starts: vec![0],
             reserved: 0,
             arrow_refusal: None,
@@ -248,8 +253,9 @@ impl BatchSink for SpoolWriter {
             w.arrow_refusal = arrow_refusal(&w.layout, batch);
         }
         w.pending_rows += batch.num_rows();
+        w.pending_bytes += batch.get_array_memory_size();
         w.pending.push(batch.clone());
-        if w.pending_rows >= TARGET_BATCH_ROWS {
+        if w.pending_rows >= TARGET_BATCH_ROWS || w.pending_bytes >= TARGET_BATCH_BYTES {
             let flushed = self.flush(w);
             if flushed.is_err() {
                 self.abandon(state.take());

@@ -303,6 +303,7 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
         listed["progress"]["total_rows"].as_u64().unwrap() > 0,
         "{listed}"
     );
+    assert_eq!(listed["api"], "statement");
     // Cancelled; its share of the pool serves the next statement.
     let (status, body) = call(&g, reqwest::Method::DELETE, "/statements/scan", ALICE).await;
     assert_eq!(status, 200, "{body}");

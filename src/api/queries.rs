@@ -21,6 +21,8 @@ pub struct QueryInfo {
     pub id: String,
     /// The name of the token that started it.
     pub token: String,
+    /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
+    pub api: String,
     /// The statement kind, once the guard has read it.
     pub kind: Option<String>,
     /// The SQL, cut to `DUCKGATE_LISTED_SQL_BYTES`.
@@ -82,6 +84,7 @@ impl QueryInfo {
                 .map(ProgressInfo::from),
             id: r.id.clone(),
             token: r.owner.to_string(),
+            api: r.api.to_string(),
             kind: r.kind.get().cloned(),
             sql: r.sql.clone(),
             sql_truncated: r.sql.len() < r.sql_len,

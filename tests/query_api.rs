@@ -294,6 +294,17 @@ async fn raw_sql_bodies() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["rows"], json!([[42]]), "{ct}");
     }
+    // `curl -d '{"sql": ...}'` sends JSON as form encoding: read as JSON.
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(r#" {"sql": "SELECT 6 * 7 AS answer", "format": "csv"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "answer\n42\n");
     // Query-string options apply to raw bodies.
     let r = g
         .client

@@ -549,10 +549,12 @@ fn parse_body(
     let is_json = match media.as_deref() {
         Some("application/json") => true,
         Some(m) if m.starts_with("application/") && m.ends_with("+json") => true,
-        // curl --data-binary sends form encoding; a person means the SQL.
-        Some(
-            "text/plain" | "application/sql" | "text/sql" | "application/x-www-form-urlencoded",
-        ) => false,
+        Some("text/plain" | "application/sql" | "text/sql") => false,
+        // curl -d and --data-binary send form encoding: a person means the
+        // SQL, or (no SQL statement starts with `{`) a JSON body.
+        Some("application/x-www-form-urlencoded") => {
+            bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        }
         None | Some("") => bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{'),
         Some(other) => return Err(ApiError::UnsupportedMediaType(other.to_string())),
     };

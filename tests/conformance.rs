@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::Gateway;
+use common::{App, Gateway};
 use serde_json::json;
 
 /// Every column of `test_all_types()` (min, max and NULL rows), the edge values
@@ -83,7 +83,7 @@ json.dump(out, sys.stdout)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ndjson_rows_never_repeat_a_key() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g
         .query(json!({"sql": "SELECT 1 AS a, 2 AS a, 3 AS \"A\"", "format": "ndjson"}))
         .await;
@@ -97,7 +97,8 @@ async fn csv_is_byte_for_byte_what_duckdb_copy_writes() {
     let reference = reference();
     let g = Gateway::builder()
         .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
-        .start();
+        .spawn_app()
+        .await;
     let mut same = 0;
     let mut wrong = Vec::new();
     for q in QUERIES {
@@ -167,7 +168,7 @@ async fn json_and_ndjson_carry_values_arrow_formatters_reject() {
                170141183460469231731687303715884105728::UHUGEINT AS i, \
                170141183460469231731687303715884105727::HUGEINT AS j";
     let want = duckdb_texts(sql);
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let as_text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -201,7 +202,8 @@ async fn duckdb_type_tests_replayed_in_every_format() {
     let g = Gateway::builder()
         .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
         .env("DUCKGATE_POLICY", "read-write")
-        .start();
+        .spawn_app()
+        .await;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let report = g.data_dir.path().join("replay.json");
     let out = std::process::Command::new(common::test_python())
@@ -242,7 +244,7 @@ async fn duckdb_type_tests_replayed_in_every_format() {
 }
 
 /// POSTs a raw JSON body (numbers beyond what `json!` can write).
-async fn post_raw(g: &Gateway, body: String) -> reqwest::Response {
+async fn post_raw(g: &App, body: String) -> reqwest::Response {
     g.client
         .post(g.url("/query"))
         .header("content-type", "application/json")
@@ -262,7 +264,7 @@ async fn json_gives_duckdb_text_where_arrow_cannot_carry_the_value() {
                map_keys(MAP {'2024-01-01'::TIMESTAMPTZ: 1})[1] AS f, map_keys(MAP {'\\x01'::BLOB: 2})[1] AS g, \
                map_keys(MAP {INTERVAL 1 DAY: 3})[1] AS h, 1 AS i, 'x' AS j";
     let want = duckdb_texts(sql);
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let as_text = |v: &serde_json::Value| match v {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -312,7 +314,7 @@ async fn numeric_parameters_keep_the_type_duckdb_gives_the_same_literal() {
         "-170141183460469231731687303715884105728",
         "340282366920938463463374607431768211455",
     ];
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     for lit in literals {
         let want = duckdb_texts(&format!("SELECT typeof({lit}) AS t, ({lit})::VARCHAR AS v"));
         let r = post_raw(
@@ -349,7 +351,7 @@ async fn numeric_parameters_keep_the_type_duckdb_gives_the_same_literal() {
 async fn arrow_carries_uhugeint_exactly_and_refuses_intervals_it_cannot_hold() {
     let sql = "SELECT 340282366920938463463374607431768211455::UHUGEINT AS u, 42::UHUGEINT AS v";
     let want = duckdb_texts(sql);
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g.query(json!({"sql": sql, "format": "arrow"})).await;
     assert_eq!(r.status(), 200);
     let bytes = r.bytes().await.unwrap();
@@ -382,7 +384,8 @@ async fn a_repeated_query_sees_a_recreated_table_as_it_is_now() {
     let g = Gateway::builder()
         .env("DUCKGATE_POLICY", "read-write")
         .env("DUCKGATE_POOL_SIZE", 1)
-        .start();
+        .spawn_app()
+        .await;
     g.query_ok("CREATE TABLE t AS SELECT 1 AS x").await;
     let first = g.query_ok("SELECT * FROM t").await;
     assert_eq!(first["columns"][0]["type"], "INTEGER");
@@ -429,7 +432,8 @@ async fn intervals_of_statements_that_cannot_be_wrapped_are_duckdb_text() {
     let want = duckdb_texts(&format!("SELECT {select}"));
     let g = Gateway::builder()
         .env("DUCKGATE_POLICY", "read-write")
-        .start();
+        .spawn_app()
+        .await;
     let columns = (0..values.len())
         .map(|i| format!("i{i} INTERVAL"))
         .collect::<Vec<_>>()

@@ -37,7 +37,7 @@ fn committed_spec_matches_the_code() {
 
 #[tokio::test]
 async fn the_gateway_serves_its_spec_and_docs() {
-    let g = common::Gateway::builder().start();
+    let g = common::Gateway::builder().spawn_app().await;
     let spec: serde_json::Value = g
         .client
         .get(g.url("/openapi.json"))

@@ -2,13 +2,14 @@
 //! spooled result in every format, cancel and discard, the spool's quotas and
 //! TTL, the statements' share of the pool, and DuckDB's progress of a long
 //! statement. Reference answers are the same gateway's `/query` answers,
-//! which `tests/conformance.rs` holds to DuckDB's own.
+//! which `tests/conformance.rs` holds to DuckDB's own. The gateway runs in
+//! the test's process (`spawn_app`): only its HTTP behaviour is under test.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Gateway;
+use common::{App, Gateway};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-secret-token-0001";
@@ -23,7 +24,7 @@ fn builder() -> common::GatewayBuilder {
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
 }
 
-async fn call(g: &Gateway, method: reqwest::Method, path: &str, token: &str) -> (u16, Value) {
+async fn call(g: &App, method: reqwest::Method, path: &str, token: &str) -> (u16, Value) {
     let r = g
         .client
         .request(method, g.url(path))
@@ -35,12 +36,12 @@ async fn call(g: &Gateway, method: reqwest::Method, path: &str, token: &str) -> 
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-async fn get(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
+async fn get(g: &App, path: &str, token: &str) -> (u16, Value) {
     call(g, reqwest::Method::GET, path, token).await
 }
 
 /// POST /statements: the response.
-async fn submit(g: &Gateway, token: &str, id: Option<&str>, body: Value) -> reqwest::Response {
+async fn submit(g: &App, token: &str, id: Option<&str>, body: Value) -> reqwest::Response {
     let mut r = g.client.post(g.url("/statements")).bearer_auth(token);
     if let Some(id) = id {
         r = r.header("duckgate-query-id", id);
@@ -49,7 +50,7 @@ async fn submit(g: &Gateway, token: &str, id: Option<&str>, body: Value) -> reqw
 }
 
 /// Polls a statement until its state is not `queued` or `running`.
-async fn finished(g: &Gateway, token: &str, id: &str, within: Duration) -> Value {
+async fn finished(g: &App, token: &str, id: &str, within: Duration) -> Value {
     let deadline = Instant::now() + within;
     loop {
         let (status, body) = get(g, &format!("/statements/{id}"), token).await;
@@ -72,7 +73,7 @@ async fn bytes_of(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Vec
 }
 
 /// `/query`'s answer to `sql` in `format`.
-async fn direct(g: &Gateway, sql: &str, format: &str) -> Vec<u8> {
+async fn direct(g: &App, sql: &str, format: &str) -> Vec<u8> {
     let r = g
         .client
         .post(g.url("/query"))
@@ -107,7 +108,7 @@ fn json_parts(body: &[u8]) -> (Value, String) {
 }
 
 /// Pages of `limit` rows of a finished statement, in `format`.
-async fn pages(g: &Gateway, id: &str, format: &str, limit: u64) -> Vec<Vec<u8>> {
+async fn pages(g: &App, id: &str, format: &str, limit: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut next = Some(format!(
         "/statements/{id}/result?format={format}&offset=0&limit={limit}"
@@ -175,7 +176,7 @@ fn assert_pages_equal(format: &str, pages: &[Vec<u8>], whole: &[u8]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_statement_answers_like_query_in_every_format() {
-    let g = builder().start();
+    let g = builder().spawn_app().await;
     // Every type DuckDB's test_all_types() holds, and the values whose text
     // DuckDB renders for JSON (intervals, TIMETZ, BIT, map keys, UHUGEINT).
     let sql = "SELECT * FROM test_all_types()";
@@ -214,7 +215,8 @@ async fn a_finished_statement_answers_like_query_in_every_format() {
 async fn a_million_rows_are_paged_in_every_format_equal_to_query() {
     let g = builder()
         .env("DUCKGATE_MAX_RESULT_BYTES", 1u64 << 33)
-        .start();
+        .spawn_app()
+        .await;
     let sql =
         "SELECT i, i * 0.5 AS half, 'v,' || i AS s, DATE '2020-01-01' + (i % 1000)::INTEGER AS d, \
                CASE WHEN i % 10 = 0 THEN NULL ELSE i % 3 = 0 END AS b FROM range(1000000) t(i)";
@@ -256,10 +258,15 @@ async fn a_million_rows_are_paged_in_every_format_equal_to_query() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
     let g = builder()
         .env("DUCKGATE_POLICY", "read-write")
         .env("DUCKGATE_POOL_SIZE", 2)
-        .start();
+        .env("DUCKGATE_AUDIT_LOG", audit.display())
+        .data_dir(dir)
+        .spawn_app()
+        .await;
     let r = g
         .client
         .post(g.url("/query"))
@@ -323,17 +330,28 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
         started.elapsed()
     );
     assert!(started.elapsed() < Duration::from_secs(10));
-    // The cancelled statement's audit line says so.
+    // The cancelled statement's audit record says so.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !g.log_text().contains("query-cancelled") {
-        assert!(Instant::now() < deadline, "no audit line for the cancel");
+    loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        let cancelled = text.lines().any(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["query_id"] == "scan" && v["api"] == "statement" && v["outcome"] == "query-cancelled"
+        });
+        if cancelled {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit record for the cancel: {text}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_token_can_neither_see_nor_cancel_a_statement() {
-    let g = builder().start();
+    let g = builder().spawn_app().await;
     let r = submit(&g, ALICE, Some("mine"), json!({"sql": LONG, "wait_ms": 0})).await;
     assert_eq!(r.status(), 202);
     for path in ["/statements/mine", "/statements/mine/result"] {
@@ -383,7 +401,7 @@ async fn another_token_can_neither_see_nor_cancel_a_statement() {
     assert_eq!(all["statements"], json!([]));
 }
 
-fn spool_files(g: &Gateway) -> Vec<String> {
+fn spool_files(g: &App) -> Vec<String> {
     std::fs::read_dir(g.data_dir.path().join("data/spool"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -401,7 +419,8 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
         .env("DUCKGATE_SPOOL_BYTES", "3MB")
         .env("DUCKGATE_STATEMENT_TTL_MS", 1500)
         .env("DUCKGATE_MAX_STATEMENTS", 3)
-        .start();
+        .spawn_app()
+        .await;
     assert!(spool_files(&g).is_empty(), "start-up keeps old spool files");
     // Past its own quota: 507, nothing left behind.
     let r = submit(&g, ALICE, Some("big"), json!({"sql": "SELECT range AS i, range::VARCHAR AS s FROM range(2000000)", "wait_ms": 60_000})).await;
@@ -482,7 +501,8 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
         .env("DUCKGATE_POOL_SPARES", 0)
         .env("DUCKGATE_STATEMENT_POOL_SHARE", "1.0")
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 2_000)
-        .start();
+        .spawn_app()
+        .await;
     for id in ["s1", "s2"] {
         let r = submit(&g, ALICE, Some(id), json!({"sql": LONG, "wait_ms": 0})).await;
         assert_eq!(r.status(), 202);

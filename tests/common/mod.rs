@@ -1,5 +1,7 @@
 //! Test harness: starts the real `duckgate` binary (and, where needed, the
-//! S3/STS emulation) on loopback port 0 and talks HTTP to it.
+//! S3/STS emulation) on loopback port 0 and talks HTTP to it, or runs the
+//! gateway in the test's own process ([`GatewayBuilder::spawn_app`]) where
+//! only its HTTP behaviour is under test.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -121,6 +123,125 @@ impl GatewayBuilder {
                 return Err((None, log.lock().unwrap().clone()));
             }
         }
+    }
+}
+
+/// A gateway running in this process: the real `duckgate::run` on a
+/// loopback listener of port 0, for tests of HTTP behaviour. It has no log
+/// to read and shares the process's metrics recorder; tests of signals,
+/// start-up refusals, logs and metrics use a [`Gateway`] process instead.
+/// `DUCKGATE_TEST_BIN` does not apply to it.
+pub struct App {
+    pub base: String,
+    pub data_dir: tempfile::TempDir,
+    pub client: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl GatewayBuilder {
+    /// Runs the gateway in this process. Settings given with `env` become
+    /// flags (`DUCKGATE_POOL_SIZE` is `--pool-size`); `DUCKGATE_EXTENSION_DIR`
+    /// comes from the environment, as for processes.
+    pub async fn spawn_app(self) -> App {
+        use clap::Parser as _;
+        let data_dir = self
+            .data_dir
+            .unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
+        let mut args = vec![
+            "duckgate".to_string(),
+            format!("--data-dir={}", data_dir.path().join("data").display()),
+        ];
+        for (k, v) in &self.env {
+            let flag = k
+                .strip_prefix("DUCKGATE_")
+                .unwrap_or_else(|| {
+                    panic!("{k}: an in-process gateway takes DUCKGATE_ settings only")
+                })
+                .to_ascii_lowercase()
+                .replace('_', "-");
+            args.push(format!("--{flag}={v}"));
+        }
+        args.extend(self.args);
+        let config = duckgate::config::Cli::try_parse_from(&args)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+            .serve_config();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(duckgate::run(config, listener, async move {
+            let _ = stopped.await;
+        }));
+        let client = reqwest::Client::builder().build().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if task.is_finished() {
+                match task.await {
+                    Ok(Err(e)) => panic!("the gateway did not start: {e:#}"),
+                    other => panic!("the gateway stopped at start: {other:?}"),
+                }
+            }
+            let ready = client.get(format!("{base}/readyz")).send().await;
+            if ready.is_ok_and(|r| r.status() == 200) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway was not ready within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        App {
+            base,
+            data_dir,
+            client,
+            stop: Some(stop),
+        }
+    }
+}
+
+impl App {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POST /query, expecting 200, returning the JSON answer.
+    pub async fn query_ok(&self, sql: &str) -> serde_json::Value {
+        let r = self.query(serde_json::json!({ "sql": sql })).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 200, "query {sql:?} failed: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// POST /query with a JSON body.
+    pub async fn query(&self, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/query"))
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn health(&self) -> serde_json::Value {
+        self.client
+            .get(self.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 }
 

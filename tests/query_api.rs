@@ -1,5 +1,7 @@
 //! Black-box tests of POST /query: formats, types, parameters, raw bodies,
-//! limits and bad input, against the real binary on a loopback port.
+//! limits and bad input, over HTTP on a loopback port: the gateway runs in
+//! the test's process (`spawn_app`), except where start-up itself is under
+//! test (refused settings, the `serve` subcommand), which start the binary.
 
 mod common;
 
@@ -13,7 +15,7 @@ pub const LONG_QUERY: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)"
 
 #[tokio::test]
 async fn select_42_has_the_contract_shape() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g.query(json!({"sql": "SELECT 42 AS x"})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "application/json");
@@ -30,7 +32,7 @@ async fn select_42_has_the_contract_shape() {
 
 #[tokio::test]
 async fn every_type_is_valid_lossless_json() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let v = g
         .query_ok(
             "SELECT
@@ -130,7 +132,7 @@ async fn every_type_is_valid_lossless_json() {
 
 #[tokio::test]
 async fn ndjson_csv_and_arrow_formats() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let sql =
         "SELECT i AS id, 'row ' || i AS name, [i, i + 1] AS pair FROM range(3) t(i) ORDER BY i";
 
@@ -190,7 +192,7 @@ async fn ndjson_csv_and_arrow_formats() {
 
 #[tokio::test]
 async fn accept_header_picks_the_format() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g
         .client
         .post(g.url("/query"))
@@ -231,7 +233,7 @@ async fn accept_header_picks_the_format() {
 
 #[tokio::test]
 async fn parameters_bind_positionally_never_spliced() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g
         .query(json!({"sql": "SELECT $1::INTEGER + $2::INTEGER AS s, $3 AS t, $4 IS NULL AS n, $5 AS b",
                       "params": [40, 2, "it's", null, true]}))
@@ -276,7 +278,7 @@ async fn parameters_bind_positionally_never_spliced() {
 
 #[tokio::test]
 async fn raw_sql_bodies() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     for ct in [
         "text/plain",
         "application/sql",
@@ -319,7 +321,7 @@ async fn raw_sql_bodies() {
 
 #[tokio::test]
 async fn errors_are_problem_documents() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let r = g.query(json!({"sql": "SELECT * FROM no_such_table"})).await;
     assert_eq!(r.status(), 400);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -349,7 +351,8 @@ async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
     let g = Gateway::builder()
         .env("DUCKGATE_MAX_BODY_BYTES", 4096)
         .env("DUCKGATE_MAX_SQL_BYTES", 2048)
-        .start();
+        .spawn_app()
+        .await;
     let post = |ct: &'static str, body: Vec<u8>| {
         let c = g.client.clone();
         let url = g.url("/query");
@@ -423,7 +426,8 @@ async fn max_rows_truncates_and_says_so() {
     let g = Gateway::builder()
         .env("DUCKGATE_DEFAULT_MAX_ROWS", 10)
         .env("DUCKGATE_MAX_ROWS", 5000)
-        .start();
+        .spawn_app()
+        .await;
     let v = g.query_ok("SELECT * FROM range(100)").await;
     assert_eq!(v["row_count"], 10);
     assert_eq!(v["truncated"], true);
@@ -456,7 +460,8 @@ async fn a_long_query_times_out_with_504_and_the_connection_is_reused() {
     let g = Gateway::builder()
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 1500)
-        .start();
+        .spawn_app()
+        .await;
     let started = Instant::now();
     let r = g
         .query(json!({"sql": LONG_QUERY, "timeout_ms": 600000}))
@@ -486,7 +491,10 @@ async fn a_long_query_times_out_with_504_and_the_connection_is_reused() {
 
 #[tokio::test]
 async fn an_error_mid_stream_is_never_a_silent_200() {
-    let g = Gateway::builder().env("DUCKGATE_THREADS", 1).start();
+    let g = Gateway::builder()
+        .env("DUCKGATE_THREADS", 1)
+        .spawn_app()
+        .await;
     // Rows stream first; a row far into the result raises an error.
     let sql = "SELECT i, CASE WHEN i < 8000000 THEN 'ok' ELSE error('boom at ' || i) END AS v FROM range(10000000) t(i)";
     let r = g
@@ -555,7 +563,7 @@ async fn bad_settings_stop_start_up_naming_the_setting() {
 async fn a_deadline_racing_completion_is_never_a_500() {
     // With a 1 ms limit the deadline and the answer often arrive together:
     // either the result stands or it is a timeout, never an internal error.
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let mut seen = std::collections::BTreeMap::new();
     // Work sizes around the limit, so some finish just as it passes.
     for round in 0..10 {
@@ -574,7 +582,8 @@ async fn a_deadline_racing_completion_is_never_a_500() {
 async fn the_result_byte_limit_cuts_and_says_so() {
     let g = Gateway::builder()
         .env("DUCKGATE_MAX_RESULT_BYTES", 100_000)
-        .start();
+        .spawn_app()
+        .await;
     let r = g
         .query(json!({"sql": "SELECT i, repeat('x', 100) AS pad FROM range(1000000) t(i)", "max_rows": 1000000}))
         .await;
@@ -599,7 +608,7 @@ async fn the_result_byte_limit_cuts_and_says_so() {
 async fn large_results_arrive_whole_and_in_order_in_every_format() {
     // Past a few batches the encoding runs on several threads: the bytes
     // must still be every row, once, in DuckDB's order.
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     let n = 250_000u64;
     let sql = format!("SELECT i, i * 0.5 AS half, 'r' || i AS s FROM range({n}) t(i) ORDER BY i");
     let v = g

@@ -659,3 +659,25 @@ async fn serve_takes_every_flag_duckgate_takes() {
     assert_eq!(g.health().await["pool"]["size"], 1);
     assert_eq!(g.query_ok("SELECT 1 AS x").await["rows"], json!([[1]]));
 }
+
+#[tokio::test]
+async fn the_readable_directory_never_overlaps_the_private_ones() {
+    // A files directory inside the spool (every token's results) or holding
+    // it would let queries read what they must not: start-up refuses both.
+    for readable in ["data/spool", "data/spool/sub", "data"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(readable);
+        let refused = Gateway::builder()
+            .env("DUCKGATE_FILES_DIR", path.display())
+            .data_dir(dir)
+            .try_start();
+        let (code, log) = refused
+            .err()
+            .unwrap_or_else(|| panic!("{readable}: started"));
+        assert_eq!(code, Some(2), "{readable}: {log:?}");
+        assert!(
+            log.join("\n").contains("DUCKGATE_FILES_DIR"),
+            "{readable}: {log:?}"
+        );
+    }
+}

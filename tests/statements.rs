@@ -199,6 +199,25 @@ async fn a_finished_statement_answers_like_query_in_every_format() {
         assert_eq!(one_by_one.len(), 3, "test_all_types() has three rows");
         assert_pages_equal(format, &one_by_one, &whole);
     }
+    // An INTERVAL Arrow cannot hold: refused as Arrow (as /query refuses
+    // it), whether answered at submission or paged; JSON pages carry it.
+    let r = submit(
+        &g,
+        ALICE,
+        Some("big-interval"),
+        json!({"sql": "SELECT INTERVAL '3000000 hours' AS i", "format": "arrow", "wait_ms": 30_000}),
+    )
+    .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(
+        get(&g, "/statements/big-interval/result?format=arrow", ALICE)
+            .await
+            .0,
+        400
+    );
+    let (status, page) = get(&g, "/statements/big-interval/result?format=json", ALICE).await;
+    assert_eq!(status, 200);
+    assert_eq!(page["rows"], json!([["3000000:00:00"]]));
     // /query takes no wait_ms.
     let r = g
         .client
@@ -219,7 +238,8 @@ async fn a_million_rows_are_paged_in_every_format_equal_to_query() {
         .await;
     let sql =
         "SELECT i, i * 0.5 AS half, 'v,' || i AS s, DATE '2020-01-01' + (i % 1000)::INTEGER AS d, \
-               CASE WHEN i % 10 = 0 THEN NULL ELSE i % 3 = 0 END AS b FROM range(1000000) t(i)";
+               CASE WHEN i % 10 = 0 THEN NULL ELSE i % 3 = 0 END AS b, \
+               (CASE WHEN i % 2 = 0 THEN 'x' ELSE 'y' END)::ENUM('x', 'y') AS e FROM range(1000000) t(i)";
     let r = submit(
         &g,
         ALICE,
@@ -253,7 +273,7 @@ async fn a_million_rows_are_paged_in_every_format_equal_to_query() {
     let (status, headers, body) = bytes_of(r).await;
     assert_eq!(status, 200);
     assert_eq!(headers["duckgate-total-rows"], "1000000");
-    assert_eq!(body, b"i,half,s,d,b\n");
+    assert_eq!(body, b"i,half,s,d,b,e\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

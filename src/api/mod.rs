@@ -72,9 +72,24 @@ pub fn router(state: AppState) -> Router {
     let query_backstop = Duration::from_millis(
         limits.max_query_timeout_ms + state.config.engine.acquire_timeout_ms + 5_000,
     );
+    // Submissions wait up to `wait_ms` inside the handler: a limit of
+    // their own, so waiting submissions never take `/query`'s slots.
+    let submit_routes = Router::new()
+        .route("/statements", post(statements::submit))
+        .layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                    ApiError::Overloaded
+                }))
+                .load_shed()
+                .concurrency_limit(limits.max_concurrent_requests as usize),
+        )
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::GATEWAY_TIMEOUT,
+            query_backstop + Duration::from_millis(state.config.statements.max_statement_wait_ms),
+        ));
     let query_routes = Router::new()
         .route("/query", post(query::query))
-        .route("/statements", post(statements::submit))
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
@@ -124,6 +139,7 @@ pub fn router(state: AppState) -> Router {
 
     Router::new()
         .merge(query_routes)
+        .merge(submit_routes)
         .merge(queries_routes)
         .merge(page_routes)
         .merge(admin_routes)

@@ -344,7 +344,7 @@ async fn submit_inner(
     }
     let snap = statement.snapshot(settings.ttl);
     match (snap.state, snap.result, snap.error) {
-        (StatementState::Succeeded, Some(result), _) => Ok(page_response(
+        (StatementState::Succeeded, Some(result), _) => page_response(
             state,
             &statement,
             result,
@@ -353,7 +353,7 @@ async fn submit_inner(
                 offset: 0,
                 limit: None,
             },
-        )),
+        ),
         (StatementState::Failed | StatementState::Cancelled, _, Some(e)) => Err(e.into()),
         _ => Ok(accepted(state, &statement)),
     }
@@ -388,7 +388,16 @@ fn page_response(
     statement: &Statement,
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
-) -> Response {
+) -> Result<Response, ApiError> {
+    if page.format == Format::Arrow {
+        if let Some(column) = &result.arrow_refusal {
+            return Err(ApiError::bad_request(
+                "sql-error",
+                "SQL error",
+                format!("column {column}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"),
+            ));
+        }
+    }
     let total = result.rows;
     let rows = page.rows(&result);
     let next = (page.offset + rows < total && page.limit.is_some()).then(|| {
@@ -405,9 +414,25 @@ fn page_response(
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let stall = Duration::from_millis(state.config.limits.send_stall_timeout_ms);
     let runtime = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || pages::serve(result, page, tx, runtime, stall));
-    let body = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
+    let complete = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let complete = complete.clone();
+        tokio::task::spawn_blocking(move || {
+            pages::serve(result, page, tx, runtime, stall, &complete)
+        });
+    }
+    // A page that stopped short (its client stalled, the spool could not be
+    // read) ends with an error, never as a complete-looking body.
+    let body = futures::stream::unfold(Some(rx), move |rx| {
+        let complete = complete.clone();
+        async move {
+            let mut rx = rx?;
+            match rx.recv().await {
+                Some(chunk) => Some((chunk, Some(rx))),
+                None if complete.load(std::sync::atomic::Ordering::SeqCst) => None,
+                None => Some((Err(std::io::Error::other("the page stopped short")), None)),
+            }
+        }
     });
     let mut response = Response::new(Body::from_stream(body));
     let h = response.headers_mut();
@@ -430,7 +455,7 @@ fn page_response(
             HeaderValue::from_static("expired-credentials"),
         );
     }
-    response
+    Ok(response)
 }
 
 /// The caller's statement with this id (the admin's: any owner's, if one).
@@ -595,16 +620,7 @@ pub async fn result(
         }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
-    if format == Format::Arrow {
-        if let Some(column) = &result.arrow_refusal {
-            return Err(ApiError::bad_request(
-                "sql-error",
-                "SQL error",
-                format!("column {column}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"),
-            ));
-        }
-    }
-    Ok(page_response(
+    page_response(
         &state,
         &s,
         result,
@@ -613,7 +629,7 @@ pub async fn result(
             offset,
             limit,
         },
-    ))
+    )
 }
 
 /// Cancels a queued or running statement, or discards a finished one and

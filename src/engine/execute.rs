@@ -974,6 +974,7 @@ fn spool_statement(
             ),
         };
         sink.begin(&layout, &schema)?;
+        let own_columns = layout.names.len();
         let mut rows: u64 = 0;
         let mut truncated = false;
         loop {
@@ -988,7 +989,13 @@ fn spool_statement(
             if batch.num_rows() == 0 {
                 continue;
             }
-            if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
+            // The result's own values, not the text twins kept beside them
+            // (a blob's CSV text is up to four times its size).
+            let own: Vec<usize> = (0..own_columns.min(batch.num_columns())).collect();
+            let checked = batch
+                .project(&own)
+                .map_err(|e| QueryError::Internal(e.to_string()))?;
+            if let Some(size) = oversized_value(&checked, job.max_value_bytes) {
                 return Err(QueryError::ValueTooLarge {
                     size,
                     limit: job.max_value_bytes,

@@ -114,10 +114,15 @@ impl Engine {
             Some(dir) => prepare_data_dir(dir)?,
             None => prepare_data_dir(&data_dir.join("files"))?,
         };
-        if files_dir.starts_with(&tmp_dir) || files_dir.starts_with(&secrets_dir) {
+        let spool_dir = data_dir.join("spool");
+        let private = [&tmp_dir, &secrets_dir, &spool_dir];
+        if private
+            .iter()
+            .any(|p| files_dir.starts_with(p) || p.starts_with(&files_dir))
+        {
             return Err(EngineError::Setup {
                 step: "DUCKGATE_FILES_DIR",
-                message: "the readable directory may not hold the spill or secret directory".into(),
+                message: "the readable directory may neither be inside nor hold the spill, secret or spool directory".into(),
             });
         }
 

@@ -394,13 +394,19 @@ impl Statements {
             statement.running.id.clone(),
         );
         let mut map = self.lock();
-        if map
+        let removed = if map
             .get(&key)
             .is_some_and(|s| std::ptr::eq(s.as_ref(), statement))
         {
-            map.remove(&key);
-        }
+            map.remove(&key)
+        } else {
+            None
+        };
         Self::publish(&map);
+        drop(map);
+        // Its result (and file) goes after the lock.
+        let result = removed.and_then(|s| s.lock().result.take());
+        drop(result);
     }
 
     /// Expires finished statements older than the TTL (their results are
@@ -414,6 +420,8 @@ impl Statements {
                 _ = tokio::time::sleep(every) => {}
             }
             let now = Instant::now();
+            // Results (and their files) are released after the locks.
+            let mut expired: Vec<Arc<SpoolResult>> = Vec::new();
             let mut map = self.lock();
             map.retain(|_, s| {
                 let mut inner = s.lock();
@@ -425,11 +433,13 @@ impl Statements {
                 }
                 if now.duration_since(at) >= ttl {
                     inner.state = State::Expired;
-                    inner.result = None;
+                    expired.extend(inner.result.take());
                 }
                 true
             });
             Self::publish(&map);
+            drop(map);
+            drop(expired);
         }
     }
 }

@@ -69,14 +69,16 @@ fn projection(result: &SpoolResult, format: Format) -> (Vec<usize>, SchemaRef) {
 }
 
 /// Encodes `page` of `result` and sends it through `tx` in chunks; stops
-/// when the receiver goes away or accepts nothing for `stall`. Runs on a
-/// blocking thread.
+/// when the receiver goes away or accepts nothing for `stall`. Sets
+/// `complete` once the last bytes are queued (a body that ends without it
+/// was cut short). Runs on a blocking thread.
 pub fn serve(
     result: Arc<SpoolResult>,
     page: Page,
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
     runtime: tokio::runtime::Handle,
     stall: Duration,
+    complete: &std::sync::atomic::AtomicBool,
 ) {
     let started = Instant::now();
     let send = |chunk: Result<Bytes, std::io::Error>| -> bool {
@@ -87,15 +89,19 @@ pub fn serve(
         })
     };
     let mut buf = Vec::new();
-    if let Err(e) = encode_page(&result, page, started, &mut buf, &mut |buf| {
+    match encode_page(&result, page, started, &mut buf, &mut |buf| {
         send(Ok(Bytes::from(std::mem::take(buf))))
     }) {
         // The body began: an abort, never a complete-looking answer.
-        let _ = send(Err(std::io::Error::other(e)));
-        return;
-    }
-    if !buf.is_empty() {
-        send(Ok(Bytes::from(buf)));
+        Err(e) => {
+            let _ = send(Err(std::io::Error::other(e)));
+        }
+        Ok(false) => {}
+        Ok(true) => {
+            if buf.is_empty() || send(Ok(Bytes::from(buf))) {
+                complete.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
     }
 }
 
@@ -105,7 +111,7 @@ fn encode_page(
     started: Instant,
     buf: &mut Vec<u8>,
     flush: &mut dyn FnMut(&mut Vec<u8>) -> bool,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let (source, schema) = projection(result, page.format);
     let layout = &result.layout;
     let mut encoder = ResultEncoder::new(page.format, schema.clone());
@@ -154,7 +160,7 @@ fn encode_page(
             encoder.batch(&part, buf).map_err(|e| e.to_string())?;
             left -= take as u64;
             if buf.len() >= CHUNK_BYTES && !flush(buf) {
-                return Ok(());
+                return Ok(false);
             }
             if left == 0 {
                 break;
@@ -172,5 +178,6 @@ fn encode_page(
             },
             buf,
         )
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.to_string())?;
+    Ok(true)
 }

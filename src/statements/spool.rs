@@ -39,6 +39,12 @@ impl Spool {
             std::fs::remove_dir_all(&dir)?;
         }
         std::fs::create_dir_all(&dir)?;
+        // Results are every token's: readable by the gateway's user only.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        }
         Ok(Arc::new(Spool {
             dir,
             limit,
@@ -106,6 +112,10 @@ impl<W: Write> Write for Counting<W> {
 struct Writing {
     writer: FileWriter<Counting<BufWriter<File>>>,
     schema: SchemaRef,
+    /// The schema holds dictionaries (ENUM): batches are written as DuckDB
+    /// hands them out, each with the same full dictionary, because joining
+    /// them would change the dictionary, which the IPC file format forbids.
+    dictionaries: bool,
     layout: ResultLayout,
     pending: Vec<RecordBatch>,
     pending_rows: usize,
@@ -201,6 +211,23 @@ impl Drop for SpoolWriter {
     }
 }
 
+/// Whether `dt` is or holds a dictionary.
+fn has_dictionary(dt: &arrow::datatypes::DataType) -> bool {
+    use arrow::datatypes::DataType as D;
+    match dt {
+        D::Dictionary(_, _) => true,
+        D::List(f)
+        | D::LargeList(f)
+        | D::FixedSizeList(f, _)
+        | D::ListView(f)
+        | D::LargeListView(f)
+        | D::Map(f, _) => has_dictionary(f.data_type()),
+        D::Struct(fields) => fields.iter().any(|f| has_dictionary(f.data_type())),
+        D::Union(fields, _) => fields.iter().any(|(_, f)| has_dictionary(f.data_type())),
+        _ => false,
+    }
+}
+
 /// Whether `batch` holds an INTERVAL whose own value was nulled because
 /// Arrow cannot hold it (its JSON twin is not NULL): returns the column.
 fn arrow_refusal(layout: &ResultLayout, batch: &RecordBatch) -> Option<String> {
@@ -222,7 +249,14 @@ impl BatchSink for SpoolWriter {
     fn begin(&self, layout: &ResultLayout, schema: &SchemaRef) -> Result<(), SinkError> {
         let mut state = self.lock();
         self.abandon(state.take());
-        let file = File::create(&self.path).map_err(io)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let file = options.open(&self.path).map_err(io)?;
         let counting = Counting {
             inner: BufWriter::with_capacity(1 << 20, file),
             written: 0,
@@ -231,6 +265,10 @@ impl BatchSink for SpoolWriter {
         let mut w = Writing {
             writer,
             schema: schema.clone(),
+            dictionaries: schema
+                .fields()
+                .iter()
+                .any(|f| has_dictionary(f.data_type())),
             layout: layout.clone(),
             pending: Vec::new(),
             pending_rows: 0,
@@ -255,7 +293,10 @@ impl BatchSink for SpoolWriter {
         w.pending_rows += batch.num_rows();
         w.pending_bytes += batch.get_array_memory_size();
         w.pending.push(batch.clone());
-        if w.pending_rows >= TARGET_BATCH_ROWS || w.pending_bytes >= TARGET_BATCH_BYTES {
+        if w.dictionaries
+            || w.pending_rows >= TARGET_BATCH_ROWS
+            || w.pending_bytes >= TARGET_BATCH_BYTES
+        {
             let flushed = self.flush(w);
             if flushed.is_err() {
                 self.abandon(state.take());

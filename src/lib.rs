@@ -178,6 +178,7 @@ pub async fn run(
             engine.data_dir.join("spool"),
             s.spool_bytes,
             s.spool_statement_bytes,
+            s.spool_token_bytes,
         )
         .context("preparing the spool directory")?;
         statements::Statements::new(
@@ -185,6 +186,7 @@ pub async fn run(
             statements::Settings {
                 ttl: Duration::from_millis(s.statement_ttl_ms),
                 max_statements: s.max_statements as usize,
+                max_per_token: s.max_statements_per_token as usize,
                 max_timeout: config.max_statement_timeout(),
                 max_wait: Duration::from_millis(s.max_statement_wait_ms),
                 share: statements::Settings::share_of(config.pool_size(), s.statement_pool_share),

@@ -609,3 +609,58 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
         "only the probe's 503 is an acquire timeout: {health}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_take_the_places_or_the_spool_from_another() {
+    let g = builder()
+        .env("DUCKGATE_MAX_STATEMENTS_PER_TOKEN", 2)
+        .env("DUCKGATE_SPOOL_TOKEN_BYTES", "1MB")
+        .env("DUCKGATE_SPOOL_STATEMENT_BYTES", "1MB")
+        .env("DUCKGATE_SPOOL_BYTES", "3MB")
+        .spawn_app()
+        .await;
+    let rows = |n: u64| json!({"sql": format!("SELECT range FROM range({n})"), "wait_ms": 30_000});
+    for id in ["a", "b"] {
+        let r = submit(&g, ALICE, Some(id), rows(40_000)).await;
+        assert_eq!(r.status(), 200, "{id}");
+        r.bytes().await.unwrap();
+    }
+    // Alice's third place: refused, naming the per-token setting.
+    let r = submit(&g, ALICE, Some("c"), rows(10)).await;
+    let (status, _, body) = bytes_of(r).await;
+    let p: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 429, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("DUCKGATE_MAX_STATEMENTS_PER_TOKEN"),
+        "{p}"
+    );
+    // With one place back, alice's results would pass her byte quota...
+    assert_eq!(
+        call(&g, reqwest::Method::DELETE, "/statements/a", ALICE)
+            .await
+            .0,
+        200
+    );
+    let r = submit(&g, ALICE, Some("c"), rows(110_000)).await;
+    let (status, _, body) = bytes_of(r).await;
+    let p: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 507, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("DUCKGATE_SPOOL_TOKEN_BYTES"),
+        "{p}"
+    );
+    // ...while bob, with the same statement, has room of his own.
+    let r = submit(&g, BOB, Some("c"), rows(110_000)).await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    for id in ["x", "y"] {
+        let r = submit(&g, BOB, Some(id), rows(10)).await;
+        assert_eq!(r.status(), if id == "x" { 200 } else { 429 }, "{id}");
+    }
+}

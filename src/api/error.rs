@@ -67,7 +67,7 @@ pub enum ApiError {
     },
     /// As many async statements as allowed are kept.
     #[error("too many statements")]
-    TooManyStatements { limit: usize },
+    TooManyStatements { limit: usize, setting: &'static str },
     /// A statement's result expired.
     #[error("{0}")]
     Gone(String),
@@ -255,6 +255,7 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                 "spool-quota-exceeded",
                 "Spool quota exceeded",
                 match *scope {
+                    "token" => format!("the spooled results of this token's statements passed {limit} bytes (DUCKGATE_SPOOL_TOKEN_BYTES); this statement's spooled part was removed. Fetch and DELETE finished statements, or retry later"),
                     "statement" => format!("the statement's result passed the spool quota of one statement, {limit} bytes (DUCKGATE_SPOOL_STATEMENT_BYTES); its spooled part was removed. Narrow the query, or ask for fewer rows with max_rows"),
                     _ => format!("the spooled results of all statements passed {limit} bytes (DUCKGATE_SPOOL_BYTES); this statement's spooled part was removed. Fetch or DELETE finished statements, or retry later"),
                 },
@@ -406,12 +407,12 @@ impl ApiError {
                 ),
                 None,
             ),
-            ApiError::TooManyStatements { limit } => (
+            ApiError::TooManyStatements { limit, setting } => (
                 problem(
                     StatusCode::TOO_MANY_REQUESTS,
                     "too-many-statements",
                     "Too many statements",
-                    format!("the gateway keeps at most {limit} statements (DUCKGATE_MAX_STATEMENTS) and holds that many; DELETE finished ones or retry once some expire"),
+                    format!("at most {limit} statements are kept ({setting}) and that many are; DELETE finished ones or retry once some expire"),
                 ),
                 Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
             ),

@@ -296,7 +296,14 @@ async fn submit_inner(
                         "a statement with id {id} is kept; DELETE it or choose another id"
                     ),
                 },
-                AdmitError::TooMany(limit) => ApiError::TooManyStatements { limit },
+                AdmitError::TooMany(limit) => ApiError::TooManyStatements {
+                    limit,
+                    setting: "DUCKGATE_MAX_STATEMENTS",
+                },
+                AdmitError::TooManyForToken(limit) => ApiError::TooManyStatements {
+                    limit,
+                    setting: "DUCKGATE_MAX_STATEMENTS_PER_TOKEN",
+                },
             };
             // Its audit line says why it never ran.
             let (status, kind, error_class) = e.summary();
@@ -310,7 +317,7 @@ async fn submit_inner(
             return Err(e);
         }
     };
-    let writer = state.statements.writer();
+    let writer = state.statements.writer(auth.name.clone());
     let job = QueryJob {
         sql,
         params,

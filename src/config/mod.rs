@@ -103,6 +103,16 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_SPOOL_BYTES", default_value = "10GB", value_parser = parse_byte_count)]
     pub spool_bytes: u64,
 
+    /// Statements one token may keep at once, so no token takes every
+    /// place.
+    #[arg(long, env = "DUCKGATE_MAX_STATEMENTS_PER_TOKEN", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_statements_per_token: u64,
+
+    /// Bytes the spooled results of one token's statements may take
+    /// together, so no token fills the spool for the others.
+    #[arg(long, env = "DUCKGATE_SPOOL_TOKEN_BYTES", default_value = "4GB", value_parser = parse_byte_count)]
+    pub spool_token_bytes: u64,
+
     /// Bytes one statement's spooled result may take.
     #[arg(long, env = "DUCKGATE_SPOOL_STATEMENT_BYTES", default_value = "2GB", value_parser = parse_byte_count)]
     pub spool_statement_bytes: u64,

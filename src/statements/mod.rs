@@ -30,6 +30,8 @@ pub struct Settings {
     pub ttl: Duration,
     /// Statements kept at once.
     pub max_statements: usize,
+    /// Statements one token may keep at once (expired ones not counted).
+    pub max_per_token: usize,
     /// Largest time limit of a statement.
     pub max_timeout: Duration,
     /// Longest wait a submission may ask for.
@@ -144,6 +146,8 @@ pub enum AdmitError {
     Taken(String),
     /// As many statements as allowed are kept.
     TooMany(usize),
+    /// Its token keeps as many statements as one token may.
+    TooManyForToken(usize),
 }
 
 /// What a statement needs to run, from the gateway.
@@ -218,6 +222,13 @@ impl Statements {
         if map.contains_key(&key) {
             return Err(AdmitError::Taken(running.id.clone()));
         }
+        let mine = map
+            .iter()
+            .filter(|((o, _), s)| *o == running.owner && s.lock().state != State::Expired)
+            .count();
+        if mine >= self.settings.max_per_token {
+            return Err(AdmitError::TooManyForToken(self.settings.max_per_token));
+        }
         if map.len() >= self.settings.max_statements {
             let mut expired: Vec<(Instant, Key)> = map
                 .iter()
@@ -254,11 +265,11 @@ impl Statements {
     }
 
     /// A writer for a new statement's spool file.
-    pub fn writer(&self) -> Arc<SpoolWriter> {
+    pub fn writer(&self, owner: Arc<str>) -> Arc<SpoolWriter> {
         let n = self
             .files
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Arc::new(self.spool.writer(&format!("{n}.arrow")))
+        Arc::new(self.spool.writer(owner, &format!("{n}.arrow")))
     }
 
     /// Runs `statement` in the background: `job` (whose sink is `writer`)

@@ -7,7 +7,6 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
@@ -22,19 +21,31 @@ use crate::engine::sink::{BatchSink, ResultLayout, SinkError};
 const TARGET_BATCH_ROWS: usize = 64 * 1024;
 const TARGET_BATCH_BYTES: usize = 16 << 20;
 
-/// The spool directory and the bytes all its files take.
+/// The spool directory and the bytes its files take, in all and per token.
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
     limit: u64,
     per_statement: u64,
-    used: AtomicU64,
+    per_token: u64,
+    used: Mutex<Usage>,
+}
+
+#[derive(Debug, Default)]
+struct Usage {
+    total: u64,
+    by_token: std::collections::HashMap<Arc<str>, u64>,
 }
 
 impl Spool {
     /// Empties (or creates) `dir`: results of an earlier process are gone
     /// with the statements that made them.
-    pub fn open(dir: PathBuf, limit: u64, per_statement: u64) -> std::io::Result<Arc<Self>> {
+    pub fn open(
+        dir: PathBuf,
+        limit: u64,
+        per_statement: u64,
+        per_token: u64,
+    ) -> std::io::Result<Arc<Self>> {
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
@@ -49,40 +60,62 @@ impl Spool {
             dir,
             limit,
             per_statement,
-            used: AtomicU64::new(0),
+            per_token,
+            used: Mutex::new(Usage::default()),
         }))
+    }
+
+    fn usage(&self) -> std::sync::MutexGuard<'_, Usage> {
+        self.used.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Bytes the spool's files take now.
     pub fn used(&self) -> u64 {
-        self.used.load(Ordering::SeqCst)
+        self.usage().total
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    fn reserve(&self, bytes: u64) -> Result<(), SinkError> {
-        let before = self.used.fetch_add(bytes, Ordering::SeqCst);
-        if before + bytes > self.limit {
-            self.used.fetch_sub(bytes, Ordering::SeqCst);
+    /// Charges `bytes` to the spool and to `owner`, within both quotas.
+    fn reserve(&self, owner: &Arc<str>, bytes: u64) -> Result<(), SinkError> {
+        let mut u = self.usage();
+        let mine = u.by_token.get(owner).copied().unwrap_or(0);
+        if mine + bytes > self.per_token {
+            return Err(SinkError::Full {
+                limit: self.per_token,
+                scope: "token",
+            });
+        }
+        if u.total + bytes > self.limit {
             return Err(SinkError::Full {
                 limit: self.limit,
                 scope: "spool",
             });
         }
-        metrics::gauge!("duckgate_spool_bytes").set((before + bytes) as f64);
+        u.total += bytes;
+        u.by_token.insert(owner.clone(), mine + bytes);
+        metrics::gauge!("duckgate_spool_bytes").set(u.total as f64);
         Ok(())
     }
 
-    fn release(&self, bytes: u64) {
-        let after = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
-        metrics::gauge!("duckgate_spool_bytes").set(after as f64);
+    fn release(&self, owner: &Arc<str>, bytes: u64) {
+        let mut u = self.usage();
+        u.total = u.total.saturating_sub(bytes);
+        if let Some(mine) = u.by_token.get_mut(owner) {
+            *mine = mine.saturating_sub(bytes);
+            if *mine == 0 {
+                u.by_token.remove(owner);
+            }
+        }
+        metrics::gauge!("duckgate_spool_bytes").set(u.total as f64);
     }
 
-    /// A writer for one statement's result, at `<dir>/<n>.arrow`.
-    pub fn writer(self: &Arc<Self>, file_name: &str) -> SpoolWriter {
+    /// A writer for one statement of `owner`, at `<dir>/<n>.arrow`.
+    pub fn writer(self: &Arc<Self>, owner: Arc<str>, file_name: &str) -> SpoolWriter {
         SpoolWriter {
+            owner,
             spool: self.clone(),
             path: self.dir.join(file_name),
             state: Mutex::new(None),
@@ -131,6 +164,8 @@ struct Writing {
 /// Writes one statement's result (the engine's [`BatchSink`]).
 #[derive(Debug)]
 pub struct SpoolWriter {
+    /// The token name the bytes are charged to.
+    owner: Arc<str>,
     spool: Arc<Spool>,
     path: PathBuf,
     state: Mutex<Option<Writing>>,
@@ -163,7 +198,7 @@ impl SpoolWriter {
     fn abandon(&self, writing: Option<Writing>) {
         if let Some(w) = writing {
             drop(w.writer);
-            self.spool.release(w.reserved);
+            self.spool.release(&self.owner, w.reserved);
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -197,7 +232,7 @@ impl SpoolWriter {
             });
         }
         if written > w.reserved {
-            self.spool.reserve(written - w.reserved)?;
+            self.spool.reserve(&self.owner, written - w.reserved)?;
             w.reserved = written;
         }
         Ok(())
@@ -323,6 +358,7 @@ impl BatchSink for SpoolWriter {
         let bytes = w.reserved;
         let result = SpoolResult {
             spool: self.spool.clone(),
+            owner: self.owner.clone(),
             path: self.path.clone(),
             layout: w.layout.clone(),
             schema: w.schema.clone(),
@@ -343,6 +379,7 @@ impl BatchSink for SpoolWriter {
 #[derive(Debug)]
 pub struct SpoolResult {
     spool: Arc<Spool>,
+    owner: Arc<str>,
     pub path: PathBuf,
     pub layout: ResultLayout,
     /// The file's schema: the result's own columns, then twins.
@@ -362,6 +399,6 @@ pub struct SpoolResult {
 impl Drop for SpoolResult {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-        self.spool.release(self.bytes);
+        self.spool.release(&self.owner, self.bytes);
     }
 }

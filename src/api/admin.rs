@@ -98,13 +98,7 @@ pub async fn rotate(
     _auth: AdminAuth,
     params: Result<Query<RotateParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SecretsReport>, ApiError> {
-    let Query(params) = params.map_err(|e| {
-        ApiError::bad_request(
-            "invalid-query-string",
-            "Invalid query string",
-            e.body_text(),
-        )
-    })?;
+    let params = crate::api::query::query_options(params)?;
     let results = state
         .rotator
         .rotate_now(params.name.as_deref())

@@ -64,6 +64,19 @@ pub struct AppState {
     pub statements: Arc<crate::statements::Statements>,
 }
 
+/// `routes` with at most `limit` requests at once; more are shed at once
+/// with 503 `overloaded` (each group of routes has its own limit).
+fn shed_beyond(routes: Router<AppState>, limit: usize) -> Router<AppState> {
+    routes.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                ApiError::Overloaded
+            }))
+            .load_shed()
+            .concurrency_limit(limit),
+    )
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let limits = &state.config.limits;
@@ -74,34 +87,18 @@ pub fn router(state: AppState) -> Router {
     );
     // Submissions wait up to `wait_ms` inside the handler: a limit of
     // their own, so waiting submissions never take `/query`'s slots.
-    let submit_routes = Router::new()
-        .route("/statements", post(statements::submit))
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                    ApiError::Overloaded
-                }))
-                .load_shed()
-                .concurrency_limit(limits.max_concurrent_requests as usize),
-        )
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::GATEWAY_TIMEOUT,
-            query_backstop + Duration::from_millis(state.config.statements.max_statement_wait_ms),
-        ));
-    let query_routes = Router::new()
-        .route("/query", post(query::query))
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                    ApiError::Overloaded
-                }))
-                .load_shed()
-                .concurrency_limit(limits.max_concurrent_requests as usize),
-        )
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::GATEWAY_TIMEOUT,
-            query_backstop,
-        ));
+    let shed = limits.max_concurrent_requests as usize;
+    let submit_routes = shed_beyond(
+        Router::new().route("/statements", post(statements::submit)),
+        shed,
+    )
+    .layer(TimeoutLayer::with_status_code(
+        axum::http::StatusCode::GATEWAY_TIMEOUT,
+        query_backstop + Duration::from_millis(state.config.statements.max_statement_wait_ms),
+    ));
+    let query_routes = shed_beyond(Router::new().route("/query", post(query::query)), shed).layer(
+        TimeoutLayer::with_status_code(axum::http::StatusCode::GATEWAY_TIMEOUT, query_backstop),
+    );
     // Listing and cancelling: cheap, never queued behind queries.
     let queries_routes = Router::new()
         .route("/queries", get(queries::list))
@@ -112,16 +109,10 @@ pub fn router(state: AppState) -> Router {
             get(statements::show).delete(statements::discard),
         );
     // Result pages stream from the spool: bounded like queries.
-    let page_routes = Router::new()
-        .route("/statements/{id}/result", get(statements::result))
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                    ApiError::Overloaded
-                }))
-                .load_shed()
-                .concurrency_limit(limits.max_concurrent_requests as usize),
-        );
+    let page_routes = shed_beyond(
+        Router::new().route("/statements/{id}/result", get(statements::result)),
+        shed,
+    );
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))

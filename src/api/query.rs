@@ -178,17 +178,9 @@ pub async fn query(
 ) -> Response {
     // The client's id, else a generated one: in the answer's header, every
     // problem, the request's log lines and the audit line.
-    let id = match headers.get(QUERY_ID_HEADER).map(|v| v.to_str()) {
-        None => uuid::Uuid::new_v4().to_string(),
-        Some(Ok(v)) if valid_id(v) => v.to_string(),
-        Some(_) => {
-            return ApiError::bad_request(
-                "invalid-query-id",
-                "Invalid query id",
-                IdError::Invalid.to_string(),
-            )
-            .into_response()
-        }
+    let id = match query_id(&headers) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
     let span = tracing::info_span!("query", query_id = %id, token = %auth.name);
     let mut registration = None;
@@ -338,6 +330,29 @@ pub(crate) struct RequestParts {
     pub wait_ms: Option<u64>,
 }
 
+/// The request's query id: the client's `duckgate-query-id` (validated),
+/// else a generated one.
+pub(crate) fn query_id(headers: &HeaderMap) -> Result<String, ApiError> {
+    match headers.get(QUERY_ID_HEADER).map(|v| v.to_str()) {
+        None => Ok(uuid::Uuid::new_v4().to_string()),
+        Some(Ok(v)) if valid_id(v) => Ok(v.to_string()),
+        Some(_) => Err(id_error(IdError::Invalid)),
+    }
+}
+
+/// Query-string options, or the problem that says why they do not parse.
+pub(crate) fn query_options<T>(
+    parsed: Result<Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    parsed.map(|Query(t)| t).map_err(|e| {
+        ApiError::bad_request(
+            "invalid-query-string",
+            "Invalid query string",
+            e.body_text(),
+        )
+    })
+}
+
 /// The registry's refusal of an id, as a problem.
 pub(crate) fn id_error(e: IdError) -> ApiError {
     match e {
@@ -360,13 +375,7 @@ pub(crate) async fn read_request(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<RequestParts, ApiError> {
-    let Query(options) = options.map_err(|e| {
-        ApiError::bad_request(
-            "invalid-query-string",
-            "Invalid query string",
-            e.body_text(),
-        )
-    })?;
+    let options = query_options(options)?;
     // Every option given is checked, even where the body overrides it.
     for (name, value) in [
         ("timeout_ms", options.timeout_ms),

@@ -25,7 +25,6 @@ use crate::api::query::{
 };
 use crate::api::AppState;
 use crate::encode::{Column, Format};
-use crate::engine::queries::{valid_id, IdError};
 use crate::engine::{QueryError, QueryJob};
 use crate::statements::pages::{self, Page};
 use crate::statements::{AdmitError, Runner, State as StatementState, Statement};
@@ -236,10 +235,9 @@ pub async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = match headers.get(QUERY_ID_HEADER).map(|v| v.to_str()) {
-        None => uuid::Uuid::new_v4().to_string(),
-        Some(Ok(v)) if valid_id(v) => v.to_string(),
-        Some(_) => return id_error(IdError::Invalid).into_response(),
+    let id = match crate::api::query::query_id(&headers) {
+        Ok(id) => id,
+        Err(e) => return e.into_response(),
     };
     let started = Instant::now();
     match submit_inner(&state, &auth, &id, started, options, headers, body).await {
@@ -401,7 +399,7 @@ fn page_response(
             return Err(ApiError::bad_request(
                 "sql-error",
                 "SQL error",
-                format!("column {column}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"),
+                crate::engine::sink::arrow_interval_refusal(column),
             ));
         }
     }
@@ -563,13 +561,7 @@ pub async fn result(
     options: Result<Query<PageOptions>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let Query(options) = options.map_err(|e| {
-        ApiError::bad_request(
-            "invalid-query-string",
-            "Invalid query string",
-            e.body_text(),
-        )
-    })?;
+    let options = crate::api::query::query_options(options)?;
     let s = visible(&state, &caller, &id)?;
     let format = crate::api::query::choose_format(options.format.as_deref(), &headers)?;
     let offset = match options.offset {

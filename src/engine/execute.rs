@@ -1001,18 +1001,12 @@ fn spool_statement(
                     limit: job.max_value_bytes,
                 });
             }
-            let room = job.max_rows.saturating_sub(rows);
-            if room == 0 {
+            let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
                 truncated = true;
                 break;
-            }
-            let take = (batch.num_rows() as u64).min(room) as usize;
-            let part = if take < batch.num_rows() {
-                truncated = true;
-                batch.slice(0, take)
-            } else {
-                batch
             };
+            truncated = cut;
+            let take = part.num_rows();
             sink.batch(&part)?;
             rows += take as u64;
             if let Some(t) = &job.tracker {
@@ -1177,18 +1171,12 @@ fn stream_statement(
             end_with_error(&encoder, &mut buf, &err, tx, job);
             return Err(err);
         }
-        let room = job.max_rows.saturating_sub(rows);
-        if room == 0 {
+        let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
             truncated = true;
             break;
-        }
-        let take = (batch.num_rows() as u64).min(room) as usize;
-        let part = if take < batch.num_rows() {
-            truncated = true;
-            batch.slice(0, take)
-        } else {
-            batch
         };
+        truncated = cut;
+        let take = part.num_rows();
         let before = buf.len();
         rows += take as u64;
         if let Some(t) = &job.tracker {
@@ -1341,11 +1329,7 @@ fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
     wrap_columns(accepted, false, |i, t| {
         (t == "INTERVAL").then(|| {
             let c = format!("#{}", i + 1);
-            let message = format!(
-                "column {}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR",
-                names[i]
-            )
-            .replace('\'', "''");
+            let message = sink::arrow_interval_refusal(&names[i]).replace('\'', "''");
             format!(
                 "CASE WHEN {} THEN {c} ELSE error('{message}') END",
                 sink::interval_fits_arrow(&c)
@@ -1362,6 +1346,21 @@ impl Drop for BumpOnDrop {
     fn drop(&mut self) {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
+}
+
+/// The part of `batch` that fits the row limit after `rows` rows, and
+/// whether it was cut; `None` when no row fits.
+fn within_row_limit(batch: RecordBatch, rows: u64, max_rows: u64) -> Option<(RecordBatch, bool)> {
+    let room = max_rows.saturating_sub(rows);
+    if room == 0 {
+        return None;
+    }
+    let take = (batch.num_rows() as u64).min(room) as usize;
+    Some(if take < batch.num_rows() {
+        (batch.slice(0, take), true)
+    } else {
+        (batch, false)
+    })
 }
 
 /// The size of the first value in `batch` larger than `limit` bytes, looking

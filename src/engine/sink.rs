@@ -97,6 +97,14 @@ pub fn interval_fits_arrow(c: &str) -> String {
     )
 }
 
+/// Why an Arrow answer with an INTERVAL beyond Arrow's range is refused
+/// (by `/query` and by statement pages alike).
+pub fn arrow_interval_refusal(column: &str) -> String {
+    format!(
+        "column {column}: an INTERVAL beyond Arrow's nanosecond range (about 292 years of hours) cannot be sent as Arrow; ask for JSON, NDJSON or CSV, or CAST it to VARCHAR"
+    )
+}
+
 /// The statement wrapped for the spool, and its layout: the result's own
 /// columns, then JSON twins, then CSV twins. `None` when there is no
 /// statement text or result shape to wrap.

@@ -2,12 +2,18 @@
 //! publishes (`DEP_DUCKDB_INCLUDE`): the guard's parse shim
 //! (`src/engine/guard/describe.cpp`), so the statement guard reads SQL with
 //! DuckDB's own C++ parser, and the progress shim (`src/engine/progress.cpp`),
-//! which reads a running query's progress from its connection's context.
+//! which reads a running query's progress from its connection's context, and
+//! the pipe shim (`src/engine/pipe.cpp`), a file system through which
+//! DuckDB's own CSV writer streams a CSV answer.
 
 use std::path::PathBuf;
 
 fn main() {
-    const SHIMS: [&str; 2] = ["src/engine/guard/describe.cpp", "src/engine/progress.cpp"];
+    const SHIMS: [&str; 3] = [
+        "src/engine/guard/describe.cpp",
+        "src/engine/progress.cpp",
+        "src/engine/pipe.cpp",
+    ];
     for shim in SHIMS {
         println!("cargo:rerun-if-changed={shim}");
     }

@@ -41,6 +41,11 @@ const QUERIES: &[&str] = &[
 
 /// DuckDB's own CSV for every query, from the test venv's Python duckdb.
 fn reference() -> BTreeMap<String, Result<String, String>> {
+    copy_reference(QUERIES)
+}
+
+/// DuckDB's own CSV (`COPY ... (FORMAT csv, HEADER)`) for each of `queries`.
+fn copy_reference(queries: &[&str]) -> BTreeMap<String, Result<String, String>> {
     let script = r#"
 import json, os, sys, tempfile, duckdb
 queries = json.load(sys.stdin)
@@ -64,7 +69,7 @@ json.dump(out, sys.stdout)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python");
-    serde_json::to_writer(child.stdin.take().unwrap(), &QUERIES).unwrap();
+    serde_json::to_writer(child.stdin.take().unwrap(), &queries).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -132,6 +137,51 @@ async fn csv_is_byte_for_byte_what_duckdb_copy_writes() {
         "{} differ:\n{}",
         wrong.len(),
         wrong.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csv_limits_cut_duckdb_copy_after_a_whole_row() {
+    // Values with newlines, quotes and commas: a cut must fall after a
+    // row's end, never inside a quoted value.
+    let q = "SELECT i, 'line ' || i || chr(10) || 'has \"quotes\", commas' AS s FROM range(5000) t(i) ORDER BY i";
+    let limited = format!("SELECT * FROM ({q}) LIMIT 37");
+    let reference = copy_reference(&[q, &limited]);
+    let full = reference[q].clone().unwrap();
+    // The row limit: exactly DuckDB's COPY of the first 37 rows.
+    let g = Gateway::builder().spawn_app().await;
+    let r = g
+        .query(json!({"sql": q, "format": "csv", "max_rows": 37}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.text().await.unwrap(),
+        reference[&limited].clone().unwrap()
+    );
+    // The byte limit: a prefix of DuckDB's COPY, past the limit, ending
+    // where the next row begins.
+    let g = Gateway::builder()
+        .env("DUCKGATE_MAX_RESULT_BYTES", 100_000)
+        .spawn_app()
+        .await;
+    let r = g
+        .query(json!({"sql": q, "format": "csv", "max_rows": 5000}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let got = r.text().await.unwrap();
+    assert!(
+        got.len() >= 100_000 && got.len() < full.len(),
+        "{} bytes of {}",
+        got.len(),
+        full.len()
+    );
+    assert!(full.starts_with(&got), "not a prefix of DuckDB's COPY");
+    // Each row holds one newline inside its quotes and ends with another.
+    let rows = (got.matches('\n').count() - 1) / 2;
+    assert!(
+        full[got.len()..].starts_with(&format!("{rows},\"line {rows}\n")),
+        "cut inside a row: {:?}",
+        &full[got.len()..got.len() + 40]
     );
 }
 

@@ -681,3 +681,27 @@ async fn the_readable_directory_never_overlaps_the_private_ones() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_value_past_the_value_limit_is_422_in_every_format() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_MAX_VALUE_BYTES", 100_000)
+        .spawn_app()
+        .await;
+    for format in ["json", "ndjson", "csv", "arrow"] {
+        let r = g
+            .query(json!({"sql": "SELECT 1 AS i, repeat('x', 200000) AS big", "format": format}))
+            .await;
+        assert_eq!(r.status(), 422, "{format}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["type"].as_str().unwrap().ends_with("value-too-large"),
+            "{format}: {v}"
+        );
+        // Under the limit it is sent.
+        let r = g
+            .query(json!({"sql": "SELECT 1 AS i, repeat('x', 50000) AS big", "format": format}))
+            .await;
+        assert_eq!(r.status(), 200, "{format}");
+    }
+}

@@ -110,6 +110,9 @@ fn attacks(cap: u16, data_dir: &str) -> Vec<String> {
         format!("{data_dir}/files/../secrets/x"),
         "~/.aws/credentials".into(),
         "small.csv".into(),
+        // The file system CSV answers are written through.
+        "duckgate-pipe://csv".into(),
+        "duckgate-pipe://x".into(),
     ] {
         out.push(format!("SELECT * FROM read_csv('{path}')"));
         out.push(format!("SELECT * FROM '{path}'"));
@@ -190,6 +193,7 @@ fn attacks(cap: u16, data_dir: &str) -> Vec<String> {
         "BEGIN",
         "CHECKPOINT",
         "COPY (SELECT 1) TO '/tmp/duckgate-security-copy.csv'",
+        "COPY (SELECT 1) TO 'duckgate-pipe://csv' (FORMAT csv, HEADER)",
         "EXPORT DATABASE '/tmp/duckgate-security-export'",
         "CREATE SECRET evil (TYPE s3, KEY_ID 'AKIAEVIL', SECRET 'evil', SCOPE 's3://duckgate-test/data/')",
         "CREATE OR REPLACE PERSISTENT SECRET duckgate_s3 (TYPE s3, KEY_ID 'AKIAEVIL', SECRET 'evil')",

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard::{self, Refusal};
+use crate::engine::pipe;
 use crate::engine::pool::{AcquireError, Lease, Pooled, QueryPool};
 use crate::engine::sink::{self, BatchSink, ResultLayout, SinkError};
 
@@ -650,9 +651,9 @@ fn work(
     crate::engine::priority::lower_for_queries();
     let started = Instant::now();
     let sender = Sender {
-        tx: &tx,
-        control: &control,
-        runtime: &runtime,
+        tx,
+        control: control.clone(),
+        runtime,
         stall: job.stall_timeout,
     };
     let outcome = work_inner(&mut slot, &job, &sender, &control);
@@ -676,20 +677,21 @@ fn work(
     metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
         .record(started.elapsed().as_secs_f64());
     control.finish();
-    drop(tx);
+    drop(sender);
     lease.release(slot);
 }
 
 /// Sends encoded chunks to the HTTP body, waking on cancellation and
 /// cutting off a client that accepts nothing for the stall limit.
-struct Sender<'a> {
-    tx: &'a mpsc::Sender<Msg>,
-    control: &'a QueryControl,
-    runtime: &'a tokio::runtime::Handle,
+#[derive(Clone)]
+struct Sender {
+    tx: mpsc::Sender<Msg>,
+    control: Arc<QueryControl>,
+    runtime: tokio::runtime::Handle,
     stall: Duration,
 }
 
-impl Sender<'_> {
+impl Sender {
     /// Queues `msg`; false when the query was cancelled or the client
     /// stalled or left.
     fn send(&self, msg: Msg) -> bool {
@@ -751,7 +753,7 @@ fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
 fn work_inner(
     slot: &mut Pooled,
     job: &QueryJob,
-    tx: &Sender<'_>,
+    tx: &Sender,
     control: &QueryControl,
 ) -> Result<(), QueryError> {
     let fail = |e: QueryError| {
@@ -799,6 +801,30 @@ fn work_inner(
     }
     if let Some(sink) = &job.sink {
         return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
+    }
+    // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
+    // query DuckDB can COPY; the rest take the Arrow path below.
+    if job.format == Format::Csv {
+        let copy = accepted
+            .result
+            .as_ref()
+            .and_then(|r| r.sql.as_deref())
+            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
+            .and_then(pipe::copy_sql);
+        let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+        if let Some(copy) = copy {
+            match slot.conn.prepare_cached(&copy) {
+                Ok(mut stmt) => {
+                    return copy_csv(&mut stmt, token, connection_id, &accepted, job, tx, control)
+                }
+                Err(e) => {
+                    if let Some(err) = cancel_error(control, job) {
+                        return fail(err);
+                    }
+                    tracing::warn!(error = %e, "the CSV COPY did not prepare; using Arrow values");
+                }
+            }
+        }
     }
     // Prepared statements are cached per connection (DuckDB rebinds them
     // when the catalog changes); one whose result was not read to the end is
@@ -868,12 +894,8 @@ fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> boo
     }
 }
 
-/// Binds the parameters and executes, ready to step through Arrow batches.
-fn execute_arrow(
-    stmt: &mut duckdb::Statement<'_>,
-    job: &QueryJob,
-    control: &QueryControl,
-) -> Result<(), QueryError> {
+/// The job's parameters as DuckDB values, once their count is right.
+fn param_values(stmt: &duckdb::Statement<'_>, job: &QueryJob) -> Result<Vec<Value>, QueryError> {
     let expected = stmt.parameter_count();
     if expected != job.params.len() {
         return Err(QueryError::ParamCount {
@@ -881,22 +903,206 @@ fn execute_arrow(
             got: job.params.len(),
         });
     }
-    let values: Vec<Value> = job.params.iter().map(Param::to_value).collect();
+    Ok(job.params.iter().map(Param::to_value).collect())
+}
+
+/// Why binding `values` or executing failed: the cancellation, if there was
+/// one, else the parameter or DuckDB's error.
+fn execution_error(
+    e: &duckdb::Error,
+    values: &[Value],
+    control: &QueryControl,
+    job: &QueryJob,
+) -> QueryError {
+    cancel_error(control, job).unwrap_or_else(|| match e {
+        duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
+            // The first value that does not convert (1-based, as `$n`).
+            index: values
+                .iter()
+                .position(|v| duckdb::ToSql::to_sql(v).is_err())
+                .map_or(1, |i| i + 1),
+            message: inner.to_string(),
+        },
+        _ => sql_error(e),
+    })
+}
+
+/// Binds the parameters and executes, ready to step through Arrow batches.
+fn execute_arrow(
+    stmt: &mut duckdb::Statement<'_>,
+    job: &QueryJob,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let values = param_values(stmt, job)?;
     stmt.stream_arrow(duckdb::params_from_iter(values.iter()))
         .map(|_| ())
-        .map_err(|e| {
-            cancel_error(control, job).unwrap_or_else(|| match &e {
-                duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
-                    // The first value that does not convert (1-based, as `$n`).
-                    index: values
-                        .iter()
-                        .position(|v| duckdb::ToSql::to_sql(v).is_err())
-                        .map_or(1, |i| i + 1),
-                    message: inner.to_string(),
-                },
-                _ => sql_error(&e),
-            })
-        })
+        .map_err(|e| execution_error(&e, &values, control, job))
+}
+
+/// A CSV answer in the making: what DuckDB's COPY writes, cut at the row
+/// and byte limits (after the row that passes them), sent in chunks.
+struct CsvPipe {
+    tx: Sender,
+    kind: String,
+    max_rows: u64,
+    max_bytes: u64,
+    max_value_bytes: u64,
+    tracker: Option<Arc<crate::engine::queries::Running>>,
+    state: Mutex<CsvState>,
+}
+
+#[derive(Default)]
+struct CsvState {
+    buf: Vec<u8>,
+    bytes: u64,
+    rows: pipe::RowEnds,
+    /// The body began (its first chunk was queued).
+    started: bool,
+    /// Stopped at a limit: DuckDB's failure to write more is the end.
+    cut: bool,
+    /// No more bytes are taken (cut, cancelled, or the client left).
+    closed: bool,
+    /// Why the pipe stopped DuckDB, when it was not a limit or the client.
+    failed: Option<QueryError>,
+}
+
+impl CsvPipe {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CsvState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues what is buffered; the first chunk starts the body.
+    fn flush(&self, st: &mut CsvState) -> bool {
+        let chunk = Bytes::from(std::mem::take(&mut st.buf));
+        let msg = if st.started {
+            Msg::Data(chunk)
+        } else {
+            st.started = true;
+            if let Some(t) = &self.tracker {
+                t.advance(crate::engine::queries::QueryState::Streaming);
+            }
+            Msg::Start {
+                kind: self.kind.clone(),
+                first: chunk,
+            }
+        };
+        self.tx.send(msg)
+    }
+}
+
+impl pipe::Output for CsvPipe {
+    fn write(&self, data: &[u8]) -> bool {
+        let mut st = self.lock();
+        if st.closed {
+            return false;
+        }
+        let (before, max_rows, max_bytes) = (st.bytes, self.max_rows, self.max_bytes);
+        // The header's end is the first row end.
+        let cut = st.rows.feed(data, |ends, at| {
+            ends > max_rows || before + at as u64 >= max_bytes
+        });
+        // One huge row would be held whole: refuse it before buffering,
+        // like a huge value in the other formats.
+        if st.rows.open_row > self.max_value_bytes {
+            st.failed = Some(QueryError::ValueTooLarge {
+                size: st.rows.open_row,
+                limit: self.max_value_bytes,
+            });
+            st.closed = true;
+            return false;
+        }
+        let take = cut.unwrap_or(data.len());
+        st.buf.extend_from_slice(&data[..take]);
+        st.bytes += take as u64;
+        if let Some(t) = &self.tracker {
+            let rows = st.rows.ends.saturating_sub(1);
+            t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+        }
+        if cut.is_some() {
+            st.cut = true;
+            st.closed = true;
+            return false;
+        }
+        // The first row goes out at once (time to first byte); later ones
+        // in chunks of CHUNK_BYTES.
+        let first_row = !st.started && st.rows.ends >= 2;
+        if (first_row || st.buf.len() >= CHUNK_BYTES) && !self.flush(&mut st) {
+            st.closed = true;
+            return false;
+        }
+        true
+    }
+}
+
+/// Runs the CSV COPY of an accepted query with its output attached to the
+/// client's body.
+fn copy_csv(
+    stmt: &mut duckdb::Statement<'_>,
+    token: u64,
+    connection_id: u64,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let fail = |e: QueryError| {
+        tx.try_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    let values = match param_values(stmt, job) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let out = Arc::new(CsvPipe {
+        tx: tx.clone(),
+        kind: accepted.kind.clone(),
+        max_rows: job.max_rows,
+        max_bytes: job.max_bytes,
+        max_value_bytes: job.max_value_bytes,
+        tracker: job.tracker.clone(),
+        state: Mutex::new(CsvState::default()),
+    });
+    let attached = pipe::attach(token, connection_id, out.clone());
+    let result = stmt.execute(duckdb::params_from_iter(values.iter()));
+    drop(attached);
+    let mut st = out.lock();
+    st.closed = true;
+    if let Err(e) = result
+        .map(|_| ())
+        .or_else(|e| if st.cut { Ok(()) } else { Err(e) })
+    {
+        let err = match st.failed.take() {
+            Some(err) => err,
+            None => execution_error(&e, &values, control, job),
+        };
+        if !st.started {
+            return fail(err);
+        }
+        record_failure(job.tracker.as_deref(), &err);
+        let mut last = Vec::new();
+        if !st.buf.is_empty() {
+            last.push(Msg::Data(Bytes::from(std::mem::take(&mut st.buf))));
+        }
+        last.push(Msg::Abort(err.to_string()));
+        tx.end(&err, last);
+        return Err(err);
+    }
+    if let Some(err) = cancel_error(control, job) {
+        // Cancelled as it finished: what was cut short is not an answer.
+        if !st.started {
+            return fail(err);
+        }
+        record_failure(job.tracker.as_deref(), &err);
+        tx.end(&err, vec![Msg::Abort(err.to_string())]);
+        return Err(err);
+    }
+    if !out.flush(&mut st) {
+        return Err(QueryError::Cancelled);
+    }
+    control
+        .complete
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
 }
 
 /// DuckDB's own type names of an executed statement's columns, where the
@@ -937,7 +1143,7 @@ fn spool_statement(
     slot: &mut Pooled,
     accepted: &guard::Accepted,
     job: &QueryJob,
-    tx: &Sender<'_>,
+    tx: &Sender,
     control: &QueryControl,
     sink: &dyn BatchSink,
     epoch: u64,
@@ -1050,7 +1256,7 @@ fn stream_statement(
     accepted: &guard::Accepted,
     csv_names: Option<Vec<String>>,
     job: &QueryJob,
-    tx: &Sender<'_>,
+    tx: &Sender,
     control: &QueryControl,
 ) -> Result<bool, QueryError> {
     let fail = |e: QueryError| {
@@ -1403,7 +1609,7 @@ fn end_with_error(
     encoder: &ResultEncoder,
     buf: &mut Vec<u8>,
     err: &QueryError,
-    tx: &Sender<'_>,
+    tx: &Sender,
     job: &QueryJob,
 ) {
     record_failure(job.tracker.as_deref(), err);

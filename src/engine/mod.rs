@@ -6,6 +6,7 @@ pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
+pub mod pipe;
 pub mod pool;
 pub mod priority;
 pub mod progress;
@@ -152,6 +153,13 @@ impl Engine {
         // niceness; the threads that run client statements lower theirs too.
         priority::set_query_nice(config.engine.query_nice);
         let db = Arc::new(ffi::RawDatabase::open(config.database_path(), &options)?);
+        // CSV answers are DuckDB's own COPY, written through this file system.
+        if !pipe::register(&db) {
+            return Err(EngineError::Setup {
+                step: "CSV pipe",
+                message: "DuckDB refused the pipe file system".into(),
+            });
+        }
 
         let control = db.connect().map_err(|e| EngineError::Setup {
             step: "control connection",
@@ -298,6 +306,10 @@ impl Engine {
             .collect::<Vec<_>>()
             .join(", ");
         for (step, sql) in [
+            (
+                "allowed_paths",
+                format!("SET allowed_paths = [{}]", sql_string(pipe::TARGET)),
+            ),
             (
                 "allowed_directories",
                 format!("SET allowed_directories = [{list}]"),

@@ -44,6 +44,8 @@ pub struct Slot {
     /// DuckDB's id of `conn` (`current_connection_id()`), by which the
     /// progress shim finds its context.
     pub connection_id: u64,
+    /// The database's token for the CSV pipe (see `pipe::attach`).
+    pub pipe_token: u64,
 }
 
 /// Why the pool could not open or hand out a connection.
@@ -96,6 +98,7 @@ impl managed::Manager for Manager {
             catalog_epoch: self.catalog_epoch.clone(),
             prepared_epoch: 0,
             connection_id,
+            pipe_token: crate::engine::pipe::token(&self.db),
         })
     }
 

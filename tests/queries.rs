@@ -31,29 +31,8 @@ fn gateway() -> Gateway {
         .start()
 }
 
-/// A `method` request to `path` with `token`: status and JSON body.
-async fn call(g: &Gateway, method: reqwest::Method, path: &str, token: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .request(method, g.url(path))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
-    call(g, reqwest::Method::GET, path, token).await
-}
-
-async fn delete(g: &Gateway, path: &str, token: &str) -> (u16, Value) {
-    call(g, reqwest::Method::DELETE, path, token).await
-}
-
 async fn listed_ids(g: &Gateway, token: &str) -> Vec<String> {
-    let (status, body) = get(g, "/queries", token).await;
+    let (status, body) = g.get("/queries", token).await;
     assert_eq!(status, 200, "{body}");
     body["queries"]
         .as_array()
@@ -88,7 +67,7 @@ async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request(
     // Listed, running, to alice and the admin; not to bob.
     let deadline = Instant::now() + Duration::from_secs(20);
     let info = loop {
-        let (status, body) = get(&g, "/queries/backfill-2026.11_30", ALICE).await;
+        let (status, body) = g.get("/queries/backfill-2026.11_30", ALICE).await;
         if status == 200 && body["state"] == "running" {
             break body;
         }
@@ -101,10 +80,10 @@ async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request(
     assert_eq!(listed_ids(&g, ALICE).await, ["backfill-2026.11_30"]);
     assert_eq!(listed_ids(&g, ADMIN).await, ["backfill-2026.11_30"]);
     assert!(listed_ids(&g, BOB).await.is_empty());
-    let (status, _) = get(&g, "/queries/backfill-2026.11_30", BOB).await;
+    let (status, _) = g.get("/queries/backfill-2026.11_30", BOB).await;
     assert_eq!(status, 404, "bob must not see alice's query");
     // Bob can neither cancel it...
-    let (status, _) = delete(&g, "/queries/backfill-2026.11_30", BOB).await;
+    let (status, _) = g.delete("/queries/backfill-2026.11_30", BOB).await;
     assert_eq!(status, 404);
     assert!(!long.is_finished(), "bob's cancel stopped alice's query");
     // Ids are per token: bob's own query may use the same id (and learns
@@ -123,7 +102,7 @@ async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request(
     assert!(!long.is_finished());
     // Alice cancels it; her client hears why, and the one connection
     // serves the next query at once.
-    let (status, body) = delete(&g, "/queries/backfill-2026.11_30", ALICE).await;
+    let (status, body) = g.delete("/queries/backfill-2026.11_30", ALICE).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["ended"], true, "{body}");
     let freed = Instant::now();

@@ -24,22 +24,6 @@ fn builder() -> common::GatewayBuilder {
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
 }
 
-async fn call(g: &App, method: reqwest::Method, path: &str, token: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .request(method, g.url(path))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(g: &App, path: &str, token: &str) -> (u16, Value) {
-    call(g, reqwest::Method::GET, path, token).await
-}
-
 /// POST /statements: the response.
 async fn submit(g: &App, token: &str, id: Option<&str>, body: Value) -> reqwest::Response {
     let mut r = g.client.post(g.url("/statements")).bearer_auth(token);
@@ -53,7 +37,7 @@ async fn submit(g: &App, token: &str, id: Option<&str>, body: Value) -> reqwest:
 async fn finished(g: &App, token: &str, id: &str, within: Duration) -> Value {
     let deadline = Instant::now() + within;
     loop {
-        let (status, body) = get(g, &format!("/statements/{id}"), token).await;
+        let (status, body) = g.get(&format!("/statements/{id}"), token).await;
         assert_eq!(status, 200, "{body}");
         if body["state"] != "queued" && body["state"] != "running" {
             return body;
@@ -210,12 +194,14 @@ async fn a_finished_statement_answers_like_query_in_every_format() {
     .await;
     assert_eq!(r.status(), 400);
     assert_eq!(
-        get(&g, "/statements/big-interval/result?format=arrow", ALICE)
+        g.get("/statements/big-interval/result?format=arrow", ALICE)
             .await
             .0,
         400
     );
-    let (status, page) = get(&g, "/statements/big-interval/result?format=json", ALICE).await;
+    let (status, page) = g
+        .get("/statements/big-interval/result?format=json", ALICE)
+        .await;
     assert_eq!(status, 200);
     assert_eq!(page["rows"], json!([["3000000:00:00"]]));
     // /query takes no wait_ms.
@@ -303,7 +289,7 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut seen: Vec<f64> = Vec::new();
     while seen.len() < 2 {
-        let (_, s) = get(&g, "/statements/scan", ALICE).await;
+        let (_, s) = g.get("/statements/scan", ALICE).await;
         assert_ne!(
             s["state"], "succeeded",
             "finished before progress rose twice: {seen:?}"
@@ -318,7 +304,7 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
     }
     eprintln!("progress seen: {seen:?}");
     // GET /queries lists it too, with its progress.
-    let (_, list) = get(&g, "/queries", ALICE).await;
+    let (_, list) = g.get("/queries", ALICE).await;
     let listed = list["queries"]
         .as_array()
         .unwrap()
@@ -332,10 +318,10 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
     );
     assert_eq!(listed["api"], "statement");
     // Cancelled; its share of the pool serves the next statement.
-    let (status, body) = call(&g, reqwest::Method::DELETE, "/statements/scan", ALICE).await;
+    let (status, body) = g.delete("/statements/scan", ALICE).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["cancelled"], true);
-    assert_eq!(get(&g, "/statements/scan", ALICE).await.0, 404);
+    assert_eq!(g.get("/statements/scan", ALICE).await.0, 404);
     let started = Instant::now();
     let r = submit(
         &g,
@@ -375,21 +361,16 @@ async fn another_token_can_neither_see_nor_cancel_a_statement() {
     let r = submit(&g, ALICE, Some("mine"), json!({"sql": LONG, "wait_ms": 0})).await;
     assert_eq!(r.status(), 202);
     for path in ["/statements/mine", "/statements/mine/result"] {
-        assert_eq!(get(&g, path, BOB).await.0, 404, "{path}");
+        assert_eq!(g.get(path, BOB).await.0, 404, "{path}");
     }
-    assert_eq!(
-        call(&g, reqwest::Method::DELETE, "/statements/mine", BOB)
-            .await
-            .0,
-        404
-    );
-    let (_, list) = get(&g, "/statements", BOB).await;
+    assert_eq!(g.delete("/statements/mine", BOB).await.0, 404);
+    let (_, list) = g.get("/statements", BOB).await;
     assert_eq!(list["statements"], json!([]));
-    let (_, s) = get(&g, "/statements/mine", ALICE).await;
+    let (_, s) = g.get("/statements/mine", ALICE).await;
     assert!(s["state"] == "running" || s["state"] == "queued", "{s}");
     assert_eq!(s["cancel_requested"], false, "bob's DELETE reached it");
     // The result of a running statement is not ready.
-    assert_eq!(get(&g, "/statements/mine/result", ALICE).await.0, 409);
+    assert_eq!(g.get("/statements/mine/result", ALICE).await.0, 409);
     // Ids are per token: bob may use the same one (queued behind alice's:
     // statements hold one connection of this pool of two).
     let r = submit(
@@ -400,24 +381,24 @@ async fn another_token_can_neither_see_nor_cancel_a_statement() {
     )
     .await;
     assert_eq!(r.status(), 202);
-    let (_, s) = get(&g, "/statements/mine", BOB).await;
+    let (_, s) = g.get("/statements/mine", BOB).await;
     assert_eq!(s["state"], "queued", "{s}");
     // The admin sees both owners' and, asked by id, must say whose.
-    let (_, all) = get(&g, "/statements", ADMIN).await;
+    let (_, all) = g.get("/statements", ADMIN).await;
     assert_eq!(all["statements"].as_array().unwrap().len(), 2, "{all}");
-    assert_eq!(get(&g, "/statements/mine", ADMIN).await.0, 409);
-    let (status, body) = call(&g, reqwest::Method::DELETE, "/statements/mine", ALICE).await;
+    assert_eq!(g.get("/statements/mine", ADMIN).await.0, 409);
+    let (status, body) = g.delete("/statements/mine", ALICE).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["cancelled"], true);
     // Bob's runs once alice's share is free.
     let s = finished(&g, BOB, "mine", Duration::from_secs(20)).await;
     assert_eq!(s["state"], "succeeded", "{s}");
-    let (status, body) = call(&g, reqwest::Method::DELETE, "/statements/mine", ADMIN).await;
+    let (status, body) = g.delete("/statements/mine", ADMIN).await;
     assert_eq!(
         status, 200,
         "the admin discards bob's (the only one left): {body}"
     );
-    let (_, all) = get(&g, "/statements", ADMIN).await;
+    let (_, all) = g.get("/statements", ADMIN).await;
     assert_eq!(all["statements"], json!([]));
 }
 
@@ -457,10 +438,10 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
         "partial spool file kept: {:?}",
         spool_files(&g)
     );
-    let (_, s) = get(&g, "/statements/big", ALICE).await;
+    let (_, s) = g.get("/statements/big", ALICE).await;
     assert_eq!(s["state"], "failed");
     assert_eq!(s["problem"]["status"], 507, "{s}");
-    let (status, p) = get(&g, "/statements/big/result", ALICE).await;
+    let (status, p) = g.get("/statements/big/result", ALICE).await;
     assert_eq!(status, 409, "{p}");
     assert_eq!(p["type"], "urn:duckgate:problem:statement-failed");
     // Three small ones fit the count; a fourth does not while they are kept.
@@ -488,21 +469,21 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
         "a fourth statement beyond DUCKGATE_MAX_STATEMENTS=3"
     );
     // DELETE removes a result at once.
-    let (status, body) = call(&g, reqwest::Method::DELETE, "/statements/a", ALICE).await;
+    let (status, body) = g.delete("/statements/a", ALICE).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["cancelled"], false);
     assert_eq!(spool_files(&g).len(), 1);
     // The TTL expires the rest: 410, files gone, and room again.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (_, s) = get(&g, "/statements/b", ALICE).await;
+        let (_, s) = g.get("/statements/b", ALICE).await;
         if s["state"] == "expired" {
             break;
         }
         assert!(Instant::now() < deadline, "never expired: {s}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(get(&g, "/statements/b/result", ALICE).await.0, 410);
+    assert_eq!(g.get("/statements/b/result", ALICE).await.0, 410);
     assert!(spool_files(&g).is_empty(), "{:?}", spool_files(&g));
     let r = submit(
         &g,
@@ -530,8 +511,8 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
     // Even with a share of 1.0, a pool of two keeps one connection for /query.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let states: Vec<Value> = [
-        get(&g, "/statements/s1", ALICE).await.1["state"].clone(),
-        get(&g, "/statements/s2", ALICE).await.1["state"].clone(),
+        g.get("/statements/s1", ALICE).await.1["state"].clone(),
+        g.get("/statements/s2", ALICE).await.1["state"].clone(),
     ]
     .into();
     assert!(states.contains(&json!("queued")), "{states:?}");
@@ -551,13 +532,7 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
     // Control: two long /query requests do take the whole pool, and the
     // same probe then waits out the acquire timeout: the check can fail.
     for id in ["s1", "s2"] {
-        call(
-            &g,
-            reqwest::Method::DELETE,
-            &format!("/statements/{id}"),
-            ALICE,
-        )
-        .await;
+        g.delete(&format!("/statements/{id}"), ALICE).await;
     }
     let mut hogs = Vec::new();
     for _ in 0..2 {
@@ -638,12 +613,7 @@ async fn one_token_cannot_take_the_places_or_the_spool_from_another() {
         "{p}"
     );
     // With one place back, alice's results would pass her byte quota...
-    assert_eq!(
-        call(&g, reqwest::Method::DELETE, "/statements/a", ALICE)
-            .await
-            .0,
-        200
-    );
+    assert_eq!(g.delete("/statements/a", ALICE).await.0, 200);
     let r = submit(&g, ALICE, Some("c"), rows(110_000)).await;
     let (status, _, body) = bytes_of(r).await;
     let p: Value = serde_json::from_slice(&body).unwrap();

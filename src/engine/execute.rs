@@ -504,10 +504,14 @@ pub async fn run(
         pool.spill_token(),
         requested,
     ));
+    // A CSV answer is DuckDB's COPY while a place for one is free.
+    let csv_copy = (job.format == Format::Csv && job.sink.is_none())
+        .then(|| pool.csv_copy())
+        .flatten();
     {
         let control = control.clone();
         let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime));
+        tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime, csv_copy));
     }
 
     // The watchdog interrupts at the deadline or on shutdown; the worker
@@ -647,6 +651,7 @@ fn work(
     tx: mpsc::Sender<Msg>,
     control: Arc<QueryControl>,
     runtime: tokio::runtime::Handle,
+    csv_copy: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     crate::engine::priority::lower_for_queries();
     let started = Instant::now();
@@ -656,7 +661,8 @@ fn work(
         runtime,
         stall: job.stall_timeout,
     };
-    let outcome = work_inner(&mut slot, &job, &sender, &control);
+    let outcome = work_inner(&mut slot, &job, &sender, &control, csv_copy.is_some());
+    drop(csv_copy);
     if let Some(t) = &job.tracker {
         // The connection is about to serve someone else: its progress is
         // no longer this query's.
@@ -755,6 +761,7 @@ fn work_inner(
     job: &QueryJob,
     tx: &Sender,
     control: &QueryControl,
+    csv_copy: bool,
 ) -> Result<(), QueryError> {
     let fail = |e: QueryError| {
         tx.try_send(Msg::Fail(e.clone()));
@@ -803,8 +810,9 @@ fn work_inner(
         return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
     }
     // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
-    // query DuckDB can COPY; the rest take the Arrow path below.
-    if job.format == Format::Csv {
+    // query DuckDB can COPY while a place for it is free; the rest take the
+    // Arrow path below (the same bytes, written from DuckDB's casts).
+    if job.format == Format::Csv && csv_copy {
         let copy = accepted
             .result
             .as_ref()
@@ -974,19 +982,22 @@ impl CsvPipe {
     /// Queues what is buffered; the first chunk starts the body.
     fn flush(&self, st: &mut CsvState) -> bool {
         let chunk = Bytes::from(std::mem::take(&mut st.buf));
-        let msg = if st.started {
-            Msg::Data(chunk)
-        } else {
+        if st.started {
+            return self.tx.send(Msg::Data(chunk));
+        }
+        // Begun only once the start is queued: a start lost to a
+        // cancellation leaves the answer a problem document.
+        let queued = self.tx.send(Msg::Start {
+            kind: self.kind.clone(),
+            first: chunk,
+        });
+        if queued {
             st.started = true;
             if let Some(t) = &self.tracker {
                 t.advance(crate::engine::queries::QueryState::Streaming);
             }
-            Msg::Start {
-                kind: self.kind.clone(),
-                first: chunk,
-            }
-        };
-        self.tx.send(msg)
+        }
+        queued
     }
 }
 
@@ -1003,9 +1014,10 @@ impl pipe::Output for CsvPipe {
         });
         // One huge row would be held whole: refuse it before buffering,
         // like a huge value in the other formats.
-        if st.rows.open_row > self.max_value_bytes {
+        let widest = st.rows.widest.max(st.rows.open_row);
+        if widest > self.max_value_bytes {
             st.failed = Some(QueryError::ValueTooLarge {
-                size: st.rows.open_row,
+                size: widest,
                 limit: self.max_value_bytes,
             });
             st.closed = true;

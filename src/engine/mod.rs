@@ -251,6 +251,11 @@ impl Engine {
                 .unwrap_or_else(|| config.pool_size()),
             config.acquire_timeout(),
             health,
+            config
+                .engine
+                .threads
+                .map(|t| t as usize)
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
         )?;
         Ok(Self {
             db,

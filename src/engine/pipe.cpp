@@ -36,12 +36,14 @@ typedef int (*duckgate_pipe_open_fn)(uint64_t token, uint64_t connection_id);
 typedef int (*duckgate_pipe_write_fn)(uint64_t token, uint64_t connection_id, const uint8_t *data, uint64_t len);
 
 static const char *PIPE_PREFIX = "duckgate-pipe://";
+// The one path that opens: the target of the gateway's COPY.
+static const char *PIPE_TARGET = "duckgate-pipe://csv";
 
 namespace {
 
-class PipeHandle : public FileHandle {
+class DuckgatePipeHandle : public FileHandle {
 public:
-	PipeHandle(FileSystem &fs, const string &path, FileOpenFlags flags, uint64_t token, uint64_t connection_id)
+	DuckgatePipeHandle(FileSystem &fs, const string &path, FileOpenFlags flags, uint64_t token, uint64_t connection_id)
 	    : FileHandle(fs, path, flags), token(token), connection_id(connection_id) {
 	}
 	void Close() override {
@@ -51,15 +53,15 @@ public:
 	int64_t written = 0;
 };
 
-class PipeFileSystem : public FileSystem {
+class DuckgatePipeFileSystem : public FileSystem {
 public:
-	PipeFileSystem(uint64_t token, duckgate_pipe_open_fn open_fn, duckgate_pipe_write_fn write_fn)
+	DuckgatePipeFileSystem(uint64_t token, duckgate_pipe_open_fn open_fn, duckgate_pipe_write_fn write_fn)
 	    : token(token), open_fn(open_fn), write_fn(write_fn) {
 	}
 
 	unique_ptr<FileHandle> OpenFile(const string &path, FileOpenFlags flags,
 	                                 optional_ptr<FileOpener> opener) override {
-		if (flags.OpenForReading() || !flags.OpenForWriting()) {
+		if (path != PIPE_TARGET || flags.OpenForReading() || !flags.OpenForWriting()) {
 			throw PermissionException("%s can only be written", path);
 		}
 		auto context = FileOpener::TryGetClientContext(opener);
@@ -70,11 +72,11 @@ public:
 		if (open_fn(token, id) != 0) {
 			throw IOException("nothing reads %s for this connection", path);
 		}
-		return make_uniq<PipeHandle>(*this, path, flags, token, id);
+		return make_uniq<DuckgatePipeHandle>(*this, path, flags, token, id);
 	}
 
 	int64_t Write(FileHandle &handle, void *buffer, int64_t nr_bytes) override {
-		auto &pipe = handle.Cast<PipeHandle>();
+		auto &pipe = handle.Cast<DuckgatePipeHandle>();
 		if (nr_bytes <= 0) {
 			return 0;
 		}
@@ -86,7 +88,7 @@ public:
 	}
 
 	void Write(FileHandle &handle, void *buffer, int64_t nr_bytes, idx_t location) override {
-		auto &pipe = handle.Cast<PipeHandle>();
+		auto &pipe = handle.Cast<DuckgatePipeHandle>();
 		if (int64_t(location) != pipe.written) {
 			throw IOException("%s is written in order only", handle.path);
 		}
@@ -94,7 +96,7 @@ public:
 	}
 
 	int64_t GetFileSize(FileHandle &handle) override {
-		return handle.Cast<PipeHandle>().written;
+		return handle.Cast<DuckgatePipeHandle>().written;
 	}
 	void FileSync(FileHandle &) override {
 	}
@@ -142,7 +144,7 @@ int duckgate_pipe_register(void *database, uint64_t token, duckgate_pipe_open_fn
 			return 1;
 		}
 		auto &instance = *wrapper->database->instance;
-		instance.GetFileSystem().RegisterSubSystem(make_uniq<PipeFileSystem>(token, open_fn, write_fn));
+		instance.GetFileSystem().RegisterSubSystem(make_uniq<DuckgatePipeFileSystem>(token, open_fn, write_fn));
 		return 0;
 	} catch (...) {
 		return 2;

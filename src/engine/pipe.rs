@@ -129,6 +129,8 @@ pub struct RowEnds {
     pub ends: u64,
     /// Bytes of the row not yet ended.
     pub open_row: u64,
+    /// Bytes of the longest row ended so far.
+    pub widest: u64,
 }
 
 impl RowEnds {
@@ -142,6 +144,7 @@ impl RowEnds {
                 self.quoted = !self.quoted;
             } else if !self.quoted {
                 self.ends += 1;
+                self.widest = self.widest.max(self.open_row + (at - row_start) as u64);
                 self.open_row = 0;
                 row_start = at + 1;
                 if stop(self.ends, at + 1) {
@@ -168,6 +171,10 @@ mod tests {
         assert_eq!(r.open_row, 0);
         r.feed(b"4,\"", |_, _| false);
         assert_eq!(r.open_row, 3);
+        // A row that starts and ends inside one write counts too.
+        let mut r = RowEnds::default();
+        r.feed(b"h\nxxxxxxxxxx\ny\n", |_, _| false);
+        assert_eq!((r.widest, r.open_row), (10, 0));
         let mut r = RowEnds::default();
         assert_eq!(r.feed(b"h\n1\n2\n3\n", |ends, _| ends == 3), Some(6));
     }

@@ -129,6 +129,10 @@ pub struct QueryPool {
     /// Cancelled when the spill directory passes its cap: every query
     /// running then is interrupted (spill files have no owner DuckDB names).
     spill: Arc<Mutex<tokio_util::sync::CancellationToken>>,
+    /// CSV answers written by DuckDB's COPY at once (see `pipe`): a slow
+    /// reader holds the DuckDB worker thread that writes its COPY, so fewer
+    /// than DuckDB's threads may; the rest stream through Arrow.
+    csv_copies: Arc<Semaphore>,
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
@@ -219,12 +223,14 @@ fn take_error(e: managed::PoolError<PoolError>) -> PoolError {
 impl QueryPool {
     /// A pool of `size` connections of `db`, with room for `spares`
     /// replacements of stuck ones.
+    /// `threads` is DuckDB's worker thread count.
     pub fn new(
         db: Arc<RawDatabase>,
         size: usize,
         spares: usize,
         acquire_timeout: Duration,
         health: Arc<Health>,
+        threads: usize,
     ) -> Result<Self, PoolError> {
         let inner = managed::Pool::builder(Manager {
             db,
@@ -243,7 +249,13 @@ impl QueryPool {
             acquire_timeout,
             health,
             spill: Default::default(),
+            csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
         })
+    }
+
+    /// A place for a CSV answer written by DuckDB's COPY, if one is free.
+    pub fn csv_copy(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.csv_copies.clone().try_acquire_owned().ok()
     }
 
     /// The token a query watches for the spill cap (see [`QueryPool::spill_exceeded`]).

@@ -10,14 +10,101 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Where a gateway answers, and the requests every test makes of it: shared
+/// by a process ([`Gateway`]) and an in-process gateway ([`App`]), which
+/// both dereference to it.
+pub struct Endpoint {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Endpoint {
+    fn new(base: String) -> Self {
+        Self {
+            base,
+            client: reqwest::Client::builder().build().unwrap(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// POST /query with a JSON body.
+    pub async fn query(&self, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/query"))
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// POST /query, expecting 200, returning the JSON answer.
+    pub async fn query_ok(&self, sql: &str) -> serde_json::Value {
+        let r = self.query(serde_json::json!({ "sql": sql })).await;
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 200, "query {sql:?} failed: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// GET /healthz (no token needed).
+    pub async fn health(&self) -> serde_json::Value {
+        self.client
+            .get(self.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// A `method` request to `path` with `token`: status and JSON body
+    /// (`Null` when the body is not JSON).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: &str,
+    ) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// GET `path` with `token`: status and JSON body.
+    pub async fn get(&self, path: &str, token: &str) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::GET, path, token).await
+    }
+
+    /// DELETE `path` with `token`: status and JSON body.
+    pub async fn delete(&self, path: &str, token: &str) -> (u16, serde_json::Value) {
+        self.call(reqwest::Method::DELETE, path, token).await
+    }
+}
+
 /// A running gateway process.
 pub struct Gateway {
     pub child: Child,
-    pub base: String,
+    endpoint: Endpoint,
     /// Every line the process wrote to stderr (its log).
     pub log: Arc<Mutex<Vec<String>>>,
     pub data_dir: tempfile::TempDir,
-    pub client: reqwest::Client,
+}
+
+impl std::ops::Deref for Gateway {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 pub struct GatewayBuilder {
@@ -107,10 +194,9 @@ impl GatewayBuilder {
             if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
                 return Ok(Gateway {
                     child,
-                    base: format!("http://{addr}"),
+                    endpoint: Endpoint::new(format!("http://{addr}")),
                     log,
                     data_dir,
-                    client: reqwest::Client::builder().build().unwrap(),
                 });
             }
             if let Ok(Some(status)) = child.try_wait() {
@@ -132,10 +218,16 @@ impl GatewayBuilder {
 /// start-up refusals, logs and metrics use a [`Gateway`] process instead.
 /// `DUCKGATE_TEST_BIN` does not apply to it.
 pub struct App {
-    pub base: String,
+    endpoint: Endpoint,
     pub data_dir: tempfile::TempDir,
-    pub client: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::ops::Deref for App {
+    type Target = Endpoint;
+    fn deref(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
 
 impl Drop for App {
@@ -181,7 +273,7 @@ impl GatewayBuilder {
         let task = tokio::spawn(duckgate::run(config, listener, async move {
             let _ = stopped.await;
         }));
-        let client = reqwest::Client::builder().build().unwrap();
+        let endpoint = Endpoint::new(base);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if task.is_finished() {
@@ -190,7 +282,7 @@ impl GatewayBuilder {
                     other => panic!("the gateway stopped at start: {other:?}"),
                 }
             }
-            let ready = client.get(format!("{base}/readyz")).send().await;
+            let ready = endpoint.client.get(endpoint.url("/readyz")).send().await;
             if ready.is_ok_and(|r| r.status() == 200) {
                 break;
             }
@@ -201,47 +293,10 @@ impl GatewayBuilder {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         App {
-            base,
+            endpoint,
             data_dir,
-            client,
             stop: Some(stop),
         }
-    }
-}
-
-impl App {
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    /// POST /query, expecting 200, returning the JSON answer.
-    pub async fn query_ok(&self, sql: &str) -> serde_json::Value {
-        let r = self.query(serde_json::json!({ "sql": sql })).await;
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert_eq!(status, 200, "query {sql:?} failed: {text}");
-        serde_json::from_str(&text).unwrap()
-    }
-
-    /// POST /query with a JSON body.
-    pub async fn query(&self, body: serde_json::Value) -> reqwest::Response {
-        self.client
-            .post(self.url("/query"))
-            .json(&body)
-            .send()
-            .await
-            .expect("request")
-    }
-
-    pub async fn health(&self) -> serde_json::Value {
-        self.client
-            .get(self.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
     }
 }
 
@@ -252,40 +307,6 @@ impl Gateway {
             args: Vec::new(),
             data_dir: None,
         }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    /// POST /query with a JSON body.
-    pub async fn query(&self, body: serde_json::Value) -> reqwest::Response {
-        self.client
-            .post(self.url("/query"))
-            .json(&body)
-            .send()
-            .await
-            .expect("request")
-    }
-
-    /// POST /query, expecting 200, returning the JSON answer.
-    pub async fn query_ok(&self, sql: &str) -> serde_json::Value {
-        let r = self.query(serde_json::json!({ "sql": sql })).await;
-        let status = r.status();
-        let text = r.text().await.unwrap();
-        assert_eq!(status, 200, "query {sql:?} failed: {text}");
-        serde_json::from_str(&text).unwrap()
-    }
-
-    pub async fn health(&self) -> serde_json::Value {
-        self.client
-            .get(self.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
     }
 
     pub fn log_text(&self) -> String {

@@ -1,5 +1,5 @@
-//! Faults never cost other clients their capacity (issue 11), against the
-//! real binary: slow readers, a hung S3 (behind a TCP proxy the test can
+//! Faults never cost other clients their capacity (issue 11): slow readers
+//! (in this process), a hung S3 (behind a TCP proxy the test can
 //! pause), a second process on the same data directory, slow and idle
 //! clients, and status codes that say whose a failure is.
 //!
@@ -42,7 +42,8 @@ async fn a_client_that_stops_reading_gives_its_connection_back() {
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20_000)
         .env("DUCKGATE_SEND_STALL_TIMEOUT_MS", 1_500)
-        .start();
+        .spawn_app()
+        .await;
     // NDJSON streams Arrow batches from the worker; CSV is DuckDB's COPY
     // writing through the pipe, blocked inside DuckDB's own threads.
     for format in ["ndjson", "csv"] {
@@ -67,7 +68,8 @@ async fn a_client_that_stops_reading_gives_its_connection_back() {
             "{format}: waited {waited:?}"
         );
         eprintln!("{format} slow reader (stall limit 1.5 s): next query served after {waited:?}");
-        assert!(g.log_text().contains("client_stalled") || waited > Duration::from_millis(500));
+        // It waited for the stall limit, not for the query's end.
+        assert!(waited > Duration::from_millis(500), "{format}: {waited:?}");
     }
 }
 
@@ -77,7 +79,8 @@ async fn the_time_limit_covers_sending_the_answer() {
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20_000)
         .env("DUCKGATE_SEND_STALL_TIMEOUT_MS", 600_000)
-        .start();
+        .spawn_app()
+        .await;
     for format in ["ndjson", "csv"] {
         let body = json!({"sql": BIG_NDJSON, "format": format, "max_rows": 10_000_000, "timeout_ms": 2_000});
         let _stalled = stalled_reader(&g.base, &body).await;

@@ -1,17 +1,18 @@
 //! The pool bound, probes under saturation, client disconnects and graceful
-//! shutdown, observed from outside.
+//! shutdown, observed from outside: in this process where only HTTP is
+//! under test, as a process where its metrics or signals are.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{percentile_ms, Gateway};
+use common::{percentile_ms, Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const LONG_QUERY: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
 async fn wait_for(
-    g: &Gateway,
+    g: &Endpoint,
     what: &str,
     pred: impl Fn(&Value) -> bool,
     within: Duration,
@@ -30,7 +31,7 @@ async fn wait_for(
     }
 }
 
-fn spawn_long(g: &Gateway, timeout_ms: u64) -> tokio::task::JoinHandle<u16> {
+fn spawn_long(g: &Endpoint, timeout_ms: u64) -> tokio::task::JoinHandle<u16> {
     let (c, url) = (g.client.clone(), g.url("/query"));
     tokio::spawn(async move {
         c.post(url)
@@ -42,12 +43,13 @@ fn spawn_long(g: &Gateway, timeout_ms: u64) -> tokio::task::JoinHandle<u16> {
     })
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_answers_503_with_retry_after_then_recovers() {
     let g = Gateway::builder()
         .env("DUCKGATE_POOL_SIZE", 2)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 500)
-        .start();
+        .spawn_app()
+        .await;
     let a = spawn_long(&g, 4000);
     let b = spawn_long(&g, 4000);
     wait_for(
@@ -84,13 +86,14 @@ async fn a_full_pool_answers_503_with_retry_after_then_recovers() {
     assert!(h["pool"]["acquire_timeouts"].as_u64().unwrap() >= 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
     let g = Gateway::builder()
         .env("DUCKGATE_POOL_SIZE", 2)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20000)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 30000)
-        .start();
+        .spawn_app()
+        .await;
     let long: Vec<_> = (0..2).map(|_| spawn_long(&g, 15000)).collect();
     wait_for(
         &g,
@@ -145,6 +148,7 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
     }
 }
 
+/// A process: the test reads its own metrics.
 #[tokio::test]
 async fn a_client_that_disconnects_interrupts_its_query() {
     let g = Gateway::builder()

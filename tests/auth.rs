@@ -1,15 +1,16 @@
 //! Tokens: query tokens open /query, the admin token opens /admin, neither
-//! opens the other; missing and wrong tokens are 401; the admin API is off
-//! without a token; anonymous serving is refused off loopback.
+//! opens the other; missing and wrong tokens are 401 and never logged; the
+//! admin API is off without a token (in this process); anonymous serving is
+//! refused off loopback (a process: it is a start-up refusal).
 
 mod common;
 
-use common::Gateway;
+use common::{Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
 
-async fn post_query(g: &Gateway, token: Option<&str>) -> reqwest::Response {
+async fn post_query(g: &Endpoint, token: Option<&str>) -> reqwest::Response {
     let mut req = g
         .client
         .post(g.url("/query"))
@@ -20,7 +21,7 @@ async fn post_query(g: &Gateway, token: Option<&str>) -> reqwest::Response {
     req.send().await.unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn query_tokens_gate_queries() {
     let dir = tempfile::tempdir().unwrap();
     let file = common::write_file(dir.path(), "tokens", "# one per line\nfile-token-1\n\n");
@@ -28,7 +29,8 @@ async fn query_tokens_gate_queries() {
         .env("DUCKGATE_QUERY_TOKENS", "tok-a,tok-b")
         .env("DUCKGATE_QUERY_TOKENS_FILE", file.display())
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .start();
+        .spawn_app()
+        .await;
     let r = post_query(&g, None).await;
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["www-authenticate"], "Bearer");
@@ -97,9 +99,9 @@ async fn query_tokens_gate_queries() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_api_needs_its_token_and_is_off_without_one() {
-    let off = Gateway::builder().start();
+    let off = Gateway::builder().spawn_app().await;
     let r = off
         .client
         .get(off.url("/admin/secrets"))
@@ -116,7 +118,8 @@ async fn admin_api_needs_its_token_and_is_off_without_one() {
 
     let g = Gateway::builder()
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .start();
+        .spawn_app()
+        .await;
     let r = g.client.get(g.url("/admin/secrets")).send().await.unwrap();
     assert_eq!(r.status(), 401);
     let r = g

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::Gateway;
+use common::{App, Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-secret-token-0001";
@@ -18,7 +18,7 @@ const ADMIN: &str = "admin-secret-token-0004";
 /// Runs until interrupted (DuckDB checks the interrupt flag as it goes).
 const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
-fn gateway() -> Gateway {
+async fn gateway() -> App {
     Gateway::builder()
         .env(
             "DUCKGATE_QUERY_TOKENS",
@@ -28,10 +28,11 @@ fn gateway() -> Gateway {
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_POOL_SPARES", 0)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20_000)
-        .start()
+        .spawn_app()
+        .await
 }
 
-async fn listed_ids(g: &Gateway, token: &str) -> Vec<String> {
+async fn listed_ids(g: &Endpoint, token: &str) -> Vec<String> {
     let (status, body) = g.get("/queries", token).await;
     assert_eq!(status, 200, "{body}");
     body["queries"]
@@ -44,7 +45,7 @@ async fn listed_ids(g: &Gateway, token: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request() {
-    let g = gateway();
+    let g = gateway().await;
     let long = {
         let (client, url) = (g.client.clone(), g.url("/query"));
         tokio::spawn(async move {
@@ -135,7 +136,7 @@ async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_query_has_an_id_and_one_audit_line_without_secrets() {
-    let g = gateway();
+    let g = gateway().await;
     // A generated id, in the header; a bare token named by its hash.
     let r = g
         .client
@@ -224,7 +225,8 @@ async fn audit_records_also_go_to_the_audit_log_file() {
     let g = Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
         .env("DUCKGATE_AUDIT_LOG", path.display())
-        .start();
+        .spawn_app()
+        .await;
     for sql in [
         "SELECT 'audit-sql-text' AS s",
         "SELECT * FROM no_such_table_x",

@@ -213,14 +213,60 @@ impl GatewayBuilder {
 }
 
 /// A gateway running in this process: the real `duckgate::run` on a
-/// loopback listener of port 0, for tests of HTTP behaviour. It has no log
-/// to read and shares the process's metrics recorder; tests of signals,
-/// start-up refusals, logs and metrics use a [`Gateway`] process instead.
-/// `DUCKGATE_TEST_BIN` does not apply to it.
+/// loopback listener of port 0, on a runtime of its own whose threads log to
+/// its own subscriber (`log_text`). It shares the process's metrics recorder
+/// and environment; tests of signals, start-up refusals, metrics and the AWS
+/// environment use a [`Gateway`] process instead. `DUCKGATE_TEST_BIN` does
+/// not apply to it.
 pub struct App {
     endpoint: Endpoint,
     pub data_dir: tempfile::TempDir,
+    /// Every line this gateway logged (its own runtime's subscriber).
+    pub log: Arc<Mutex<Vec<String>>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl App {
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+}
+
+/// Collects what an in-process gateway logs, line by line.
+#[derive(Clone)]
+struct LogSink(Arc<Mutex<Vec<String>>>);
+
+/// One event's text, added to the log when the subscriber is done with it.
+struct LogEvent(Arc<Mutex<Vec<String>>>, Vec<u8>);
+
+impl Write for LogEvent {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.1.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogEvent {
+    fn drop(&mut self) {
+        let text = String::from_utf8_lossy(&self.1);
+        let mut log = self.0.lock().unwrap();
+        for line in text.lines() {
+            if std::env::var_os("DUCKGATE_TEST_ECHO").is_some() {
+                eprintln!("[app] {line}");
+            }
+            log.push(line.to_string());
+        }
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogSink {
+    type Writer = LogEvent;
+    fn make_writer(&'a self) -> LogEvent {
+        LogEvent(self.0.clone(), Vec::new())
+    }
 }
 
 impl std::ops::Deref for App {
@@ -265,22 +311,50 @@ impl GatewayBuilder {
         let config = duckgate::config::Cli::try_parse_from(&args)
             .unwrap_or_else(|e| panic!("{args:?}: {e}"))
             .serve_config();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        // Its own runtime, on threads that log to its own subscriber, so
+        // the test can read what this gateway (and no other) logged.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
         let base = format!("http://{}", listener.local_addr().unwrap());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let dispatch = tracing::Dispatch::new(duckgate::telemetry::subscriber(
+            duckgate::config::LogFormat::Text,
+            LogSink(log.clone()),
+            false,
+        ));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(duckgate::run(config, listener, async move {
-            let _ = stopped.await;
-        }));
+        let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<String>();
+        std::thread::spawn(move || {
+            let _log = tracing::dispatcher::set_default(&dispatch);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .on_thread_start(move || {
+                    // For the thread's whole life.
+                    std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+                })
+                .build()
+                .expect("the gateway's runtime");
+            let result = runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                duckgate::run(config, listener, async move {
+                    let _ = stopped.await;
+                })
+                .await
+            });
+            let _ = ended_tx.send(match result {
+                Ok(()) => "the gateway stopped".to_string(),
+                Err(e) => format!("the gateway failed: {e:#}"),
+            });
+            runtime.shutdown_timeout(Duration::from_secs(10));
+        });
         let endpoint = Endpoint::new(base);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if task.is_finished() {
-                match task.await {
-                    Ok(Err(e)) => panic!("the gateway did not start: {e:#}"),
-                    other => panic!("the gateway stopped at start: {other:?}"),
-                }
+            if let Ok(why) = ended.try_recv() {
+                panic!("{why} at start:\n{}", log.lock().unwrap().join("\n"));
             }
             let ready = endpoint.client.get(endpoint.url("/readyz")).send().await;
             if ready.is_ok_and(|r| r.status() == 200) {
@@ -295,6 +369,7 @@ impl GatewayBuilder {
         App {
             endpoint,
             data_dir,
+            log,
             stop: Some(stop),
         }
     }

@@ -1,7 +1,9 @@
-//! Faults never cost other clients their capacity (issue 11): slow readers
-//! (in this process), a hung S3 (behind a TCP proxy the test can
-//! pause), a second process on the same data directory, slow and idle
-//! clients, and status codes that say whose a failure is.
+//! Faults never cost other clients their capacity (issue 11): slow readers,
+//! slow and idle clients and a spill past its cap (in this process); a hung
+//! S3 (behind a TCP proxy the test can pause) and status codes that say
+//! whose a failure is (processes: the AWS SDK reads its base credentials
+//! from the process environment); a second process on the same data
+//! directory.
 //!
 //! Timing bounds are generous (seconds where the mechanism takes
 //! milliseconds); each test also shows the bound could be broken, by a
@@ -235,7 +237,8 @@ async fn slow_and_idle_clients_are_closed() {
     let g = Gateway::builder()
         .env("DUCKGATE_HEADER_READ_TIMEOUT_MS", 1_000)
         .env("DUCKGATE_BODY_READ_TIMEOUT_MS", 1_000)
-        .start();
+        .spawn_app()
+        .await;
     let addr = g.base.trim_start_matches("http://").to_string();
 
     // Slowloris: half-sent headers, never finished.
@@ -331,7 +334,8 @@ async fn a_sort_that_spills_past_the_cap_is_stopped() {
         .env("DUCKGATE_MEMORY_LIMIT", "200MB")
         .env("DUCKGATE_MAX_TEMP_DIRECTORY_SIZE", "50MB")
         .env("DUCKGATE_THREADS", 2)
-        .start();
+        .spawn_app()
+        .await;
     let tmp = g.data_dir.path().join("data/tmp");
     let started = Instant::now();
     let r = g

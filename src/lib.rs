@@ -14,6 +14,7 @@
 //!
 //! [`run`] wires them together and serves until the shutdown future resolves.
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod config;

@@ -33,6 +33,7 @@ pub struct PoolCounters {
 pub struct CounterGuard<'a>(&'a AtomicU64);
 
 impl<'a> CounterGuard<'a> {
+    /// Increments `counter`; dropping the guard decrements it.
     pub fn new(counter: &'a AtomicU64) -> Self {
         counter.fetch_add(1, Ordering::Relaxed);
         Self(counter)
@@ -49,6 +50,8 @@ impl Drop for CounterGuard<'_> {
 pub struct OwnedCounterGuard(Arc<Health>, fn(&Health) -> &AtomicU64);
 
 impl OwnedCounterGuard {
+    /// Increments the counter `field` picks from `health`; dropping the
+    /// guard decrements it.
     pub fn new(health: Arc<Health>, field: fn(&Health) -> &AtomicU64) -> Self {
         field(&health).fetch_add(1, Ordering::Relaxed);
         Self(health, field)
@@ -74,6 +77,7 @@ pub struct SecretState {
     pub epoch: u64,
     /// When the installed credentials expire (RFC 3339), if they do.
     pub expires_at: Option<String>,
+    /// The same instant as `expires_at`, for computing time left.
     #[serde(skip)]
     pub expires_at_system: Option<SystemTime>,
     /// When the installed credentials were installed (RFC 3339).
@@ -102,6 +106,7 @@ impl SecretState {
 /// Everything the rotator publishes, swapped as one value.
 #[derive(Debug, Clone, Default)]
 pub struct CredentialsView {
+    /// Every secret's state, in configuration order.
     pub secrets: Vec<SecretState>,
     /// Sum of all epochs: increments whenever any secret rotates.
     pub epoch: u64,
@@ -112,17 +117,24 @@ pub struct CredentialsView {
 
 /// The process-wide health snapshot.
 pub struct Health {
+    /// When the snapshot was made at start-up; uptime counts from it.
     pub started: Instant,
+    /// The gateway's version.
     pub version: &'static str,
+    /// The embedded DuckDB's version.
     pub duckdb_version: String,
+    /// Pool figures.
     pub pool: PoolCounters,
     /// Serving: set after start-up, cleared when shutdown begins.
     pub ready: AtomicBool,
+    /// Set when shutdown begins.
     pub shutting_down: AtomicBool,
+    /// What the rotator last published.
     pub credentials: ArcSwap<CredentialsView>,
 }
 
 impl Health {
+    /// A snapshot of a gateway not ready yet, with no credentials published.
     pub fn new(duckdb_version: String) -> Self {
         Self {
             started: Instant::now(),

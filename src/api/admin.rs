@@ -14,30 +14,41 @@ use crate::api::AppState;
 /// One secret's metadata.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SecretInfo {
+    /// The secret's name in DuckDB.
     pub name: String,
     /// `assume-role`, `web-identity` or `static`.
     pub source: String,
+    /// The S3 prefixes the secret serves.
     pub scope: Vec<String>,
+    /// Increments on every installed rotation of this secret.
     pub epoch: u64,
+    /// When the installed credentials expire (RFC 3339), if they do.
     pub expires_at: Option<String>,
+    /// Seconds until they expire (negative once expired).
     pub seconds_to_expiry: Option<f64>,
+    /// When the installed credentials were installed (RFC 3339).
     pub rotated_at: Option<String>,
     /// Last 4 characters of the access key id.
     pub key_id_suffix: Option<String>,
+    /// Why the last refresh failed, if it did.
     pub last_error: Option<String>,
+    /// Refreshes failed in a row since the last success.
     pub consecutive_failures: u32,
+    /// Rotations installed since start.
     pub rotations: u64,
 }
 
 /// The answer of both admin routes.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SecretsReport {
+    /// Every configured secret.
     pub secrets: Vec<SecretInfo>,
     /// Per-secret errors of this rotation (rotate only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
 }
 
+/// The query string of `POST /admin/secrets/rotate`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct RotateParams {

@@ -15,7 +15,9 @@ use crate::api::AppState;
 
 /// A query token and the name lists, logs and metrics show for it.
 pub struct NamedToken {
+    /// The token's name: the one given as `name:token`, else `token-<position>`.
     pub name: Arc<str>,
+    /// The token itself.
     pub secret: SecretString,
 }
 
@@ -131,7 +133,9 @@ impl FromRequestParts<AppState> for QueryAuth {
 /// Who asks about running queries: the admin (every query) or a query
 /// token's holder (its own).
 pub enum Caller {
+    /// The admin token.
     Admin,
+    /// A query token, by its name (`anonymous` when no tokens are configured).
     Owner(Arc<str>),
 }
 

@@ -8,6 +8,7 @@ use utoipa::{Modify, OpenApi};
 
 use crate::api::{admin, error, health, metrics, queries, query, statements};
 
+/// The OpenAPI document of the HTTP API.
 #[derive(OpenApi)]
 #[openapi(
     info(

@@ -35,47 +35,78 @@ pub struct Problem {
 /// Every way a request can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// The request is malformed: its body, query string, options or id (400).
     #[error("{detail}")]
     BadRequest {
+        /// The problem type's last part (`urn:duckgate:problem:<slug>`).
         slug: &'static str,
+        /// The problem's short title.
         title: &'static str,
+        /// What is wrong with the request.
         detail: String,
     },
+    /// A query failed; its status follows the kind of failure.
     #[error("query failed")]
     Query(#[from] QueryError),
+    /// The bearer token is missing or not valid for the route (401).
     #[error("unauthorized")]
-    Unauthorized { detail: &'static str },
+    Unauthorized {
+        /// Which token the route needs, or why the one given was refused.
+        detail: &'static str,
+    },
+    /// An admin route was called while no admin token is configured (403).
     #[error("admin API disabled")]
     AdminDisabled,
+    /// No such route, query, statement or secret (404); the text says which.
     #[error("not found")]
     NotFound(String),
+    /// The request body or its SQL text is larger than allowed (413).
     #[error("payload too large")]
-    PayloadTooLarge { limit: u64 },
+    PayloadTooLarge {
+        /// The limit passed, in bytes.
+        limit: u64,
+    },
+    /// The body's content type is not one the API reads (415); holds that type.
     #[error("unsupported media type")]
     UnsupportedMediaType(String),
+    /// The Accept header is unreadable or names no result format (406).
     #[error("not acceptable")]
     NotAcceptable(String),
+    /// A group of routes already serves as many requests as it may (503).
     #[error("overloaded")]
     Overloaded,
+    /// The request body did not arrive within DUCKGATE_BODY_READ_TIMEOUT_MS (408).
     #[error("request timed out")]
     RequestTimeout,
+    /// The request clashes with what is kept: an id in use, an id several
+    /// tokens share, or a statement result not there yet or never (409).
     #[error("{detail}")]
     Conflict {
+        /// The problem type's last part (`urn:duckgate:problem:<slug>`).
         slug: &'static str,
+        /// The problem's short title.
         title: &'static str,
+        /// What the request clashes with.
         detail: String,
     },
     /// As many async statements as allowed are kept.
     #[error("too many statements")]
-    TooManyStatements { limit: usize, setting: &'static str },
+    TooManyStatements {
+        /// The number of statements that may be kept.
+        limit: usize,
+        /// The setting that sets `limit`.
+        setting: &'static str,
+    },
     /// A statement's result expired.
     #[error("{0}")]
     Gone(String),
+    /// A fault of the gateway (500): the cause is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 impl ApiError {
+    /// A [`ApiError::BadRequest`] with this slug, title and detail.
     pub fn bad_request(slug: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
         ApiError::BadRequest {
             slug,

@@ -34,12 +34,17 @@ pub struct PoolHealth {
 /// One secret's credential state.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SecretHealth {
+    /// The secret's name in DuckDB.
     pub name: String,
+    /// Increments on every installed rotation of this secret.
     pub epoch: u64,
     /// Seconds until the credentials expire (negative once expired).
     pub seconds_to_expiry: Option<f64>,
+    /// When the installed credentials expire (RFC 3339), if they do.
     pub expires_at: Option<String>,
+    /// When the installed credentials were installed (RFC 3339).
     pub rotated_at: Option<String>,
+    /// Why the last refresh failed, if it did.
     pub last_error: Option<String>,
 }
 
@@ -49,12 +54,17 @@ pub struct HealthReport {
     /// `ok`, `degraded` (a refresh is failing or credentials expired) or
     /// `shutting_down`.
     pub status: &'static str,
+    /// duckgate's version.
     pub version: &'static str,
+    /// The embedded DuckDB's version, e.g. `v1.5.5`.
     pub duckdb_version: String,
+    /// Seconds since the gateway started.
     pub uptime_seconds: f64,
+    /// The query pool's counters.
     pub pool: PoolHealth,
     /// Sum of all secrets' epochs.
     pub credential_epoch: u64,
+    /// Every configured secret's credential state.
     pub secrets: Vec<SecretHealth>,
     /// Why the status is not `ok`.
     #[serde(skip_serializing_if = "Vec::is_empty")]

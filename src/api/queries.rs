@@ -35,6 +35,7 @@ pub struct QueryInfo {
     pub state: QueryState,
     /// When it started, milliseconds since the Unix epoch.
     pub started_at_ms: u64,
+    /// Milliseconds since it started.
     pub elapsed_ms: f64,
     /// Result rows produced so far.
     pub rows: u64,
@@ -106,12 +107,14 @@ impl QueryInfo {
 /// The queries running now.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct QueryList {
+    /// The queries the caller may see.
     pub queries: Vec<QueryInfo>,
 }
 
 /// What a cancel request did.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Cancelled {
+    /// The query's id.
     pub id: String,
     /// Always true: the query was asked to stop.
     pub cancelled: bool,

@@ -64,9 +64,13 @@ pub struct QueryRequest {
 #[serde(untagged)]
 #[allow(dead_code)]
 pub enum QueryParam {
+    /// SQL NULL.
     Null,
+    /// BOOLEAN.
     Bool(bool),
+    /// A number, typed as DuckDB types the same literal.
     Number(f64),
+    /// VARCHAR (cast it in SQL for other types).
     Text(String),
 }
 
@@ -78,6 +82,7 @@ pub enum QueryParam {
 #[schema(as = Column)]
 #[allow(dead_code)]
 pub struct ColumnSchema {
+    /// The column's name as DuckDB gave it.
     pub name: String,
     /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
     #[serde(rename = "type")]
@@ -120,14 +125,17 @@ pub struct QueryOptions {
 /// The JSON answer.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct QueryResult {
+    /// The result's columns, in order.
     #[schema(value_type = Vec<ColumnSchema>)]
     pub columns: Vec<Column>,
     /// One array per row, values in column order (any JSON value).
     #[schema(value_type = Vec<Vec<serde_json::Value>>)]
     pub rows: Vec<Vec<serde_json::Value>>,
+    /// Rows in `rows`.
     pub row_count: u64,
     /// Whether rows were cut by `max_rows` or the result byte limit.
     pub truncated: bool,
+    /// Milliseconds from the request's start to the end of the result.
     pub elapsed_ms: f64,
     /// Present and true when the query was retried after a credential refresh.
     #[serde(skip_serializing_if = "Option::is_none")]

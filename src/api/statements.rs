@@ -49,6 +49,7 @@ pub struct StatementStatus {
     pub kind: Option<String>,
     /// The SQL, cut to `DUCKGATE_LISTED_SQL_BYTES`.
     pub sql: String,
+    /// Whether `sql` was cut.
     pub sql_truncated: bool,
     /// When it was submitted, milliseconds since the Unix epoch.
     pub submitted_at_ms: u64,
@@ -96,12 +97,14 @@ pub struct StatementStatus {
 /// Statements the caller may see.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct StatementList {
+    /// Their status documents.
     pub statements: Vec<StatementStatus>,
 }
 
 /// What `DELETE /statements/{id}` did.
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Discarded {
+    /// The statement's id.
     pub id: String,
     /// The state it was in.
     #[schema(value_type = String)]

@@ -19,9 +19,11 @@ use s3::S3Settings;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "duckgate", version, about, long_about = None)]
 pub struct Cli {
+    /// What to run; none serves.
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// The settings given without a subcommand (`serve` takes its own).
     #[command(flatten)]
     pub config: Config,
 }
@@ -37,6 +39,7 @@ impl Cli {
     }
 }
 
+/// The subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Run the gateway (the default).
@@ -48,6 +51,7 @@ pub enum Command {
 /// `duckgate serve`: the same settings as `duckgate` alone.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
+    /// The settings to serve with.
     #[command(flatten)]
     pub config: Box<Config>,
 }
@@ -55,16 +59,22 @@ pub struct ServeArgs {
 /// The whole configuration of one gateway process.
 #[derive(Debug, Clone, Args)]
 pub struct Config {
+    /// Where and how the HTTP server listens.
     #[command(flatten)]
     pub server: ServerConfig,
+    /// The embedded DuckDB and its connection pool.
     #[command(flatten)]
     pub engine: EngineConfig,
+    /// Per-request limits.
     #[command(flatten)]
     pub limits: LimitsConfig,
+    /// Async statements and their result spool.
     #[command(flatten)]
     pub statements: StatementsConfig,
+    /// Who may call what.
     #[command(flatten)]
     pub auth: AuthConfig,
+    /// The S3 secrets and their rotation.
     #[command(flatten)]
     pub s3: S3Settings,
 }
@@ -158,9 +168,12 @@ pub struct ServerConfig {
     pub log_format: LogFormat,
 }
 
+/// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 
@@ -362,11 +375,14 @@ impl LimitsConfig {
 #[derive(Debug, thiserror::Error)]
 #[error("{setting}: {message}")]
 pub struct ConfigError {
+    /// The setting at fault, by its environment variable.
     pub setting: &'static str,
+    /// What is wrong with it.
     pub message: String,
 }
 
 impl ConfigError {
+    /// An error about `setting`.
     pub fn new(setting: &'static str, message: impl Into<String>) -> Self {
         Self {
             setting,
@@ -443,6 +459,8 @@ impl Config {
         Ok(())
     }
 
+    /// The number of pooled connections: the setting, else the number of
+    /// cores (2 if that is unknown).
     pub fn pool_size(&self) -> usize {
         self.engine
             .pool_size
@@ -454,10 +472,12 @@ impl Config {
             })
     }
 
+    /// How long a request waits for a pooled connection.
     pub fn acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.engine.acquire_timeout_ms)
     }
 
+    /// The largest time limit a query may ask for.
     pub fn max_query_timeout(&self) -> Duration {
         Duration::from_millis(self.limits.max_query_timeout_ms)
     }

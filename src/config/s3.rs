@@ -104,22 +104,33 @@ pub fn parse_secret(s: &str) -> Result<SecretString, String> {
 pub enum SourceSpec {
     /// STS AssumeRole with base credentials from the standard AWS chain.
     AssumeRole {
+        /// The role to assume.
         role_arn: String,
+        /// The session name sent to STS.
         session_name: String,
+        /// The external id sent to STS, if any.
         external_id: Option<String>,
+        /// The session lifetime asked of STS.
         duration: Duration,
     },
     /// STS AssumeRoleWithWebIdentity with a token file re-read each time.
     WebIdentity {
+        /// The role to assume.
         role_arn: String,
+        /// The session name sent to STS.
         session_name: String,
+        /// The file holding the web identity token.
         token_file: PathBuf,
+        /// The session lifetime asked of STS.
         duration: Duration,
     },
     /// Fixed credentials.
     Static {
+        /// The access key id.
         key_id: String,
+        /// The secret access key.
         secret: SecretString,
+        /// The session token, if any.
         session_token: Option<SecretString>,
     },
 }
@@ -131,6 +142,7 @@ impl std::fmt::Debug for SourceSpec {
 }
 
 impl SourceSpec {
+    /// The source's name: `assume-role`, `web-identity` or `static`.
     pub fn kind(&self) -> &'static str {
         match self {
             SourceSpec::AssumeRole { .. } => "assume-role",
@@ -155,22 +167,32 @@ impl SourceSpec {
 pub struct SecretSpec {
     /// DuckDB secret name (an identifier: letters, digits, `_`).
     pub name: String,
+    /// Where its credentials come from.
     pub source: SourceSpec,
+    /// AWS region of the bucket(s).
     pub region: String,
+    /// S3 endpoint DuckDB talks to, `host:port`; `None` means AWS.
     pub endpoint: Option<String>,
+    /// `vhost` or `path`; `None` leaves DuckDB's default.
     pub url_style: Option<String>,
+    /// Whether DuckDB reaches S3 over TLS.
     pub use_ssl: bool,
     /// Prefixes such as `s3://bucket/`; empty means every S3 path.
     pub scope: Vec<String>,
+    /// STS endpoint URL; `None` means AWS.
     pub sts_endpoint: Option<String>,
 }
 
 /// The rotator's timing settings.
 #[derive(Debug, Clone, Copy)]
 pub struct RotationTiming {
+    /// Whether credentials are refreshed before they expire.
     pub enabled: bool,
+    /// Extra time the credentials must outlive the longest query when refreshed.
     pub lead: Duration,
+    /// How often the rotator wakes to check lifetimes.
     pub check_interval: Duration,
+    /// The longest time limit a query or statement may run under.
     pub max_query_timeout: Duration,
 }
 
@@ -226,6 +248,8 @@ struct FileSecret {
 }
 
 impl S3Settings {
+    /// The rotator's timing, with `max_query_timeout` as the longest time
+    /// limit a query or statement may run under.
     pub fn timing(&self, max_query_timeout: Duration) -> RotationTiming {
         RotationTiming {
             enabled: self.s3_rotation,

@@ -77,7 +77,9 @@ pub enum RotationError {
     /// A secret could not be installed at start-up.
     #[error("secret `{name}`: {error}")]
     StartUp {
+        /// The secret's name.
         name: String,
+        /// Why its last attempt failed.
         error: Box<RotationError>,
     },
 }
@@ -92,6 +94,8 @@ pub enum Refreshed {
 }
 
 impl Rotator {
+    /// A rotator for `specs`; publishes every secret's state to `health`,
+    /// none installed yet.
     pub async fn new(
         specs: Vec<SecretSpec>,
         control: Arc<Mutex<crate::engine::ffi::Connection>>,
@@ -147,10 +151,12 @@ impl Rotator {
         self.timing.enabled
     }
 
+    /// Whether no S3 secret is configured.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
 
+    /// The secrets' names, in configuration order.
     pub fn names(&self) -> Vec<String> {
         self.secrets.iter().map(|m| m.spec.name.clone()).collect()
     }

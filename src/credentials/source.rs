@@ -13,8 +13,11 @@ use crate::config::s3::{SecretSpec, SourceSpec};
 /// One set of credentials. The secret parts redact themselves.
 #[derive(Clone)]
 pub struct Credentials {
+    /// The access key id.
     pub key_id: String,
+    /// The secret access key.
     pub secret: SecretString,
+    /// The session token, if any.
     pub session_token: Option<SecretString>,
     /// `None` for credentials that do not expire.
     pub expires_at: Option<SystemTime>,
@@ -49,6 +52,8 @@ pub struct CredentialSource {
 }
 
 impl CredentialSource {
+    /// The source of `secret`, with an STS client for its region and STS
+    /// endpoint unless its credentials are static.
     pub async fn new(secret: &SecretSpec) -> Self {
         let sts = match &secret.source {
             SourceSpec::Static { .. } => None,
@@ -80,6 +85,7 @@ impl CredentialSource {
         }
     }
 
+    /// The source's name: `assume-role`, `web-identity` or `static`.
     pub fn kind(&self) -> &'static str {
         self.spec.kind()
     }

@@ -42,6 +42,7 @@ pub enum Format {
 }
 
 impl Format {
+    /// The `Content-Type` of a body in this format.
     pub fn content_type(self) -> &'static str {
         match self {
             Format::Json => "application/json",
@@ -61,6 +62,7 @@ impl Format {
         }
     }
 
+    /// The format `format=` names (case-insensitive; also `jsonl` and `ipc`).
     pub fn from_name(name: &str) -> Option<Self> {
         match name.trim().to_ascii_lowercase().as_str() {
             "json" => Some(Format::Json),
@@ -75,6 +77,7 @@ impl Format {
 /// A column of the result, as the JSON answer names it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Column {
+    /// The column's name, as the result has it.
     pub name: String,
     /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
     #[serde(rename = "type")]
@@ -84,9 +87,13 @@ pub struct Column {
 /// What the encoder needs to write the end of a JSON answer.
 #[derive(Debug, Clone, Copy)]
 pub struct Summary {
+    /// Rows in the body.
     pub row_count: u64,
+    /// Whether the row limit cut the result short.
     pub truncated: bool,
+    /// Milliseconds since the query started.
     pub elapsed_ms: f64,
+    /// Whether the query ran again after a credential refresh.
     pub retried: bool,
 }
 
@@ -106,6 +113,7 @@ pub struct ResultEncoder {
 }
 
 impl ResultEncoder {
+    /// An encoder of `format` for batches of `schema`.
     pub fn new(format: Format, schema: SchemaRef) -> Self {
         // NDJSON rows are objects: repeated column names would be repeated
         // keys, which a JSON parser collapses. CSV headers follow DuckDB too.

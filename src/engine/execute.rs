@@ -80,9 +80,13 @@ const CHANNEL_CHUNKS: usize = 4;
 /// A positional parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Param {
+    /// JSON `null`: SQL NULL.
     Null,
+    /// A JSON boolean.
     Bool(bool),
+    /// An integer that fits i64 (DuckDB's BIGINT).
     Int(i64),
+    /// An integer beyond i64 that fits u64 (DuckDB's UBIGINT).
     UInt(u64),
     /// An integer beyond u64 (DuckDB's HUGEINT).
     HugeInt(i128),
@@ -91,11 +95,16 @@ pub enum Param {
     /// A number with a fraction and no exponent, exactly as written:
     /// DuckDB's DECIMAL(width, scale), as DuckDB types such a literal.
     Decimal {
+        /// Digits written, before and after the point.
         width: u8,
+        /// Digits after the point.
         scale: u8,
+        /// The digits as an integer, with the sign.
         value: i128,
     },
+    /// A number with an exponent (DuckDB's DOUBLE).
     Float(f64),
+    /// A JSON string (DuckDB's VARCHAR).
     Text(String),
 }
 
@@ -176,14 +185,21 @@ impl Param {
 /// One statement to run, fully validated by the HTTP layer.
 #[derive(Debug, Clone)]
 pub struct QueryJob {
+    /// The client's SQL text: one statement.
     pub sql: String,
+    /// Values for `$1`, `$2`, ..., in order.
     pub params: Vec<Param>,
+    /// How the result is encoded.
     pub format: Format,
+    /// How long the query may take, counted from `started`.
     pub timeout: Duration,
+    /// Rows beyond this are cut and the result marked truncated.
     pub max_rows: u64,
+    /// Encoded bytes after which the result is cut.
     pub max_bytes: u64,
     /// What the guard enforces.
     pub rules: Arc<guard::Rules>,
+    /// When the request arrived; the deadline and `elapsed_ms` count from it.
     pub started: Instant,
     /// Set on the second run after an expired-credentials failure.
     pub retried: bool,
@@ -206,36 +222,76 @@ pub struct QueryJob {
 /// Why a query did not produce a complete result.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum QueryError {
+    /// The guard refused the statement.
     #[error("{0:?}")]
     Refused(Refusal),
+    /// DuckDB failed to prepare or run the statement.
     #[error("{class} error: {message}")]
-    Sql { class: String, message: String },
+    Sql {
+        /// DuckDB's error class, e.g. `Catalog`, or `Unknown`.
+        class: String,
+        /// DuckDB's message, without the class.
+        message: String,
+    },
+    /// The number of parameters differs from the statement's placeholders.
     #[error("expected {expected} parameters, got {got}")]
-    ParamCount { expected: usize, got: usize },
+    ParamCount {
+        /// Placeholders in the statement.
+        expected: usize,
+        /// Parameters the client sent.
+        got: usize,
+    },
+    /// A parameter value did not convert to a DuckDB value.
     #[error("parameter {index}: {message}")]
-    Param { index: usize, message: String },
+    Param {
+        /// The parameter's position, 1-based as in `$n`.
+        index: usize,
+        /// Why it did not convert.
+        message: String,
+    },
+    /// The deadline passed; holds the job's timeout.
     #[error("query timed out")]
     Timeout(Duration),
+    /// The client went away, or the result could no longer be delivered.
     #[error("query cancelled")]
     Cancelled,
     /// A cancel request (`DELETE /queries/{id}`) stopped it.
     #[error("query cancelled on request")]
     CancelledByRequest,
+    /// The client accepted no bytes for the stall timeout.
     #[error("the client accepted no data for too long")]
     ClientStalled,
+    /// The spill directory passed `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`.
     #[error("the spill directory passed its cap")]
     TempSpace,
+    /// A value (or a one-row batch, or a CSV row) is larger than the job's
+    /// `max_value_bytes`.
     #[error("a value of {size} bytes is larger than the limit of {limit}")]
-    ValueTooLarge { size: u64, limit: u64 },
+    ValueTooLarge {
+        /// The oversized value's bytes.
+        size: u64,
+        /// The job's `max_value_bytes`.
+        limit: u64,
+    },
+    /// The process is shutting down.
     #[error("shutting down")]
     ShuttingDown,
+    /// No pooled connection came free within the acquire timeout (held here).
     #[error("no connection within the acquire timeout")]
     PoolExhausted(Duration),
+    /// S3 credentials are expired (S3 said so, or they are known to be), and
+    /// no retry with fresh ones succeeded.
     #[error("S3 credentials expired")]
     CredentialsExpired,
-    /// A kept result would pass a byte quota (`scope`: `statement` or `spool`).
+    /// A kept result would pass a byte quota (`scope`: `statement`, `token` or `spool`).
     #[error("the result passed the {scope} spool quota of {limit} bytes")]
-    SpoolFull { limit: u64, scope: &'static str },
+    SpoolFull {
+        /// The quota, in bytes.
+        limit: u64,
+        /// Which quota: `statement`, `token` or `spool`.
+        scope: &'static str,
+    },
+    /// A failure of the gateway itself (encoding, the spool's I/O, ...).
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -276,7 +332,9 @@ impl QueryError {
 
 /// What the HTTP layer gets once the first rows are ready.
 pub struct QueryOutput {
+    /// Human name of the statement kind, e.g. `SELECT`.
     pub kind: String,
+    /// The `Content-Type` of the body's format.
     pub content_type: &'static str,
     /// The body: encoded chunks, or an error that aborts the body.
     pub body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,

@@ -28,13 +28,21 @@ pub enum FfiError {
     /// A path, option name or value holds a NUL byte (C strings cannot).
     #[error("{0} contains a NUL byte")]
     Nul(String),
+    /// `duckdb_create_config` failed.
     #[error("cannot allocate a DuckDB configuration")]
     Config,
+    /// DuckDB refused a configuration option or its value.
     #[error("DuckDB rejected option {name}={value}")]
-    Option { name: String, value: String },
+    Option {
+        /// The option's name.
+        name: String,
+        /// The value it was given.
+        value: String,
+    },
     /// `duckdb_open_ext` failed, with DuckDB's message.
     #[error("{0}")]
     Open(String),
+    /// `duckdb_connect` failed.
     #[error("cannot connect to the database")]
     Connect,
 }

@@ -55,28 +55,49 @@ pub struct Engine {
 /// Start-up failures of the engine, each with a message for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
+    /// A directory the engine uses, or its lock file, could not be prepared.
     #[error("cannot prepare the data directory {path}: {source}")]
     DataDir {
+        /// The directory or file that failed.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Another process holds the data directory's lock.
     #[error(
         "DUCKGATE_DATA_DIR {path} is in use by another duckgate ({holder}); give each \
          instance its own data directory"
     )]
-    Locked { path: PathBuf, holder: String },
+    Locked {
+        /// The data directory.
+        path: PathBuf,
+        /// What the lock file says of its holder, e.g. `pid 123`.
+        holder: String,
+    },
+    /// DuckDB could not open the database.
     #[error("cannot open the database: {0}")]
     Open(#[from] ffi::FfiError),
+    /// A step of setting up the database failed.
     #[error("cannot set up the database ({step}): {message}")]
-    Setup { step: &'static str, message: String },
+    Setup {
+        /// The step, e.g. `LOAD httpfs`.
+        step: &'static str,
+        /// Why it failed.
+        message: String,
+    },
+    /// The connection pool could not be opened.
     #[error("cannot open the connection pool: {0}")]
     Pool(#[from] pool::PoolError),
+    /// S3 secrets are configured but the httpfs extension file is missing.
     #[error(
         "the httpfs extension is missing: expected {expected}. Install it offline with \
          `pip install duckdb-extension-httpfs==1.5.5` and copy extensions/v1.5.5/httpfs.duckdb_extension \
          from the wheel there (scripts/test-env does this), then set DUCKGATE_EXTENSION_DIR"
     )]
-    MissingExtension { expected: String },
+    MissingExtension {
+        /// The path the extension file was expected at.
+        expected: String,
+    },
 }
 
 impl Engine {

@@ -44,7 +44,9 @@ pub struct Running {
     pub sql_hash: String,
     /// The statement kind, once the guard has read it.
     pub kind: OnceLock<String>,
+    /// When it was registered, on the wall clock (for listings).
     pub started_at: SystemTime,
+    /// When it was registered, for elapsed times and ordering.
     pub started: Instant,
     /// The credential epoch it started under.
     pub epoch: u64,
@@ -66,13 +68,16 @@ pub struct Running {
 /// How a query ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
+    /// The HTTP status (499 when the request went away unanswered).
     pub status: u16,
     /// `ok`, or the problem's short type (`sql-error`, `query-cancelled`, ...).
     pub kind: String,
+    /// DuckDB's error class, for SQL errors.
     pub error_class: Option<String>,
 }
 
 impl Running {
+    /// Where the query is now.
     pub fn state(&self) -> QueryState {
         match self.state.load(Ordering::Relaxed) {
             0 => QueryState::Queued,
@@ -110,8 +115,10 @@ impl Running {
 /// Why a query could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdError {
+    /// The client's id is empty, too long, or has other characters.
     #[error("a query id is 1 to {MAX_ID_LEN} characters of A-Z, a-z, 0-9, '.', '_' and '-'")]
     Invalid,
+    /// The owner already has a running query with this id.
     #[error("a query with id {0} is running")]
     Taken(String),
 }
@@ -133,6 +140,7 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry that keeps up to `sql_limit` bytes of each SQL text.
     pub fn new(sql_limit: usize) -> Self {
         Self {
             queries: Mutex::new(HashMap::new()),
@@ -274,6 +282,7 @@ fn sql_hash(sql: &str) -> String {
 #[derive(Debug)]
 pub struct Registration {
     registry: Arc<Registry>,
+    /// The registered query.
     pub running: Arc<Running>,
 }
 

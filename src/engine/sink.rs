@@ -55,9 +55,14 @@ impl ResultLayout {
 /// Why a sink could not keep a result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SinkError {
-    /// The result would pass a byte quota: `scope` is `statement` (its own)
-    /// or `spool` (all results together).
-    Full { limit: u64, scope: &'static str },
+    /// The result would pass a byte quota: `scope` is `statement` (its own),
+    /// `token` (its token's results) or `spool` (all results together).
+    Full {
+        /// The quota, in bytes.
+        limit: u64,
+        /// Which quota: `statement`, `token` or `spool`.
+        scope: &'static str,
+    },
     /// Writing failed (disk full, I/O error).
     Io(String),
 }
@@ -65,7 +70,9 @@ pub enum SinkError {
 /// Takes a statement's batches. A retry (after a credential refresh) calls
 /// `begin` again: whatever the first attempt kept is dropped.
 pub trait BatchSink: Send + Sync + std::fmt::Debug {
+    /// Starts a result of this layout and schema, dropping any kept before.
     fn begin(&self, layout: &ResultLayout, schema: &SchemaRef) -> Result<(), SinkError>;
+    /// Keeps one batch of the result begun.
     fn batch(&self, batch: &RecordBatch) -> Result<(), SinkError>;
     /// The result is complete (`truncated`: cut by the row limit).
     fn finish(&self, rows: u64, truncated: bool) -> Result<(), SinkError>;

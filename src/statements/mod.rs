@@ -59,9 +59,11 @@ impl Settings {
 pub enum State {
     /// Waiting for its share of the pool.
     Queued,
+    /// Holding its share of the pool: waiting for a connection or executing.
     Running,
     /// Its result is in the spool.
     Succeeded,
+    /// Ended with an error (kept with the statement).
     Failed,
     /// Stopped by `DELETE /statements/{id}` or `DELETE /queries/{id}`.
     Cancelled,
@@ -70,6 +72,7 @@ pub enum State {
 }
 
 impl State {
+    /// Whether the statement has ended (neither queued nor running).
     pub fn finished(self) -> bool {
         !matches!(self, State::Queued | State::Running)
     }
@@ -100,13 +103,19 @@ pub struct Statement {
 /// What a statement is now.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
+    /// Where it is.
     pub state: State,
+    /// Its kept result, once it succeeded and until it expires.
     pub result: Option<Arc<SpoolResult>>,
+    /// Why it failed or was cancelled.
     pub error: Option<QueryError>,
+    /// When it ended.
     pub finished_at: Option<SystemTime>,
+    /// When it expires: its end plus the TTL.
     pub expires_at: Option<SystemTime>,
     /// From submission to its end (or now).
     pub elapsed: Duration,
+    /// Whether it ran again after a credential refresh.
     pub retried: bool,
 }
 
@@ -115,6 +124,7 @@ impl Statement {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What it is now, with its expiry `ttl` after its end.
     pub fn snapshot(&self, ttl: Duration) -> Snapshot {
         let inner = self.lock();
         Snapshot {
@@ -153,9 +163,13 @@ pub enum AdmitError {
 /// What a statement needs to run, from the gateway.
 #[derive(Clone)]
 pub struct Runner {
+    /// The engine whose pool runs the statement.
     pub engine: Arc<Engine>,
+    /// Refreshes S3 credentials S3 rejected as expired, for one retry.
     pub rotator: Arc<Rotator>,
+    /// The gateway's health, which tells whether credentials are expired.
     pub health: Arc<Health>,
+    /// Fires when the gateway shuts down.
     pub shutdown: CancellationToken,
     /// How the HTTP layer reports an error (status, problem type, class),
     /// for the audit line.
@@ -169,12 +183,15 @@ type Key = (Arc<str>, String);
 pub struct Statements {
     map: Mutex<HashMap<Key, Arc<Statement>>>,
     share: Arc<Semaphore>,
+    /// Where results are kept.
     pub spool: Arc<Spool>,
+    /// How statements are bounded.
     pub settings: Settings,
     files: std::sync::atomic::AtomicU64,
 }
 
 impl Statements {
+    /// No statements yet; results go to `spool`.
     pub fn new(spool: Arc<Spool>, settings: Settings) -> Arc<Self> {
         Arc::new(Statements {
             map: Mutex::new(HashMap::new()),

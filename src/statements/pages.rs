@@ -23,6 +23,7 @@ const CHUNK_BYTES: usize = 256 * 1024;
 /// Which rows, in which format.
 #[derive(Debug, Clone, Copy)]
 pub struct Page {
+    /// How the rows are encoded.
     pub format: Format,
     /// The first row (0-based).
     pub offset: u64,

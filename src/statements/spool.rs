@@ -74,6 +74,7 @@ impl Spool {
         self.usage().total
     }
 
+    /// The spool directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -380,12 +381,15 @@ impl BatchSink for SpoolWriter {
 pub struct SpoolResult {
     spool: Arc<Spool>,
     owner: Arc<str>,
+    /// The Arrow IPC file that holds it.
     pub path: PathBuf,
+    /// Where the result's columns and their twins are in the file.
     pub layout: ResultLayout,
     /// The file's schema: the result's own columns, then twins.
     pub schema: SchemaRef,
     /// Rows before each batch of the file, then the total.
     pub starts: Vec<u64>,
+    /// Rows in the result.
     pub rows: u64,
     /// Cut by the statement's row limit.
     pub truncated: bool,

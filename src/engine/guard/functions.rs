@@ -30,6 +30,7 @@ pub enum Verdict {
 pub struct Entry {
     /// DuckDB's function types for the name, e.g. `scalar,table`.
     pub kinds: String,
+    /// What clients may do with the name.
     pub verdict: Verdict,
     /// Why it is refused (empty for allowed names).
     pub reason: String,

@@ -72,7 +72,12 @@ pub enum Refusal {
     /// Zero or several statements.
     StatementCount(usize),
     /// A kind, function, table or path the policy does not admit.
-    Forbidden { kind: String, reason: String },
+    Forbidden {
+        /// What was refused: a statement kind, or a function, table or path.
+        kind: String,
+        /// Why the policy refuses it.
+        reason: String,
+    },
 }
 
 fn forbid(kind: impl Into<String>, reason: impl Into<String>) -> Refusal {

@@ -12,6 +12,7 @@ use super::paths::PathRules;
 pub struct Finding {
     /// e.g. `function current_setting()`, `table duckdb_logs`, `path 's3://…'`.
     pub what: String,
+    /// Why it is refused.
     pub reason: String,
 }
 

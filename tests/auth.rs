@@ -74,15 +74,7 @@ async fn query_tokens_gate_queries() {
         .unwrap();
     assert_eq!(r.status(), 401);
 
-    let m = g
-        .client
-        .get(g.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = g.get_text("/metrics").await;
     let failures: f64 = m
         .lines()
         .filter(|l| l.starts_with("duckgate_auth_failures_total"))

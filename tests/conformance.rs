@@ -121,15 +121,7 @@ async fn csv_is_byte_for_byte_what_duckdb_copy_writes() {
             }));
             let listed = async {
                 loop {
-                    let v: serde_json::Value = g
-                        .client
-                        .get(g.url("/queries"))
-                        .send()
-                        .await
-                        .unwrap()
-                        .json()
-                        .await
-                        .unwrap();
+                    let v = g.get_json("/queries").await;
                     if v["queries"]
                         .as_array()
                         .is_some_and(|q| q.iter().any(|q| q["state"] == "running"))

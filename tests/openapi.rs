@@ -38,24 +38,8 @@ fn committed_spec_matches_the_code() {
 #[tokio::test]
 async fn the_gateway_serves_its_spec_and_docs() {
     let g = common::Gateway::builder().spawn_app().await;
-    let spec: serde_json::Value = g
-        .client
-        .get(g.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let spec = g.get_json("/openapi.json").await;
     assert_eq!(spec["info"]["title"], "duckgate");
-    let docs = g
-        .client
-        .get(g.url("/docs"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let docs = g.get_text("/docs").await;
     assert!(docs.contains("/query") && docs.contains("/admin/secrets/rotate"));
 }

@@ -175,15 +175,7 @@ async fn a_client_that_disconnects_interrupts_its_query() {
     )
     .await;
     assert!(t.elapsed() < Duration::from_secs(15));
-    let m = g
-        .client
-        .get(g.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = g.get_text("/metrics").await;
     assert!(
         m.lines().any(
             |l| l.starts_with("duckgate_queries_total{outcome=\"cancelled\"}")

@@ -348,15 +348,17 @@ impl RowsEncoder {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        let encoders = || {
+            self.schema
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+                .collect::<Result<Vec<_>, _>>()
+        };
         match self.format {
             Format::Json => {
-                let mut encoders = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut encoders = encoders()?;
                 for row in 0..batch.num_rows() {
                     if rows_before > 0 || row > 0 {
                         out.push(b',');
@@ -379,13 +381,7 @@ impl RowsEncoder {
                 // Row by row like JSON, each value after its key: the
                 // (deduplicated) names, JSON-escaped once per batch, not per
                 // row (as a struct encoder would).
-                let mut encoders = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .zip(batch.columns())
-                    .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut encoders = encoders()?;
                 let keys: Vec<Vec<u8>> = self
                     .schema
                     .fields()

@@ -876,7 +876,16 @@ fn work_inner(
             .as_ref()
             .and_then(|r| r.sql.as_deref())
             .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
-            .and_then(pipe::copy_sql);
+            .and_then(|sql| {
+                // Parsed once per text and connection, like verdicts.
+                if !slot.copies.contains_key(sql) {
+                    if slot.copies.len() >= VERDICT_CACHE {
+                        slot.copies.clear();
+                    }
+                    slot.copies.insert(sql.to_string(), pipe::copy_sql(sql));
+                }
+                slot.copies[sql].clone()
+            });
         let (token, connection_id) = (slot.pipe_token, slot.connection_id);
         if let Some(copy) = copy {
             match slot.conn.prepare_cached(&copy) {
@@ -887,7 +896,7 @@ fn work_inner(
                     if let Some(err) = cancel_error(control, job) {
                         return fail(err);
                     }
-                    tracing::warn!(error = %e, "the CSV COPY did not prepare; using Arrow values");
+                    tracing::warn!(error_class = %error_class(&e), "the CSV COPY did not prepare; using Arrow values");
                 }
             }
         }
@@ -914,7 +923,7 @@ fn work_inner(
         .and_then(|sql| match slot.conn.prepare_cached(sql) {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "text wrapper did not prepare; using Arrow values");
+                tracing::warn!(error_class = %error_class(&e), "text wrapper did not prepare; using Arrow values");
                 None
             }
         });
@@ -1137,33 +1146,21 @@ fn copy_csv(
     drop(attached);
     let mut st = out.lock();
     st.closed = true;
-    if let Err(e) = result
-        .map(|_| ())
-        .or_else(|e| if st.cut { Ok(()) } else { Err(e) })
-    {
-        let err = match st.failed.take() {
-            Some(err) => err,
-            None => execution_error(&e, &values, control, job),
-        };
+    // DuckDB's failure to write past a limit is the answer's end; a
+    // cancellation as it finished still means what was sent is not whole.
+    let err = match result {
+        Err(e) if !st.cut => Some(
+            st.failed
+                .take()
+                .unwrap_or_else(|| execution_error(&e, &values, control, job)),
+        ),
+        _ => cancel_error(control, job),
+    };
+    if let Some(err) = err {
         if !st.started {
             return fail(err);
         }
-        record_failure(job.tracker.as_deref(), &err);
-        let mut last = Vec::new();
-        if !st.buf.is_empty() {
-            last.push(Msg::Data(Bytes::from(std::mem::take(&mut st.buf))));
-        }
-        last.push(Msg::Abort(err.to_string()));
-        tx.end(&err, last);
-        return Err(err);
-    }
-    if let Some(err) = cancel_error(control, job) {
-        // Cancelled as it finished: what was cut short is not an answer.
-        if !st.started {
-            return fail(err);
-        }
-        record_failure(job.tracker.as_deref(), &err);
-        tx.end(&err, vec![Msg::Abort(err.to_string())]);
+        end_body(&mut st.buf, None, &err, tx, job);
         return Err(err);
     }
     if !out.flush(&mut st) {
@@ -1227,7 +1224,7 @@ fn spool_statement(
     let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
         Ok(s) => Some((s, Some(layout))),
         Err(e) => {
-            tracing::warn!(error = %e, "spool wrapper did not prepare; keeping the statement's own values");
+            tracing::warn!(error_class = %error_class(&e), "spool wrapper did not prepare; keeping the statement's own values");
             None
         }
     });
@@ -1682,23 +1679,32 @@ fn end_with_error(
     tx: &Sender,
     job: &QueryJob,
 ) {
+    let record = encoder.error_record(&(job.render_error)(err));
+    end_body(buf, record, err, tx, job);
+}
+
+/// Ends a begun body with what is buffered and `record` (the format's error
+/// record), or, for a format without one, with an abort.
+fn end_body(
+    buf: &mut Vec<u8>,
+    record: Option<Vec<u8>>,
+    err: &QueryError,
+    tx: &Sender,
+    job: &QueryJob,
+) {
     record_failure(job.tracker.as_deref(), err);
-    let render = job.render_error;
     // Bounded by the stall limit: a client that stopped reading gets its
     // ending from the body itself (see `next_chunk`).
-    let problem = render(err);
     let mut last = Vec::new();
-    match encoder.error_record(&problem) {
-        Some(record) => {
-            buf.extend_from_slice(&record);
-            last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
-        }
-        None => {
-            if !buf.is_empty() {
-                last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
-            }
-            last.push(Msg::Abort(err.to_string()));
-        }
+    let aborts = record.is_none();
+    if let Some(record) = record {
+        buf.extend_from_slice(&record);
+    }
+    if !buf.is_empty() {
+        last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
+    }
+    if aborts {
+        last.push(Msg::Abort(err.to_string()));
     }
     tx.end(err, last);
 }
@@ -1730,6 +1736,15 @@ fn error_record_for(
         line.push(b'\n');
         Bytes::from(line)
     })
+}
+
+/// DuckDB's class of an error, for a log line: its message may quote the
+/// client's SQL, which never reaches the log.
+fn error_class(e: &duckdb::Error) -> String {
+    match sql_error(e) {
+        QueryError::Sql { class, .. } => class,
+        _ => "Unknown".into(),
+    }
 }
 
 /// A DuckDB error as class plus message. DuckDB prefixes messages with their

@@ -46,6 +46,10 @@ pub struct Slot {
     pub connection_id: u64,
     /// The database's token for the CSV pipe (see `pipe::attach`).
     pub pipe_token: u64,
+    /// Query texts whose CSV COPY was checked on this connection: the COPY,
+    /// or `None` when DuckDB's parse did not match (a pure parse, so it
+    /// never goes stale).
+    pub copies: std::collections::HashMap<String, Option<String>>,
 }
 
 /// Why the pool could not open or hand out a connection.
@@ -99,6 +103,7 @@ impl managed::Manager for Manager {
             prepared_epoch: 0,
             connection_id,
             pipe_token: crate::engine::pipe::token(&self.db),
+            copies: Default::default(),
         })
     }
 

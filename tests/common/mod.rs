@@ -49,16 +49,20 @@ impl Endpoint {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// GET `path` without a token: the body as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        let r = self.client.get(self.url(path)).send().await.unwrap();
+        r.text().await.unwrap()
+    }
+
+    /// GET `path` without a token: the body as JSON.
+    pub async fn get_json(&self, path: &str) -> serde_json::Value {
+        serde_json::from_str(&self.get_text(path).await).unwrap()
+    }
+
     /// GET /healthz (no token needed).
     pub async fn health(&self) -> serde_json::Value {
-        self.client
-            .get(self.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        self.get_json("/healthz").await
     }
 
     /// A `method` request to `path` with `token`: status and JSON body

@@ -454,6 +454,9 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
         )
         .await;
         assert_eq!(r.status(), 200);
+        // Read to its end: an answer still being sent holds its result
+        // (and file), which DELETE below must be the last to let go.
+        r.bytes().await.unwrap();
     }
     assert_eq!(spool_files(&g).len(), 2);
     let r = submit(

@@ -1,0 +1,147 @@
+//! Why a query did not produce a complete result ([`QueryError`]), and
+//! DuckDB's errors read as class plus message.
+
+use std::time::Duration;
+
+use crate::engine::guard::Refusal;
+use crate::engine::sink::SinkError;
+
+/// Why a query did not produce a complete result.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum QueryError {
+    /// The guard refused the statement.
+    #[error("{0:?}")]
+    Refused(Refusal),
+    /// DuckDB failed to prepare or run the statement.
+    #[error("{class} error: {message}")]
+    Sql {
+        /// DuckDB's error class, e.g. `Catalog`, or `Unknown`.
+        class: String,
+        /// DuckDB's message, without the class.
+        message: String,
+    },
+    /// The number of parameters differs from the statement's placeholders.
+    #[error("expected {expected} parameters, got {got}")]
+    ParamCount {
+        /// Placeholders in the statement.
+        expected: usize,
+        /// Parameters the client sent.
+        got: usize,
+    },
+    /// A parameter value did not convert to a DuckDB value.
+    #[error("parameter {index}: {message}")]
+    Param {
+        /// The parameter's position, 1-based as in `$n`.
+        index: usize,
+        /// Why it did not convert.
+        message: String,
+    },
+    /// The deadline passed; holds the job's timeout.
+    #[error("query timed out")]
+    Timeout(Duration),
+    /// The client went away, or the result could no longer be delivered.
+    #[error("query cancelled")]
+    Cancelled,
+    /// A cancel request (`DELETE /queries/{id}`) stopped it.
+    #[error("query cancelled on request")]
+    CancelledByRequest,
+    /// The client accepted no bytes for the stall timeout.
+    #[error("the client accepted no data for too long")]
+    ClientStalled,
+    /// The spill directory passed `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`.
+    #[error("the spill directory passed its cap")]
+    TempSpace,
+    /// A value (or a one-row batch, or a CSV row) is larger than the job's
+    /// `max_value_bytes`.
+    #[error("a value of {size} bytes is larger than the limit of {limit}")]
+    ValueTooLarge {
+        /// The oversized value's bytes.
+        size: u64,
+        /// The job's `max_value_bytes`.
+        limit: u64,
+    },
+    /// The process is shutting down.
+    #[error("shutting down")]
+    ShuttingDown,
+    /// No pooled connection came free within the acquire timeout (held here).
+    #[error("no connection within the acquire timeout")]
+    PoolExhausted(Duration),
+    /// S3 credentials are expired (S3 said so, or they are known to be), and
+    /// no retry with fresh ones succeeded.
+    #[error("S3 credentials expired")]
+    CredentialsExpired,
+    /// A kept result would pass a byte quota (`scope`: `statement`, `token` or `spool`).
+    #[error("the result passed the {scope} spool quota of {limit} bytes")]
+    SpoolFull {
+        /// The quota, in bytes.
+        limit: u64,
+        /// Which quota: `statement`, `token` or `spool`.
+        scope: &'static str,
+    },
+    /// A failure of the gateway itself (encoding, the spool's I/O, ...).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl QueryError {
+    /// The metrics label of the outcome.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            QueryError::Refused(Refusal::Forbidden { .. }) => "refused",
+            QueryError::Refused(_)
+            | QueryError::Sql { .. }
+            | QueryError::ParamCount { .. }
+            | QueryError::Param { .. } => "sql_error",
+            QueryError::Timeout(_) => "timeout",
+            QueryError::Cancelled | QueryError::CancelledByRequest | QueryError::ShuttingDown => {
+                "cancelled"
+            }
+            QueryError::ClientStalled => "client_stalled",
+            QueryError::TempSpace => "temp_space",
+            QueryError::ValueTooLarge { .. } => "value_too_large",
+            QueryError::PoolExhausted(_) => "pool_exhausted",
+            QueryError::CredentialsExpired => "credentials_expired",
+            QueryError::SpoolFull { .. } => "spool_full",
+            QueryError::Internal(_) => "internal_error",
+        }
+    }
+
+    /// Whether this looks like S3 rejecting expired credentials.
+    pub fn is_expired_token(&self) -> bool {
+        match self {
+            QueryError::Sql { message, .. } | QueryError::Refused(Refusal::Bind(message)) => {
+                message.contains("ExpiredToken")
+            }
+            _ => false,
+        }
+    }
+}
+
+impl From<SinkError> for QueryError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            SinkError::Full { limit, scope } => QueryError::SpoolFull { limit, scope },
+            SinkError::Io(m) => QueryError::Internal(format!("writing the spool: {m}")),
+        }
+    }
+}
+
+/// DuckDB's class of an error, for a log line: its message may quote the
+/// client's SQL, which never reaches the log.
+pub(super) fn error_class(e: &duckdb::Error) -> String {
+    match sql_error(e) {
+        QueryError::Sql { class, .. } => class,
+        _ => "Unknown".into(),
+    }
+}
+
+/// A DuckDB error as class plus message. DuckDB prefixes messages with their
+/// class ("Catalog Error: ...").
+pub fn sql_error(e: &duckdb::Error) -> QueryError {
+    let text = match e {
+        duckdb::Error::DuckDBFailure(_, Some(msg)) => msg.clone(),
+        other => other.to_string(),
+    };
+    let (class, message) = crate::engine::errors::split_class(&text);
+    QueryError::Sql { class, message }
+}

@@ -1,0 +1,166 @@
+//! What the HTTP layer hands the engine (a [`QueryJob`] with its
+//! [`Param`]s) and what it gets back (a [`QueryOutput`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use duckdb::types::Value;
+
+use crate::encode::Format;
+use crate::engine::guard;
+use crate::engine::sink::BatchSink;
+
+use super::error::QueryError;
+
+/// A positional parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    /// JSON `null`: SQL NULL.
+    Null,
+    /// A JSON boolean.
+    Bool(bool),
+    /// An integer that fits i64 (DuckDB's BIGINT).
+    Int(i64),
+    /// An integer beyond i64 that fits u64 (DuckDB's UBIGINT).
+    UInt(u64),
+    /// An integer beyond u64 (DuckDB's HUGEINT).
+    HugeInt(i128),
+    /// An integer beyond i128 (DuckDB's UHUGEINT).
+    UHugeInt(u128),
+    /// A number with a fraction and no exponent, exactly as written:
+    /// DuckDB's DECIMAL(width, scale), as DuckDB types such a literal.
+    Decimal {
+        /// Digits written, before and after the point.
+        width: u8,
+        /// Digits after the point.
+        scale: u8,
+        /// The digits as an integer, with the sign.
+        value: i128,
+    },
+    /// A number with an exponent (DuckDB's DOUBLE).
+    Float(f64),
+    /// A JSON string (DuckDB's VARCHAR).
+    Text(String),
+}
+
+impl Param {
+    pub(super) fn to_value(&self) -> Value {
+        match self {
+            Param::Null => Value::Null,
+            Param::Bool(b) => Value::Boolean(*b),
+            Param::Int(i) => Value::BigInt(*i),
+            Param::UInt(u) => Value::UBigInt(*u),
+            Param::HugeInt(i) => Value::HugeInt(*i),
+            Param::UHugeInt(u) => Value::UHugeInt(*u),
+            Param::Decimal {
+                width,
+                scale,
+                value,
+            } => match duckdb::types::Decimal::new(*width, *scale, *value) {
+                Ok(d) => Value::Decimal(d),
+                // `from_number` only builds valid widths.
+                Err(_) => Value::Null,
+            },
+            Param::Float(f) => Value::Double(*f),
+            Param::Text(s) => Value::Text(s.clone()),
+        }
+    }
+
+    /// A JSON number, typed the way DuckDB types the same literal in SQL:
+    /// integers as BIGINT, UBIGINT, HUGEINT or UHUGEINT (whichever holds
+    /// them), `12.50` as DECIMAL(4,2), `1e3` as DOUBLE. A number none of
+    /// these holds exactly is an error, never a silently rounded DOUBLE.
+    pub fn from_number(text: &str) -> Result<Param, String> {
+        if let Ok(i) = text.parse::<i64>() {
+            return Ok(Param::Int(i));
+        }
+        if let Ok(u) = text.parse::<u64>() {
+            return Ok(Param::UInt(u));
+        }
+        if let Ok(i) = text.parse::<i128>() {
+            return Ok(Param::HugeInt(i));
+        }
+        if let Ok(u) = text.parse::<u128>() {
+            return Ok(Param::UHugeInt(u));
+        }
+        let too_big = || {
+            format!(
+                "{text} has more digits than DuckDB's widest exact types hold; pass it as a string and cast it in SQL (e.g. $1::DOUBLE)"
+            )
+        };
+        if text.bytes().all(|b| b == b'-' || b.is_ascii_digit()) {
+            return Err(too_big());
+        }
+        if text.contains(['e', 'E']) {
+            return text
+                .parse::<f64>()
+                .ok()
+                .filter(|f| f.is_finite())
+                .map(Param::Float)
+                .ok_or_else(too_big);
+        }
+        // JSON's grammar: -?digits.digits
+        let (int, frac) = text.split_once('.').ok_or_else(too_big)?;
+        let negative = int.starts_with('-');
+        let int = int.trim_start_matches('-');
+        // DuckDB counts every digit written: `0.05` is DECIMAL(3,2).
+        let width = int.len() + frac.len();
+        if width > 38 {
+            return Err(too_big());
+        }
+        let magnitude: i128 = format!("{int}{frac}").parse().map_err(|_| too_big())?;
+        Ok(Param::Decimal {
+            width: width as u8,
+            scale: frac.len() as u8,
+            value: if negative { -magnitude } else { magnitude },
+        })
+    }
+}
+
+/// One statement to run, fully validated by the HTTP layer.
+#[derive(Debug, Clone)]
+pub struct QueryJob {
+    /// The client's SQL text: one statement.
+    pub sql: String,
+    /// Values for `$1`, `$2`, ..., in order.
+    pub params: Vec<Param>,
+    /// How the result is encoded.
+    pub format: Format,
+    /// How long the query may take, counted from `started`.
+    pub timeout: Duration,
+    /// Rows beyond this are cut and the result marked truncated.
+    pub max_rows: u64,
+    /// Encoded bytes after which the result is cut.
+    pub max_bytes: u64,
+    /// What the guard enforces.
+    pub rules: Arc<guard::Rules>,
+    /// When the request arrived; the deadline and `elapsed_ms` count from it.
+    pub started: Instant,
+    /// Set on the second run after an expired-credentials failure.
+    pub retried: bool,
+    /// How long a client may accept no bytes before it is cut off.
+    pub stall_timeout: Duration,
+    /// Largest single value (or one-row batch) the gateway will encode.
+    pub max_value_bytes: u64,
+    /// Renders an error that ends a streamed body (NDJSON's last record):
+    /// the HTTP layer's problem document, handed in so the engine needs no
+    /// knowledge of HTTP.
+    pub render_error: fn(&QueryError) -> serde_json::Value,
+    /// The query's entry in the registry of running queries: its state and
+    /// counts are kept current, and a cancel request stops it.
+    pub tracker: Option<Arc<crate::engine::queries::Running>>,
+    /// Keep the result here (an async statement's spool) instead of
+    /// encoding it: `format` is then unused, and the answer's body is empty.
+    pub sink: Option<Arc<dyn BatchSink>>,
+}
+
+/// What the HTTP layer gets once the first rows are ready.
+pub struct QueryOutput {
+    /// Human name of the statement kind, e.g. `SELECT`.
+    pub kind: String,
+    /// The `Content-Type` of the body's format.
+    pub content_type: &'static str,
+    /// The body: encoded chunks, or an error that aborts the body.
+    pub body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
+}

@@ -1,0 +1,231 @@
+//! Running one client statement: guard, prepare, bind, stream, encode, all on
+//! a blocking thread that owns a pooled connection; the async side (this
+//! file) only waits for encoded chunks, enforces the deadline, and interrupts
+//! DuckDB when the deadline passes, the client goes away, or the process
+//! shuts down.
+//!
+//! - [`job`]: what the HTTP layer hands in, and the output it gets back.
+//! - [`error`]: why a query did not produce a complete result.
+//! - `control`: what may interrupt a query, and the watchdog.
+//! - `worker`: the blocking half, from the guard to the writer.
+//! - `stream`, `csv_copy`, `spool`: the three writers (encoded batches,
+//!   DuckDB's own CSV COPY, an async statement's spool).
+//! - `wrap`: the statement wrappers that let DuckDB render values as text.
+//! - `sender`: the channel between the two halves, and how a begun body ends.
+
+mod control;
+mod csv_copy;
+pub mod error;
+pub mod job;
+mod sender;
+mod spool;
+mod stream;
+mod worker;
+mod wrap;
+
+pub use error::{sql_error, QueryError};
+pub use job::{Param, QueryJob, QueryOutput};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::encode::Format;
+use crate::engine::pool::{AcquireError, QueryPool};
+
+use control::{watchdog, CancelOnDrop, CancelReason, Phase, QueryControl};
+use sender::{error_record_for, record_failure, Msg};
+use worker::work;
+
+/// Chunks in flight between the DuckDB thread and the HTTP body.
+const CHANNEL_CHUNKS: usize = 4;
+
+/// Runs `job` on a pooled connection. Returns once the first rows (or the
+/// error) are known; the rest streams through the returned body.
+pub async fn run(
+    pool: &QueryPool,
+    job: QueryJob,
+    shutdown: CancellationToken,
+) -> Result<QueryOutput, QueryError> {
+    let deadline = tokio::time::Instant::from_std(job.started) + job.timeout;
+    let requested = job
+        .tracker
+        .as_ref()
+        .map(|t| t.cancel.clone())
+        .unwrap_or_default();
+    // A client waits the acquire timeout; a kept result (an async
+    // statement) waits as long as its own deadline allows.
+    let acquired = match job.sink {
+        None => futures::future::Either::Left(pool.acquire()),
+        Some(_) => futures::future::Either::Right(pool.acquire_within(
+            deadline.saturating_duration_since(tokio::time::Instant::now()),
+            false,
+        )),
+    };
+    let (slot, lease) = tokio::select! {
+        r = acquired => r.map_err(|e| match e {
+            AcquireError::Timeout if job.sink.is_some() => QueryError::Timeout(job.timeout),
+            AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
+            AcquireError::Closed => QueryError::ShuttingDown,
+            AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
+        })?,
+        _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
+        _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
+    };
+    let lease = Arc::new(lease);
+    let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
+    let guard = CancelOnDrop(control.clone());
+    let (tx, mut rx) = mpsc::channel(CHANNEL_CHUNKS);
+    let format = job.format;
+    let timeout = job.timeout;
+    let render_error = job.render_error;
+    let tracker = job.tracker.clone();
+    tokio::spawn(watchdog(
+        control.clone(),
+        lease.clone(),
+        deadline,
+        shutdown.clone(),
+        pool.spill_token(),
+        requested,
+    ));
+    // A CSV answer is DuckDB's COPY while a place for one is free.
+    let csv_copy = (job.format == Format::Csv && job.sink.is_none())
+        .then(|| pool.csv_copy())
+        .flatten();
+    {
+        let control = control.clone();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime, csv_copy));
+    }
+
+    // The watchdog interrupts at the deadline or on shutdown; the worker
+    // then reports within moments (or its own result, if it finished in the
+    // same instant).
+    let first = tokio::select! {
+        m = rx.recv() => m,
+        // A worker still in the guard or prepare (a bind can hang on S3) has
+        // produced nothing: answer now. One that executes may have finished
+        // in the same instant: its result then stands.
+        _ = control.cancelled.cancelled() => {
+            let pending = control.lock().phase == Phase::Pending;
+            if pending {
+                rx.try_recv().ok()
+            } else {
+                settle(&mut rx).await
+            }
+        }
+    };
+    let (kind, first) = match first {
+        Some(Msg::Start { kind, first }) => (kind, first),
+        Some(Msg::Fail(e)) => return Err(e),
+        Some(Msg::Data(_)) | Some(Msg::Abort(_)) => {
+            return Err(QueryError::Internal("body before start".into()))
+        }
+        None => {
+            return Err(match control.reason() {
+                Some(CancelReason::Timeout) => QueryError::Timeout(timeout),
+                Some(CancelReason::Requested) => QueryError::CancelledByRequest,
+                Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
+                Some(CancelReason::TempSpace) => QueryError::TempSpace,
+                _ => QueryError::Internal("query worker ended without an answer".into()),
+            })
+        }
+    };
+
+    let state = BodyState {
+        rx,
+        guard: Some(guard),
+        control,
+        format,
+        render_error,
+        tracker,
+        timeout,
+        first: Some(first),
+        done: false,
+    };
+    let body = futures::stream::unfold(state, next_chunk);
+    Ok(QueryOutput {
+        kind,
+        content_type: format.content_type(),
+        body: Box::pin(body),
+    })
+}
+
+/// How long an interrupted worker gets to report back.
+const SETTLE: Duration = Duration::from_millis(500);
+
+async fn settle(rx: &mut mpsc::Receiver<Msg>) -> Option<Msg> {
+    tokio::time::timeout(SETTLE, rx.recv()).await.ok().flatten()
+}
+
+struct BodyState {
+    rx: mpsc::Receiver<Msg>,
+    /// Dropping the body (client gone) interrupts the query.
+    guard: Option<CancelOnDrop>,
+    control: Arc<QueryControl>,
+    format: Format,
+    render_error: fn(&QueryError) -> serde_json::Value,
+    tracker: Option<Arc<crate::engine::queries::Running>>,
+    timeout: Duration,
+    first: Option<Bytes>,
+    done: bool,
+}
+
+async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>, BodyState)> {
+    if let Some(first) = st.first.take() {
+        return Some((Ok(first), st));
+    }
+    if st.done {
+        return None;
+    }
+    match st.rx.recv().await {
+        Some(Msg::Data(b)) => Some((Ok(b), st)),
+        Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
+            st.done = true;
+            st.guard.take();
+            Some((Err(std::io::Error::other(reason)), st))
+        }
+        Some(Msg::Fail(e)) => {
+            st.done = true;
+            Some((Err(std::io::Error::other(e.to_string())), st))
+        }
+        Some(Msg::Start { .. }) => None,
+        None => {
+            st.done = true;
+            st.guard.take();
+            if st
+                .control
+                .complete
+                .load(std::sync::atomic::Ordering::SeqCst)
+            {
+                return None;
+            }
+            // The worker stopped before the end and could not queue its own
+            // ending (the channel was full of a slow reader's data): end the
+            // body here, never as a complete-looking answer.
+            let recorded = st
+                .control
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let err = match st.control.reason() {
+                _ if recorded.is_some() => recorded.unwrap_or(QueryError::Cancelled),
+                Some(CancelReason::Timeout) => QueryError::Timeout(st.timeout),
+                Some(CancelReason::Requested) => QueryError::CancelledByRequest,
+                Some(CancelReason::ClientStalled) => QueryError::ClientStalled,
+                Some(CancelReason::TempSpace) => QueryError::TempSpace,
+                Some(CancelReason::Shutdown) => QueryError::ShuttingDown,
+                _ => QueryError::Cancelled,
+            };
+            record_failure(st.tracker.as_deref(), &err);
+            match error_record_for(st.format, st.render_error, &err) {
+                Some(record) => Some((Ok(record), st)),
+                None => Some((Err(std::io::Error::other(err.to_string())), st)),
+            }
+        }
+    }
+}

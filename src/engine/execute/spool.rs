@@ -1,0 +1,129 @@
+//! Keeping an async statement's result in its spool instead of sending it.
+
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+
+use crate::engine::guard;
+use crate::engine::pool::Pooled;
+use crate::engine::sink::{self, BatchSink, ResultLayout};
+
+use super::control::{cancel_error, QueryControl};
+use super::error::{error_class, sql_error, QueryError};
+use super::job::QueryJob;
+use super::sender::{Msg, Sender};
+use super::stream::{oversized_value, within_row_limit};
+use super::worker::{column_types, execute_arrow, judged};
+use super::wrap::MAX_WRAPPER_BYTES;
+
+/// Runs one accepted statement into `sink` (an async statement's spool),
+/// wrapped so that every format can be served from what is kept (see
+/// `sink`). The answer is an empty body once the result is complete.
+pub(super) fn spool_statement(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+    sink: &dyn BatchSink,
+    epoch: u64,
+) -> Result<(), QueryError> {
+    let fail = |e: QueryError| {
+        tx.try_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    let wrapped = sink::spool_sql(accepted)
+        .filter(|(sql, _)| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
+    let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
+        Ok(s) => Some((s, Some(layout))),
+        Err(e) => {
+            tracing::warn!(error_class = %error_class(&e), "spool wrapper did not prepare; keeping the statement's own values");
+            None
+        }
+    });
+    let (mut stmt, layout) = match prepared {
+        Some(p) => p,
+        None => match slot.conn.prepare_cached(&job.sql) {
+            Ok(s) => (s, None),
+            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+        },
+    };
+    let keep = || -> Result<bool, QueryError> {
+        execute_arrow(&mut stmt, job, control)?;
+        let schema = stmt.schema();
+        let layout = match layout {
+            Some(l) => l,
+            None => ResultLayout::plain(
+                accepted.kind.clone(),
+                schema.fields().iter().map(|f| f.name().clone()).collect(),
+                column_types(&stmt, accepted, &schema),
+            ),
+        };
+        sink.begin(&layout, &schema)?;
+        let own_columns = layout.names.len();
+        let mut rows: u64 = 0;
+        let mut truncated = false;
+        loop {
+            if control.reason().is_some() {
+                break;
+            }
+            let batch = match stmt.step() {
+                Ok(Some(sa)) => RecordBatch::from(&sa),
+                Ok(None) => break,
+                Err(e) => return Err(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+            };
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            // The result's own values, not the text twins kept beside them
+            // (a blob's CSV text is up to four times its size).
+            let own: Vec<usize> = (0..own_columns.min(batch.num_columns())).collect();
+            let checked = batch
+                .project(&own)
+                .map_err(|e| QueryError::Internal(e.to_string()))?;
+            if let Some(size) = oversized_value(&checked, job.max_value_bytes) {
+                return Err(QueryError::ValueTooLarge {
+                    size,
+                    limit: job.max_value_bytes,
+                });
+            }
+            let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
+                truncated = true;
+                break;
+            };
+            truncated = cut;
+            let take = part.num_rows();
+            sink.batch(&part)?;
+            rows += take as u64;
+            if let Some(t) = &job.tracker {
+                t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+            }
+            if truncated {
+                break;
+            }
+        }
+        if let Some(err) = cancel_error(control, job) {
+            return Err(err);
+        }
+        sink.finish(rows, truncated)?;
+        Ok(truncated)
+    };
+    match keep() {
+        Ok(truncated) => {
+            if truncated {
+                stmt.discard();
+            }
+            tx.try_send(Msg::Start {
+                kind: accepted.kind.clone(),
+                first: Bytes::new(),
+            });
+            control
+                .complete
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        }
+        Err(e) => {
+            stmt.discard();
+            fail(e)
+        }
+    }
+}

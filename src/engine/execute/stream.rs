@@ -1,0 +1,338 @@
+//! Streaming a result's Arrow batches through an encoder: the row, byte and
+//! value limits, and parallel encoding of large results.
+
+use arrow::array::{Array, RecordBatch};
+use bytes::Bytes;
+
+use crate::encode::{self, Column, Format, ResultEncoder, Summary};
+use crate::engine::guard;
+
+use super::control::{cancel_error, QueryControl};
+use super::error::{sql_error, QueryError};
+use super::job::QueryJob;
+use super::sender::{end_with_error, Msg, Sender, CHUNK_BYTES};
+use super::worker::{column_types, execute_arrow};
+
+/// Batches a result encodes one at a time before encoding goes parallel.
+pub(super) const SERIAL_BATCHES: usize = 4;
+
+/// Batches encoded together, split across threads.
+pub(super) const WINDOW_BATCHES: usize = 8;
+
+/// Encodes `window` (consecutive batches, after at least one row) across the
+/// machine's cores and appends the bytes in order.
+pub(super) fn encode_window(
+    enc: &encode::RowsEncoder,
+    window: Vec<RecordBatch>,
+    out: &mut Vec<u8>,
+) -> Result<(), arrow::error::ArrowError> {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    let threads = cores.min(window.len()).max(1);
+    let per = window.len().div_ceil(threads);
+    let mut chunks = window.chunks(per);
+    let first = chunks.next().unwrap_or(&[]);
+    let rest: Vec<&[RecordBatch]> = chunks.collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = rest
+            .iter()
+            .map(|chunk| {
+                scope.spawn(move || -> Result<Vec<u8>, arrow::error::ArrowError> {
+                    let mut bytes = Vec::new();
+                    for b in chunk.iter() {
+                        enc.encode(b, 1, &mut bytes)?;
+                    }
+                    Ok(bytes)
+                })
+            })
+            .collect();
+        for b in first {
+            enc.encode(b, 1, out)?;
+        }
+        for h in handles {
+            let bytes = h.join().map_err(|_| {
+                arrow::error::ArrowError::ComputeError("an encoder thread panicked".into())
+            })??;
+            out.extend_from_slice(&bytes);
+        }
+        Ok(())
+    })
+}
+
+/// Binds, executes and streams one accepted statement. `Ok(true)` when the
+/// result was read to its end.
+pub(super) fn stream_statement(
+    stmt: &mut duckdb::Statement<'_>,
+    accepted: &guard::Accepted,
+    csv_names: Option<Vec<String>>,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+) -> Result<bool, QueryError> {
+    let fail = |e: QueryError| {
+        tx.try_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    if let Err(e) = execute_arrow(stmt, job, control) {
+        return fail(e);
+    }
+    let schema = stmt.schema();
+    let type_names = column_types(stmt, accepted, &schema);
+    let columns: Vec<Column> = encode::columns(&schema, &type_names);
+    // JSON rules need DuckDB's type where Arrow's is ambiguous (UHUGEINT is
+    // exported as a signed decimal): carried as field metadata.
+    let encoder_schema = match job.format {
+        Format::Json | Format::Ndjson => std::sync::Arc::new(arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .zip(&type_names)
+                .map(|(f, t)| {
+                    let mut m = f.metadata().clone();
+                    m.insert(encode::DUCKDB_TYPE_KEY.to_string(), t.clone());
+                    std::sync::Arc::new(f.as_ref().clone().with_metadata(m))
+                })
+                .collect::<Vec<_>>(),
+        )),
+        _ => schema.clone(),
+    };
+    let mut encoder = ResultEncoder::new(job.format, encoder_schema);
+    if let Some(names) = csv_names {
+        encoder.duckdb_text(names);
+    }
+    encoder.unsigned_huge(
+        type_names
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.as_str() == "UHUGEINT")
+            .map(|(i, _)| i)
+            .collect(),
+    );
+
+    // Small answers stay small: the buffer grows to a chunk only when a
+    // result needs one (a large first allocation costs small queries dearly).
+    let mut buf: Vec<u8> = Vec::new();
+    let mut sent_start = false;
+    let mut rows: u64 = 0;
+    let mut bytes: u64 = 0;
+    let mut truncated = false;
+    let mut pending: Option<RecordBatch> = None;
+
+    let rows_encoder = encoder.rows_encoder();
+    let mut window: Vec<RecordBatch> = Vec::new();
+    let mut serial_batches = 0usize;
+
+    if let Err(e) = encoder.begin(&columns, &mut buf) {
+        return fail(QueryError::Internal(format!("encoding: {e}")));
+    }
+
+    // Send what is buffered; the first send carries the start marker.
+    let flush = |buf: &mut Vec<u8>, sent_start: &mut bool, kind: &str| -> bool {
+        let chunk = Bytes::from(std::mem::replace(
+            buf,
+            Vec::with_capacity(if buf.len() >= CHUNK_BYTES {
+                CHUNK_BYTES + 64 * 1024
+            } else {
+                0
+            }),
+        ));
+        let msg = if *sent_start {
+            Msg::Data(chunk)
+        } else {
+            *sent_start = true;
+            if let Some(t) = &job.tracker {
+                t.advance(crate::engine::queries::QueryState::Streaming);
+            }
+            Msg::Start {
+                kind: kind.to_string(),
+                first: chunk,
+            }
+        };
+        tx.send(msg)
+    };
+
+    loop {
+        if control.reason().is_some() {
+            break;
+        }
+        let next = match pending.take() {
+            Some(b) => Ok(Some(b)),
+            None => stmt.step().map(|o| o.map(|sa| RecordBatch::from(&sa))),
+        };
+        let batch = match next {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(e) => {
+                let err = cancel_error(control, job).unwrap_or_else(|| sql_error(&e));
+                if !sent_start {
+                    return fail(err);
+                }
+                end_with_error(&encoder, &mut buf, &err, tx, job);
+                return Err(err);
+            }
+        };
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        // One huge value would be copied again by every encoder: refuse it
+        // before anything is buffered.
+        if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
+            let err = QueryError::ValueTooLarge {
+                size,
+                limit: job.max_value_bytes,
+            };
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx, job);
+            return Err(err);
+        }
+        let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
+            truncated = true;
+            break;
+        };
+        truncated = cut;
+        let take = part.num_rows();
+        let before = buf.len();
+        rows += take as u64;
+        if let Some(t) = &job.tracker {
+            t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
+        }
+        // Large results encode windows of batches on several threads (DuckDB
+        // writes its own formats in parallel too); small ones stay serial.
+        let encoded = if rows_encoder.parallel() && serial_batches >= SERIAL_BATCHES {
+            window.push(part);
+            if window.len() >= WINDOW_BATCHES || truncated {
+                encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf)
+            } else {
+                continue;
+            }
+        } else {
+            serial_batches += 1;
+            encoder.batch(&part, &mut buf)
+        };
+        if let Err(e) = encoded {
+            let err = QueryError::Internal(format!("encoding: {e}"));
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx, job);
+            return Err(err);
+        }
+        bytes += (buf.len() - before) as u64;
+        if truncated {
+            break;
+        }
+        if bytes >= job.max_bytes {
+            // Cut at the byte limit; whether more rows existed is unknown
+            // without reading them, so say truncated only if one more row does.
+            match stmt.step() {
+                Ok(Some(sa)) if sa.len() > 0 => truncated = true,
+                _ => {}
+            }
+            break;
+        }
+        // The first batch goes out at once (time to first byte); later ones
+        // in chunks of CHUNK_BYTES.
+        if (!sent_start || buf.len() >= CHUNK_BYTES)
+            && !flush(&mut buf, &mut sent_start, &accepted.kind)
+        {
+            return Err(QueryError::Cancelled);
+        }
+    }
+    if let Some(err) = cancel_error(control, job) {
+        if !sent_start {
+            return fail(err);
+        }
+        end_with_error(&encoder, &mut buf, &err, tx, job);
+        return Err(err);
+    }
+    if !window.is_empty() {
+        if let Err(e) = encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf) {
+            let err = QueryError::Internal(format!("encoding: {e}"));
+            if !sent_start {
+                return fail(err);
+            }
+            end_with_error(&encoder, &mut buf, &err, tx, job);
+            return Err(err);
+        }
+    }
+    let summary = Summary {
+        row_count: rows,
+        truncated,
+        elapsed_ms: job.started.elapsed().as_secs_f64() * 1000.0,
+        retried: job.retried,
+    };
+    if let Err(e) = encoder.finish(summary, &mut buf) {
+        let err = QueryError::Internal(format!("encoding: {e}"));
+        if !sent_start {
+            return fail(err);
+        }
+        end_with_error(&encoder, &mut buf, &err, tx, job);
+        return Err(err);
+    }
+    if !flush(&mut buf, &mut sent_start, &accepted.kind) {
+        return Err(QueryError::Cancelled);
+    }
+    control
+        .complete
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(!truncated)
+}
+
+/// The part of `batch` that fits the row limit after `rows` rows, and
+/// whether it was cut; `None` when no row fits.
+pub(super) fn within_row_limit(
+    batch: RecordBatch,
+    rows: u64,
+    max_rows: u64,
+) -> Option<(RecordBatch, bool)> {
+    let room = max_rows.saturating_sub(rows);
+    if room == 0 {
+        return None;
+    }
+    let take = (batch.num_rows() as u64).min(room) as usize;
+    Some(if take < batch.num_rows() {
+        (batch.slice(0, take), true)
+    } else {
+        (batch, false)
+    })
+}
+
+/// The size of the first value in `batch` larger than `limit` bytes, looking
+/// at variable-width columns (strings, blobs) by their offsets, and at a
+/// one-row batch as a whole.
+pub(super) fn oversized_value(batch: &RecordBatch, limit: u64) -> Option<u64> {
+    use arrow::array::{AsArray, GenericByteArray};
+    use arrow::datatypes::{ArrowNativeType, ByteArrayType, DataType};
+    fn widest<T: ByteArrayType>(a: &GenericByteArray<T>) -> u64 {
+        a.offsets()
+            .windows(2)
+            .map(|w| (w[1].as_usize() - w[0].as_usize()) as u64)
+            .max()
+            .unwrap_or(0)
+    }
+    for col in batch.columns() {
+        let w = match col.data_type() {
+            DataType::Utf8 => widest(col.as_string::<i32>()),
+            DataType::LargeUtf8 => widest(col.as_string::<i64>()),
+            DataType::Binary => widest(col.as_binary::<i32>()),
+            DataType::LargeBinary => widest(col.as_binary::<i64>()),
+            _ => 0,
+        };
+        if w > limit {
+            return Some(w);
+        }
+    }
+    if batch.num_rows() == 1 {
+        let total = batch.get_array_memory_size() as u64;
+        if total > limit {
+            return Some(total);
+        }
+    }
+    None
+}

@@ -1,0 +1,305 @@
+//! The blocking half: owns a pooled connection, asks the guard (verdicts
+//! cached per connection and catalog epoch), prepares, binds, and hands the
+//! statement to the writer its answer needs (CSV COPY, spool, or stream).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use duckdb::types::Value;
+use tokio::sync::mpsc;
+
+use crate::encode::{self, Format};
+use crate::engine::guard;
+use crate::engine::pipe;
+use crate::engine::pool::{Lease, Pooled};
+
+use super::control::{cancel_error, QueryControl};
+use super::csv_copy::copy_csv;
+use super::error::{error_class, sql_error, QueryError};
+use super::job::{Param, QueryJob};
+use super::sender::{Msg, Sender};
+use super::spool::spool_statement;
+use super::stream::stream_statement;
+use super::wrap::{arrow_interval_sql, csv_text_sql, json_text_sql, MAX_WRAPPER_BYTES};
+
+/// Accepted statement texts remembered per connection.
+pub(super) const VERDICT_CACHE: usize = 256;
+
+/// The blocking half. Owns the pooled connection until it returns.
+pub(super) fn work(
+    mut slot: Pooled,
+    lease: Arc<Lease>,
+    job: QueryJob,
+    tx: mpsc::Sender<Msg>,
+    control: Arc<QueryControl>,
+    runtime: tokio::runtime::Handle,
+    csv_copy: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
+    crate::engine::priority::lower_for_queries();
+    let started = Instant::now();
+    let sender = Sender {
+        tx,
+        control: control.clone(),
+        runtime,
+        stall: job.stall_timeout,
+    };
+    let outcome = work_inner(&mut slot, &job, &sender, &control, csv_copy.is_some());
+    drop(csv_copy);
+    if let Some(t) = &job.tracker {
+        // The connection is about to serve someone else: its progress is
+        // no longer this query's.
+        t.connection.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+    // If the connection still holds a transaction (it should not), roll back
+    // so the pool's recycle check does not have to discard it.
+    if !slot.conn.is_autocommit() {
+        let _ = slot.conn.execute_batch("ROLLBACK");
+    }
+    // Counted before the connection goes back, so whoever sees the pool
+    // drained also sees the outcome.
+    let label = match &outcome {
+        Ok(()) => "ok",
+        Err(e) => e.outcome(),
+    };
+    metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
+    metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
+        .record(started.elapsed().as_secs_f64());
+    control.finish();
+    drop(sender);
+    lease.release(slot);
+}
+
+pub(super) fn work_inner(
+    slot: &mut Pooled,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+    csv_copy: bool,
+) -> Result<(), QueryError> {
+    let fail = |e: QueryError| {
+        tx.try_send(Msg::Fail(e.clone()));
+        Err(e)
+    };
+    // A verdict depends only on the text and the policy, so a text this
+    // connection has accepted before is not parsed and bound a second time.
+    use std::sync::atomic::Ordering::SeqCst;
+    let epoch = slot.catalog_epoch.load(SeqCst);
+    if slot.prepared_epoch != epoch {
+        slot.conn.flush_prepared_statement_cache();
+        slot.prepared_epoch = epoch;
+    }
+    let accepted = match slot.verdicts.get(&job.sql).filter(|(e, _)| *e == epoch) {
+        Some((_, a)) => a.clone(),
+        None => match guard::check(&slot.raw, &job.sql, &job.rules) {
+            Ok(a) => {
+                if slot.verdicts.len() >= VERDICT_CACHE {
+                    slot.verdicts.clear();
+                }
+                slot.verdicts.insert(job.sql.clone(), (epoch, a.clone()));
+                a
+            }
+            Err(r) => return fail(QueryError::Refused(r)),
+        },
+    };
+    if let Some(t) = &job.tracker {
+        let _ = t.kind.set(accepted.kind.clone());
+        t.advance(crate::engine::queries::QueryState::Running);
+    }
+    // A statement that may change the catalog makes every verdict older
+    // than it stale, whatever its outcome: the epoch moves when it starts
+    // (so nothing judged while it runs is kept) and when it is over.
+    let _epoch = (!accepted.read_only).then(|| {
+        slot.catalog_epoch.fetch_add(1, SeqCst);
+        BumpOnDrop(slot.catalog_epoch.clone())
+    });
+    if let Err(r) = control.start() {
+        let _ = r;
+        return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+    }
+    if let Some(t) = &job.tracker {
+        t.connection.store(slot.connection_id + 1, SeqCst);
+    }
+    if let Some(sink) = &job.sink {
+        return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
+    }
+    // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
+    // query DuckDB can COPY while a place for it is free; the rest take the
+    // Arrow path below (the same bytes, written from DuckDB's casts).
+    if job.format == Format::Csv && csv_copy {
+        let copy = accepted
+            .result
+            .as_ref()
+            .and_then(|r| r.sql.as_deref())
+            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
+            .and_then(|sql| {
+                // Parsed once per text and connection, like verdicts.
+                if !slot.copies.contains_key(sql) {
+                    if slot.copies.len() >= VERDICT_CACHE {
+                        slot.copies.clear();
+                    }
+                    slot.copies.insert(sql.to_string(), pipe::copy_sql(sql));
+                }
+                slot.copies[sql].clone()
+            });
+        let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+        if let Some(copy) = copy {
+            match slot.conn.prepare_cached(&copy) {
+                Ok(mut stmt) => {
+                    return copy_csv(&mut stmt, token, connection_id, &accepted, job, tx, control)
+                }
+                Err(e) => {
+                    if let Some(err) = cancel_error(control, job) {
+                        return fail(err);
+                    }
+                    tracing::warn!(error_class = %error_class(&e), "the CSV COPY did not prepare; using Arrow values");
+                }
+            }
+        }
+    }
+    // Prepared statements are cached per connection (DuckDB rebinds them
+    // when the catalog changes); one whose result was not read to the end is
+    // discarded rather than kept with its pending result.
+    // CSV is DuckDB's own text: the query wrapped so DuckDB casts every
+    // column to VARCHAR, as its COPY ... (FORMAT csv) writer does. Should
+    // DuckDB's rendering of the query not prepare, the Arrow path serves.
+    // JSON and NDJSON likewise let DuckDB render the few values Arrow
+    // cannot carry faithfully (intervals, TIMETZ, BIT, BIGNUM, map keys).
+    let text_sql = match job.format {
+        Format::Csv => csv_text_sql(&accepted),
+        Format::Json | Format::Ndjson => json_text_sql(&accepted),
+        Format::Arrow => arrow_interval_sql(&accepted),
+    }
+    .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
+    // What runs is what the guard judged: the wrapper too (once per text
+    // and catalog epoch, like any statement).
+    let text_sql = text_sql.filter(|sql| judged(slot, sql, &job.rules, epoch));
+    let wrapped = text_sql
+        .as_deref()
+        .and_then(|sql| match slot.conn.prepare_cached(sql) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error_class = %error_class(&e), "text wrapper did not prepare; using Arrow values");
+                None
+            }
+        });
+    let csv_names = wrapped
+        .as_ref()
+        .filter(|_| job.format == Format::Csv)
+        .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
+    let mut stmt = match wrapped {
+        Some(s) => s,
+        None => match slot.conn.prepare_cached(&job.sql) {
+            Ok(s) => s,
+            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+        },
+    };
+    match stream_statement(&mut stmt, &accepted, csv_names, job, tx, control) {
+        Ok(true) => Ok(()),
+        Ok(false) => {
+            stmt.discard();
+            Ok(())
+        }
+        Err(e) => {
+            stmt.discard();
+            Err(e)
+        }
+    }
+}
+
+/// Whether the guard accepts a wrapper the gateway built (judged once per
+/// text and catalog epoch, like any statement).
+pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> bool {
+    if slot.verdicts.get(sql).is_some_and(|(e, _)| *e == epoch) {
+        return true;
+    }
+    match guard::check(&slot.raw, sql, rules) {
+        Ok(a) => {
+            slot.verdicts.insert(sql.to_string(), (epoch, a));
+            true
+        }
+        Err(r) => {
+            tracing::warn!(refusal = ?r, "the guard refused a wrapper; using the statement's own values");
+            false
+        }
+    }
+}
+
+/// The job's parameters as DuckDB values, once their count is right.
+pub(super) fn param_values(
+    stmt: &duckdb::Statement<'_>,
+    job: &QueryJob,
+) -> Result<Vec<Value>, QueryError> {
+    let expected = stmt.parameter_count();
+    if expected != job.params.len() {
+        return Err(QueryError::ParamCount {
+            expected,
+            got: job.params.len(),
+        });
+    }
+    Ok(job.params.iter().map(Param::to_value).collect())
+}
+
+/// Why binding `values` or executing failed: the cancellation, if there was
+/// one, else the parameter or DuckDB's error.
+pub(super) fn execution_error(
+    e: &duckdb::Error,
+    values: &[Value],
+    control: &QueryControl,
+    job: &QueryJob,
+) -> QueryError {
+    cancel_error(control, job).unwrap_or_else(|| match e {
+        duckdb::Error::ToSqlConversionFailure(inner) => QueryError::Param {
+            // The first value that does not convert (1-based, as `$n`).
+            index: values
+                .iter()
+                .position(|v| duckdb::ToSql::to_sql(v).is_err())
+                .map_or(1, |i| i + 1),
+            message: inner.to_string(),
+        },
+        _ => sql_error(e),
+    })
+}
+
+/// Binds the parameters and executes, ready to step through Arrow batches.
+pub(super) fn execute_arrow(
+    stmt: &mut duckdb::Statement<'_>,
+    job: &QueryJob,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let values = param_values(stmt, job)?;
+    stmt.stream_arrow(duckdb::params_from_iter(values.iter()))
+        .map(|_| ())
+        .map_err(|e| execution_error(&e, &values, control, job))
+}
+
+/// DuckDB's own type names of an executed statement's columns, where the
+/// binder gave them (the guard asked), else derived from the exported type.
+pub(super) fn column_types(
+    stmt: &duckdb::Statement<'_>,
+    accepted: &guard::Accepted,
+    schema: &arrow::datatypes::Schema,
+) -> Vec<String> {
+    let described = accepted
+        .result
+        .as_ref()
+        .filter(|r| r.types.len() == schema.fields().len());
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| match described.map(|r| r.types[i].as_str()) {
+            Some(t) if t != "UNKNOWN" => t.to_string(),
+            _ => encode::logical_type_name(&stmt.column_logical_type(i), f.data_type()),
+        })
+        .collect()
+}
+
+/// Bumps the catalog epoch when the statement that may have changed the
+/// catalog is over.
+pub(super) struct BumpOnDrop(Arc<std::sync::atomic::AtomicU64>);
+
+impl Drop for BumpOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}

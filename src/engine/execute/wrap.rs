@@ -1,0 +1,84 @@
+//! Wrappers around the client's statement that let DuckDB render the values
+//! a format takes as DuckDB's text (CSV casts, JSON renderings, Arrow's
+//! interval range check). Every wrapper is judged by the guard before it runs.
+
+use crate::engine::guard;
+use crate::engine::sink;
+
+/// The longest text wrapper the gateway builds (nested types can make the
+/// rendering expressions grow); beyond it, Arrow's values serve.
+pub(super) const MAX_WRAPPER_BYTES: usize = 256 * 1024;
+
+/// The client's statement wrapped as `SELECT <expr AS name>, ... FROM
+/// (<statement>)`: `expr(i, type)` gives column `i`'s expression over its
+/// position `#i` (`None`: the column as it is), so repeated names do no
+/// harm. `None` when there is no statement text to wrap, or when no column
+/// changes and `always` is false.
+pub(super) fn wrap_columns(
+    accepted: &guard::Accepted,
+    always: bool,
+    expr: impl Fn(usize, &str) -> Option<String>,
+) -> Option<String> {
+    let result = accepted.result.as_ref()?;
+    let inner = result.sql.as_deref()?;
+    if result.names.is_empty() || result.types.len() != result.names.len() {
+        return None;
+    }
+    let mut changed = false;
+    let columns: Vec<String> = result
+        .types
+        .iter()
+        .zip(&result.names)
+        .enumerate()
+        .map(|(i, (t, name))| {
+            let e = expr(i, t);
+            changed |= e.is_some();
+            let e = e.unwrap_or_else(|| format!("#{}", i + 1));
+            format!("{e} AS \"{}\"", name.replace('"', "\"\""))
+        })
+        .collect();
+    (always || changed).then(|| {
+        format!(
+            "SELECT {} FROM (\n{inner}\n) AS duckgate_wrapped",
+            columns.join(", ")
+        )
+    })
+}
+
+/// CSV: DuckDB renders every column as its VARCHAR text (what its COPY ...
+/// (FORMAT csv) writer writes). Integers, booleans and VARCHAR read the same
+/// in Arrow as in DuckDB's text: those pass through uncast (casting costs
+/// DuckDB and the export). Always wrapped: the CSV writer expects it.
+pub(super) fn csv_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    wrap_columns(accepted, true, |i, t| {
+        sink::csv_needs_cast(t).then(|| format!("CAST(#{} AS VARCHAR)", i + 1))
+    })
+}
+
+/// JSON and NDJSON: DuckDB renders, as its own text, the values of the
+/// columns whose JSON Arrow cannot carry (see `ResultShape::json_exprs`).
+pub(super) fn json_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    let exprs = &accepted.result.as_ref()?.json_exprs;
+    wrap_columns(accepted, false, |i, _| {
+        exprs.get(i).filter(|e| !e.is_empty()).cloned()
+    })
+}
+
+/// Arrow's INTERVAL (month, day, nanosecond) cannot hold DuckDB's
+/// microseconds beyond ±2^63 ns (about 292 years of hours), and DuckDB's
+/// export wraps such values silently. For a query with INTERVAL columns the
+/// Arrow answer is wrapped so that such a value fails the query with a
+/// message that says so, instead of arriving wrong.
+pub(super) fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
+    let names = &accepted.result.as_ref()?.names;
+    wrap_columns(accepted, false, |i, t| {
+        (t == "INTERVAL").then(|| {
+            let c = format!("#{}", i + 1);
+            let message = sink::arrow_interval_refusal(&names[i]).replace('\'', "''");
+            format!(
+                "CASE WHEN {} THEN {c} ELSE error('{message}') END",
+                sink::interval_fits_arrow(&c)
+            )
+        })
+    })
+}

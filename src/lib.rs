@@ -120,11 +120,26 @@ fn audit_registry(config: &Config) -> anyhow::Result<engine::queries::Registry> 
 
 /// Builds the gateway on `listener` and serves until `shutdown` resolves,
 /// then drains: stops accepting, lets running queries finish within the
-/// grace period, interrupts the rest.
+/// grace period, interrupts the rest. Metrics go to the process's global
+/// recorder ([`api::metrics::recorder`]).
 pub async fn run(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with_metrics(config, listener, shutdown, api::metrics::recorder()).await
+}
+
+/// [`run`], with `/metrics` rendering `metrics`: for a program that runs
+/// several gateways in one process (the tests do), each with a recorder of
+/// its own ([`api::metrics::new_recorder`]) installed as the local recorder
+/// of every thread that gateway runs on (`metrics::set_default_local_recorder`),
+/// since the gateway records through the `metrics` macros.
+pub async fn run_with_metrics(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
     config.validate()?;
     let addr = listener
@@ -134,8 +149,6 @@ pub async fn run(
     let secrets = config.s3.secrets()?;
     let timing = config.s3.timing(config.longest_time_limit());
     let config = Arc::new(config);
-    // Installed first, so start-up's credential installs are counted too.
-    let metrics = api::metrics::recorder();
 
     let health = Arc::new(Health::new(Engine::duckdb_version()));
     let engine = {

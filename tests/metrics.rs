@@ -1,4 +1,5 @@
-//! /metrics exposes what an operator alerts on, read without the pool.
+//! /metrics exposes what an operator alerts on, read without the pool; each
+//! gateway counts its own work, even beside others in one process.
 
 mod common;
 
@@ -7,7 +8,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn prometheus_text_has_the_operational_series() {
-    let g = Gateway::builder().start();
+    let g = Gateway::builder().spawn_app().await;
     g.query_ok("SELECT 1").await;
     let _ = g.query(json!({"sql": "SELEC 1"})).await;
     let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
@@ -39,4 +40,36 @@ async fn prometheus_text_has_the_operational_series() {
         assert!(m.contains(series), "missing {series} in:\n{m}");
     }
     assert!(m.contains("route=\"/query\"") && m.contains("status=\"200\""));
+}
+
+/// The series value of `line_start` (e.g. `name{labels}`) in a scrape.
+fn value_of(scrape: &str, line_start: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn gateways_in_one_process_count_only_their_own_queries() {
+    let a = Gateway::builder().spawn_app().await;
+    let b = Gateway::builder().spawn_app().await;
+    for i in 0..3 {
+        a.query_ok(&format!("SELECT {i}")).await;
+    }
+    b.query_ok("SELECT 1").await;
+    let ok = "duckgate_queries_total{outcome=\"ok\"}";
+    // Outcomes are counted as the worker finishes, a moment after the answer.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (ma, mb) = (a.get_text("/metrics").await, b.get_text("/metrics").await);
+        let (va, vb) = (value_of(&ma, ok), value_of(&mb, ok));
+        if va == Some(3.0) && vb == Some(1.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "each gateway's own count: a {va:?} (3 expected), b {vb:?} (1 expected)"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }

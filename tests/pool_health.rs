@@ -1,6 +1,6 @@
 //! The pool bound, probes under saturation, client disconnects and graceful
-//! shutdown, observed from outside: in this process where only HTTP is
-//! under test, as a process where its metrics or signals are.
+//! shutdown, observed from outside: in this process where HTTP is under
+//! test, as a process where its signals are.
 
 mod common;
 
@@ -148,13 +148,13 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
     }
 }
 
-/// A process: the test reads its own metrics.
 #[tokio::test]
 async fn a_client_that_disconnects_interrupts_its_query() {
     let g = Gateway::builder()
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 120000)
-        .start();
+        .spawn_app()
+        .await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(700))
         .build()

@@ -10,25 +10,35 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 
 use crate::api::AppState;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// Installs the process-wide Prometheus recorder once (a process may start
-/// `run` more than once; every start shares it).
+/// A Prometheus recorder with the gateway's histogram buckets (seconds).
+/// [`recorder`] installs one for the process; a program that runs several
+/// gateways gives each its own (see [`crate::run_with_metrics`]).
+pub fn new_recorder() -> PrometheusRecorder {
+    let secs = &[
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        60.0, 300.0,
+    ];
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), secs)
+        .expect("static buckets")
+        .build_recorder()
+}
+
+/// Installs the process-wide Prometheus recorder once and returns its
+/// handle (a process may start [`crate::run`] more than once; every start
+/// shares it).
 pub fn recorder() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
-            let secs = &[
-                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                10.0, 30.0, 60.0, 300.0,
-            ];
-            let recorder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), secs)
-                .expect("static buckets")
-                .build_recorder();
+            let recorder = new_recorder();
             let handle = recorder.handle();
             // Another recorder may already be installed (a host program's):
             // then this handle simply renders nothing of ours.

@@ -218,10 +218,10 @@ impl GatewayBuilder {
 
 /// A gateway running in this process: the real `duckgate::run` on a
 /// loopback listener of port 0, on a runtime of its own whose threads log to
-/// its own subscriber (`log_text`). It shares the process's metrics recorder
-/// and environment; tests of signals, start-up refusals, metrics and the AWS
-/// environment use a [`Gateway`] process instead. `DUCKGATE_TEST_BIN` does
-/// not apply to it.
+/// its own subscriber (`log_text`) and record to its own metrics (`/metrics`).
+/// It shares the process's environment; tests of signals, start-up refusals
+/// and the AWS environment use a [`Gateway`] process instead.
+/// `DUCKGATE_TEST_BIN` does not apply to it.
 pub struct App {
     endpoint: Endpoint,
     pub data_dir: tempfile::TempDir,
@@ -328,24 +328,36 @@ impl GatewayBuilder {
             LogSink(log.clone()),
             false,
         ));
+        // Its own metrics too: a recorder that lives as long as the
+        // process (a few per test binary), local to the same threads.
+        let recorder: &'static metrics_exporter_prometheus::PrometheusRecorder =
+            Box::leak(Box::new(duckgate::api::metrics::new_recorder()));
+        let handle = recorder.handle();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ended_tx, mut ended) = tokio::sync::oneshot::channel::<String>();
         std::thread::spawn(move || {
             let _log = tracing::dispatcher::set_default(&dispatch);
+            let _metrics = metrics::set_default_local_recorder(recorder);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .enable_all()
                 .on_thread_start(move || {
                     // For the thread's whole life.
                     std::mem::forget(tracing::dispatcher::set_default(&dispatch));
+                    std::mem::forget(metrics::set_default_local_recorder(recorder));
                 })
                 .build()
                 .expect("the gateway's runtime");
             let result = runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                duckgate::run(config, listener, async move {
-                    let _ = stopped.await;
-                })
+                duckgate::run_with_metrics(
+                    config,
+                    listener,
+                    async move {
+                        let _ = stopped.await;
+                    },
+                    handle,
+                )
                 .await
             });
             let _ = ended_tx.send(match result {

@@ -124,13 +124,9 @@ pub(super) fn copy_csv(
     tx: &Sender,
     control: &QueryControl,
 ) -> Result<(), QueryError> {
-    let fail = |e: QueryError| {
-        tx.try_send(Msg::Fail(e.clone()));
-        Err(e)
-    };
     let values = match param_values(stmt, job) {
         Ok(v) => v,
-        Err(e) => return fail(e),
+        Err(e) => return tx.fail(e),
     };
     let out = Arc::new(CsvPipe {
         tx: tx.clone(),
@@ -158,7 +154,7 @@ pub(super) fn copy_csv(
     };
     if let Some(err) = err {
         if !st.started {
-            return fail(err);
+            return tx.fail(err);
         }
         end_body(&mut st.buf, None, &err, tx, job);
         return Err(err);

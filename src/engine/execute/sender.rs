@@ -61,6 +61,13 @@ impl Sender {
         let _ = self.tx.try_send(msg);
     }
 
+    /// Answers with `err` (before any body began: the answer's problem
+    /// document), and returns it.
+    pub(super) fn fail<T>(&self, err: QueryError) -> Result<T, QueryError> {
+        self.try_send(Msg::Fail(err.clone()));
+        Err(err)
+    }
+
     /// Records the error that ends a begun body, then queues its last
     /// bytes; if they cannot be queued (the client stopped reading, or the
     /// query was cancelled), the body ends itself with the recorded error.

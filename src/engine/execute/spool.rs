@@ -27,10 +27,6 @@ pub(super) fn spool_statement(
     sink: &dyn BatchSink,
     epoch: u64,
 ) -> Result<(), QueryError> {
-    let fail = |e: QueryError| {
-        tx.try_send(Msg::Fail(e.clone()));
-        Err(e)
-    };
     let wrapped = sink::spool_sql(accepted)
         .filter(|(sql, _)| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
     let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
@@ -44,7 +40,7 @@ pub(super) fn spool_statement(
         Some(p) => p,
         None => match slot.conn.prepare_cached(&job.sql) {
             Ok(s) => (s, None),
-            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+            Err(e) => return tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
         },
     };
     let keep = || -> Result<bool, QueryError> {
@@ -123,7 +119,7 @@ pub(super) fn spool_statement(
         }
         Err(e) => {
             stmt.discard();
-            fail(e)
+            tx.fail(e)
         }
     }
 }

@@ -73,24 +73,58 @@ pub(super) fn stream_statement(
     tx: &Sender,
     control: &QueryControl,
 ) -> Result<bool, QueryError> {
-    let fail = |e: QueryError| {
-        tx.try_send(Msg::Fail(e.clone()));
-        Err(e)
-    };
     if let Err(e) = execute_arrow(stmt, job, control) {
-        return fail(e);
+        return tx.fail(e);
     }
     let schema = stmt.schema();
     let type_names = column_types(stmt, accepted, &schema);
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
+    let mut encoder = result_encoder(job.format, &schema, &type_names, csv_names);
+    let mut body = Body {
+        tx,
+        tracker: job.tracker.as_deref(),
+        kind: &accepted.kind,
+        // Small answers stay small: the buffer grows to a chunk only when a
+        // result needs one (a large first allocation costs small queries
+        // dearly).
+        buf: Vec::new(),
+        started: false,
+    };
+    match write_result(stmt, &mut encoder, &columns, &mut body, job, control) {
+        Ok(complete) => {
+            control
+                .complete
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(complete)
+        }
+        Err(Stop::Undeliverable) => Err(QueryError::Cancelled),
+        // Before the body began, the answer is a problem document; after,
+        // the body ends with the format's error record or an abort.
+        Err(Stop::Failed(err)) if !body.started => tx.fail(err),
+        Err(Stop::Failed(err)) => {
+            end_with_error(&encoder, &mut body.buf, &err, tx, job);
+            Err(err)
+        }
+    }
+}
+
+/// The encoder of `format` for a result of `schema`, whose columns DuckDB
+/// types as `type_names`; `csv_names`: the columns are DuckDB's own CSV
+/// text (see `wrap`).
+fn result_encoder(
+    format: Format,
+    schema: &arrow::datatypes::SchemaRef,
+    type_names: &[String],
+    csv_names: Option<Vec<String>>,
+) -> ResultEncoder {
     // JSON rules need DuckDB's type where Arrow's is ambiguous (UHUGEINT is
     // exported as a signed decimal): carried as field metadata.
-    let encoder_schema = match job.format {
+    let encoder_schema = match format {
         Format::Json | Format::Ndjson => std::sync::Arc::new(arrow::datatypes::Schema::new(
             schema
                 .fields()
                 .iter()
-                .zip(&type_names)
+                .zip(type_names)
                 .map(|(f, t)| {
                     let mut m = f.metadata().clone();
                     m.insert(encode::DUCKDB_TYPE_KEY.to_string(), t.clone());
@@ -100,7 +134,7 @@ pub(super) fn stream_statement(
         )),
         _ => schema.clone(),
     };
-    let mut encoder = ResultEncoder::new(job.format, encoder_schema);
+    let mut encoder = ResultEncoder::new(format, encoder_schema);
     if let Some(names) = csv_names {
         encoder.duckdb_text(names);
     }
@@ -112,67 +146,99 @@ pub(super) fn stream_statement(
             .map(|(i, _)| i)
             .collect(),
     );
+    encoder
+}
 
-    // Small answers stay small: the buffer grows to a chunk only when a
-    // result needs one (a large first allocation costs small queries dearly).
-    let mut buf: Vec<u8> = Vec::new();
-    let mut sent_start = false;
+/// Why a result stopped before its end.
+enum Stop {
+    /// An error the answer reports: as its problem document before the body
+    /// began, as the body's ending after.
+    Failed(QueryError),
+    /// The body could not be queued (the client left or stalled, or the
+    /// query was cancelled): nothing more reaches the client.
+    Undeliverable,
+}
+
+impl From<QueryError> for Stop {
+    fn from(e: QueryError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// An encoding failure, as the answer reports it.
+fn encoding(e: arrow::error::ArrowError) -> Stop {
+    Stop::Failed(QueryError::Internal(format!("encoding: {e}")))
+}
+
+/// The body being written: bytes buffered until a chunk is full, the first
+/// send carrying the start of the answer.
+struct Body<'a> {
+    tx: &'a Sender,
+    tracker: Option<&'a crate::engine::queries::Running>,
+    kind: &'a str,
+    buf: Vec<u8>,
+    started: bool,
+}
+
+impl Body<'_> {
+    /// Queues what is buffered.
+    fn flush(&mut self) -> Result<(), Stop> {
+        let next = if self.buf.len() >= CHUNK_BYTES {
+            CHUNK_BYTES + 64 * 1024
+        } else {
+            0
+        };
+        let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(next)));
+        let msg = if self.started {
+            Msg::Data(chunk)
+        } else {
+            self.started = true;
+            if let Some(t) = self.tracker {
+                t.advance(crate::engine::queries::QueryState::Streaming);
+            }
+            Msg::Start {
+                kind: self.kind.to_string(),
+                first: chunk,
+            }
+        };
+        if self.tx.send(msg) {
+            Ok(())
+        } else {
+            Err(Stop::Undeliverable)
+        }
+    }
+}
+
+/// Steps through the result's batches and encodes them into `body`, within
+/// the job's row, byte and value limits. `Ok(true)` when the result was read
+/// to its end.
+fn write_result(
+    stmt: &mut duckdb::Statement<'_>,
+    encoder: &mut ResultEncoder,
+    columns: &[Column],
+    body: &mut Body<'_>,
+    job: &QueryJob,
+    control: &QueryControl,
+) -> Result<bool, Stop> {
     let mut rows: u64 = 0;
     let mut bytes: u64 = 0;
     let mut truncated = false;
-    let mut pending: Option<RecordBatch> = None;
-
     let rows_encoder = encoder.rows_encoder();
     let mut window: Vec<RecordBatch> = Vec::new();
     let mut serial_batches = 0usize;
 
-    if let Err(e) = encoder.begin(&columns, &mut buf) {
-        return fail(QueryError::Internal(format!("encoding: {e}")));
-    }
-
-    // Send what is buffered; the first send carries the start marker.
-    let flush = |buf: &mut Vec<u8>, sent_start: &mut bool, kind: &str| -> bool {
-        let chunk = Bytes::from(std::mem::replace(
-            buf,
-            Vec::with_capacity(if buf.len() >= CHUNK_BYTES {
-                CHUNK_BYTES + 64 * 1024
-            } else {
-                0
-            }),
-        ));
-        let msg = if *sent_start {
-            Msg::Data(chunk)
-        } else {
-            *sent_start = true;
-            if let Some(t) = &job.tracker {
-                t.advance(crate::engine::queries::QueryState::Streaming);
-            }
-            Msg::Start {
-                kind: kind.to_string(),
-                first: chunk,
-            }
-        };
-        tx.send(msg)
-    };
-
+    encoder.begin(columns, &mut body.buf).map_err(encoding)?;
     loop {
         if control.reason().is_some() {
             break;
         }
-        let next = match pending.take() {
-            Some(b) => Ok(Some(b)),
-            None => stmt.step().map(|o| o.map(|sa| RecordBatch::from(&sa))),
-        };
-        let batch = match next {
-            Ok(Some(b)) => b,
+        let batch = match stmt.step() {
+            Ok(Some(sa)) => RecordBatch::from(&sa),
             Ok(None) => break,
             Err(e) => {
-                let err = cancel_error(control, job).unwrap_or_else(|| sql_error(&e));
-                if !sent_start {
-                    return fail(err);
-                }
-                end_with_error(&encoder, &mut buf, &err, tx, job);
-                return Err(err);
+                return Err(cancel_error(control, job)
+                    .unwrap_or_else(|| sql_error(&e))
+                    .into())
             }
         };
         if batch.num_rows() == 0 {
@@ -181,85 +247,59 @@ pub(super) fn stream_statement(
         // One huge value would be copied again by every encoder: refuse it
         // before anything is buffered.
         if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
-            let err = QueryError::ValueTooLarge {
+            return Err(QueryError::ValueTooLarge {
                 size,
                 limit: job.max_value_bytes,
-            };
-            if !sent_start {
-                return fail(err);
             }
-            end_with_error(&encoder, &mut buf, &err, tx, job);
-            return Err(err);
+            .into());
         }
         let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
             truncated = true;
             break;
         };
         truncated = cut;
-        let take = part.num_rows();
-        let before = buf.len();
-        rows += take as u64;
+        let before = body.buf.len();
+        rows += part.num_rows() as u64;
         if let Some(t) = &job.tracker {
             t.rows.store(rows, std::sync::atomic::Ordering::Relaxed);
         }
         // Large results encode windows of batches on several threads (DuckDB
         // writes its own formats in parallel too); small ones stay serial.
-        let encoded = if rows_encoder.parallel() && serial_batches >= SERIAL_BATCHES {
+        if rows_encoder.parallel() && serial_batches >= SERIAL_BATCHES {
             window.push(part);
-            if window.len() >= WINDOW_BATCHES || truncated {
-                encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf)
-            } else {
+            if window.len() < WINDOW_BATCHES && !truncated {
                 continue;
             }
+            encode_window(&rows_encoder, std::mem::take(&mut window), &mut body.buf)
+                .map_err(encoding)?;
         } else {
             serial_batches += 1;
-            encoder.batch(&part, &mut buf)
-        };
-        if let Err(e) = encoded {
-            let err = QueryError::Internal(format!("encoding: {e}"));
-            if !sent_start {
-                return fail(err);
-            }
-            end_with_error(&encoder, &mut buf, &err, tx, job);
-            return Err(err);
+            encoder.batch(&part, &mut body.buf).map_err(encoding)?;
         }
-        bytes += (buf.len() - before) as u64;
+        bytes += (body.buf.len() - before) as u64;
         if truncated {
             break;
         }
         if bytes >= job.max_bytes {
             // Cut at the byte limit; whether more rows existed is unknown
             // without reading them, so say truncated only if one more row does.
-            match stmt.step() {
-                Ok(Some(sa)) if sa.len() > 0 => truncated = true,
-                _ => {}
+            if let Ok(Some(sa)) = stmt.step() {
+                truncated = sa.len() > 0;
             }
             break;
         }
         // The first batch goes out at once (time to first byte); later ones
         // in chunks of CHUNK_BYTES.
-        if (!sent_start || buf.len() >= CHUNK_BYTES)
-            && !flush(&mut buf, &mut sent_start, &accepted.kind)
-        {
-            return Err(QueryError::Cancelled);
+        if !body.started || body.buf.len() >= CHUNK_BYTES {
+            body.flush()?;
         }
     }
     if let Some(err) = cancel_error(control, job) {
-        if !sent_start {
-            return fail(err);
-        }
-        end_with_error(&encoder, &mut buf, &err, tx, job);
-        return Err(err);
+        return Err(err.into());
     }
     if !window.is_empty() {
-        if let Err(e) = encode_window(&rows_encoder, std::mem::take(&mut window), &mut buf) {
-            let err = QueryError::Internal(format!("encoding: {e}"));
-            if !sent_start {
-                return fail(err);
-            }
-            end_with_error(&encoder, &mut buf, &err, tx, job);
-            return Err(err);
-        }
+        encode_window(&rows_encoder, std::mem::take(&mut window), &mut body.buf)
+            .map_err(encoding)?;
     }
     let summary = Summary {
         row_count: rows,
@@ -267,20 +307,8 @@ pub(super) fn stream_statement(
         elapsed_ms: job.started.elapsed().as_secs_f64() * 1000.0,
         retried: job.retried,
     };
-    if let Err(e) = encoder.finish(summary, &mut buf) {
-        let err = QueryError::Internal(format!("encoding: {e}"));
-        if !sent_start {
-            return fail(err);
-        }
-        end_with_error(&encoder, &mut buf, &err, tx, job);
-        return Err(err);
-    }
-    if !flush(&mut buf, &mut sent_start, &accepted.kind) {
-        return Err(QueryError::Cancelled);
-    }
-    control
-        .complete
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    encoder.finish(summary, &mut body.buf).map_err(encoding)?;
+    body.flush()?;
     Ok(!truncated)
 }
 

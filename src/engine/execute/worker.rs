@@ -76,10 +76,6 @@ pub(super) fn work_inner(
     control: &QueryControl,
     csv_copy: bool,
 ) -> Result<(), QueryError> {
-    let fail = |e: QueryError| {
-        tx.try_send(Msg::Fail(e.clone()));
-        Err(e)
-    };
     // A verdict depends only on the text and the policy, so a text this
     // connection has accepted before is not parsed and bound a second time.
     use std::sync::atomic::Ordering::SeqCst;
@@ -98,7 +94,7 @@ pub(super) fn work_inner(
                 slot.verdicts.insert(job.sql.clone(), (epoch, a.clone()));
                 a
             }
-            Err(r) => return fail(QueryError::Refused(r)),
+            Err(r) => return tx.fail(QueryError::Refused(r)),
         },
     };
     if let Some(t) = &job.tracker {
@@ -114,7 +110,7 @@ pub(super) fn work_inner(
     });
     if let Err(r) = control.start() {
         let _ = r;
-        return fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+        return tx.fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
     }
     if let Some(t) = &job.tracker {
         t.connection.store(slot.connection_id + 1, SeqCst);
@@ -149,7 +145,7 @@ pub(super) fn work_inner(
                 }
                 Err(e) => {
                     if let Some(err) = cancel_error(control, job) {
-                        return fail(err);
+                        return tx.fail(err);
                     }
                     tracing::warn!(error_class = %error_class(&e), "the CSV COPY did not prepare; using Arrow values");
                 }
@@ -190,7 +186,7 @@ pub(super) fn work_inner(
         Some(s) => s,
         None => match slot.conn.prepare_cached(&job.sql) {
             Ok(s) => s,
-            Err(e) => return fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+            Err(e) => return tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
         },
     };
     match stream_statement(&mut stmt, &accepted, csv_names, job, tx, control) {

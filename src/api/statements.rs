@@ -273,12 +273,7 @@ async fn submit_inner(
     let max_rows = max_rows.map_or(limits.max_rows, |r| r.min(limits.max_rows));
     let wait = Duration::from_millis(wait_ms.unwrap_or(10_000)).min(settings.max_wait);
 
-    let creds = state.health.credentials.load();
-    if creds.any_expired && sql.to_ascii_lowercase().contains("s3://") {
-        return Err(QueryError::CredentialsExpired.into());
-    }
-    let epoch = creds.epoch;
-    drop(creds);
+    let epoch = state.health.epoch();
     let registration = state
         .queries
         .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)

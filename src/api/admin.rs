@@ -109,7 +109,7 @@ pub async fn rotate(
     _auth: AdminAuth,
     params: Result<Query<RotateParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SecretsReport>, ApiError> {
-    let params = crate::api::query::query_options(params)?;
+    let params = crate::api::request::query_options(params)?;
     let results = state
         .rotator
         .rotate_now(params.name.as_deref())

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, error, health, metrics, queries, query, statements};
+use crate::api::{admin, error, health, metrics, queries, query, request, statements};
 
 /// The OpenAPI document of the HTTP API.
 #[derive(OpenApi)]
@@ -34,8 +34,8 @@ use crate::api::{admin, error, health, metrics, queries, query, statements};
         openapi_json,
     ),
     components(schemas(
-        query::QueryRequest,
-        query::QueryParam,
+        request::QueryRequest,
+        request::QueryParam,
         query::QueryResult,
         query::ColumnSchema,
         query::FormatSchema,

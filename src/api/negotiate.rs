@@ -1,5 +1,9 @@
-//! Content negotiation: which result format an `Accept` header asks for.
+//! Content negotiation: which result format a request asks for, by its
+//! `format` option or its `Accept` header.
 
+use axum::http::{header, HeaderMap};
+
+use crate::api::error::ApiError;
 use crate::encode::Format;
 
 /// The format an `Accept` header asks for. `Ok(None)` when it accepts
@@ -40,6 +44,36 @@ pub fn format_from_accept(accept: &str) -> Result<Option<Format>, NotAcceptable>
 /// An `Accept` header that allows none of the result formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotAcceptable;
+
+/// The format a request asks for: `explicit` (the `format` option) if
+/// given, else the `Accept` header's, else JSON.
+pub(crate) fn choose_format(
+    explicit: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Format, ApiError> {
+    if let Some(name) = explicit {
+        return Format::from_name(name).ok_or_else(|| {
+            ApiError::bad_request(
+                "unknown-format",
+                "Unknown format",
+                format!("format `{name}` is not one of json, ndjson, csv, arrow"),
+            )
+        });
+    }
+    match headers.get(header::ACCEPT).map(|v| v.to_str()) {
+        None => Ok(Format::Json),
+        Some(Err(_)) => Err(ApiError::NotAcceptable(
+            "the Accept header is not readable".into(),
+        )),
+        Some(Ok(accept)) => match format_from_accept(accept) {
+            Ok(Some(f)) => Ok(f),
+            Ok(None) => Ok(Format::Json),
+            Err(_) => Err(ApiError::NotAcceptable(format!(
+                "nothing in `{accept}` is a result format"
+            ))),
+        },
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -19,10 +19,8 @@ use serde::Deserialize;
 use crate::api::auth::{Caller, QueryAuth};
 use crate::api::error::ApiError;
 use crate::api::queries::ProgressInfo;
-use crate::api::query::{
-    id_error, read_request, QueryOptions, RequestParts, EPOCH_HEADER, QUERY_ID_HEADER,
-    RETRIED_HEADER, STATEMENT_HEADER,
-};
+use crate::api::query::{EPOCH_HEADER, QUERY_ID_HEADER, RETRIED_HEADER, STATEMENT_HEADER};
+use crate::api::request::{id_error, read_request, QueryOptions, RequestParts};
 use crate::api::AppState;
 use crate::encode::{Column, Format};
 use crate::engine::{QueryError, QueryJob};
@@ -200,7 +198,7 @@ fn status_of(state: &AppState, s: &Statement) -> StatementStatus {
     params(QueryOptions,
         ("duckgate-query-id" = Option<String>, Header, description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
     request_body(content(
-        (crate::api::query::QueryRequest = "application/json"),
+        (crate::api::request::QueryRequest = "application/json"),
         (String = "text/plain"),
         (String = "application/sql")
     )),
@@ -238,7 +236,7 @@ pub async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let id = match crate::api::query::query_id(&headers) {
+    let id = match crate::api::request::query_id(&headers) {
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
@@ -559,9 +557,9 @@ pub async fn result(
     options: Result<Query<PageOptions>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let options = crate::api::query::query_options(options)?;
+    let options = crate::api::request::query_options(options)?;
     let s = visible(&state, &caller, &id)?;
-    let format = crate::api::query::choose_format(options.format.as_deref(), &headers)?;
+    let format = crate::api::negotiate::choose_format(options.format.as_deref(), &headers)?;
     let offset = match options.offset {
         Some(o) if o < 0 => {
             return Err(ApiError::bad_request(

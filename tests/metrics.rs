@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::Gateway;
+use std::time::Duration;
+
+use common::{eventually, Gateway};
 use serde_json::json;
 
 #[tokio::test]
@@ -14,11 +16,15 @@ async fn prometheus_text_has_the_operational_series() {
     let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
     // Outcomes are counted as the worker finishes, a moment after the
     // answer: wait until the pool has drained.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while g.health().await["pool"]["in_use"] != 0 {
-        assert!(std::time::Instant::now() < deadline);
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    eventually("drained pool", Duration::from_secs(5), || async {
+        let h = g.health().await;
+        if h["pool"]["in_use"] == 0 {
+            Ok(())
+        } else {
+            Err(h)
+        }
+    })
+    .await;
     let r = g.client.get(g.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"]
@@ -59,17 +65,12 @@ async fn gateways_in_one_process_count_only_their_own_queries() {
     b.query_ok("SELECT 1").await;
     let ok = "duckgate_queries_total{outcome=\"ok\"}";
     // Outcomes are counted as the worker finishes, a moment after the answer.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
+    eventually("own counts (a 3, b 1)", Duration::from_secs(5), || async {
         let (ma, mb) = (a.get_text("/metrics").await, b.get_text("/metrics").await);
-        let (va, vb) = (value_of(&ma, ok), value_of(&mb, ok));
-        if va == Some(3.0) && vb == Some(1.0) {
-            break;
+        match (value_of(&ma, ok), value_of(&mb, ok)) {
+            (Some(3.0), Some(1.0)) => Ok(()),
+            seen => Err(format!("{seen:?}")),
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "each gateway's own count: a {va:?} (3 expected), b {vb:?} (1 expected)"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }

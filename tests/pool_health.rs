@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{percentile_ms, Endpoint, Gateway};
+use common::{eventually, percentile_ms, sleeping_sql, Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const LONG_QUERY: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
@@ -17,18 +17,15 @@ async fn wait_for(
     pred: impl Fn(&Value) -> bool,
     within: Duration,
 ) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    eventually(what, within, || async {
         let h = g.health().await;
         if pred(&h) {
-            return h;
+            Ok(h)
+        } else {
+            Err(h)
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {h}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await
 }
 
 fn spawn_long(g: &Endpoint, timeout_ms: u64) -> tokio::task::JoinHandle<u16> {
@@ -184,11 +181,6 @@ async fn a_client_that_disconnects_interrupts_its_query() {
         "{m}"
     );
     assert_eq!(g.query_ok("SELECT 3 AS x").await["rows"], json!([[3]]));
-}
-
-/// A query that takes `d` and then completes (DuckDB's sleep_ms).
-fn sleeping_sql(d: Duration) -> String {
-    format!("SELECT sleep_ms({}) IS NULL AS slept", d.as_millis())
 }
 
 #[tokio::test]

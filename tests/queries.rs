@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{App, Endpoint, Gateway};
+use common::{eventually, App, Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-secret-token-0001";
@@ -66,15 +66,15 @@ async fn a_long_query_is_listed_to_its_owner_and_cancelled_from_another_request(
         })
     };
     // Listed, running, to alice and the admin; not to bob.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let info = loop {
+    let info = eventually("listing as running", Duration::from_secs(20), || async {
         let (status, body) = g.get("/queries/backfill-2026.11_30", ALICE).await;
         if status == 200 && body["state"] == "running" {
-            break body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(Instant::now() < deadline, "never listed as running: {body}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     assert_eq!(info["token"], "alice");
     assert_eq!(info["kind"], "SELECT");
     assert_eq!(info["sql"], LONG);
@@ -182,16 +182,16 @@ async fn every_query_has_an_id_and_one_audit_line_without_secrets() {
     }
     // One audit line per query that ran, naming the token, never the
     // token, the SQL text or a parameter.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let log = loop {
+    let log = eventually("audit lines", Duration::from_secs(5), || async {
         let log = g.log_text();
         if log.contains("bad-sql-1") && log.contains(&id) && log.matches("query ended").count() >= 2
         {
-            break log;
+            Ok(log)
+        } else {
+            Err(log)
         }
-        assert!(Instant::now() < deadline, "no audit lines:\n{log}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let audit: Vec<&str> = log.lines().filter(|l| l.contains("query ended")).collect();
     assert_eq!(audit.len(), 2, "{audit:#?}");
     let ok = audit.iter().find(|l| l.contains(&id)).unwrap();
@@ -241,15 +241,15 @@ async fn audit_records_also_go_to_the_audit_log_file() {
             .unwrap();
         r.bytes().await.unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let text = loop {
+    let text = eventually("two audit records", Duration::from_secs(5), || async {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         if text.lines().count() >= 2 {
-            break text;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        assert!(Instant::now() < deadline, "audit file: {text:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
     let records: Vec<Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{App, Gateway};
+use common::{eventually, App, Gateway};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-secret-token-0001";
@@ -35,19 +35,16 @@ async fn submit(g: &App, token: &str, id: Option<&str>, body: Value) -> reqwest:
 
 /// Polls a statement until its state is not `queued` or `running`.
 async fn finished(g: &App, token: &str, id: &str, within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    eventually("end of the statement", within, || async {
         let (status, body) = g.get(&format!("/statements/{id}"), token).await;
         assert_eq!(status, 200, "{body}");
         if body["state"] != "queued" && body["state"] != "running" {
-            return body;
+            Ok(body)
+        } else {
+            Err(body)
         }
-        assert!(
-            Instant::now() < deadline,
-            "statement did not finish: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 async fn bytes_of(r: reqwest::Response) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
@@ -337,22 +334,25 @@ async fn a_long_statement_shows_rising_progress_and_is_cancelled() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
     // The cancelled statement's audit record says so.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(&audit).unwrap_or_default();
-        let cancelled = text.lines().any(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            v["query_id"] == "scan" && v["api"] == "statement" && v["outcome"] == "query-cancelled"
-        });
-        if cancelled {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no audit record for the cancel: {text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        "audit record of the cancel",
+        Duration::from_secs(10),
+        || async {
+            let text = std::fs::read_to_string(&audit).unwrap_or_default();
+            let cancelled = text.lines().any(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                v["query_id"] == "scan"
+                    && v["api"] == "statement"
+                    && v["outcome"] == "query-cancelled"
+            });
+            if cancelled {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,15 +477,15 @@ async fn quotas_ttl_count_and_restart_bound_the_spool() {
     assert_eq!(body["cancelled"], false);
     assert_eq!(spool_files(&g).len(), 1);
     // The TTL expires the rest: 410, files gone, and room again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually("expiry", Duration::from_secs(20), || async {
         let (_, s) = g.get("/statements/b", ALICE).await;
         if s["state"] == "expired" {
-            break;
+            Ok(())
+        } else {
+            Err(s)
         }
-        assert!(Instant::now() < deadline, "never expired: {s}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     assert_eq!(g.get("/statements/b/result", ALICE).await.0, 410);
     assert!(spool_files(&g).is_empty(), "{:?}", spool_files(&g));
     let r = submit(

@@ -565,6 +565,35 @@ impl Drop for S3Server {
     }
 }
 
+/// Polls `probe` every 20 ms until it gives `Ok`, and returns that; fails
+/// the test after `within`, naming `what` it waited for and what the last
+/// probe saw (its `Err`).
+pub async fn eventually<T, E: std::fmt::Display, Fut>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> Fut,
+) -> T
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match probe().await {
+            Ok(t) => return t,
+            Err(seen) => assert!(
+                Instant::now() < deadline,
+                "no {what} within {within:?}; last seen: {seen}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A query that takes `d` and then completes (DuckDB's `sleep_ms`).
+pub fn sleeping_sql(d: Duration) -> String {
+    format!("SELECT sleep_ms({}) IS NULL AS slept", d.as_millis())
+}
+
 /// p-th percentile of durations, in milliseconds.
 pub fn percentile_ms(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort();

@@ -1,9 +1,7 @@
 //! Faults never cost other clients their capacity (issue 11): slow readers,
-//! slow and idle clients and a spill past its cap (in this process); a hung
-//! S3 (behind a TCP proxy the test can pause) and status codes that say
-//! whose a failure is (processes: the AWS SDK reads its base credentials
-//! from the process environment); a second process on the same data
-//! directory.
+//! slow and idle clients, a spill past its cap, a hung S3 (behind a TCP
+//! proxy the test can pause) and status codes that say whose a failure is
+//! (in this process); a second process on the same data directory.
 //!
 //! Timing bounds are generous (seconds where the mechanism takes
 //! milliseconds); each test also shows the bound could be broken, by a
@@ -157,12 +155,13 @@ async fn a_hung_s3_costs_no_capacity_after_the_deadline() {
     let s3 = S3Server::start(&[]);
     let px = proxy(s3.port).await;
     let g = s3
-        .gateway(3600)
-        .env("DUCKGATE_S3_ENDPOINT", format!("127.0.0.1:{}", px.port))
+        .app(3600)
+        .set("DUCKGATE_S3_ENDPOINT", format!("127.0.0.1:{}", px.port))
         .env("DUCKGATE_POOL_SIZE", 1)
         .env("DUCKGATE_POOL_SPARES", 1)
         .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 30_000)
-        .start();
+        .spawn_app()
+        .await;
     let s3_sql = "SELECT count(*) FROM read_csv('s3://duckgate-test/data/small.csv')";
     g.query_ok(s3_sql).await;
 
@@ -305,9 +304,10 @@ async fn failures_say_whose_they_are() {
     let dead_port = dead.local_addr().unwrap().port();
     drop(dead);
     let g = s3
-        .gateway(3600)
-        .env("DUCKGATE_S3_ENDPOINT", format!("127.0.0.1:{dead_port}"))
-        .start();
+        .app(3600)
+        .set("DUCKGATE_S3_ENDPOINT", format!("127.0.0.1:{dead_port}"))
+        .spawn_app()
+        .await;
     let r = g
         .query(json!({"sql": "SELECT * FROM read_csv('s3://duckgate-test/data/small.csv')"}))
         .await;

@@ -1,5 +1,6 @@
-//! The statement guard's corpus (issue 3), against the real binary with a real
-//! S3 secret (the loopback S3/STS emulation).
+//! The statement guard's corpus (issue 3), against the real gateway (in the
+//! test's process, base credentials from a file) with a real S3 secret (the
+//! loopback S3/STS emulation).
 //!
 //! Every statement has its expected verdict in a table below. Forbidden ones
 //! come in many spellings (case, `--` and nested `/* */` comments, tabs and
@@ -25,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{assert_no_leaks, Gateway, S3Server, Seen};
+use common::{assert_no_leaks, App, Endpoint, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "guard-corpus-admin-0123456789";
@@ -392,7 +393,7 @@ impl Ctx {
 
 /// Runs `cases` in order; returns one line per wrong verdict.
 async fn run_cases(
-    g: &Gateway,
+    g: &Endpoint,
     ctx: &Ctx,
     cases: &[Case],
     tally: &mut BTreeMap<&'static str, usize>,
@@ -473,11 +474,11 @@ struct Snapshot {
     files: BTreeSet<String>,
 }
 
-async fn rows(g: &Gateway, sql: &str) -> Value {
+async fn rows(g: &Endpoint, sql: &str) -> Value {
     g.query_ok(sql).await["rows"].clone()
 }
 
-async fn snapshot(g: &Gateway, dirs: &[&Path]) -> Snapshot {
+async fn snapshot(g: &Endpoint, dirs: &[&Path]) -> Snapshot {
     // Every pooled connection, more than once: session state changed on one
     // connection shows only there. Settings themselves are no longer
     // readable by clients (they may hold credentials); what they decide is.
@@ -553,13 +554,13 @@ fn list_files(dir: &Path) -> Vec<String> {
     out
 }
 
-async fn s3_count(g: &Gateway) -> Value {
+async fn s3_count(g: &Endpoint) -> Value {
     g.query_ok(S3_COUNT).await["rows"].clone()
 }
 
 struct Setup {
     s3: S3Server,
-    g: Gateway,
+    g: App,
     ctx: Ctx,
     _out: tempfile::TempDir,
 }
@@ -577,11 +578,12 @@ async fn setup(policy: &str) -> Setup {
         .unwrap();
     assert_eq!(r.status(), 200);
     let g = s3
-        .gateway(3600)
+        .app(3600)
         .env("DUCKGATE_POLICY", policy)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
         .env("DUCKGATE_POOL_SIZE", POOL_SIZE)
-        .start();
+        .spawn_app()
+        .await;
     let out = tempfile::tempdir().unwrap();
     let data = g.data_dir.path().join("data").canonicalize().unwrap();
     common::write_file(&data.join("files"), "allowed.csv", "a,b\n1,2\n3,4\n");

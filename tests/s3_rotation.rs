@@ -2,19 +2,24 @@
 //! auth and STS expiry enforced): the control case that fails, rotation under
 //! load, probes during a stalled rotation, an STS outage, persistent-secret
 //! hygiene, and no credential in any answer or log line.
+//!
+//! The gateways run in the test's process (`spawn_app`, base credentials from
+//! a file); processes remain where the process is the point: a start-up
+//! refusal's exit code, and a default secret directory under the process's
+//! `HOME`.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leaks, percentile_ms, Gateway, S3Server, Seen};
+use common::{assert_no_leaks, percentile_ms, sleeping_sql, Endpoint, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
 const CSV: &str =
     "SELECT count(*) AS n, sum(score) AS total FROM read_csv('s3://duckgate-test/data/small.csv')";
 
-async fn admin_secrets(g: &Gateway, seen: &mut Seen) -> Value {
+async fn admin_secrets(g: &Endpoint, seen: &mut Seen) -> Value {
     let r = g
         .client
         .get(g.url("/admin/secrets"))
@@ -27,7 +32,7 @@ async fn admin_secrets(g: &Gateway, seen: &mut Seen) -> Value {
     v
 }
 
-async fn s3_query(g: &Gateway, seen: &mut Seen) -> (u16, Value) {
+async fn s3_query(g: &Endpoint, seen: &mut Seen) -> (u16, Value) {
     let r = g
         .client
         .post(g.url("/query"))
@@ -42,13 +47,14 @@ async fn s3_query(g: &Gateway, seen: &mut Seen) -> (u16, Value) {
 async fn control_without_rotation_credentials_expire_and_queries_fail() {
     let s3 = S3Server::start(&[]);
     let g = s3
-        .gateway(6)
+        .app(6)
         .env("DUCKGATE_S3_ROTATION", "false")
         // No expiry flag from the interval task: the query must reach S3 and
         // be rejected there, which is what this control case must show.
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 600000)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .start();
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let (status, v) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200, "{v}");
@@ -74,14 +80,15 @@ async fn control_without_rotation_credentials_expire_and_queries_fail() {
 async fn rotation_keeps_continuous_s3_queries_failure_free() {
     let s3 = S3Server::start(&[]);
     let g = s3
-        .gateway(10)
+        .app(10)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
         .env("DUCKGATE_QUERY_TIMEOUT_MS", 2000)
         .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
         .env("DUCKGATE_POOL_SIZE", 2)
-        .start();
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let until = Instant::now() + Duration::from_secs(42);
     let mut ok = 0u32;
@@ -135,20 +142,16 @@ async fn rotation_keeps_continuous_s3_queries_failure_free() {
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
-/// A query that takes `d` and then completes (DuckDB's sleep_ms).
-fn sleeping_sql(d: Duration) -> String {
-    format!("SELECT sleep_ms({}) IS NULL AS slept", d.as_millis())
-}
-
 #[tokio::test]
 async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
     let s3 = S3Server::start(&[]);
     let g = s3
-        .gateway(3600)
+        .app(3600)
         .env("DUCKGATE_TEST_CONTROL_STALL_MS", 10000)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
         .env("DUCKGATE_POOL_SIZE", 2)
-        .start();
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let sql = sleeping_sql(Duration::from_secs(3));
 
@@ -220,13 +223,14 @@ async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
 async fn an_sts_outage_degrades_then_fails_clearly_then_recovers() {
     let s3 = S3Server::start(&[]);
     let g = s3
-        .gateway(8)
+        .app(8)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 1000)
         .env("DUCKGATE_QUERY_TIMEOUT_MS", 1000)
         .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .start();
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let (status, _) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200);
@@ -318,7 +322,11 @@ async fn an_sts_outage_degrades_then_fails_clearly_then_recovers() {
 #[tokio::test]
 async fn expired_token_mid_life_is_rotated_and_retried_once() {
     let s3 = S3Server::start(&[]);
-    let g = s3.gateway(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let (status, _) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200);
@@ -391,7 +399,10 @@ async fn planted_persistent_secrets_never_cause_ambiguity() {
         "control: the plant should collide"
     );
 
-    let g = s3.gateway(3600).data_dir(home).start();
+    // A process: the gateway sets HOME to its data directory, so the plant
+    // in `.duckdb/stored_secrets` is where DuckDB looks by default; an
+    // in-process gateway shares the test's HOME.
+    let g = s3.app(3600).data_dir(home).start();
     let mut seen = Seen::default();
     let (status, v) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200, "{v}");
@@ -409,7 +420,11 @@ async fn an_expired_token_with_sts_down_answers_503_within_the_deadline() {
     // Issue 11 (#5): the refresh a query asks for respects the request's
     // deadline and the rotator's backoff; the client hears 503 promptly.
     let s3 = S3Server::start(&[]);
-    let g = s3.gateway(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let (status, _) = s3_query(&g, &mut seen).await;
     assert_eq!(status, 200);
@@ -446,12 +461,13 @@ async fn an_async_statement_on_s3_spans_a_forced_rotation() {
     // cover (80% of 12 s minus the 1 s lead), and the rotator refreshes
     // with that longest limit in mind.
     let g = s3
-        .gateway(12)
+        .app(12)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
         .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .start();
+        .spawn_app()
+        .await;
     let mut seen = Seen::default();
     let sql =
         format!("SELECT n, total, slept FROM ({CSV}), (SELECT sleep_ms(4000) IS NULL AS slept)");
@@ -507,9 +523,10 @@ async fn an_async_statement_on_s3_spans_a_forced_rotation() {
     let (status, v) = seen.take(r).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["rows"], json!([[3, 7.5, true]]));
-    // A statement limit the sessions cannot cover is refused at start-up.
+    // A statement limit the sessions cannot cover is refused at start-up
+    // (a process: the exit code is part of the refusal).
     let refused = s3
-        .gateway(12)
+        .app(12)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
         .env("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", 60_000)
         .try_start();

@@ -84,7 +84,10 @@ fn cases_run(output: &str) -> Option<u64> {
 async fn openapi_fuzzing_finds_no_server_errors_or_spec_violations() {
     let started = Instant::now();
     let s3 = S3Server::start(&[]);
-    let g = s3.gateway(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
+    // A process: a panic in any of its threads reaches its log (stderr)
+    // through the panic hook, which the check at the end reads; in this
+    // process the hook would print to the test's stderr instead.
+    let g = s3.app(3600).env("DUCKGATE_ADMIN_TOKEN", ADMIN).start();
     let work = tempfile::tempdir().unwrap();
     let out_path = work.path().join("schemathesis.out");
     let out = std::fs::File::create(&out_path).unwrap();

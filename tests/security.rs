@@ -11,6 +11,11 @@
 //! issued key id, secret, session token and the base credentials are searched
 //! for in every body, header and log line. Afterwards the gateway must still
 //! mean what it meant: built-in names unchanged, S3 readable, secret intact.
+//!
+//! A process, with the base credentials in its environment (`AWS_*`, read by
+//! the AWS SDK's standard chain) as many deployments run: httpfs copies those
+//! variables into DuckDB's settings, and this test shows that no query
+//! reaches them. An in-process gateway would share the test's environment.
 
 mod common;
 

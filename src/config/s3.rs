@@ -33,6 +33,17 @@ pub struct S3Settings {
     #[arg(long, env = "DUCKGATE_S3_EXTERNAL_ID")]
     pub s3_external_id: Option<String>,
 
+    /// File in the AWS shared-credentials format (`[default]` with
+    /// `aws_access_key_id`, `aws_secret_access_key`, optional
+    /// `aws_session_token`) whose keys sign the `assume-role` source's STS
+    /// calls instead of the standard AWS chain; read at start-up.
+    #[arg(long, env = "DUCKGATE_S3_BASE_CREDENTIALS_FILE")]
+    pub s3_base_credentials_file: Option<PathBuf>,
+
+    /// Profile of DUCKGATE_S3_BASE_CREDENTIALS_FILE to read [default: default].
+    #[arg(long, env = "DUCKGATE_S3_BASE_PROFILE")]
+    pub s3_base_profile: Option<String>,
+
     /// Token file for AssumeRoleWithWebIdentity (selects the `web-identity`
     /// source together with DUCKGATE_S3_ROLE_ARN); re-read at each refresh.
     #[arg(long, env = "DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE")]
@@ -102,7 +113,8 @@ pub fn parse_secret(s: &str) -> Result<SecretString, String> {
 /// Where a secret's credentials come from.
 #[derive(Clone)]
 pub enum SourceSpec {
-    /// STS AssumeRole with base credentials from the standard AWS chain.
+    /// STS AssumeRole, signed with base credentials from a file or, without
+    /// one, from the standard AWS chain.
     AssumeRole {
         /// The role to assume.
         role_arn: String,
@@ -112,6 +124,9 @@ pub enum SourceSpec {
         external_id: Option<String>,
         /// The session lifetime asked of STS.
         duration: Duration,
+        /// The file holding the base credentials; `None` means the standard
+        /// AWS chain.
+        base_credentials: Option<BaseCredentials>,
     },
     /// STS AssumeRoleWithWebIdentity with a token file re-read each time.
     WebIdentity {
@@ -134,6 +149,21 @@ pub enum SourceSpec {
         session_token: Option<SecretString>,
     },
 }
+
+/// Base credentials for STS AssumeRole from a file in the AWS
+/// shared-credentials format, read by the AWS SDK's profile-file provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseCredentials {
+    /// The file (its path may be logged; its content never is).
+    pub file: PathBuf,
+    /// The profile in it.
+    pub profile: String,
+    /// The setting that named the file, for messages about it.
+    pub setting: String,
+}
+
+/// The profile read from a base credentials file when none is named.
+pub const DEFAULT_BASE_PROFILE: &str = "default";
 
 impl std::fmt::Debug for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,6 +256,10 @@ struct FileSecret {
     #[serde(default)]
     session_duration_secs: Option<u64>,
     #[serde(default)]
+    base_credentials_file: Option<PathBuf>,
+    #[serde(default)]
+    base_profile: Option<String>,
+    #[serde(default)]
     web_identity_token_file: Option<PathBuf>,
     #[serde(default)]
     key_id: Option<String>,
@@ -293,26 +327,43 @@ impl S3Settings {
 
     fn env_source(&self) -> Result<Option<SourceSpec>, ConfigError> {
         let duration = Duration::from_secs(self.s3_session_duration_secs);
+        let base_credentials = self.env_base_credentials()?;
+        // The base credentials sign AssumeRole; any other source would
+        // silently ignore them.
+        let refuse_base = |selected: &str| match &base_credentials {
+            Some(_) => Err(ConfigError::new(
+                "DUCKGATE_S3_BASE_CREDENTIALS_FILE",
+                format!("applies to the assume-role source only, not {selected}"),
+            )),
+            None => Ok(()),
+        };
         match (&self.s3_role_arn, &self.s3_key_id) {
             (Some(_), Some(_)) => Err(ConfigError::new(
                 "DUCKGATE_S3_ROLE_ARN",
                 "set either DUCKGATE_S3_ROLE_ARN or DUCKGATE_S3_KEY_ID, not both",
             )),
             (Some(role_arn), None) => Ok(Some(match &self.s3_web_identity_token_file {
-                Some(token_file) => SourceSpec::WebIdentity {
-                    role_arn: role_arn.clone(),
-                    session_name: self.s3_session_name.clone(),
-                    token_file: token_file.clone(),
-                    duration,
-                },
+                Some(token_file) => {
+                    refuse_base(
+                        "web-identity (DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE is set): AssumeRoleWithWebIdentity is not signed",
+                    )?;
+                    SourceSpec::WebIdentity {
+                        role_arn: role_arn.clone(),
+                        session_name: self.s3_session_name.clone(),
+                        token_file: token_file.clone(),
+                        duration,
+                    }
+                }
                 None => SourceSpec::AssumeRole {
                     role_arn: role_arn.clone(),
                     session_name: self.s3_session_name.clone(),
                     external_id: self.s3_external_id.clone(),
                     duration,
+                    base_credentials,
                 },
             })),
             (None, Some(key_id)) => {
+                refuse_base("static (DUCKGATE_S3_KEY_ID is set)")?;
                 let secret = self.s3_secret.clone().ok_or_else(|| {
                     ConfigError::new("DUCKGATE_S3_SECRET", "required with DUCKGATE_S3_KEY_ID")
                 })?;
@@ -322,8 +373,38 @@ impl S3Settings {
                     session_token: self.s3_session_token.clone(),
                 }))
             }
-            (None, None) => Ok(None),
+            (None, None) => {
+                refuse_base("no source (DUCKGATE_S3_ROLE_ARN is not set)")?;
+                Ok(None)
+            }
         }
+    }
+
+    /// The base credentials file from `DUCKGATE_S3_BASE_*`, checked readable.
+    fn env_base_credentials(&self) -> Result<Option<BaseCredentials>, ConfigError> {
+        let Some(file) = &self.s3_base_credentials_file else {
+            return match self.s3_base_profile {
+                Some(_) => Err(ConfigError::new(
+                    "DUCKGATE_S3_BASE_PROFILE",
+                    "names a profile of DUCKGATE_S3_BASE_CREDENTIALS_FILE, which is not set",
+                )),
+                None => Ok(None),
+            };
+        };
+        check_readable(file).map_err(|e| {
+            ConfigError::new(
+                "DUCKGATE_S3_BASE_CREDENTIALS_FILE",
+                format!("cannot read {}: {}", file.display(), e.kind()),
+            )
+        })?;
+        Ok(Some(BaseCredentials {
+            file: file.clone(),
+            profile: self
+                .s3_base_profile
+                .clone()
+                .unwrap_or_else(|| DEFAULT_BASE_PROFILE.into()),
+            setting: "DUCKGATE_S3_BASE_CREDENTIALS_FILE".into(),
+        }))
     }
 
     /// Rejects configurations whose sessions cannot outlive the longest query.
@@ -409,6 +490,12 @@ fn check_secret(s: &SecretSpec) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Whether `path` can be read now (its content is not looked at here: the
+/// AWS SDK parses it, and a secret must not reach a message).
+fn check_readable(path: &Path) -> std::io::Result<()> {
+    std::fs::read(path).map(|_| ())
+}
+
 fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::new(
@@ -437,12 +524,29 @@ fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
                     )
                 })
             };
+            if f.source != "assume-role" {
+                for (set, what) in [
+                    (f.base_credentials_file.is_some(), "base_credentials_file"),
+                    (f.base_profile.is_some(), "base_profile"),
+                ] {
+                    if set {
+                        return Err(ConfigError::new(
+                            "DUCKGATE_CONFIG",
+                            format!(
+                                "secret `{}`: `{what}` applies to source `assume-role` only, not `{}`",
+                                f.name, f.source
+                            ),
+                        ));
+                    }
+                }
+            }
             let source = match f.source.as_str() {
                 "assume-role" => SourceSpec::AssumeRole {
                     role_arn: need(f.role_arn.clone(), "role_arn")?,
                     session_name: f.session_name.clone().unwrap_or_else(|| "duckgate".into()),
                     external_id: f.external_id.clone(),
                     duration,
+                    base_credentials: file_base_credentials(&f)?,
                 },
                 "web-identity" => SourceSpec::WebIdentity {
                     role_arn: need(f.role_arn.clone(), "role_arn")?,
@@ -482,6 +586,44 @@ fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
             })
         })
         .collect()
+}
+
+/// The base credentials file of a `[[secret]]` table, checked readable.
+fn file_base_credentials(f: &FileSecret) -> Result<Option<BaseCredentials>, ConfigError> {
+    let Some(file) = &f.base_credentials_file else {
+        return match f.base_profile {
+            Some(_) => Err(ConfigError::new(
+                "DUCKGATE_CONFIG",
+                format!(
+                    "secret `{}`: `base_profile` names a profile of `base_credentials_file`, which is not set",
+                    f.name
+                ),
+            )),
+            None => Ok(None),
+        };
+    };
+    check_readable(file).map_err(|e| {
+        ConfigError::new(
+            "DUCKGATE_CONFIG",
+            format!(
+                "secret `{}`: `base_credentials_file` {}: cannot read: {}",
+                f.name,
+                file.display(),
+                e.kind()
+            ),
+        )
+    })?;
+    Ok(Some(BaseCredentials {
+        file: file.clone(),
+        profile: f
+            .base_profile
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE_PROFILE.into()),
+        setting: format!(
+            "`base_credentials_file` of secret `{}` (DUCKGATE_CONFIG)",
+            f.name
+        ),
+    }))
 }
 
 #[cfg(test)]
@@ -536,5 +678,154 @@ mod tests {
         assert_eq!(specs[0].source.kind(), "assume-role");
         assert_eq!(specs[1].source.kind(), "static");
         assert_eq!(specs[0].scope, vec!["s3://lake/".to_string()]);
+    }
+    /// `S3Settings` from flags alone.
+    fn settings(args: &[&str]) -> S3Settings {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            s3: S3Settings,
+        }
+        Cli::try_parse_from(std::iter::once("duckgate").chain(args.iter().copied()))
+            .unwrap()
+            .s3
+    }
+
+    #[test]
+    fn a_base_credentials_file_selects_itself_for_assume_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[ci]\naws_access_key_id = AKIAFILE\naws_secret_access_key = s\n",
+        )
+        .unwrap();
+        let flag = format!("--s3-base-credentials-file={}", file.display());
+        let specs = settings(&["--s3-role-arn=arn:aws:iam::1:role/r", &flag])
+            .secrets()
+            .unwrap();
+        let SourceSpec::AssumeRole {
+            base_credentials: Some(base),
+            ..
+        } = &specs[0].source
+        else {
+            panic!("{:?}", specs[0].source);
+        };
+        assert_eq!(
+            (base.file.as_path(), base.profile.as_str()),
+            (file.as_path(), "default")
+        );
+        let specs = settings(&[
+            "--s3-role-arn=arn:aws:iam::1:role/r",
+            &flag,
+            "--s3-base-profile=ci",
+        ])
+        .secrets()
+        .unwrap();
+        assert!(matches!(
+            &specs[0].source,
+            SourceSpec::AssumeRole { base_credentials: Some(b), .. } if b.profile == "ci"
+        ));
+    }
+
+    #[test]
+    fn a_base_credentials_file_with_another_source_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("credentials");
+        std::fs::write(
+            &file,
+            "[default]\naws_access_key_id = AKIAFILE\naws_secret_access_key = s\n",
+        )
+        .unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t").unwrap();
+        let flag = format!("--s3-base-credentials-file={}", file.display());
+        let token_flag = format!("--s3-web-identity-token-file={}", token.display());
+        for args in [
+            vec!["--s3-role-arn=arn:aws:iam::1:role/r", &token_flag, &flag],
+            vec!["--s3-key-id=AKIA", "--s3-secret=s", &flag],
+            vec![&flag],
+        ] {
+            let e = settings(&args).secrets().unwrap_err();
+            assert_eq!(
+                e.setting, "DUCKGATE_S3_BASE_CREDENTIALS_FILE",
+                "{args:?}: {e}"
+            );
+            assert!(e.message.contains("assume-role source only"), "{e}");
+        }
+        // A profile without a file does nothing: refused too.
+        let e = settings(&[
+            "--s3-role-arn=arn:aws:iam::1:role/r",
+            "--s3-base-profile=ci",
+        ])
+        .secrets()
+        .unwrap_err();
+        assert_eq!(e.setting, "DUCKGATE_S3_BASE_PROFILE", "{e}");
+
+        // In a [[secret]] table: refused, naming the key.
+        for (source, extra) in [
+            ("static", "key_id = \"AKIA\"\nsecret = \"s\""),
+            (
+                "web-identity",
+                "role_arn = \"arn:aws:iam::1:role/r\"\nweb_identity_token_file = \"/t\"",
+            ),
+        ] {
+            let toml = common_toml(
+                dir.path(),
+                source,
+                &format!("{extra}\nbase_credentials_file = \"{}\"", file.display()),
+            );
+            let e = settings(&[&format!("--config={}", toml.display())])
+                .secrets()
+                .unwrap_err();
+            assert_eq!(e.setting, "DUCKGATE_CONFIG");
+            assert!(
+                e.message
+                    .contains("`base_credentials_file` applies to source `assume-role` only"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_unreadable_base_credentials_file_is_refused_naming_the_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing");
+        let e = settings(&[
+            "--s3-role-arn=arn:aws:iam::1:role/r",
+            &format!("--s3-base-credentials-file={}", missing.display()),
+        ])
+        .secrets()
+        .unwrap_err();
+        assert_eq!(e.setting, "DUCKGATE_S3_BASE_CREDENTIALS_FILE");
+        assert!(e.message.contains(&missing.display().to_string()), "{e}");
+        let toml = common_toml(
+            dir.path(),
+            "assume-role",
+            &format!(
+                "role_arn = \"arn:aws:iam::1:role/r\"\nbase_credentials_file = \"{}\"",
+                missing.display()
+            ),
+        );
+        let e = settings(&[&format!("--config={}", toml.display())])
+            .secrets()
+            .unwrap_err();
+        assert_eq!(e.setting, "DUCKGATE_CONFIG");
+        assert!(
+            e.message.contains("`base_credentials_file`") && e.message.contains("cannot read"),
+            "{e}"
+        );
+    }
+
+    /// A TOML file with one `[[secret]]` of `source` and `extra` keys.
+    fn common_toml(dir: &Path, source: &str, extra: &str) -> PathBuf {
+        let path = dir.join(format!("{source}.toml"));
+        std::fs::write(
+            &path,
+            format!("[[secret]]\nname = \"s\"\nsource = \"{source}\"\n{extra}\n"),
+        )
+        .unwrap();
+        path
     }
 }

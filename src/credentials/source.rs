@@ -2,13 +2,19 @@
 
 use std::time::{Duration, SystemTime};
 
+use aws_config::profile::ProfileFileCredentialsProvider;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::future::ProvideCredentials as ProvideCredentialsFuture;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_sts::error::ProvideErrorMetadata;
 use secrecy::{ExposeSecret, SecretString};
+use tracing::instrument::WithSubscriber as _;
 
-use crate::config::s3::{SecretSpec, SourceSpec};
+use crate::config::s3::{BaseCredentials, SecretSpec, SourceSpec};
 
 /// One set of credentials. The secret parts redact themselves.
 #[derive(Clone)]
@@ -49,12 +55,23 @@ pub struct FetchError(pub String);
 pub struct CredentialSource {
     spec: SourceSpec,
     sts: Option<aws_sdk_sts::Client>,
+    /// The provider of the base credentials file, when one is set: the STS
+    /// client signs with it, and `fetch` asks it first so that a bad file
+    /// fails with a clear class.
+    base: Option<SharedCredentialsProvider>,
 }
 
 impl CredentialSource {
     /// The source of `secret`, with an STS client for its region and STS
     /// endpoint unless its credentials are static.
     pub async fn new(secret: &SecretSpec) -> Self {
+        let base = match &secret.source {
+            SourceSpec::AssumeRole {
+                base_credentials: Some(b),
+                ..
+            } => Some(base_provider(b)),
+            _ => None,
+        };
         let sts = match &secret.source {
             SourceSpec::Static { .. } => None,
             source => {
@@ -74,6 +91,11 @@ impl CredentialSource {
                 if matches!(source, SourceSpec::WebIdentity { .. }) {
                     // AssumeRoleWithWebIdentity is not signed.
                     loader = loader.no_credentials();
+                } else if let Some(base) = &base {
+                    // The file's keys and nothing else: the standard chain
+                    // (process environment, ~/.aws, instance role) is never
+                    // consulted.
+                    loader = loader.credentials_provider(base.clone());
                 }
                 let config = loader.load().await;
                 Some(aws_sdk_sts::Client::new(&config))
@@ -82,6 +104,7 @@ impl CredentialSource {
         Self {
             spec: secret.source.clone(),
             sts,
+            base,
         }
     }
 
@@ -108,7 +131,14 @@ impl CredentialSource {
                 session_name,
                 external_id,
                 duration,
+                base_credentials,
             } => {
+                if let (Some(base), Some(spec)) = (&self.base, base_credentials) {
+                    // Cached by the provider after the first read.
+                    base.provide_credentials()
+                        .await
+                        .map_err(|e| base_error(spec, &e))?;
+                }
                 let client = self.sts.as_ref().expect("STS client for assume-role");
                 let out = client
                     .assume_role()
@@ -148,6 +178,61 @@ impl CredentialSource {
             }
         }
     }
+}
+
+/// The AWS SDK's profile-file provider reading only `base`'s file and
+/// profile (no `AWS_PROFILE`, no `~/.aws` files), silenced.
+fn base_provider(base: &BaseCredentials) -> SharedCredentialsProvider {
+    let files = EnvConfigFiles::builder()
+        .with_file(EnvConfigFileKind::Credentials, &base.file)
+        .build();
+    SharedCredentialsProvider::new(Silenced(
+        ProfileFileCredentialsProvider::builder()
+            .profile_files(files)
+            .profile_name(&base.profile)
+            .build(),
+    ))
+}
+
+/// A credentials provider whose own logging goes nowhere: the profile-file
+/// provider logs the whole access key id at `info` ("loaded base
+/// credentials"), and its parser may quote lines of the file. Its failures
+/// reach the log as [`base_error`]'s class instead.
+#[derive(Debug)]
+struct Silenced<P>(P);
+
+impl<P: ProvideCredentials> ProvideCredentials for Silenced<P> {
+    fn provide_credentials<'a>(&'a self) -> ProvideCredentialsFuture<'a>
+    where
+        Self: 'a,
+    {
+        ProvideCredentialsFuture::new(
+            self.0
+                .provide_credentials()
+                .with_subscriber(tracing::subscriber::NoSubscriber::default()),
+        )
+    }
+}
+
+/// Why the base credentials file gave no credentials, as a class: the SDK's
+/// messages about a profile file may quote its lines.
+fn base_error(base: &BaseCredentials, e: &CredentialsError) -> FetchError {
+    let class = match e {
+        CredentialsError::CredentialsNotLoaded(_) => format!(
+            "holds no credentials for profile `{}` (is there a [{}] section with aws_access_key_id and aws_secret_access_key?)",
+            base.profile, base.profile
+        ),
+        CredentialsError::InvalidConfiguration(_) => {
+            "is not a valid AWS shared-credentials file".to_string()
+        }
+        CredentialsError::ProviderTimedOut(_) => "timed out".to_string(),
+        _ => "could not be used".to_string(),
+    };
+    FetchError(format!(
+        "base credentials file {} ({}): {class}",
+        base.file.display(),
+        base.setting
+    ))
 }
 
 fn convert(c: Option<&aws_sdk_sts::types::Credentials>) -> Result<Credentials, FetchError> {

@@ -219,8 +219,10 @@ impl GatewayBuilder {
 /// A gateway running in this process: the real `duckgate::run` on a
 /// loopback listener of port 0, on a runtime of its own whose threads log to
 /// its own subscriber (`log_text`) and record to its own metrics (`/metrics`).
-/// It shares the process's environment; tests of signals, start-up refusals
-/// and the AWS environment use a [`Gateway`] process instead.
+/// It shares the process's environment (`HOME`, `AWS_*`: S3 tests give it
+/// base credentials in a file, [`S3Server::app`]); tests of signals,
+/// start-up refusals (exit codes), the process environment, and panics the
+/// panic hook prints to stderr use a [`Gateway`] process instead.
 /// `DUCKGATE_TEST_BIN` does not apply to it.
 pub struct App {
     endpoint: Endpoint,
@@ -442,6 +444,10 @@ pub struct S3Server {
     pub port: u16,
     pub control: String,
     pub stderr_path: PathBuf,
+    /// The emulation's base credentials (its IAM user's keys) in the AWS
+    /// shared-credentials format, mode 0600: what
+    /// `DUCKGATE_S3_BASE_CREDENTIALS_FILE` points at in [`S3Server::app`].
+    pub base_credentials_file: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -505,6 +511,12 @@ impl S3Server {
         }
         assert!(port != 0, "S3 emulation never became ready");
         let control = config["control_url"].as_str().unwrap().to_string();
+        let base_credentials_file = dir.path().join("base-credentials");
+        write_credentials_file(
+            &base_credentials_file,
+            config["access_key_id"].as_str().unwrap(),
+            config["secret_access_key"].as_str().unwrap(),
+        );
         S3Server {
             child,
             _stdin: stdin,
@@ -512,6 +524,7 @@ impl S3Server {
             port,
             control,
             stderr_path,
+            base_credentials_file,
             _dir: dir,
         }
     }
@@ -520,13 +533,35 @@ impl S3Server {
         self.config[key].as_str().unwrap().to_string()
     }
 
-    /// A gateway builder configured to assume the emulation's role.
+    /// A gateway builder configured to assume the emulation's role, signing
+    /// STS calls with the base credentials in [`S3Server::base_credentials_file`].
+    /// Only `DUCKGATE_` settings: for an in-process gateway
+    /// ([`GatewayBuilder::spawn_app`]) or a process.
+    pub fn app(&self, session_secs: u64) -> GatewayBuilder {
+        self.settings(session_secs).env(
+            "DUCKGATE_S3_BASE_CREDENTIALS_FILE",
+            self.base_credentials_file.display(),
+        )
+    }
+
+    /// Like [`S3Server::app`], but the base credentials come from the
+    /// process environment (`AWS_ACCESS_KEY_ID`, ...) through the AWS SDK's
+    /// standard chain, as most deployments run: a process only, for tests
+    /// whose subject includes that environment (httpfs copies those variables
+    /// into DuckDB's settings).
     pub fn gateway(&self, session_secs: u64) -> GatewayBuilder {
-        Gateway::builder()
-            .env("DUCKGATE_EXTENSION_DIR", extension_dir())
+        self.settings(session_secs)
             .env("AWS_ACCESS_KEY_ID", self.str("access_key_id"))
             .env("AWS_SECRET_ACCESS_KEY", self.str("secret_access_key"))
             .env("AWS_REGION", self.str("region"))
+    }
+
+    /// The emulation's endpoints, role and bucket scope, and no base
+    /// credentials: enough for the web-identity source, whose STS call is
+    /// not signed.
+    pub fn settings(&self, session_secs: u64) -> GatewayBuilder {
+        Gateway::builder()
+            .env("DUCKGATE_EXTENSION_DIR", extension_dir())
             .env("DUCKGATE_S3_ROLE_ARN", self.str("role_arn"))
             .env("DUCKGATE_S3_SESSION_DURATION_SECS", session_secs)
             .env("DUCKGATE_S3_REGION", self.str("region"))
@@ -556,6 +591,32 @@ impl S3Server {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
+}
+
+impl GatewayBuilder {
+    /// Sets `k` to `v`, replacing an earlier value (of [`S3Server::app`], say):
+    /// an in-process gateway takes each setting once, as a flag.
+    pub fn set(mut self, k: &str, v: impl ToString) -> Self {
+        self.env.retain(|(key, _)| key != k);
+        self.env(k, v)
+    }
+}
+
+/// Writes `key_id` and `secret` as the `[default]` profile of an AWS
+/// shared-credentials file at `path`, readable by its owner only.
+pub fn write_credentials_file(path: &Path, key_id: &str, secret: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .expect("create the credentials file");
+    write!(
+        f,
+        "[default]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n"
+    )
+    .unwrap();
 }
 
 impl Drop for S3Server {
@@ -628,9 +689,27 @@ impl Seen {
     }
 }
 
+/// A gateway whose log a test reads: a process or an in-process one.
+pub trait Logged {
+    /// Every line it logged so far.
+    fn log_text(&self) -> String;
+}
+
+impl Logged for Gateway {
+    fn log_text(&self) -> String {
+        Gateway::log_text(self)
+    }
+}
+
+impl Logged for App {
+    fn log_text(&self) -> String {
+        App::log_text(self)
+    }
+}
+
 /// No secret key or session token the emulation issued, nor the base secret
 /// or `admin_token`, appears in anything the test saw or in the gateway's log.
-pub async fn assert_no_leaks(g: &Gateway, s3: &S3Server, seen: &Seen, admin_token: &str) {
+pub async fn assert_no_leaks(g: &impl Logged, s3: &S3Server, seen: &Seen, admin_token: &str) {
     let issued = s3.control("GET", "secrets").await;
     let mut values: Vec<String> = issued["values"]
         .as_array()

@@ -9,17 +9,23 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
-/// The gateway's log format and filter, writing to `writer`.
+/// The process's filter: `RUST_LOG`, else `info` with the AWS SDK's own
+/// chatter at `warn`.
+pub fn filter() -> EnvFilter {
+    EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"))
+}
+
+/// The gateway's log format, with `filter`, writing to `writer`.
 pub fn subscriber<W>(
     format: LogFormat,
+    filter: EnvFilter,
     writer: W,
     ansi: bool,
 ) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)
@@ -37,6 +43,7 @@ pub fn init(format: LogFormat) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let _ = subscriber(
         format,
+        filter(),
         std::io::stderr.with_max_level(tracing::Level::TRACE),
         ansi,
     )

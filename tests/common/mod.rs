@@ -325,8 +325,12 @@ impl GatewayBuilder {
             .expect("non-blocking listener");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let log = Arc::new(Mutex::new(Vec::new()));
+        // `info` for every target, the AWS SDK's too, as the processes
+        // under test log (RUST_LOG=info): what tests assert never reaches
+        // the log is checked at the level operators run.
         let dispatch = tracing::Dispatch::new(duckgate::telemetry::subscriber(
             duckgate::config::LogFormat::Text,
+            tracing_subscriber::EnvFilter::new("info"),
             LogSink(log.clone()),
             false,
         ));

@@ -6,8 +6,12 @@
 #   docker run --rm -p 8080:8080 \
 #     -e DUCKGATE_QUERY_TOKENS=change-me -e DUCKGATE_ADMIN_TOKEN=change-me-too-16+ \
 #     -e DUCKGATE_S3_ROLE_ARN=arn:aws:iam::123456789012:role/lake-reader \
-#     -e AWS_ACCESS_KEY_ID -e AWS_SECRET_ACCESS_KEY \
+#     -v "$HOME/.aws/credentials:/run/secrets/aws-credentials:ro" \
+#     -e DUCKGATE_S3_BASE_CREDENTIALS_FILE=/run/secrets/aws-credentials \
 #     duckgate
+#
+# (The base keys that sign AssumeRole come from a mounted file rather than
+# AWS_* variables, which child processes inherit and /proc shows.)
 #
 # Configuration is the gateway's own DUCKGATE_* environment variables (see
 # README.md); nothing in the image is specific to one deployment. The image

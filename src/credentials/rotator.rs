@@ -183,6 +183,11 @@ impl Rotator {
         for (idx, m) in self.secrets.iter().enumerate() {
             let mut last = None;
             for attempt in 0..attempts.max(1) {
+                if attempt > 0 {
+                    // Between attempts only: after the last one, start-up
+                    // fails at once.
+                    tokio::time::sleep(backoff(attempt)).await;
+                }
                 match self.refresh(idx, true).await {
                     Ok(_) => {
                         last = None;
@@ -191,7 +196,6 @@ impl Rotator {
                     Err(e) => {
                         tracing::warn!(secret = %m.spec.name, attempt = attempt + 1, error = %e, "installing S3 credentials failed");
                         last = Some(e);
-                        tokio::time::sleep(backoff(attempt + 1)).await;
                     }
                 }
             }

@@ -164,7 +164,7 @@ async fn sessions_too_short_for_the_longest_query_are_refused_at_start() {
 }
 
 #[tokio::test]
-async fn the_base_credentials_file_signs_sts_and_the_environment_does_not() {
+async fn the_base_credentials_file_signs_sts() {
     let s3 = S3Server::start(&[]);
     // In this process, which has no AWS_* variables of the emulation: the
     // file's keys sign AssumeRole and the secret reads the bucket.
@@ -179,11 +179,14 @@ async fn the_base_credentials_file_signs_sts_and_the_environment_does_not() {
     assert_eq!(v["rows"], json!([[3]]));
     let secrets = admin(&g, "GET", "/admin/secrets").await;
     assert_eq!(secrets["secrets"][0]["source"], "assume-role");
-    drop(g);
+}
 
-    // Processes whose environment holds the right base keys (the standard
-    // chain would find them) and whose file does not: the file is what is
-    // used, so start-up fails (exit 2) with a class, never a key.
+/// Processes whose environment holds the right base keys (the standard
+/// chain would find them) and whose file does not: the file is what is
+/// used, so start-up fails (exit 2) with a class, never a key.
+#[tokio::test]
+async fn a_base_credentials_file_that_cannot_sign_stops_start_up_whatever_the_environment() {
+    let s3 = S3Server::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let wrong = dir.path().join("wrong-keys");
     common::write_credentials_file(

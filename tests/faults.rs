@@ -75,13 +75,14 @@ async fn a_client_that_stops_reading_gives_its_connection_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_time_limit_covers_sending_the_answer() {
-    let g = Gateway::builder()
-        .env("DUCKGATE_POOL_SIZE", 1)
-        .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20_000)
-        .env("DUCKGATE_SEND_STALL_TIMEOUT_MS", 600_000)
-        .spawn_app()
-        .await;
-    for format in ["ndjson", "csv"] {
+    // One gateway per format, side by side: each has one connection.
+    let stalled = |format: &'static str| async move {
+        let g = Gateway::builder()
+            .env("DUCKGATE_POOL_SIZE", 1)
+            .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 20_000)
+            .env("DUCKGATE_SEND_STALL_TIMEOUT_MS", 600_000)
+            .spawn_app()
+            .await;
         let body = json!({"sql": BIG_NDJSON, "format": format, "max_rows": 10_000_000, "timeout_ms": 2_000});
         let _stalled = stalled_reader(&g.base, &body).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -93,7 +94,8 @@ async fn the_time_limit_covers_sending_the_answer() {
             "{format}: {:?}",
             started.elapsed()
         );
-    }
+    };
+    tokio::join!(stalled("ndjson"), stalled("csv"));
 }
 
 /// Copies `from` to `to`, holding every chunk while `paused` is set.

@@ -16,14 +16,11 @@ async fn prometheus_text_has_the_operational_series() {
     let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
     // Outcomes are counted as the worker finishes, a moment after the
     // answer: wait until the pool has drained.
-    eventually("drained pool", Duration::from_secs(5), || async {
-        let h = g.health().await;
-        if h["pool"]["in_use"] == 0 {
-            Ok(())
-        } else {
-            Err(h)
-        }
-    })
+    g.health_until(
+        "drained pool",
+        |h| h["pool"]["in_use"] == 0,
+        Duration::from_secs(5),
+    )
     .await;
     let r = g.client.get(g.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);

@@ -6,27 +6,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, percentile_ms, sleeping_sql, Endpoint, Gateway};
+use common::{percentile_ms, sleeping_sql, Endpoint, Gateway};
 use serde_json::{json, Value};
 
 const LONG_QUERY: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
-
-async fn wait_for(
-    g: &Endpoint,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-    within: Duration,
-) -> Value {
-    eventually(what, within, || async {
-        let h = g.health().await;
-        if pred(&h) {
-            Ok(h)
-        } else {
-            Err(h)
-        }
-    })
-    .await
-}
 
 fn spawn_long(g: &Endpoint, timeout_ms: u64) -> tokio::task::JoinHandle<u16> {
     let (c, url) = (g.client.clone(), g.url("/query"));
@@ -49,8 +32,7 @@ async fn a_full_pool_answers_503_with_retry_after_then_recovers() {
         .await;
     let a = spawn_long(&g, 4000);
     let b = spawn_long(&g, 4000);
-    wait_for(
-        &g,
+    g.health_until(
         "both connections busy",
         |h| h["pool"]["in_use"] == 2,
         Duration::from_secs(10),
@@ -73,13 +55,13 @@ async fn a_full_pool_answers_503_with_retry_after_then_recovers() {
     assert_eq!(b.await.unwrap(), 504);
     assert_eq!(g.query_ok("SELECT 1 AS one").await["rows"], json!([[1]]));
     // The worker hands its connection back just after the last byte is sent.
-    let h = wait_for(
-        &g,
-        "the pool to drain",
-        |h| h["pool"]["in_use"] == 0,
-        Duration::from_secs(5),
-    )
-    .await;
+    let h = g
+        .health_until(
+            "the pool to drain",
+            |h| h["pool"]["in_use"] == 0,
+            Duration::from_secs(5),
+        )
+        .await;
     assert!(h["pool"]["acquire_timeouts"].as_u64().unwrap() >= 1);
 }
 
@@ -92,16 +74,14 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
         .spawn_app()
         .await;
     let long: Vec<_> = (0..2).map(|_| spawn_long(&g, 15000)).collect();
-    wait_for(
-        &g,
+    g.health_until(
         "both connections busy",
         |h| h["pool"]["in_use"] == 2,
         Duration::from_secs(10),
     )
     .await;
     let waiters: Vec<_> = (0..4).map(|_| spawn_long(&g, 15000)).collect();
-    wait_for(
-        &g,
+    g.health_until(
         "four waiters",
         |h| h["pool"]["waiting"] == 4,
         Duration::from_secs(10),
@@ -164,8 +144,7 @@ async fn a_client_that_disconnects_interrupts_its_query() {
         .await;
     assert!(r.is_err(), "the client gave up");
     // Without the interrupt the connection would stay busy for two minutes.
-    wait_for(
-        &g,
+    g.health_until(
         "the connection to come back",
         |h| h["pool"]["in_use"] == 0,
         Duration::from_secs(10),
@@ -199,8 +178,7 @@ async fn sigterm_drains_running_queries_and_exits_zero() {
             .unwrap();
         (r.status().as_u16(), r.text().await.unwrap_or_default())
     });
-    wait_for(
-        &g,
+    g.health_until(
         "the query to start",
         |h| h["pool"]["in_use"] == 1,
         Duration::from_secs(10),
@@ -222,8 +200,7 @@ async fn sigterm_interrupts_what_outlives_the_grace_period() {
         .env("DUCKGATE_SHUTDOWN_GRACE_MS", 1000)
         .start();
     let running = spawn_long(&g, 120000);
-    wait_for(
-        &g,
+    g.health_until(
         "the query to start",
         |h| h["pool"]["in_use"] == 1,
         Duration::from_secs(10),

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, Gateway};
+use common::Gateway;
 use serde_json::{json, Value};
 
 /// A query that runs for minutes unless interrupted.
@@ -482,14 +482,11 @@ async fn a_long_query_times_out_with_504_and_the_connection_is_reused() {
     let v = g.query_ok("SELECT 7 AS x").await;
     assert_eq!(v["rows"], json!([[7]]));
     // The worker hands its connection back just after the last byte is sent.
-    eventually("free connection", Duration::from_secs(5), || async {
-        let h = g.health().await;
-        if h["pool"]["in_use"] == 0 {
-            Ok(())
-        } else {
-            Err(h)
-        }
-    })
+    g.health_until(
+        "free connection",
+        |h| h["pool"]["in_use"] == 0,
+        Duration::from_secs(5),
+    )
     .await;
 }
 

@@ -65,6 +65,25 @@ impl Endpoint {
         self.get_json("/healthz").await
     }
 
+    /// Polls `/healthz` until `pred` holds (see [`eventually`]) and returns
+    /// that document.
+    pub async fn health_until(
+        &self,
+        what: &str,
+        pred: impl Fn(&serde_json::Value) -> bool,
+        within: Duration,
+    ) -> serde_json::Value {
+        eventually(what, within, || async {
+            let h = self.health().await;
+            if pred(&h) {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        })
+        .await
+    }
+
     /// A `method` request to `path` with `token`: status and JSON body
     /// (`Null` when the body is not JSON).
     pub async fn call(

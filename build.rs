@@ -1,49 +1,213 @@
-//! Compiles the C++ shims against the DuckDB headers that libduckdb-sys
-//! publishes (`DEP_DUCKDB_INCLUDE`): the guard's parse shim
-//! (`src/engine/guard/describe.cpp`), so the statement guard reads SQL with
-//! DuckDB's own C++ parser, and the progress shim (`src/engine/progress.cpp`),
-//! which reads a running query's progress from its connection's context, and
-//! the pipe shim (`src/engine/pipe.cpp`), a file system through which
-//! DuckDB's own CSV writer streams a CSV answer.
+//! Links DuckDB and compiles the C++ shims against the headers of the same
+//! release: the guard's parse shim (`src/engine/guard/describe.cpp`), so the
+//! statement guard reads SQL with DuckDB's own C++ parser; the progress shim
+//! (`src/engine/progress.cpp`), which reads a running query's progress from
+//! its connection's context; the pipe shim (`src/engine/pipe.cpp`), a file
+//! system through which DuckDB's own writers stream an answer.
+//!
+//! Two ways to get DuckDB:
+//!
+//! - **Prebuilt (default).** The official DuckDB 1.5.5 shared library, as the
+//!   npm package `@duckdb/node-bindings-linux-x64@1.5.5-r.5` ships it (it
+//!   exports DuckDB's C++ symbols, which the shims use). It is fetched once
+//!   with `npm pack` into `DUCKDB_LIB_DIR` (set in `.cargo/config.toml`),
+//!   checked against the pinned checksums below, and found at run time by
+//!   rpath (that directory, then the binary's own directory). The C++ headers
+//!   come from the DuckDB source that libduckdb-sys ships for the same
+//!   release. `DUCKGATE_LIBDUCKDB_TGZ` names an already downloaded package
+//!   tarball instead (air-gapped builds, the container image).
+//! - **From source** (`--features bundled`): libduckdb-sys compiles DuckDB
+//!   (18-42 minutes on two cores) and publishes its include directory.
 
-use std::path::PathBuf;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256, Sha512};
+
+const SHIMS: [&str; 3] = [
+    "src/engine/guard/describe.cpp",
+    "src/engine/progress.cpp",
+    "src/engine/pipe.cpp",
+];
+
+/// The npm package carrying the official build of this DuckDB release.
+const NPM_PACKAGE: &str = "@duckdb/node-bindings-linux-x64@1.5.5-r.5";
+/// npm's `dist.integrity` of that package's tarball.
+const NPM_INTEGRITY: &str =
+    "sha512-kCyq6BXhn6QXfwF8yVdVKriSSHP+rfVWcJ56cG8qZzlOZpxyvT5WGm6jMshxg4ditLlOsHsIN/D47RYrcjXuHQ==";
+/// SHA-256 of `package/libduckdb.so` inside it.
+const LIB_SHA256: &str = "fc23f12e376c47be520f75221288281906e7942e8fd6f6ce4849198ba60d0405";
+const LIB_NAME: &str = "libduckdb.so";
+/// The libduckdb-sys release whose DuckDB source provides the headers.
+const SYS_CRATE: &str = "libduckdb-sys-1.10505.0";
 
 fn main() {
-    const SHIMS: [&str; 3] = [
-        "src/engine/guard/describe.cpp",
-        "src/engine/progress.cpp",
-        "src/engine/pipe.cpp",
-    ];
     for shim in SHIMS {
         println!("cargo:rerun-if-changed={shim}");
     }
     println!("cargo:rerun-if-changed=build.rs");
-    let include = PathBuf::from(
-        std::env::var("DEP_DUCKDB_INCLUDE")
-            .expect("libduckdb-sys (feature `bundled`) publishes DuckDB's include directory"),
-    );
-    // .../duckdb/src/include -> .../duckdb
-    let root = include
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("DuckDB's include directory lies two levels inside its source tree")
-        .to_path_buf();
+    println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
+    println!("cargo:rerun-if-env-changed=DUCKGATE_LIBDUCKDB_TGZ");
+
+    let bundled = std::env::var_os("CARGO_FEATURE_BUNDLED").is_some();
+    let root = if bundled {
+        let include = PathBuf::from(
+            std::env::var("DEP_DUCKDB_INCLUDE")
+                .expect("libduckdb-sys (feature `bundled`) publishes DuckDB's include directory"),
+        );
+        // .../duckdb/src/include -> .../duckdb
+        include
+            .parent()
+            .and_then(|p| p.parent())
+            .expect("DuckDB's include directory lies two levels inside its source tree")
+            .to_path_buf()
+    } else {
+        let lib_dir = PathBuf::from(std::env::var("DUCKDB_LIB_DIR").expect(
+            "DUCKDB_LIB_DIR names where the prebuilt DuckDB goes (.cargo/config.toml sets it)",
+        ));
+        fs::create_dir_all(&lib_dir).expect("create DUCKDB_LIB_DIR");
+        let lib_dir = lib_dir.canonicalize().expect("DUCKDB_LIB_DIR");
+        ensure_library(&lib_dir);
+        println!("cargo:rerun-if-changed={}", lib_dir.join(LIB_NAME).display());
+        // Found at run time beside the binary (the image), else where it was
+        // fetched (cargo run, the tests).
+        println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
+        ensure_headers(&lib_dir)
+    };
+
     let mut build = cc::Build::new();
     build
         .cpp(true)
         .files(SHIMS)
-        .include(&include)
+        .include(root.join("src/include"))
         .include(root.join("extension/json/include"))
         .include(root.join("third_party/yyjson/include"))
         .include(root.join("third_party/fmt/include"))
         .flag_if_supported("-std=c++17")
         .warnings(false)
         .flag_if_supported("-w");
-    // Match libduckdb-sys: DuckDB's classes differ in layout between debug and
-    // release builds, so the shim must see the same NDEBUG.
+    // DuckDB's classes differ in layout between debug and release builds;
+    // the official library and libduckdb-sys's release build are NDEBUG.
     let debug = std::env::var("DEBUG").is_ok_and(|v| v != "false" && v != "0");
-    if !debug {
+    if !debug || !bundled {
         build.define("NDEBUG", None);
     }
-    build.compile("duckgate_describe");
+    build.compile("duckgate_shims");
+}
+
+/// Makes sure `lib_dir/libduckdb.so` is the pinned official build, fetching
+/// it when it is missing or differs.
+fn ensure_library(lib_dir: &Path) {
+    let lib = lib_dir.join(LIB_NAME);
+    let stamp = lib_dir.join(".libduckdb.sha256");
+    let recorded = fs::read_to_string(&stamp).unwrap_or_default();
+    let size_now = fs::metadata(&lib).map(|m| m.len()).ok();
+    if let (Some(size), Some((sum, size_then))) = (size_now, recorded.trim().split_once(' ')) {
+        if sum == LIB_SHA256 && size_then.parse() == Ok(size) {
+            return;
+        }
+    }
+    let work = lib_dir.join(".fetch");
+    let _ = fs::remove_dir_all(&work);
+    fs::create_dir_all(&work).expect("create the fetch directory");
+    let tgz = match std::env::var_os("DUCKGATE_LIBDUCKDB_TGZ") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            println!("cargo:warning=fetching the official DuckDB 1.5.5 library ({NPM_PACKAGE}) with npm pack");
+            let out = Command::new("npm")
+                .args(["pack", NPM_PACKAGE, "--silent", "--pack-destination"])
+                .arg(&work)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("npm is needed to fetch the prebuilt DuckDB ({e}); build from source with `--features bundled`, or set DUCKGATE_LIBDUCKDB_TGZ")
+                });
+            assert!(
+                out.status.success(),
+                "npm pack {NPM_PACKAGE} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let name = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            work.join(name.lines().last().unwrap_or_default())
+        }
+    };
+    let mut bytes = Vec::new();
+    fs::File::open(&tgz)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .unwrap_or_else(|e| panic!("read {}: {e}", tgz.display()));
+    let integrity = format!(
+        "sha512-{}",
+        base64::engine::general_purpose::STANDARD.encode(Sha512::digest(&bytes))
+    );
+    assert_eq!(
+        integrity,
+        NPM_INTEGRITY,
+        "{} is not the pinned {NPM_PACKAGE}",
+        tgz.display()
+    );
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tgz)
+        .arg("-C")
+        .arg(&work)
+        .arg(format!("package/{LIB_NAME}"))
+        .status()
+        .expect("tar");
+    assert!(status.success(), "extracting {LIB_NAME} failed");
+    let extracted = work.join("package").join(LIB_NAME);
+    let data = fs::read(&extracted).expect("read the extracted library");
+    let sum = hex(&Sha256::digest(&data));
+    assert_eq!(sum, LIB_SHA256, "{LIB_NAME} differs from the pinned build");
+    fs::rename(&extracted, &lib).expect("move the library into place");
+    fs::write(&stamp, format!("{sum} {}\n", data.len())).expect("write the stamp");
+    let _ = fs::remove_dir_all(&work);
+}
+
+/// DuckDB's C++ headers of the same release, from the source tarball that
+/// libduckdb-sys ships; returns the source root they are unpacked under.
+fn ensure_headers(lib_dir: &Path) -> PathBuf {
+    let root = lib_dir.join("duckdb");
+    let stamp = lib_dir.join(".headers");
+    if fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == SYS_CRATE) {
+        return root;
+    }
+    let tarball = find_sys_tarball().unwrap_or_else(|| {
+        panic!("DuckDB's source tarball of {SYS_CRATE} was not found in cargo's registry (CARGO_HOME)")
+    });
+    let _ = fs::remove_dir_all(&root);
+    let status = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(lib_dir)
+        .args([
+            "duckdb/src/include",
+            "duckdb/extension/json/include",
+            "duckdb/third_party/yyjson/include",
+            "duckdb/third_party/fmt/include",
+        ])
+        .status()
+        .expect("tar");
+    assert!(status.success(), "extracting DuckDB's headers failed");
+    fs::write(&stamp, format!("{SYS_CRATE}\n")).expect("write the stamp");
+    root
+}
+
+fn find_sys_tarball() -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    let src = home.join("registry").join("src");
+    fs::read_dir(src)
+        .ok()?
+        .flatten()
+        .map(|index| index.path().join(SYS_CRATE).join("duckdb.tar.gz"))
+        .find(|p| p.is_file())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

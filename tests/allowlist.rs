@@ -40,10 +40,19 @@ fn every_function_of_the_pinned_build_is_classified() {
         "functions of the pinned DuckDB that functions.tsv does not classify \
          (run scripts/classify-functions.py and review): {missing:?}"
     );
-    // And the other way: nothing in the file is a typo.
+    // And the other way: nothing in the file is a typo. The official
+    // prebuilt library (the default build) has the autocomplete extension
+    // built in; DuckDB built from source (`--features bundled`) has not.
+    const PREBUILT_ONLY: [&str; 4] = [
+        "check_peg_parser",
+        "disable_peg_parser",
+        "enable_peg_parser",
+        "sql_auto_complete",
+    ];
     let stale: Vec<&String> = functions::all()
         .keys()
         .filter(|k| !names.contains(k.as_str()))
+        .filter(|k| !(cfg!(feature = "bundled") && PREBUILT_ONLY.contains(&k.as_str())))
         .collect();
     assert!(
         stale.is_empty(),

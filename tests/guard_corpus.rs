@@ -88,6 +88,12 @@ macro_rules! evil {
 
 /// The default (`read-only`) policy.
 const READ_ONLY: &[Case] = &[
+    // Reader options that create TEMP tables on a pooled connection, in
+    // both spellings of named parameters.
+    c("SELECT * FROM read_csv('{DATA}/files/allowed.csv', store_rejects := true, rejects_table := 'rj_alice', rejects_scan := 'rs_alice')", Forbidden("option store_rejects")),
+    c("SELECT * FROM read_csv('{DATA}/files/allowed.csv', rejects_table := 'rj_alice')", Forbidden("option rejects_table")),
+    c("SELECT * FROM read_csv_auto('{DATA}/files/allowed.csv', STORE_REJECTS := true)", Forbidden("option STORE_REJECTS")),
+    c("SELECT * FROM read_csv('{DATA}/files/allowed.csv', store_rejects = true)", Forbidden("read_csv")),
     // ---- allowed: plain queries of every admitted kind ----
     c("SELECT 42 AS answer", Allowed),
     c(S3_COUNT, Allowed),
@@ -358,6 +364,35 @@ const READ_WRITE: &[Case] = &[
     ),
     c("CREATE TABLE rw_cp AS SELECT * FROM checkpoint()", Forbidden("function checkpoint()")),
     c("UPDATE rw_t SET secret = (SELECT max(name) FROM duckdb_secrets())", Forbidden("function duckdb_secrets()")),
+    // Issue 20's red team: queries the serialized parse tree does not show
+    // (CREATE TYPE ... AS ENUM (query)), reads judged only by name (a CTAS
+    // over pg_settings), views over refused reads, and client objects that
+    // would take a name of DuckDB's own for every client.
+    c("CREATE TYPE rw_e AS ENUM (SELECT secret_string FROM duckdb_secrets())", Forbidden("function duckdb_secrets()")),
+    c("CREATE TYPE rw_l AS ENUM (SELECT 'y' FROM enable_logging(['QueryLog', 'HTTP']) UNION ALL SELECT 'x')", Forbidden("function enable_logging()")),
+    c("CREATE TYPE rw_q AS ENUM (SELECT * FROM query('SELECT ''a'''))", Forbidden("function query()")),
+    c("CREATE TYPE rw_s AS ENUM (SELECT name FROM duckdb_settings())", Forbidden("function duckdb_settings()")),
+    c("CREATE TYPE rw_w AS ENUM (SELECT secret_name FROM which_secret('s3://duckgate-test/data/small.csv', 's3'))", Forbidden("function which_secret()")),
+    c("CREATE TYPE rw_r AS ENUM (SELECT setseed(0.5)::VARCHAR)", Forbidden("setseed")),
+    c("CREATE TYPE rw_c AS ENUM (SELECT path FROM duckdb_external_file_cache())", Forbidden("duckdb_external_file_cache")),
+    c("CREATE TABLE rw_p AS SELECT name, setting FROM pg_settings", Forbidden("duckdb_settings")),
+    c("CREATE TABLE rw_ps AS SELECT * FROM pg_prepared_statements", Forbidden("duckdb_prepared_statements")),
+    c("INSERT INTO rw_t (a, secret) SELECT 1, name FROM pg_settings", Forbidden("duckdb_settings")),
+    c("CREATE VIEW rw_sv AS SELECT name, setting FROM pg_settings", Forbidden("duckdb_settings")),
+    c("CREATE TABLE rw_via_view AS SELECT * FROM rw_keep, pg_settings", Forbidden("duckdb_settings")),
+    c("UPDATE rw_t SET secret = (SELECT max(name) FROM pg_settings)", Forbidden("duckdb_settings")),
+    c("CREATE TABLE rw_d (a VARCHAR DEFAULT current_setting('s3_access_key_id'))", Forbidden("function current_setting()")),
+    c("CREATE TABLE rw_k (a INTEGER CHECK (a < length(getenv('HOME'))))", Forbidden("function getenv()")),
+    c("CREATE TABLE rw_g (a INTEGER, b VARCHAR AS (current_setting('threads')))", Forbidden("function current_setting()")),
+    c("CREATE VIEW duckdb_tables AS SELECT 'spoofed' AS table_name", Forbidden("name duckdb_tables")),
+    c("CREATE VIEW pg_tables AS SELECT 'spoofed' AS tablename", Forbidden("name pg_tables")),
+    c("CREATE TABLE DuckDB_Settings (name VARCHAR)", Forbidden("name DuckDB_Settings")),
+    c("CREATE TYPE json AS INTEGER", Forbidden("name json")),
+    c("CREATE TABLE upper (a INTEGER)", Forbidden("name upper")),
+    c("CREATE SCHEMA information_schema", Forbidden("name information_schema")),
+    c("CREATE SEQUENCE read_csv", Forbidden("name read_csv")),
+    c("ALTER TABLE rw_t RENAME TO duckdb_tables", Forbidden("name duckdb_tables")),
+    c("ALTER VIEW rw_keep RENAME TO duckdb_views", Forbidden("name duckdb_views")),
     // Never, in any policy.
     c("COPY rw_t TO '{DATA}/rw.csv'", Forbidden("COPY")),
     c("COPY rw_t FROM '{DATA}/files/allowed.csv'", Forbidden("COPY")),

@@ -23,6 +23,13 @@
 #include "duckdb/parser/parsed_data/load_info.hpp"
 #include "duckdb/parser/expression/function_expression.hpp"
 #include "duckdb/parser/parsed_data/pragma_info.hpp"
+#include "duckdb/parser/parsed_data/create_table_info.hpp"
+#include "duckdb/parser/parsed_data/create_view_info.hpp"
+#include "duckdb/parser/parsed_data/create_type_info.hpp"
+#include "duckdb/parser/parsed_data/create_sequence_info.hpp"
+#include "duckdb/parser/parsed_data/create_index_info.hpp"
+#include "duckdb/parser/parsed_data/create_schema_info.hpp"
+#include "duckdb/parser/parsed_data/alter_table_info.hpp"
 #include "duckdb/common/enums/catalog_type.hpp"
 #include "duckdb/common/enums/statement_type.hpp"
 #include "duckdb/planner/planner.hpp"
@@ -84,6 +91,26 @@ void AddTarget(yyjson_mut_doc *doc, yyjson_mut_val *stmt, const string &catalog,
 	yyjson_mut_obj_add_strcpy(doc, target, "schema", schema.c_str());
 	yyjson_mut_obj_add_strcpy(doc, target, "name", name.c_str());
 	yyjson_mut_obj_add_val(doc, stmt, "target", target);
+}
+
+// The name a CREATE gives its object ("" for kinds the guard refuses anyway).
+string CreatedName(CreateInfo &info) {
+	switch (info.type) {
+	case CatalogType::TABLE_ENTRY:
+		return info.Cast<CreateTableInfo>().table;
+	case CatalogType::VIEW_ENTRY:
+		return info.Cast<CreateViewInfo>().view_name;
+	case CatalogType::TYPE_ENTRY:
+		return info.Cast<CreateTypeInfo>().name;
+	case CatalogType::SEQUENCE_ENTRY:
+		return info.Cast<CreateSequenceInfo>().name;
+	case CatalogType::INDEX_ENTRY:
+		return info.Cast<CreateIndexInfo>().index_name;
+	case CatalogType::SCHEMA_ENTRY:
+		return info.schema;
+	default:
+		return "";
+	}
 }
 
 yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
@@ -162,8 +189,33 @@ yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
 		yyjson_mut_obj_add_strcpy(doc, stmt, "object", CatalogTypeToString(info.type).c_str());
 		yyjson_mut_obj_add_bool(doc, stmt, "temporary", info.temporary);
 		yyjson_mut_obj_add_bool(doc, stmt, "replace", info.on_conflict == OnCreateConflict::REPLACE_ON_CONFLICT);
-		AddTarget(doc, stmt, info.catalog, info.schema, "");
+		AddTarget(doc, stmt, info.catalog, info.schema, CreatedName(info));
 		AddPart(doc, parts, stmt, info);
+		if (info.type == CatalogType::VIEW_ENTRY) {
+			// A view's query is bound only when the view is used; the guard
+			// binds it at creation too, so a view over what clients may not
+			// read is never created.
+			auto &view = info.Cast<CreateViewInfo>();
+			if (view.query) {
+				try {
+					yyjson_mut_obj_add_strcpy(doc, stmt, "inner_sql", view.query->ToString().c_str());
+				} catch (std::exception &ex) {
+					yyjson_mut_obj_add_bool(doc, stmt, "unreadable", true);
+				}
+			}
+		}
+		if (info.type == CatalogType::TYPE_ENTRY) {
+			// DuckDB's serializer leaves out the query of `CREATE TYPE ... AS
+			// ENUM (query)`: the guard must see it like any other query.
+			auto &type_info = info.Cast<CreateTypeInfo>();
+			if (type_info.query) {
+				if (type_info.query->type == StatementType::SELECT_STATEMENT) {
+					AddPart(doc, parts, stmt, type_info.query->Cast<SelectStatement>());
+				} else {
+					yyjson_mut_obj_add_bool(doc, stmt, "unreadable", true);
+				}
+			}
+		}
 		break;
 	}
 	case StatementType::DROP_STATEMENT: {
@@ -178,6 +230,19 @@ yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
 		auto &info = *s.info;
 		yyjson_mut_obj_add_strcpy(doc, stmt, "object", CatalogTypeToString(info.GetCatalogType()).c_str());
 		AddTarget(doc, stmt, info.catalog, info.schema, info.name);
+		// A rename gives the object a new name, which must not shadow the
+		// system's either.
+		if (info.type == AlterType::ALTER_TABLE) {
+			auto &table = info.Cast<AlterTableInfo>();
+			if (table.alter_table_type == AlterTableType::RENAME_TABLE) {
+				yyjson_mut_obj_add_strcpy(doc, stmt, "new_name", table.Cast<RenameTableInfo>().new_table_name.c_str());
+			}
+		} else if (info.type == AlterType::ALTER_VIEW) {
+			auto &view = info.Cast<AlterViewInfo>();
+			if (view.alter_view_type == AlterViewType::RENAME_VIEW) {
+				yyjson_mut_obj_add_strcpy(doc, stmt, "new_name", view.Cast<RenameViewInfo>().new_view_name.c_str());
+			}
+		}
 		AddPart(doc, parts, stmt, info);
 		break;
 	}
@@ -508,6 +573,42 @@ char *duckgate_describe_sql(void *connection, const char *sql) {
 	free(text);
 	yyjson_mut_doc_free(doc);
 	return out;
+}
+
+// Whether `name` (case-insensitively) names anything of DuckDB's own: a
+// function, table function, macro, view, type or schema of the system
+// catalog. A client object of that name would change what the name means
+// for every other client. Answers "1", "0", or NULL when the catalog could
+// not be read (the guard then refuses). Never throws.
+char *duckgate_system_name(void *connection, const char *name) {
+	try {
+		auto conn = reinterpret_cast<Connection *>(connection);
+		auto prepared = conn->Prepare(
+		    "SELECT EXISTS (SELECT 1 FROM duckdb_functions() WHERE database_name = 'system' AND "
+		    "lower(function_name) = lower($1)) OR EXISTS (SELECT 1 FROM duckdb_views() WHERE database_name = "
+		    "'system' AND lower(view_name) = lower($1)) OR EXISTS (SELECT 1 FROM duckdb_types() WHERE "
+		    "database_name = 'system' AND lower(type_name) = lower($1)) OR EXISTS (SELECT 1 FROM "
+		    "duckdb_schemas() WHERE database_name IN ('system', 'temp') AND lower(schema_name) = lower($1))");
+		if (prepared->HasError()) {
+			return nullptr;
+		}
+		// Materialized: a streaming result would leave its transaction open
+		// on this connection, and the guard's next plan would see the
+		// catalog as it was then.
+		vector<Value> values {Value(string(name))};
+		auto result = prepared->Execute(values, false);
+		if (result->HasError()) {
+			return nullptr;
+		}
+		auto chunk = result->Fetch();
+		if (!chunk || chunk->size() != 1) {
+			return nullptr;
+		}
+		auto found = chunk->GetValue(0, 0).GetValue<bool>();
+		return CopyOut(found ? "1" : "0", 1);
+	} catch (...) {
+		return nullptr;
+	}
 }
 
 void duckgate_describe_free(char *text) {

@@ -11,6 +11,7 @@ use crate::engine::ffi::RawConnection;
 extern "C" {
     fn duckgate_describe_sql(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
     fn duckgate_plan_names(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
+    fn duckgate_system_name(connection: *mut c_void, name: *const c_char) -> *mut c_char;
     fn duckgate_describe_free(text: *mut c_char);
 }
 
@@ -114,6 +115,26 @@ pub struct Statement {
     /// DuckDB's rendering of `inner` as SQL text.
     #[serde(default)]
     pub inner_sql: Option<String>,
+    /// The object a CREATE, DROP or ALTER names.
+    #[serde(default)]
+    pub target: Option<Target>,
+    /// The new name an ALTER ... RENAME TO gives its object.
+    #[serde(default)]
+    pub new_name: Option<String>,
+}
+
+/// The object a CREATE, DROP or ALTER names, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Target {
+    /// The catalog, or empty.
+    #[serde(default)]
+    pub catalog: String,
+    /// The schema, or empty.
+    #[serde(default)]
+    pub schema: String,
+    /// The object's own name.
+    #[serde(default)]
+    pub name: String,
 }
 
 #[derive(Deserialize)]
@@ -142,4 +163,10 @@ pub fn describe(conn: &RawConnection, sql: &str) -> Result<Vec<Statement>, Descr
         Some(e) => Err(DescribeError::Parse(e)),
         None => Ok(doc.statements),
     }
+}
+
+/// Whether `name` names a function, view, type or schema of DuckDB's system
+/// catalog (read from DuckDB's own catalog on `conn`).
+pub fn system_name(conn: &RawConnection, name: &str) -> Result<bool, DescribeError> {
+    call_shim::<u8>(duckgate_system_name, conn, name).map(|v| v == 1)
 }

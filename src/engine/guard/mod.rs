@@ -112,22 +112,71 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
             json_exprs: plan.json_exprs,
             sql: statement.sql.clone(),
         });
-    } else if is_query(statement) {
+    } else if statement.kind == "EXPLAIN" {
         let inner = statement
             .inner_sql
             .as_deref()
-            .ok_or_else(|| forbid("EXPLAIN", "the guard could not read the explained query"))?;
-        check_plan(raw, inner)?;
+            .ok_or_else(|| forbid("EXPLAIN", "the guard could not read the explained statement"))?;
+        check_plan(raw, inner).map_err(|r| in_kind(r, &accepted.kind))?;
+    } else {
+        // Writes too: DuckDB binds the whole statement (the query of a CREATE
+        // TABLE AS, INSERT ... SELECT, CREATE TYPE ... AS ENUM (query), an
+        // UPDATE's expressions), views and macros expanded, and the guard
+        // checks every function and table function the plan calls.
+        check_names(raw, statement, &accepted.kind)?;
+        check_plan(raw, sql).map_err(|r| in_kind(r, &accepted.kind))?;
+        if statement.kind == "CREATE" && statement.object.as_deref() == Some("View") {
+            let query = statement.inner_sql.as_deref().ok_or_else(|| {
+                forbid(&accepted.kind, "the guard could not read the view's query")
+            })?;
+            check_plan(raw, query).map_err(|r| in_kind(r, &accepted.kind))?;
+        }
     }
     Ok(accepted)
 }
 
-fn is_query(s: &Statement) -> bool {
-    match s.kind.as_str() {
-        "SELECT" => true,
-        "EXPLAIN" => s.inner.as_deref().is_some_and(is_query),
-        _ => false,
+/// Names the statement kind in a plan refusal of a write.
+fn in_kind(refusal: Refusal, kind: &str) -> Refusal {
+    match refusal {
+        Refusal::Forbidden { kind: what, reason } if what == "SELECT" => Refusal::Forbidden {
+            kind: kind.to_string(),
+            reason,
+        },
+        Refusal::Forbidden { kind: what, reason } => Refusal::Forbidden {
+            kind: what,
+            reason: format!("{reason} (in {kind})"),
+        },
+        other => other,
     }
+}
+
+/// A client object may not take a name of DuckDB's own (`duckdb_tables`,
+/// `pg_tables`, the `json` type, ...): it would change what that name means
+/// for every other client.
+fn check_names(raw: &RawConnection, s: &Statement, kind: &str) -> Result<(), Refusal> {
+    let created = match s.kind.as_str() {
+        "CREATE" => s.target.as_ref().map(|t| t.name.as_str()),
+        _ => None,
+    };
+    for name in created.into_iter().chain(s.new_name.as_deref()) {
+        if name.is_empty() {
+            continue;
+        }
+        let system = describe::system_name(raw, name).map_err(|e| {
+            tracing::error!(error.cause = ?e, "the guard could not read DuckDB's catalog");
+            forbid(kind, "the guard could not check the object's name")
+        })?;
+        if system {
+            return Err(forbid(
+                format!("name {name}"),
+                format!(
+                    "DuckDB has a function, view, type or schema of that name; a client object \
+                     would change what it means for every client (in {kind})"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The parse-tree layer.

@@ -111,6 +111,14 @@ fn table_call(function: &Map<String, Value>, rules: &PathRules) -> Result<(), Fi
     }
 }
 
+/// Reader options that leave state on the connection.
+const CONNECTION_STATE_OPTIONS: &[&str] = &[
+    "store_rejects",
+    "rejects_table",
+    "rejects_scan",
+    "rejects_limit",
+];
+
 /// A reader's positional argument must be one literal path or a literal list
 /// of them; named options follow. Computed paths are refused: the guard
 /// checks exactly the text DuckDB will open.
@@ -134,6 +142,17 @@ fn reader_arguments(
                 .is_empty()
         })
         .collect();
+    // Options that make a reader create TEMP tables on the pooled connection
+    // (CSV rejects), which the next request, of any token, would see.
+    for c in children {
+        let option = c.get("alias").and_then(Value::as_str).unwrap_or("");
+        if CONNECTION_STATE_OPTIONS.contains(&option.to_ascii_lowercase().as_str()) {
+            return Err(refuse(
+                format!("option {option} of {name}()"),
+                "it creates temporary tables on a pooled connection, which other requests would see",
+            ));
+        }
+    }
     let [first] = positional.as_slice() else {
         return Err(refuse(
             what,

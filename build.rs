@@ -3,7 +3,9 @@
 //! statement guard reads SQL with DuckDB's own C++ parser; the progress shim
 //! (`src/engine/progress.cpp`), which reads a running query's progress from
 //! its connection's context; the pipe shim (`src/engine/pipe.cpp`), a file
-//! system through which DuckDB's own writers stream an answer.
+//! system through which DuckDB's own writers stream an answer; and the secret
+//! shim (`src/engine/secrets.cpp`), which installs credentials through
+//! DuckDB's secret manager without SQL text.
 //!
 //! Two ways to get DuckDB:
 //!
@@ -27,10 +29,11 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 3] = [
+const SHIMS: [&str; 4] = [
     "src/engine/guard/describe.cpp",
     "src/engine/progress.cpp",
     "src/engine/pipe.cpp",
+    "src/engine/secrets.cpp",
 ];
 
 /// The npm package carrying the official build of this DuckDB release.
@@ -71,7 +74,10 @@ fn main() {
         fs::create_dir_all(&lib_dir).expect("create DUCKDB_LIB_DIR");
         let lib_dir = lib_dir.canonicalize().expect("DUCKDB_LIB_DIR");
         ensure_library(&lib_dir);
-        println!("cargo:rerun-if-changed={}", lib_dir.join(LIB_NAME).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            lib_dir.join(LIB_NAME).display()
+        );
         // Found at run time beside the binary (the image), else where it was
         // fetched (cargo run, the tests).
         println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
@@ -175,7 +181,9 @@ fn ensure_headers(lib_dir: &Path) -> PathBuf {
         return root;
     }
     let tarball = find_sys_tarball().unwrap_or_else(|| {
-        panic!("DuckDB's source tarball of {SYS_CRATE} was not found in cargo's registry (CARGO_HOME)")
+        panic!(
+            "DuckDB's source tarball of {SYS_CRATE} was not found in cargo's registry (CARGO_HOME)"
+        )
     });
     let _ = fs::remove_dir_all(&root);
     let status = Command::new("tar")

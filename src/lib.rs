@@ -163,7 +163,7 @@ pub async fn run_with_metrics(
     let rotator = Arc::new(
         Rotator::new(
             secrets,
-            engine.control.clone(),
+            engine.control_raw.clone(),
             health.clone(),
             timing,
             Duration::from_millis(config.server.test_control_stall_ms),
@@ -207,6 +207,11 @@ pub async fn run_with_metrics(
             },
         )
     };
+    let share = engine.pool.set_token_share(
+        config.engine.max_queries_per_token.map(|n| n as usize),
+        tokens.query.len(),
+    );
+    tracing::debug!(?share, "queries per token");
     let drain = CancellationToken::new();
     let state = AppState {
         engine: engine.clone(),

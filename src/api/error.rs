@@ -336,6 +336,35 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
         ),
+        QueryError::ResultCap { what, limit } => (
+            problem(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "result-too-large",
+                "Result larger than the gateway's cap",
+                match *what {
+                    "rows" => format!(
+                        "the result has more than {limit} rows, the gateway's cap for an answer that asks for no limit; ask for fewer rows with max_rows (the answer then ends cleanly at that row), narrow the query, or use POST /statements"
+                    ),
+                    _ => format!(
+                        "the answer passed {limit} bytes, the gateway's cap (DUCKGATE_MAX_RESULT_BYTES); ask for fewer rows with max_rows, narrow the query, or use POST /statements"
+                    ),
+                },
+            ),
+            None,
+        ),
+        QueryError::TokenShare(waited) => (
+            problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "token-concurrency",
+                "Too many queries for this token",
+                format!(
+                    "this token already runs as many queries as its share of the pool allows, \
+                     and none ended within {} ms; other tokens keep their share",
+                    waited.as_millis()
+                ),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+        ),
         QueryError::CredentialsExpired => (
             problem(
                 StatusCode::SERVICE_UNAVAILABLE,

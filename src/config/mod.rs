@@ -211,6 +211,12 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_POOL_SPARES", value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub pool_spares: Option<u32>,
 
+    /// Queries one token may run at once. Default: with two or more query
+    /// tokens, a fair share of the pool (its size over the number of tokens,
+    /// rounded up, never the whole pool, at least one); else no bound.
+    #[arg(long, env = "DUCKGATE_MAX_QUERIES_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_queries_per_token: Option<u32>,
+
     /// How long a request waits for a pooled connection before it gets 503.
     #[arg(long, env = "DUCKGATE_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub acquire_timeout_ms: u64,
@@ -268,8 +274,9 @@ pub struct LimitsConfig {
     #[arg(long, env = "DUCKGATE_MAX_QUERY_TIMEOUT_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
     pub max_query_timeout_ms: u64,
 
-    /// Row limit of a result that does not ask for one [default: 100000, or the
-    /// maximum if that is lower].
+    /// Row cap of a `/query` answer that does not ask for a limit [default:
+    /// DUCKGATE_MAX_ROWS]. A result past it fails (never a silent cut): a
+    /// problem document, or a body that ends in an error its reader sees.
     #[arg(long, env = "DUCKGATE_DEFAULT_MAX_ROWS", value_parser = clap::value_parser!(u64).range(1..))]
     pub default_max_rows: Option<u64>,
 
@@ -277,9 +284,9 @@ pub struct LimitsConfig {
     #[arg(long, env = "DUCKGATE_MAX_ROWS", default_value_t = 100_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_rows: u64,
 
-    /// Largest encoded result; past it the result is cut (JSON says
-    /// `"truncated": true`, NDJSON ends with a truncation record, CSV and Arrow
-    /// end early).
+    /// Largest encoded `/query` answer; a result past it fails (a problem
+    /// document, or a body that ends in an error its reader sees), never a
+    /// silent cut.
     #[arg(long, env = "DUCKGATE_MAX_RESULT_BYTES", default_value_t = 4 << 30, value_parser = clap::value_parser!(u64).range(1024..))]
     pub max_result_bytes: u64,
 
@@ -367,7 +374,9 @@ impl LimitsConfig {
 
     /// The row limit of a result that asks for none.
     pub fn default_rows(&self) -> u64 {
-        self.default_max_rows.unwrap_or(100_000).min(self.max_rows)
+        self.default_max_rows
+            .unwrap_or(self.max_rows)
+            .min(self.max_rows)
     }
 }
 

@@ -47,7 +47,8 @@ struct Managed {
 /// Owns the credential lifecycle of every configured S3 secret.
 pub struct Rotator {
     secrets: Vec<Arc<Managed>>,
-    control: Arc<Mutex<crate::engine::ffi::Connection>>,
+    /// The control connection secrets are installed on (DuckDB's C++ API).
+    control: Arc<Mutex<crate::engine::ffi::RawConnection>>,
     health: Arc<Health>,
     timing: RotationTiming,
     /// Test hook: hold the control connection this long during each install
@@ -98,7 +99,7 @@ impl Rotator {
     /// none installed yet.
     pub async fn new(
         specs: Vec<SecretSpec>,
-        control: Arc<Mutex<crate::engine::ffi::Connection>>,
+        control: Arc<Mutex<crate::engine::ffi::RawConnection>>,
         health: Arc<Health>,
         timing: RotationTiming,
         test_stall: Duration,
@@ -330,9 +331,11 @@ impl Rotator {
         outcome.map(|_| Refreshed::Rotated)
     }
 
-    /// Runs the DDL on the control connection, off the async workers.
+    /// Installs the secret on the control connection, off the async workers,
+    /// through DuckDB's secret manager (no SQL text holds the credentials),
+    /// then checks that DuckDB's logging is still off.
     async fn install(&self, m: &Managed, creds: Credentials) -> Result<(), RotationError> {
-        let statement = sql::create_secret(&m.spec, &creds);
+        let spec = m.spec.clone();
         let control = self.control.clone();
         let stall = if self.started.load(Ordering::Relaxed) {
             self.test_stall
@@ -344,8 +347,12 @@ impl Rotator {
             if !stall.is_zero() {
                 std::thread::sleep(stall);
             }
-            conn.execute_batch(&statement)
-                .map_err(|e| RotationError::Install(sql::reduce_error(&e)))
+            let options = sql::secret_options(&spec, &creds);
+            crate::engine::secrets::install_s3(&conn, &spec.name, &options, &spec.scope)
+                .map_err(RotationError::Install)?;
+            crate::engine::secrets::logging_off(&conn).map_err(|what| {
+                RotationError::Install(format!("DuckDB's logging must stay off: {what}"))
+            })
         })
         .await
         .map_err(|_| RotationError::InstallTask)?

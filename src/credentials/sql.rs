@@ -1,60 +1,35 @@
-//! The secret DDL. Every value is an escaped SQL string literal, the statement
-//! is always `CREATE OR REPLACE` (never drop-then-create, which would leave a
-//! window with no secret) and always carries `SESSION_TOKEN` (httpfs would
-//! otherwise take one from the process environment and sign with a
-//! mismatched pair).
+//! What an S3 secret holds. The secret is always created or replaced in one
+//! step (never drop-then-create, which would leave a window with no secret)
+//! and always carries `session_token` (httpfs would otherwise take one from
+//! the process environment and sign with a mismatched pair).
 
 use crate::config::s3::SecretSpec;
 use crate::credentials::source::{expose, Credentials};
-use crate::engine::sql_string;
 
-/// The statement that installs `creds` as the secret `spec.name`. The text
-/// holds secret values: it is never logged, and errors from running it are
-/// reduced to their class (DuckDB echoes statement text in messages).
-pub fn create_secret(spec: &SecretSpec, creds: &Credentials) -> String {
-    let mut parts = vec![
-        "TYPE s3".to_string(),
-        "PROVIDER config".to_string(),
-        format!("KEY_ID {}", sql_string(&creds.key_id)),
-        format!("SECRET {}", sql_string(expose(&creds.secret))),
-        format!(
-            "SESSION_TOKEN {}",
-            sql_string(creds.session_token.as_ref().map(expose).unwrap_or(""))
+/// The options of the S3 secret that holds `creds` for `spec`, as DuckDB's
+/// `CREATE SECRET (TYPE s3, PROVIDER config, ...)` names them. They go to
+/// DuckDB's secret manager directly (`engine::secrets`), never into SQL text.
+pub fn secret_options<'a>(
+    spec: &'a SecretSpec,
+    creds: &'a Credentials,
+) -> Vec<(&'static str, &'a str)> {
+    let mut options = vec![
+        ("key_id", creds.key_id.as_str()),
+        ("secret", expose(&creds.secret)),
+        (
+            "session_token",
+            creds.session_token.as_ref().map(expose).unwrap_or(""),
         ),
-        format!("REGION {}", sql_string(&spec.region)),
-        format!("USE_SSL {}", if spec.use_ssl { "true" } else { "false" }),
+        ("region", spec.region.as_str()),
+        ("use_ssl", if spec.use_ssl { "true" } else { "false" }),
     ];
     if let Some(endpoint) = &spec.endpoint {
-        parts.push(format!("ENDPOINT {}", sql_string(endpoint)));
+        options.push(("endpoint", endpoint.as_str()));
     }
     if let Some(style) = &spec.url_style {
-        parts.push(format!("URL_STYLE {}", sql_string(style)));
+        options.push(("url_style", style.as_str()));
     }
-    match spec.scope.len() {
-        0 => {}
-        1 => parts.push(format!("SCOPE {}", sql_string(&spec.scope[0]))),
-        _ => parts.push(format!(
-            "SCOPE [{}]",
-            spec.scope
-                .iter()
-                .map(|s| sql_string(s))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
-    format!(
-        "CREATE OR REPLACE TEMPORARY SECRET \"{}\" ({})",
-        spec.name.replace('"', "\"\""),
-        parts.join(", ")
-    )
-}
-
-/// A DuckDB error from secret DDL, reduced to its class so no fragment of the
-/// statement (and so of a credential) reaches a log or an answer.
-pub fn reduce_error(e: &duckdb::Error) -> String {
-    let text = e.to_string();
-    let (class, _) = crate::engine::errors::split_class(&text);
-    format!("DuckDB {class} error while installing the secret")
+    options
 }
 
 #[cfg(test)]
@@ -64,7 +39,7 @@ mod tests {
     use secrecy::SecretString;
 
     #[test]
-    fn values_are_escaped_literals() {
+    fn options_carry_every_value_verbatim() {
         let spec = SecretSpec {
             name: "s3_main".into(),
             source: SourceSpec::Static {
@@ -85,14 +60,13 @@ mod tests {
             session_token: Some(SecretString::from("tok'en".to_string())),
             expires_at: None,
         };
-        let sql = create_secret(&spec, &creds);
-        assert!(sql.starts_with(
-            "CREATE OR REPLACE TEMPORARY SECRET \"s3_main\" (TYPE s3, PROVIDER config"
-        ));
-        assert!(sql.contains("KEY_ID 'AKIA''X'"));
-        assert!(sql.contains("SECRET 'se''cr''et'"));
-        assert!(sql.contains("SESSION_TOKEN 'tok''en'"));
-        assert!(sql.contains("SCOPE ['s3://a/', 's3://b/']"));
-        assert!(sql.contains("USE_SSL false"));
+        let options = secret_options(&spec, &creds);
+        let get = |k: &str| options.iter().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        assert_eq!(get("key_id"), Some("AKIA'X"));
+        assert_eq!(get("secret"), Some("se'cr'et"));
+        assert_eq!(get("session_token"), Some("tok'en"));
+        assert_eq!(get("use_ssl"), Some("false"));
+        assert_eq!(get("endpoint"), Some("127.0.0.1:9000"));
+        assert_eq!(get("url_style"), Some("path"));
     }
 }

@@ -11,6 +11,7 @@ pub mod pool;
 pub mod priority;
 pub mod progress;
 pub mod queries;
+pub mod secrets;
 pub mod sink;
 pub mod spill;
 
@@ -37,6 +38,10 @@ pub struct Engine {
     pub pool: pool::QueryPool,
     /// Secret DDL runs here and nowhere else; no client can reach it.
     pub control: Arc<Mutex<crate::engine::ffi::Connection>>,
+    /// The control connection's twin on DuckDB's C++ API: the rotator
+    /// installs secrets here, through DuckDB's secret manager. Outside the
+    /// pool, like `control`.
+    pub control_raw: Arc<Mutex<ffi::RawConnection>>,
     /// Statement policy for clients.
     pub policy: Policy,
     /// Canonical data directory.
@@ -262,6 +267,11 @@ impl Engine {
                 message: e.to_string(),
             })?;
 
+        let control_raw = db.connect_raw().map_err(|e| EngineError::Setup {
+            step: "control connection",
+            message: e.to_string(),
+        })?;
+
         let pool = pool::QueryPool::new(
             db.clone(),
             config.pool_size(),
@@ -282,6 +292,7 @@ impl Engine {
             db,
             pool,
             control: Arc::new(Mutex::new(control)),
+            control_raw: Arc::new(Mutex::new(control_raw)),
             policy: config.engine.policy,
             data_dir,
             files_dir,

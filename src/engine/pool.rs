@@ -138,6 +138,12 @@ pub struct QueryPool {
     /// reader holds the DuckDB worker thread that writes its COPY, so fewer
     /// than DuckDB's threads may; the rest stream through Arrow.
     csv_copies: Arc<Semaphore>,
+    /// Queries one token may run at once (its share of the pool), or
+    /// `None`: no per-token bound (anonymous access, or one token).
+    token_share: Arc<std::sync::OnceLock<Option<usize>>>,
+    /// Each token's share, as a semaphore: its own work waits here, in its
+    /// own queue, never in front of another token's.
+    token_gates: Arc<Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>>,
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
@@ -148,6 +154,10 @@ pub struct Lease {
     lost: std::sync::atomic::AtomicBool,
     /// Counts the lease in `pool.in_use` while it lives.
     _in_use: OwnedCounterGuard,
+    /// The token's share: held until the connection really comes back,
+    /// even when a stuck one is replaced, so one token's stuck queries
+    /// never take the spares beyond its share.
+    _token: Option<OwnedSemaphorePermit>,
     pool: QueryPool,
 }
 
@@ -210,6 +220,9 @@ impl Lease {
 pub enum AcquireError {
     /// Waited the full acquire timeout.
     Timeout,
+    /// The token's own share of the pool stayed taken (by its own queries)
+    /// for the whole wait.
+    TokenShare,
     /// The pool is closed (shutting down).
     Closed,
     /// A connection could not be created.
@@ -255,7 +268,28 @@ impl QueryPool {
             health,
             spill: Default::default(),
             csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
+            token_share: Default::default(),
+            token_gates: Default::default(),
         })
+    }
+
+    /// Sets how many queries one token may run at once (once, at start):
+    /// `setting`, else with two or more tokens a fair share of the pool
+    /// (its size over the number of tokens, rounded up), never the whole
+    /// pool, at least one; with fewer tokens, no bound.
+    pub fn set_token_share(&self, setting: Option<usize>, tokens: usize) -> Option<usize> {
+        let share = match setting {
+            Some(n) => Some(n.clamp(1, self.size)),
+            None if tokens >= 2 => Some(
+                self.size
+                    .div_ceil(tokens)
+                    .min(self.size.saturating_sub(1))
+                    .max(1),
+            ),
+            None => None,
+        };
+        let _ = self.token_share.set(share);
+        share
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.
@@ -288,8 +322,20 @@ impl QueryPool {
 
     /// Waits at most the acquire timeout for capacity, then takes a
     /// connection. The lease counts it as in use until released.
-    pub async fn acquire(&self) -> Result<(Pooled, Lease), AcquireError> {
-        self.acquire_within(self.acquire_timeout, true).await
+    pub async fn acquire(&self, owner: Option<&Arc<str>>) -> Result<(Pooled, Lease), AcquireError> {
+        self.acquire_within(self.acquire_timeout, true, owner).await
+    }
+
+    /// The semaphore of `owner`'s share, if shares are bounded.
+    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
+        let share = (*self.token_share.get()?)?;
+        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            gates
+                .entry(owner.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(share)))
+                .clone(),
+        )
     }
 
     /// Like [`QueryPool::acquire`], waiting at most `wait` for capacity.
@@ -301,7 +347,21 @@ impl QueryPool {
         &self,
         wait: Duration,
         count_timeout: bool,
+        owner: Option<&Arc<str>>,
     ) -> Result<(Pooled, Lease), AcquireError> {
+        let start = tokio::time::Instant::now();
+        let token = match owner.and_then(|o| self.token_gate(o)) {
+            None => None,
+            Some(gate) => match tokio::time::timeout(wait, gate.acquire_owned()).await {
+                Ok(Ok(p)) => Some(p),
+                Ok(Err(_)) => return Err(AcquireError::Closed),
+                Err(_) => {
+                    metrics::counter!("duckgate_token_share_timeouts_total").increment(1);
+                    return Err(AcquireError::TokenShare);
+                }
+            },
+        };
+        let wait = wait.saturating_sub(start.elapsed());
         let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
         let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
         drop(waiting);
@@ -336,6 +396,7 @@ impl QueryPool {
             permit: Mutex::new(Some(permit)),
             lost: std::sync::atomic::AtomicBool::new(false),
             _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
+            _token: token,
             pool: self.clone(),
         };
         Ok((slot, lease))

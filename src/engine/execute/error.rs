@@ -66,6 +66,19 @@ pub enum QueryError {
     /// No pooled connection came free within the acquire timeout (held here).
     #[error("no connection within the acquire timeout")]
     PoolExhausted(Duration),
+    /// The token's own share of the pool stayed taken by its own queries
+    /// for the acquire timeout (held here).
+    #[error("the token's share of the pool stayed taken")]
+    TokenShare(Duration),
+    /// The result passed a server-side cap the client did not ask for
+    /// (`what`: `rows` or `bytes`, `limit`: the cap and its setting).
+    #[error("the result passed the gateway's {what} cap of {limit}")]
+    ResultCap {
+        /// `rows` or `bytes`.
+        what: &'static str,
+        /// The cap.
+        limit: u64,
+    },
     /// S3 credentials are expired (S3 said so, or they are known to be), and
     /// no retry with fresh ones succeeded.
     #[error("S3 credentials expired")]
@@ -100,6 +113,8 @@ impl QueryError {
             QueryError::TempSpace => "temp_space",
             QueryError::ValueTooLarge { .. } => "value_too_large",
             QueryError::PoolExhausted(_) => "pool_exhausted",
+            QueryError::TokenShare(_) => "token_share",
+            QueryError::ResultCap { .. } => "result_cap",
             QueryError::CredentialsExpired => "credentials_expired",
             QueryError::SpoolFull { .. } => "spool_full",
             QueryError::Internal(_) => "internal_error",

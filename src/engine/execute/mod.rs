@@ -58,17 +58,22 @@ pub async fn run(
         .unwrap_or_default();
     // A client waits the acquire timeout; a kept result (an async
     // statement) waits as long as its own deadline allows.
+    let owner = job.tracker.as_ref().map(|t| t.owner.clone());
     let acquired = match job.sink {
-        None => futures::future::Either::Left(pool.acquire()),
+        None => futures::future::Either::Left(pool.acquire(owner.as_ref())),
         Some(_) => futures::future::Either::Right(pool.acquire_within(
             deadline.saturating_duration_since(tokio::time::Instant::now()),
             false,
+            owner.as_ref(),
         )),
     };
     let (slot, lease) = tokio::select! {
         r = acquired => r.map_err(|e| match e {
-            AcquireError::Timeout if job.sink.is_some() => QueryError::Timeout(job.timeout),
+            AcquireError::Timeout | AcquireError::TokenShare if job.sink.is_some() => {
+                QueryError::Timeout(job.timeout)
+            }
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
+            AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
             AcquireError::Closed => QueryError::ShuttingDown,
             AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
         })?,
@@ -145,6 +150,7 @@ pub async fn run(
         timeout,
         first: Some(first),
         done: false,
+        abort_next: None,
     };
     let body = futures::stream::unfold(state, next_chunk);
     Ok(QueryOutput {
@@ -172,11 +178,27 @@ struct BodyState {
     timeout: Duration,
     first: Option<Bytes>,
     done: bool,
+    /// The error record went out: the body aborts next, so every client
+    /// library sees a failed transfer, not a last row.
+    abort_next: Option<String>,
+}
+
+/// hyper writes a response's head with its first data and drops what it
+/// has not flushed when the body fails: an abort right after the first
+/// chunk would lose the status line too, and the client would see a
+/// connection that closed before any answer. One turn of the scheduler lets
+/// hyper flush what the body gave it before the abort.
+async fn before_abort() {
+    tokio::task::yield_now().await;
 }
 
 async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>, BodyState)> {
     if let Some(first) = st.first.take() {
         return Some((Ok(first), st));
+    }
+    if let Some(reason) = st.abort_next.take() {
+        before_abort().await;
+        return Some((Err(std::io::Error::other(reason)), st));
     }
     if st.done {
         return None;
@@ -186,10 +208,12 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
         Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
             st.done = true;
             st.guard.take();
+            before_abort().await;
             Some((Err(std::io::Error::other(reason)), st))
         }
         Some(Msg::Fail(e)) => {
             st.done = true;
+            before_abort().await;
             Some((Err(std::io::Error::other(e.to_string())), st))
         }
         Some(Msg::Start { .. }) => None,
@@ -223,8 +247,14 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
             };
             record_failure(st.tracker.as_deref(), &err);
             match error_record_for(st.format, st.render_error, &err) {
-                Some(record) => Some((Ok(record), st)),
-                None => Some((Err(std::io::Error::other(err.to_string())), st)),
+                Some(record) => {
+                    st.abort_next = Some(err.to_string());
+                    Some((Ok(record), st))
+                }
+                None => {
+                    before_abort().await;
+                    Some((Err(std::io::Error::other(err.to_string())), st))
+                }
             }
         }
     }

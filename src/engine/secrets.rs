@@ -1,0 +1,89 @@
+//! Installs S3 secrets through DuckDB's secret manager (the C++ shim in
+//! `secrets.cpp`), never as SQL text: no statement that DuckDB's query log,
+//! profiler or a hook could record ever holds a credential.
+
+use std::ffi::{c_char, c_void, CStr, CString};
+
+use crate::engine::ffi::RawConnection;
+
+extern "C" {
+    fn duckgate_install_s3_secret(
+        connection: *mut c_void,
+        name: *const c_char,
+        keys: *const *const c_char,
+        values: *const *const c_char,
+        n: usize,
+        scope: *const *const c_char,
+        n_scope: usize,
+    ) -> *mut c_char;
+    fn duckgate_logging_off(connection: *mut c_void) -> *mut c_char;
+    fn duckgate_secrets_free(text: *mut c_char);
+}
+
+/// Takes a shim's answer: NULL is success, else a malloc'd message.
+fn answer(text: *mut c_char) -> Result<(), String> {
+    if text.is_null() {
+        return Ok(());
+    }
+    // SAFETY: non-null answers are malloc'd NUL-terminated strings from the
+    // shim, copied here before being freed exactly once.
+    let message = unsafe { CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: as above; not used afterwards.
+    unsafe { duckgate_secrets_free(text) };
+    Err(message)
+}
+
+/// Creates or replaces the temporary S3 secret `name` with `options`
+/// (`key_id`, `secret`, `session_token`, `region`, `use_ssl`, `endpoint`,
+/// `url_style`) and `scope`. The error names DuckDB's error class only.
+pub fn install_s3(
+    conn: &RawConnection,
+    name: &str,
+    options: &[(&str, &str)],
+    scope: &[String],
+) -> Result<(), String> {
+    let nul = |_| "a secret option holds a NUL byte".to_string();
+    let name = CString::new(name).map_err(nul)?;
+    let keys = options
+        .iter()
+        .map(|(k, _)| CString::new(*k))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(nul)?;
+    let values = options
+        .iter()
+        .map(|(_, v)| CString::new(*v))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(nul)?;
+    let scope = scope
+        .iter()
+        .map(|s| CString::new(s.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(nul)?;
+    let key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+    let value_ptrs: Vec<*const c_char> = values.iter().map(|v| v.as_ptr()).collect();
+    let scope_ptrs: Vec<*const c_char> = scope.iter().map(|s| s.as_ptr()).collect();
+    // SAFETY: `conn` is a live duckdb_connection (a `duckdb::Connection*`)
+    // used by this thread alone (the caller holds its mutex); every pointer
+    // array holds NUL-terminated strings that outlive the call, with the
+    // lengths passed beside them. The shim catches every C++ exception.
+    let text = unsafe {
+        duckgate_install_s3_secret(
+            conn.as_ptr().cast(),
+            name.as_ptr(),
+            key_ptrs.as_ptr(),
+            value_ptrs.as_ptr(),
+            key_ptrs.len(),
+            scope_ptrs.as_ptr(),
+            scope_ptrs.len(),
+        )
+    };
+    answer(text).map_err(|class| format!("DuckDB {class} error while installing the secret"))
+}
+
+/// `Ok` when DuckDB's logging (log storage, the query log file) is off.
+pub fn logging_off(conn: &RawConnection) -> Result<(), String> {
+    // SAFETY: as in `install_s3`; the shim takes only the connection.
+    answer(unsafe { duckgate_logging_off(conn.as_ptr().cast()) })
+}

@@ -1,0 +1,98 @@
+//! Fair shares of the pool (issue 20): one token cannot hold every pooled
+//! connection. With two tokens and a pool of two, each token's share is one
+//! connection: alice's second query waits in her own queue and gets 429
+//! `token-concurrency`, while bob's query runs at once. The control case
+//! gives every token the whole pool (`DUCKGATE_MAX_QUERIES_PER_TOKEN=2`):
+//! then alice holds both connections and bob gets 503.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, App, Endpoint, Gateway};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-share-token-000001";
+const BOB: &str = "bob-share-token-00000002";
+/// Runs until its time limit.
+const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
+
+async fn gateway(per_token: Option<u32>) -> App {
+    let mut b = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .env("DUCKGATE_POOL_SPARES", 0)
+        .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 1500);
+    if let Some(n) = per_token {
+        b = b.env("DUCKGATE_MAX_QUERIES_PER_TOKEN", n);
+    }
+    b.spawn_app().await
+}
+
+async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(token)
+        .json(&json!({"sql": sql, "timeout_ms": timeout_ms}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Starts one long query of alice's and waits until it holds a connection.
+async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+    let h = {
+        let e = Endpoint {
+            base: g.base.clone(),
+            client: g.client.clone(),
+        };
+        tokio::spawn(async move { call(&e, ALICE, LONG, 8_000).await })
+    };
+    eventually(
+        "alice's query holding a connection",
+        Duration::from_secs(20),
+        || async {
+            let h = g.health().await;
+            if h["pool"]["in_use"].as_u64() == Some(running) {
+                Ok(())
+            } else {
+                Err(h["pool"].clone())
+            }
+        },
+    )
+    .await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_take_the_whole_pool() {
+    let g = gateway(None).await;
+    let first = alice_runs(&g, 1).await;
+    // Her second query waits for her own share, not for the pool.
+    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:token-concurrency");
+    // Bob is served while alice's query runs.
+    let (status, body) = call(&g, BOB, "SELECT 42 AS x", 30_000).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"], json!([[42]]));
+    assert_eq!(first.await.unwrap().0, 504);
+    // Her share comes back with her connection.
+    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_token_allowed_the_whole_pool_starves_the_others() {
+    let g = gateway(Some(2)).await;
+    let first = alice_runs(&g, 1).await;
+    let second = alice_runs(&g, 2).await;
+    let (status, body) = call(&g, BOB, "SELECT 42 AS x", 30_000).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:pool-exhausted");
+    assert_eq!(first.await.unwrap().0, 504);
+    assert_eq!(second.await.unwrap().0, 504);
+}

@@ -422,20 +422,42 @@ async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
 }
 
 #[tokio::test]
-async fn max_rows_truncates_and_says_so() {
+async fn a_cut_is_clean_only_where_the_client_asked_for_it() {
     let g = Gateway::builder()
         .env("DUCKGATE_DEFAULT_MAX_ROWS", 10)
         .env("DUCKGATE_MAX_ROWS", 5000)
         .spawn_app()
         .await;
-    let v = g.query_ok("SELECT * FROM range(100)").await;
-    assert_eq!(v["row_count"], 10);
-    assert_eq!(v["truncated"], true);
+    // A server cap the client did not ask for, passed before the body
+    // began: a problem document, never a complete-looking answer.
+    let r = g.query(json!({"sql": "SELECT * FROM range(100)"})).await;
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "urn:duckgate:problem:result-too-large");
+    // Passed after the body began (a limit above the maximum is not the
+    // client's cut either): every format's body fails to arrive whole.
+    for format in ["json", "ndjson", "csv", "arrow"] {
+        let r = g
+            .query(json!({"sql": "SELECT * FROM range(100000)", "format": format, "max_rows": 1000000}))
+            .await;
+        assert_eq!(r.status(), 200, "{format}");
+        let (body, failed) = common::body_and_failure(r).await;
+        assert!(failed, "{format}: a cut answer arrived as a whole body");
+        if format == "ndjson" {
+            let text = String::from_utf8(body).unwrap();
+            let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert_eq!(
+                last["error"]["type"], "urn:duckgate:problem:result-too-large",
+                "{last}"
+            );
+        }
+    }
+    // A limit the client asked for cuts cleanly.
     let r = g
-        .query(json!({"sql": "SELECT * FROM range(10000)", "max_rows": 1000000}))
+        .query(json!({"sql": "SELECT * FROM range(100)", "max_rows": 10}))
         .await;
     let v: Value = r.json().await.unwrap();
-    assert_eq!(v["row_count"], 5000, "clamped to the maximum");
+    assert_eq!(v["row_count"], 10);
     assert_eq!(v["truncated"], true);
     let r = g
         .query(json!({"sql": "SELECT * FROM range(10)", "max_rows": 10}))
@@ -446,13 +468,21 @@ async fn max_rows_truncates_and_says_so() {
         v["truncated"], false,
         "exactly max_rows rows is not a truncation"
     );
+    // NDJSON and CSV carry rows only: no trailer a reader takes for data.
     let r = g
         .query(json!({"sql": "SELECT * FROM range(10000)", "max_rows": 2049, "format": "ndjson"}))
         .await;
-    let text = r.text().await.unwrap();
-    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
-    assert_eq!(last, json!({"truncated": true, "row_count": 2049}));
-    assert_eq!(text.lines().count(), 2050);
+    let (body, failed) = common::body_and_failure(r).await;
+    assert!(!failed);
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(text.lines().count(), 2049);
+    assert_eq!(text.lines().last().unwrap(), r#"{"range":2048}"#);
+    let r = g
+        .query(json!({"sql": "SELECT * FROM range(10000)", "max_rows": 3000, "format": "csv"}))
+        .await;
+    let (body, failed) = common::body_and_failure(r).await;
+    assert!(!failed);
+    assert_eq!(String::from_utf8(body).unwrap().lines().count(), 3001);
 }
 
 #[tokio::test]
@@ -502,7 +532,12 @@ async fn an_error_mid_stream_is_never_a_silent_200() {
         .query(json!({"sql": sql, "format": "ndjson", "max_rows": 100000000}))
         .await;
     assert_eq!(r.status(), 200, "the body had begun");
-    let text = r.text().await.unwrap();
+    let (body, failed) = common::body_and_failure(r).await;
+    assert!(
+        failed,
+        "after its error record the NDJSON body is aborted too"
+    );
+    let text = String::from_utf8(body).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() > 1000, "rows were streamed before the error");
     let last: Value = serde_json::from_str(lines.last().unwrap()).unwrap();
@@ -573,34 +608,49 @@ async fn a_deadline_racing_completion_is_never_a_500() {
             let r = g
                 .query(json!({"sql": sql, "timeout_ms": 1, "format": "ndjson"}))
                 .await;
-            *seen.entry(r.status().as_u16()).or_insert(0) += 1;
+            let status = r.status().as_u16();
+            *seen.entry(status).or_insert(0) += 1;
+            // A 200 that arrives whole is the whole row or ends in the
+            // timeout's record; anything else fails to arrive.
+            let (body, failed) = common::body_and_failure(r).await;
+            let text = String::from_utf8(body).unwrap();
+            if status == 200 && !failed && !text.contains("query-timeout") {
+                assert!(
+                    text.starts_with("{\"s\":") && text.lines().count() == 1,
+                    "{text}"
+                );
+            }
         }
     }
     assert!(seen.keys().all(|s| *s == 200 || *s == 504), "{seen:?}");
 }
 
 #[tokio::test]
-async fn the_result_byte_limit_cuts_and_says_so() {
+async fn the_result_byte_cap_fails_the_answer_in_every_format() {
     let g = Gateway::builder()
         .env("DUCKGATE_MAX_RESULT_BYTES", 100_000)
         .spawn_app()
         .await;
-    let r = g
-        .query(json!({"sql": "SELECT i, repeat('x', 100) AS pad FROM range(1000000) t(i)", "max_rows": 1000000}))
-        .await;
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
-    assert!(
-        text.len() < 400_000,
-        "cut near the limit: {} bytes",
-        text.len()
-    );
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["truncated"], true);
-    let n = v["row_count"].as_u64().unwrap();
-    assert!(n > 0 && n < 1_000_000);
-    assert_eq!(v["rows"].as_array().unwrap().len() as u64, n);
-    // A result under the limit is whole.
+    for format in ["json", "ndjson", "csv", "arrow"] {
+        let r = g
+            .query(json!({"sql": "SELECT i, repeat('x', 100) AS pad FROM range(1000000) t(i)", "format": format}))
+            .await;
+        if r.status() == 422 {
+            continue;
+        }
+        assert_eq!(r.status(), 200, "{format}");
+        let (body, failed) = common::body_and_failure(r).await;
+        assert!(
+            failed,
+            "{format}: an answer cut at the byte cap arrived whole"
+        );
+        assert!(
+            body.len() < 400_000,
+            "{format}: cut near the cap: {} bytes",
+            body.len()
+        );
+    }
+    // A result under the cap is whole.
     let v = g.query_ok("SELECT * FROM range(10)").await;
     assert_eq!(v["truncated"], false);
 }

@@ -194,6 +194,9 @@ async fn run_query(
     let timeout_ms = timeout_ms.map_or(limits.default_query_timeout_ms(), |t| {
         t.min(limits.max_query_timeout_ms)
     });
+    // A cut is clean only where the client asked for it; the server's caps
+    // end the answer in an error (see `QueryJob::rows_asked`).
+    let rows_asked = max_rows.is_some_and(|r| r <= limits.max_rows);
     let max_rows = max_rows.map_or(limits.default_rows(), |r| r.min(limits.max_rows));
 
     // Whether a statement reads S3 is DuckDB's to say: with expired
@@ -212,6 +215,7 @@ async fn run_query(
         format,
         timeout: Duration::from_millis(timeout_ms),
         max_rows,
+        rows_asked,
         max_bytes: limits.max_result_bytes,
         rules: state.engine.rules(),
         started,

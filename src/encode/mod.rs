@@ -270,13 +270,10 @@ impl ResultEncoder {
                 }
                 out.push(b'}');
             }
-            Format::Ndjson => {
-                if summary.truncated {
-                    out.extend_from_slice(b"{\"truncated\":true,\"row_count\":");
-                    write!(out, "{}", summary.row_count).expect("writing to a Vec");
-                    out.extend_from_slice(b"}\n");
-                }
-            }
+            // No trailer record: a reader would take it for one more row.
+            // A cut the client asked for ends cleanly; any other cut is an
+            // error ending (see `QueryJob::rows_asked`).
+            Format::Ndjson => {}
             Format::Csv => {}
             Format::Arrow => {
                 if let Some(w) = self.ipc.as_mut() {

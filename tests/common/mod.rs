@@ -766,3 +766,16 @@ pub async fn assert_no_leaks(g: &impl Logged, s3: &S3Server, seen: &Seen, admin_
         }
     }
 }
+
+/// Reads an answer's body chunk by chunk: what arrived, and whether the
+/// transfer failed (an aborted body) before it ended.
+pub async fn body_and_failure(mut r: reqwest::Response) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    loop {
+        match r.chunk().await {
+            Ok(Some(c)) => got.extend_from_slice(&c),
+            Ok(None) => return (got, false),
+            Err(_) => return (got, true),
+        }
+    }
+}

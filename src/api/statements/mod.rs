@@ -119,6 +119,7 @@ async fn submit_inner(
     let limits = &state.config.limits;
     let max_timeout = settings.max_timeout;
     let timeout = timeout_ms.map_or(max_timeout, |t| Duration::from_millis(t).min(max_timeout));
+    let rows_asked = max_rows.is_some_and(|r| r <= limits.max_rows);
     let max_rows = max_rows.map_or(limits.max_rows, |r| r.min(limits.max_rows));
     let wait = Duration::from_millis(wait_ms.unwrap_or(10_000)).min(settings.max_wait);
 
@@ -169,6 +170,7 @@ async fn submit_inner(
         format: Format::Arrow,
         timeout,
         max_rows,
+        rows_asked,
         max_bytes: u64::MAX,
         rules: state.engine.rules(),
         started,

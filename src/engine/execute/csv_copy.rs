@@ -12,6 +12,7 @@ use super::control::{cancel_error, QueryControl};
 use super::error::QueryError;
 use super::job::QueryJob;
 use super::sender::{end_body, Msg, Sender, CHUNK_BYTES};
+use super::stream::row_cap;
 use super::worker::{execution_error, param_values};
 
 /// A CSV answer in the making: what DuckDB's COPY writes, cut at the row
@@ -35,6 +36,9 @@ pub(super) struct CsvState {
     started: bool,
     /// Stopped at a limit: DuckDB's failure to write more is the end.
     cut: bool,
+    /// DuckDB had bytes past the cut: the result was larger than the limit
+    /// let through (a cut exactly at the result's end is no cut).
+    overflow: bool,
     /// No more bytes are taken (cut, cancelled, or the client left).
     closed: bool,
     /// Why the pipe stopped DuckDB, when it was not a limit or the client.
@@ -74,6 +78,16 @@ impl pipe::Output for CsvPipe {
         if st.closed {
             return false;
         }
+        if st.cut {
+            // Anything past a cut made at the end of a write means the
+            // result did not fit.
+            if !data.is_empty() {
+                st.overflow = true;
+                st.closed = true;
+                return false;
+            }
+            return true;
+        }
         let (before, max_rows, max_bytes) = (st.bytes, self.max_rows, self.max_bytes);
         // The header's end is the first row end.
         let cut = st.rows.feed(data, |ends, at| {
@@ -99,8 +113,12 @@ impl pipe::Output for CsvPipe {
         }
         if cut.is_some() {
             st.cut = true;
-            st.closed = true;
-            return false;
+            if take < data.len() {
+                st.overflow = true;
+                st.closed = true;
+                return false;
+            }
+            return true;
         }
         // The first row goes out at once (time to first byte); later ones
         // in chunks of CHUNK_BYTES.
@@ -150,6 +168,19 @@ pub(super) fn copy_csv(
                 .take()
                 .unwrap_or_else(|| execution_error(&e, &values, control, job)),
         ),
+        // A cut at a cap the client did not ask for is not the answer's
+        // end: the body says so.
+        _ if st.overflow => {
+            let at_row_limit = st.rows.ends.saturating_sub(1) >= job.max_rows;
+            match (at_row_limit, job.rows_asked) {
+                (true, true) => cancel_error(control, job),
+                (true, false) => Some(row_cap(job)),
+                (false, _) => Some(QueryError::ResultCap {
+                    what: "bytes",
+                    limit: job.max_bytes,
+                }),
+            }
+        }
         _ => cancel_error(control, job),
     };
     if let Some(err) = err {

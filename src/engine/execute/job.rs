@@ -131,6 +131,11 @@ pub struct QueryJob {
     pub timeout: Duration,
     /// Rows beyond this are cut and the result marked truncated.
     pub max_rows: u64,
+    /// Whether the client asked for `max_rows`. A cut the client did not
+    /// ask for (the server's row or byte cap) is never a clean end: the
+    /// answer fails (a problem document, or a body its reader sees end in
+    /// an error).
+    pub rows_asked: bool,
     /// Encoded bytes after which the result is cut.
     pub max_bytes: u64,
     /// What the guard enforces.

@@ -109,7 +109,8 @@ pub(super) fn end_with_error(
 }
 
 /// Ends a begun body with what is buffered and `record` (the format's error
-/// record), or, for a format without one, with an abort.
+/// record, for a reader that reads line by line), then an abort, so every
+/// HTTP client library sees a failed transfer rather than a whole answer.
 pub(super) fn end_body(
     buf: &mut Vec<u8>,
     record: Option<Vec<u8>>,
@@ -121,16 +122,13 @@ pub(super) fn end_body(
     // Bounded by the stall limit: a client that stopped reading gets its
     // ending from the body itself (see `next_chunk`).
     let mut last = Vec::new();
-    let aborts = record.is_none();
     if let Some(record) = record {
         buf.extend_from_slice(&record);
     }
     if !buf.is_empty() {
         last.push(Msg::Data(Bytes::from(std::mem::take(buf))));
     }
-    if aborts {
-        last.push(Msg::Abort(err.to_string()));
-    }
+    last.push(Msg::Abort(err.to_string()));
     tx.end(err, last);
 }
 

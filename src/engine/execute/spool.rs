@@ -11,7 +11,7 @@ use super::control::{cancel_error, QueryControl};
 use super::error::{error_class, sql_error, QueryError};
 use super::job::QueryJob;
 use super::sender::{Msg, Sender};
-use super::stream::{oversized_value, within_row_limit};
+use super::stream::{oversized_value, row_cap, within_row_limit};
 use super::worker::{column_types, execute_arrow, judged};
 use super::wrap::MAX_WRAPPER_BYTES;
 
@@ -83,9 +83,15 @@ pub(super) fn spool_statement(
                 });
             }
             let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
+                if !job.rows_asked {
+                    return Err(row_cap(job));
+                }
                 truncated = true;
                 break;
             };
+            if cut && !job.rows_asked {
+                return Err(row_cap(job));
+            }
             truncated = cut;
             let take = part.num_rows();
             sink.batch(&part)?;

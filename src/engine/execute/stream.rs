@@ -255,8 +255,14 @@ fn write_result(
         }
         let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
             truncated = true;
+            if !job.rows_asked {
+                return Err(row_cap(job).into());
+            }
             break;
         };
+        if cut && !job.rows_asked {
+            return Err(row_cap(job).into());
+        }
         truncated = cut;
         let before = body.buf.len();
         rows += part.num_rows() as u64;
@@ -286,6 +292,13 @@ fn write_result(
             if let Ok(Some(sa)) = stmt.step() {
                 truncated = sa.len() > 0;
             }
+            if truncated {
+                return Err(QueryError::ResultCap {
+                    what: "bytes",
+                    limit: job.max_bytes,
+                }
+                .into());
+            }
             break;
         }
         // The first batch goes out at once (time to first byte); later ones
@@ -310,6 +323,14 @@ fn write_result(
     encoder.finish(summary, &mut body.buf).map_err(encoding)?;
     body.flush()?;
     Ok(!truncated)
+}
+
+/// The row cap the client did not ask for.
+pub(super) fn row_cap(job: &QueryJob) -> QueryError {
+    QueryError::ResultCap {
+        what: "rows",
+        limit: job.max_rows,
+    }
 }
 
 /// The part of `batch` that fits the row limit after `rows` rows, and

@@ -113,10 +113,12 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
             sql: statement.sql.clone(),
         });
     } else if statement.kind == "EXPLAIN" {
-        let inner = statement
-            .inner_sql
-            .as_deref()
-            .ok_or_else(|| forbid("EXPLAIN", "the guard could not read the explained statement"))?;
+        let inner = statement.inner_sql.as_deref().ok_or_else(|| {
+            forbid(
+                "EXPLAIN",
+                "the guard could not read the explained statement",
+            )
+        })?;
         check_plan(raw, inner).map_err(|r| in_kind(r, &accepted.kind))?;
     } else {
         // Writes too: DuckDB binds the whole statement (the query of a CREATE

@@ -540,3 +540,62 @@ async fn an_async_statement_on_s3_spans_a_forced_rotation() {
     );
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
+
+/// Issue 21: STS answering 200 with unusable credentials (key `AKIA`, no
+/// session token, expired in 1970) replaces nothing: the rotation fails with
+/// the cause in `last_error`, the installed key and epoch stay, and S3
+/// queries keep working on the credentials that are still valid.
+#[tokio::test]
+async fn an_unusable_sts_answer_never_replaces_good_credentials() {
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    let before = admin_secrets(&g, &mut seen).await;
+    s3.control("POST", "sts?malformed=1").await;
+    let r = g
+        .client
+        .post(g.url("/admin/secrets/rotate"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert!(status >= 500, "a failed rotation: {status} {v}");
+    let stats = s3.control("GET", "stats").await;
+    assert!(
+        stats["sts_malformed_answers"].as_u64().unwrap_or(0) >= 1,
+        "{stats}"
+    );
+    let after = admin_secrets(&g, &mut seen).await;
+    let (b, a) = (&before["secrets"][0], &after["secrets"][0]);
+    assert_eq!(a["epoch"], b["epoch"], "{after}");
+    assert_eq!(a["key_id_suffix"], b["key_id_suffix"], "{after}");
+    assert!(
+        a["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("unusable credentials")),
+        "{after}"
+    );
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "the valid credentials still serve: {v}");
+    // STS sound again: the next rotation installs fresh credentials.
+    s3.control("POST", "sts?malformed=0").await;
+    let r = g
+        .client
+        .post(g.url("/admin/secrets/rotate"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = s3_query(&g, &mut seen).await;
+    assert_eq!(status, 200, "{v}");
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
+}

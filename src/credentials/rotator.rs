@@ -69,6 +69,11 @@ pub enum RotationError {
     /// DuckDB refused the secret on the control connection.
     #[error("{0}")]
     Install(String),
+    /// The source answered with credentials that cannot be right (no key,
+    /// no token, already expired, expiring before the installed ones):
+    /// they replace nothing.
+    #[error("the credential source answered with unusable credentials: {0}")]
+    Unusable(&'static str),
     /// The blocking task that installs the secret ended abnormally.
     #[error("the install task failed")]
     InstallTask,
@@ -281,7 +286,14 @@ impl Rotator {
         // 2. Fetch, then install on the control connection.
         let started = Instant::now();
         let result = match m.source.fetch().await {
-            Ok(creds) => self.install(m, creds.clone()).await.map(|_| creds),
+            Ok(creds) => match self.usable(idx, &creds, SystemTime::now()) {
+                Ok(()) => self.install(m, creds.clone()).await.map(|_| creds),
+                Err(why) => {
+                    metrics::counter!("duckgate_sts_unusable_answers_total", "secret" => m.spec.name.clone())
+                        .increment(1);
+                    Err(RotationError::Unusable(why))
+                }
+            },
             Err(e) => Err(RotationError::Fetch(e)),
         };
         let elapsed = started.elapsed();
@@ -356,6 +368,39 @@ impl Rotator {
         })
         .await
         .map_err(|_| RotationError::InstallTask)?
+    }
+
+    /// Whether `creds`, fetched for secret `idx`, may replace what is
+    /// installed: a plausible key id, a secret, and for expiring
+    /// credentials a session token and an expiry in the future, no earlier
+    /// than the installed credentials' own. The reason names no value.
+    fn usable(&self, idx: usize, creds: &Credentials, now: SystemTime) -> Result<(), &'static str> {
+        let key = creds.key_id.as_str();
+        if !(16..=128).contains(&key.len()) || !key.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err("the access key id is not an AWS key id");
+        }
+        if crate::credentials::source::expose(&creds.secret).is_empty() {
+            return Err("no secret access key");
+        }
+        let Some(expires) = creds.expires_at else {
+            return Ok(()); // static credentials
+        };
+        if creds
+            .session_token
+            .as_ref()
+            .is_none_or(|t| crate::credentials::source::expose(t).is_empty())
+        {
+            return Err("temporary credentials without a session token");
+        }
+        if expires <= now {
+            return Err("the credentials expire in the past");
+        }
+        let view = self.health.credentials.load();
+        let installed = view.secrets.get(idx).and_then(|s| s.expires_at_system);
+        if installed.is_some_and(|current| expires < current) {
+            return Err("the credentials expire before the installed ones");
+        }
+        Ok(())
     }
 
     /// Whether secret `idx` should be refreshed now: never installed, or its

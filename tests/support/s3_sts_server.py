@@ -53,6 +53,8 @@ no signature needed; every answer is JSON):
                                      assumed_sessions, sts_fail, sts_delay_ms
   POST /__control/sts?fail=1         every STS request answers 503 ServiceUnavailable
   POST /__control/sts?fail=0         back to normal
+  POST /__control/sts?malformed=1    STS answers 200 with unusable credentials
+                                     (key "AKIA", no token, expired in 1970)
   POST /__control/sts?delay_ms=N     every STS request is delayed N ms (0 = off)
   POST /__control/put?bucket=B&key=K body = object bytes; puts it without signing
   POST /__control/expire             expire every assumed-role session now
@@ -101,6 +103,7 @@ class State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sts_fail = False
+        self.sts_malformed = False
         self.sts_delay_ms = 0
         self.counters: dict[str, int] = {}
         self.rejected_keys: set[str] = set()
@@ -247,6 +250,21 @@ class Middleware:
                 f"<RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>",
                 start_response,
             )
+        if self.state.sts_malformed and action == "AssumeRole":
+            self.state.bump("sts_malformed_answers")
+            return _xml(
+                "200 OK",
+                '<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+                "<AssumeRoleResult><Credentials><AccessKeyId>AKIA</AccessKeyId>"
+                "<SecretAccessKey>x</SecretAccessKey><SessionToken></SessionToken>"
+                "<Expiration>1970-01-01T00:00:00Z</Expiration></Credentials>"
+                "<AssumedRoleUser><AssumedRoleId>AROA:x</AssumedRoleId>"
+                "<Arn>arn:aws:sts::123456789012:assumed-role/x/x</Arn></AssumedRoleUser>"
+                "</AssumeRoleResult>"
+                f"<ResponseMetadata><RequestId>{uuid.uuid4()}</RequestId></ResponseMetadata>"
+                "</AssumeRoleResponse>",
+                start_response,
+            )
         if action == "AssumeRoleWithWebIdentity":
             # AWS does not sign this call (the web identity token is the
             # credential); moto would still demand a signature with auth on.
@@ -312,6 +330,8 @@ class Middleware:
                     self.state.sts_fail = query["fail"] not in ("0", "false", "")
                 if "delay_ms" in query:
                     self.state.sts_delay_ms = max(0, int(query["delay_ms"]))
+                if "malformed" in query:
+                    self.state.sts_malformed = query["malformed"] not in ("0", "false", "")
                 log.info(
                     "control: sts fail=%s delay_ms=%s",
                     self.state.sts_fail,

@@ -63,6 +63,8 @@ pub struct AppState {
     pub queries: Arc<crate::engine::queries::Registry>,
     /// Async statements and their spool.
     pub statements: Arc<crate::statements::Statements>,
+    /// The operator-declared catalogs attached at start.
+    pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
 }
 
 /// `routes` with at most `limit` requests at once; more are shed at once

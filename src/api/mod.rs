@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod catalog;
 pub mod docs;
 pub mod error;
 pub mod health;
@@ -111,6 +112,17 @@ pub fn router(state: AppState) -> Router {
             "/statements/{id}",
             get(statements::show).delete(statements::discard),
         );
+    // Browsing runs on a pooled connection: bounded like queries.
+    let catalog_routes = shed_beyond(
+        Router::new()
+            .route("/catalog", get(catalog::list))
+            .route("/catalog/{database}/{schema}/{table}", get(catalog::table)),
+        shed,
+    )
+    .layer(TimeoutLayer::with_status_code(
+        axum::http::StatusCode::GATEWAY_TIMEOUT,
+        query_backstop,
+    ));
     // Result pages stream from the spool: bounded like queries.
     let page_routes = shed_beyond(
         Router::new().route("/statements/{id}/result", get(statements::result)),
@@ -136,6 +148,7 @@ pub fn router(state: AppState) -> Router {
         .merge(submit_routes)
         .merge(queries_routes)
         .merge(page_routes)
+        .merge(catalog_routes)
         .merge(admin_routes)
         .merge(probe_routes)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

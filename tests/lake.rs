@@ -1,0 +1,448 @@
+//! Operator-declared catalogs against real services: a DuckLake whose
+//! catalog is in PostgreSQL 15 (started here from the Debian package, as
+//! scripts/test-env installs it) and whose data is on the S3/STS emulation.
+//! Reference answers come from Python DuckDB 1.5.5 with the same extensions
+//! (tests/support/lake_writer.py), which is also the outside writer.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{assert_no_leaks, test_python, S3Server, Seen};
+use serde_json::{json, Value};
+
+const ADMIN: &str = "admin-token-0123456789";
+/// The catalog password: searched for in everything the gateway says.
+const PASSWORD: &str = "lake-Catalog-pw-5f1c9e";
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A PostgreSQL 15 cluster in a temporary directory on a free loopback
+/// port, with user `duckgate` (password [`PASSWORD`]) and database `lake`.
+struct Postgres {
+    dir: tempfile::TempDir,
+    port: u16,
+    as_postgres: bool,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        assert!(
+            Path::new(PG_BIN).join("initdb").is_file(),
+            "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("duckgate-pg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // initdb refuses to run as root: the cluster belongs to `postgres`.
+        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, PASSWORD).unwrap();
+        if as_postgres {
+            run(Command::new("chown")
+                .arg("-R")
+                .arg("postgres:")
+                .arg(dir.path()));
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = Postgres {
+            dir,
+            port,
+            as_postgres,
+        };
+        let data = pg.dir.path().join("data");
+        run(pg
+            .command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
+            .arg(format!("--pwfile={}", pw.display())));
+        run(pg
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(&data)
+            .arg("-o")
+            .arg(format!(
+                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                pg.dir.path().display()
+            ))
+            .arg("-l")
+            .arg(pg.dir.path().join("log"))
+            .args(["-w", "start"]));
+        run(Command::new("psql")
+            .env("PGPASSWORD", PASSWORD)
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-U", "duckgate", "-d", "postgres", "-q"])
+            .args(["-c", "CREATE DATABASE lake"]));
+        pg
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let bin = Path::new(PG_BIN).join(tool);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        }
+    }
+
+    /// The DuckLake metadata path: no password in it.
+    fn metadata(&self) -> String {
+        format!(
+            "ducklake:postgres:dbname=lake host=127.0.0.1 port={} user=duckgate",
+            self.port
+        )
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+fn run(cmd: &mut Command) {
+    let out = cmd.output().expect("run a PostgreSQL tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `sql` (in order) through Python DuckDB attached to the lake, as the
+/// outside writer and reference reader; the last statement's rows.
+fn duckdb_answer(s3: &S3Server, pg: &Postgres, data_path: &str, sql: &[&str]) -> Value {
+    let config = json!({
+        "ext_dir": common::extension_dir(),
+        "metadata": pg.metadata(),
+        "password": PASSWORD,
+        "data_path": data_path,
+        "region": s3.str("region"),
+        "endpoint": s3.str("endpoint"),
+        "sts_endpoint": s3.str("sts_endpoint"),
+        "role_arn": s3.str("role_arn"),
+        "access_key_id": s3.str("access_key_id"),
+        "secret_access_key": s3.str("secret_access_key"),
+    });
+    let out = Command::new(test_python())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/lake_writer.py"
+        ))
+        .arg(config.to_string())
+        .args(sql)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "lake_writer.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A `--config` file declaring the lake, its password in a file of its own.
+fn lake_config(dir: &Path, pg: &Postgres, data_path: &str) -> PathBuf {
+    let pw = common::write_file(dir, "lake-password", &format!("{PASSWORD}\n"));
+    common::write_file(
+        dir,
+        "duckgate.toml",
+        &format!(
+            "[[attach]]\nname = \"lake\"\ntype = \"ducklake\"\npath = \"{}\"\n\
+             data_path = \"{data_path}\"\npassword_file = \"{}\"\n",
+            pg.metadata(),
+            pw.display()
+        ),
+    )
+}
+
+const DATA: &str = "s3://duckgate-test/lake/";
+const SEED: &str = "CREATE TABLE lake.events AS SELECT range AS id, 'event ' || range AS name, \
+                    (range * 0.25)::DOUBLE AS score FROM range(1000)";
+
+async fn rows(g: &common::Endpoint, seen: &mut Seen, sql: &str) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .json(&json!({ "sql": sql }))
+        .send()
+        .await
+        .unwrap();
+    seen.take(r).await
+}
+
+#[tokio::test]
+async fn ducklake_on_s3_reads_like_duckdb_sees_outside_commits_and_keeps_its_password() {
+    let s3 = S3Server::start(&[]);
+    let pg = Postgres::start();
+    duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let g = s3
+        .app(3600)
+        .env(
+            "DUCKGATE_CONFIG",
+            lake_config(dir.path(), &pg, DATA).display(),
+        )
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+
+    for sql in [
+        "SELECT count(*) AS n, sum(id) AS s, avg(score) AS a FROM lake.main.events",
+        "SELECT id, name, score FROM lake.main.events WHERE id % 97 = 0 ORDER BY id",
+        "SELECT name FROM lake.events ORDER BY id DESC LIMIT 3",
+    ] {
+        let (status, v) = rows(&g, &mut seen, sql).await;
+        assert_eq!(status, 200, "{sql}: {v}");
+        assert_eq!(
+            v["rows"],
+            duckdb_answer(&s3, &pg, DATA, &[sql]),
+            "{sql}: the gateway's answer is DuckDB's"
+        );
+    }
+
+    // An outside writer commits; the next query sees the new snapshot.
+    let count = "SELECT count(*) AS n, max(id) AS m FROM lake.main.events";
+    let before = duckdb_answer(&s3, &pg, DATA, &[count]);
+    let after = duckdb_answer(
+        &s3,
+        &pg,
+        DATA,
+        &[
+            "INSERT INTO lake.events SELECT range, 'late ' || range, 1.5 FROM range(1000, 1250)",
+            count,
+        ],
+    );
+    assert_ne!(before, after);
+    let (status, v) = rows(&g, &mut seen, count).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rows"], after, "the commit is seen by the next query");
+    let snapshot = "SELECT id FROM ducklake_current_snapshot('lake')";
+    let (status, v) = rows(&g, &mut seen, snapshot).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rows"], duckdb_answer(&s3, &pg, DATA, &[snapshot]));
+
+    // What clients may not do with a lake.
+    for sql in [
+        "SELECT * FROM __ducklake_metadata_lake.ducklake_metadata",
+        "SELECT * FROM __ducklake_metadata_lake.public.ducklake_snapshot",
+        "SELECT * FROM \"__DuckLake_Metadata_lake\".ducklake_table",
+        "SELECT * FROM postgres_query('__ducklake_metadata_lake', 'SELECT 1')",
+        "SELECT * FROM postgres_scan('dbname=lake', 'public', 'ducklake_metadata')",
+        "SELECT * FROM ducklake_list_files('lake', 'events')",
+        "SELECT * FROM ducklake_settings('lake')",
+        "SELECT * FROM ducklake_scan('s3://duckgate-test/lake/x.parquet')",
+        "SELECT * FROM duckdb_secrets()",
+        "ATTACH 'ducklake:postgres:dbname=lake host=127.0.0.1' AS mine",
+        "DETACH lake",
+        "USE lake",
+        "INSERT INTO lake.events VALUES (1, 'x', 1.0)",
+    ] {
+        let (status, v) = rows(&g, &mut seen, sql).await;
+        assert!(
+            status == 403 || status == 400,
+            "{sql}: refused with a 4xx: {status} {v}"
+        );
+        assert!(v["type"].as_str().is_some(), "{sql}: problem+json: {v}");
+    }
+
+    // Browsing, with the same token as queries.
+    let r = g.client.get(g.url("/catalog")).send().await.unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    let lake = v["databases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "lake")
+        .unwrap_or_else(|| panic!("lake is listed: {v}"));
+    assert_eq!(lake["kind"], "ducklake");
+    assert!(
+        !v.to_string().contains("__ducklake_metadata"),
+        "the metadata catalog is not listed: {v}"
+    );
+    let r = g
+        .client
+        .get(g.url("/catalog/lake/main/events"))
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    let types: Vec<(String, String)> = v["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().into(),
+                c["type"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = duckdb_answer(
+        &s3,
+        &pg,
+        DATA,
+        &["SELECT column_name, data_type FROM duckdb_columns() \
+           WHERE database_name = 'lake' AND table_name = 'events' ORDER BY column_index"],
+    );
+    let want: Vec<(String, String)> = serde_json::from_value(want).unwrap();
+    assert_eq!(types, want, "columns with DuckDB's types");
+    assert_eq!(
+        json!([[v["snapshot"]["id"]]]),
+        duckdb_answer(&s3, &pg, DATA, &[snapshot]),
+        "the current snapshot: {v}"
+    );
+    for path in [
+        "/catalog/lake/main/nope",
+        "/catalog/__ducklake_metadata_lake/public/ducklake_metadata",
+    ] {
+        let r = g.client.get(g.url(path)).send().await.unwrap();
+        let (status, v) = seen.take(r).await;
+        assert_eq!(status, 404, "{path}: {v}");
+    }
+
+    let log = g.log_text();
+    assert!(log.contains("catalog attached"), "{log}");
+    assert!(
+        !log.contains(PASSWORD),
+        "the catalog password reached the log"
+    );
+    for body in &seen.0 {
+        assert!(
+            !body.contains(PASSWORD),
+            "the catalog password reached an answer: {body}"
+        );
+    }
+    assert_no_leaks(&g, &s3, &seen, ADMIN).await;
+}
+
+#[tokio::test]
+async fn a_lake_outside_every_secret_scope_is_refused_at_start() {
+    let s3 = S3Server::start(&[]);
+    let pg = Postgres::start();
+    // A working lake, whose files lie in a bucket no secret serves.
+    let outside = "s3://duckgate-other/lake/";
+    duckdb_answer(&s3, &pg, outside, &[SEED, "SELECT 1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let refused = s3
+        .app(3600)
+        .env(
+            "DUCKGATE_CONFIG",
+            lake_config(dir.path(), &pg, outside).display(),
+        )
+        .try_start();
+    let Err((code, log)) = refused else {
+        panic!("a gateway started with a lake outside its S3 scope");
+    };
+    let log = log.join("\n");
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains(outside) && log.contains("`lake`"),
+        "the refusal names the catalog and the location: {log}"
+    );
+    assert!(!log.contains(PASSWORD), "{log}");
+}
+
+/// Queries the lake every 100 ms for `run`: (ok, failures).
+async fn lake_reads(g: &common::Endpoint, run: Duration, want: &Value) -> (u32, Vec<String>) {
+    let mut seen = Seen::default();
+    let until = Instant::now() + run;
+    let (mut ok, mut failed) = (0u32, Vec::new());
+    while Instant::now() < until {
+        let (status, v) = rows(
+            g,
+            &mut seen,
+            "SELECT count(*) AS n, sum(score) AS s FROM lake.main.events",
+        )
+        .await;
+        if status == 200 && &v["rows"] == want {
+            ok += 1;
+        } else {
+            failed.push(format!("{status} {v}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (ok, failed)
+}
+
+#[tokio::test]
+async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without_rotation() {
+    let s3 = S3Server::start(&[]);
+    let pg = Postgres::start();
+    let want = duckdb_answer(
+        &s3,
+        &pg,
+        DATA,
+        &[
+            SEED,
+            "SELECT count(*) AS n, sum(score) AS s FROM lake.main.events",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = lake_config(dir.path(), &pg, DATA);
+
+    let g = s3
+        .app(8)
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_QUERY_TIMEOUT_MS", 2000)
+        .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .spawn_app()
+        .await;
+    let (ok, failed) = lake_reads(&g, Duration::from_secs(30), &want).await;
+    let (_, secrets) = g.get("/admin/secrets", ADMIN).await;
+    let rotations = secrets["secrets"][0]["rotations"].as_u64().unwrap();
+    eprintln!(
+        "DuckLake reads across 8 s credential lifetimes: {ok} ok, {} failed, {rotations} installs",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
+    assert!(ok > 50, "{ok}");
+    assert!(
+        rotations >= 4,
+        "start-up plus at least 3 rotations: {secrets}"
+    );
+    drop(g);
+
+    // The control: the same reads with rotation off fail once the first
+    // session expires.
+    let g = s3
+        .app(6)
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_S3_ROTATION", "false")
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 600000)
+        .spawn_app()
+        .await;
+    let (ok, failed) = lake_reads(&g, Duration::from_secs(10), &want).await;
+    eprintln!(
+        "DuckLake reads with rotation off: {ok} ok, {} failed",
+        failed.len()
+    );
+    assert!(ok > 0, "reads work while the first session lives");
+    assert!(
+        !failed.is_empty(),
+        "without rotation, reads fail once the session expires"
+    );
+}

@@ -125,9 +125,9 @@ fn run(cmd: &mut Command) {
     );
 }
 
-/// Runs `sql` (in order) through Python DuckDB attached to the lake, as the
-/// outside writer and reference reader; the last statement's rows.
-fn duckdb_answer(s3: &S3Server, pg: &Postgres, data_path: &str, sql: &[&str]) -> Value {
+/// The outside writer and reference reader (tests/support/lake_writer.py)
+/// for the lake whose data lies at `data_path`.
+fn writer(s3: &S3Server, pg: &Postgres, data_path: &str) -> Command {
     let config = json!({
         "ext_dir": common::extension_dir(),
         "metadata": pg.metadata(),
@@ -140,21 +140,51 @@ fn duckdb_answer(s3: &S3Server, pg: &Postgres, data_path: &str, sql: &[&str]) ->
         "access_key_id": s3.str("access_key_id"),
         "secret_access_key": s3.str("secret_access_key"),
     });
-    let out = Command::new(test_python())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/lake_writer.py"
-        ))
-        .arg(config.to_string())
-        .args(sql)
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(test_python());
+    cmd.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/support/lake_writer.py"
+    ))
+    .arg(config.to_string());
+    cmd
+}
+
+/// The last statement's rows of `cmd`'s run, as JSON.
+fn rows_of(cmd: &mut Command) -> Value {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "lake_writer.py: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Runs `sql` (in order) through Python DuckDB attached to the lake, as the
+/// outside writer and reference reader; the last statement's rows.
+fn duckdb_answer(s3: &S3Server, pg: &Postgres, data_path: &str, sql: &[&str]) -> Value {
+    rows_of(writer(s3, pg, data_path).args(sql))
+}
+
+/// Commits 500 more rows (ids continue) every `every` for `run`, in a
+/// thread: each commit writes a file that the next read must fetch from S3
+/// (files already read may be served from DuckDB's caches; commits of a few
+/// rows DuckLake inlines into its catalog instead).
+fn committing(
+    s3: &S3Server,
+    pg: &Postgres,
+    every: Duration,
+    run: Duration,
+) -> std::thread::JoinHandle<Value> {
+    let mut cmd = writer(s3, pg, DATA);
+    cmd.args([
+        "--repeat",
+        &every.as_secs_f64().to_string(),
+        &run.as_secs_f64().to_string(),
+        "INSERT INTO lake.events SELECT m + 1 + range, 'late', 1.0 \
+         FROM (SELECT max(id) AS m FROM lake.events), range(500)",
+    ]);
+    std::thread::spawn(move || rows_of(&mut cmd))
 }
 
 /// A `--config` file declaring the lake, its password in a file of its own.
@@ -362,41 +392,45 @@ async fn a_lake_outside_every_secret_scope_is_refused_at_start() {
     assert!(!log.contains(PASSWORD), "{log}");
 }
 
-/// Queries the lake every 100 ms for `run`: (ok, failures).
-async fn lake_reads(g: &common::Endpoint, run: Duration, want: &Value) -> (u32, Vec<String>) {
+/// Queries the lake every 100 ms for `run` while an outside writer commits
+/// every second: (ok, failures, distinct row counts seen). A read is whole
+/// when the ids it sees are exactly 0..n.
+async fn lake_reads(
+    g: &common::Endpoint,
+    s3: &S3Server,
+    pg: &Postgres,
+    run: Duration,
+) -> (u32, Vec<String>, usize) {
+    let commits = committing(s3, pg, Duration::from_secs(1), run);
     let mut seen = Seen::default();
     let until = Instant::now() + run;
-    let (mut ok, mut failed) = (0u32, Vec::new());
+    let (mut ok, mut failed, mut counts) = (0u32, Vec::new(), std::collections::BTreeSet::new());
     while Instant::now() < until {
         let (status, v) = rows(
             g,
             &mut seen,
-            "SELECT count(*) AS n, sum(score) AS s FROM lake.main.events",
+            "SELECT count(*) AS n, count(*) = max(id) + 1 \
+             AND sum(id) = count(*) * (count(*) - 1) // 2 AS whole FROM lake.main.events",
         )
         .await;
-        if status == 200 && &v["rows"] == want {
+        if status == 200 && v["rows"][0][1] == json!(true) {
             ok += 1;
+            counts.insert(v["rows"][0][0].to_string());
         } else {
             failed.push(format!("{status} {v}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    (ok, failed)
+    let n = commits.join().unwrap();
+    assert!(n[0][0].as_u64().unwrap() >= 3, "the writer committed: {n}");
+    (ok, failed, counts.len())
 }
 
 #[tokio::test]
 async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without_rotation() {
     let s3 = S3Server::start(&[]);
     let pg = Postgres::start();
-    let want = duckdb_answer(
-        &s3,
-        &pg,
-        DATA,
-        &[
-            SEED,
-            "SELECT count(*) AS n, sum(score) AS s FROM lake.main.events",
-        ],
-    );
+    duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
     let dir = tempfile::tempdir().unwrap();
     let config = lake_config(dir.path(), &pg, DATA);
 
@@ -411,23 +445,41 @@ async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without
         .env("DUCKGATE_POOL_SIZE", 2)
         .spawn_app()
         .await;
-    let (ok, failed) = lake_reads(&g, Duration::from_secs(30), &want).await;
+    let (ok, failed, snapshots) = lake_reads(&g, &s3, &pg, Duration::from_secs(30)).await;
     let (_, secrets) = g.get("/admin/secrets", ADMIN).await;
-    let rotations = secrets["secrets"][0]["rotations"].as_u64().unwrap();
+    let installs = secrets["secrets"][0]["rotations"].as_u64().unwrap();
     eprintln!(
-        "DuckLake reads across 8 s credential lifetimes: {ok} ok, {} failed, {rotations} installs",
+        "DuckLake reads across 8 s credential lifetimes: {ok} ok, {} failed, \
+         {snapshots} snapshots seen, {installs} credential installs",
         failed.len()
     );
     assert!(failed.is_empty(), "{:?}", &failed[..failed.len().min(3)]);
     assert!(ok > 50, "{ok}");
     assert!(
-        rotations >= 4,
+        snapshots >= 10,
+        "reads saw the outside commits: {snapshots}"
+    );
+    assert!(
+        installs >= 4,
         "start-up plus at least 3 rotations: {secrets}"
     );
+    let want = duckdb_answer(
+        &s3,
+        &pg,
+        DATA,
+        &["SELECT count(*), sum(id) FROM lake.main.events"],
+    );
+    let (status, v) = rows(
+        &g,
+        &mut Seen::default(),
+        "SELECT count(*), sum(id) FROM lake.main.events",
+    )
+    .await;
+    assert_eq!((status, &v["rows"]), (200, &want), "{v}");
     drop(g);
 
     // The control: the same reads with rotation off fail once the first
-    // session expires.
+    // session has expired and a read needs a file it has not cached.
     let g = s3
         .app(6)
         .env("DUCKGATE_CONFIG", config.display())
@@ -435,14 +487,20 @@ async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 600000)
         .spawn_app()
         .await;
-    let (ok, failed) = lake_reads(&g, Duration::from_secs(10), &want).await;
+    let (ok, failed, _) = lake_reads(&g, &s3, &pg, Duration::from_secs(12)).await;
     eprintln!(
-        "DuckLake reads with rotation off: {ok} ok, {} failed",
-        failed.len()
+        "DuckLake reads with rotation off: {ok} ok, {} failed, first failure: {:?}",
+        failed.len(),
+        failed.first()
     );
     assert!(ok > 0, "reads work while the first session lives");
     assert!(
         !failed.is_empty(),
         "without rotation, reads fail once the session expires"
+    );
+    let stats = s3.control("GET", "stats").await;
+    assert!(
+        stats["s3_expired_rejections"].as_u64().unwrap() >= 1,
+        "S3 itself rejected the expired token: {stats}"
     );
 }

@@ -2,6 +2,7 @@
 """A DuckLake writer and reference reader outside the gateway (tests/lake.rs).
 
     lake_writer.py CONFIG_JSON SQL [SQL ...]
+    lake_writer.py CONFIG_JSON --repeat EVERY_S FOR_S SQL
 
 Attaches the DuckLake that CONFIG_JSON describes as `lake` (read-write) with
 Python DuckDB 1.5.5 and the extensions from `ext_dir`, with S3 credentials of
@@ -10,13 +11,15 @@ prints the last one's rows as one JSON array of arrays: the reference answer
 the gateway's must equal. CONFIG_JSON keys: ext_dir, metadata (the
 `ducklake:postgres:...` path without password), password, data_path, and the
 emulation's region, endpoint, sts_endpoint, role_arn, access_key_id,
-secret_access_key.
+secret_access_key. With --repeat, runs SQL (a commit) every EVERY_S seconds
+for FOR_S seconds and prints how many times it ran.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
 import boto3
 import duckdb
@@ -54,6 +57,15 @@ def main() -> int:
         f"ATTACH {q(config['metadata'])} AS lake "
         f"(DATA_PATH {q(config['data_path'])}, META_SECRET 'pg')"
     )
+    if statements[0] == "--repeat":
+        every, duration, sql = float(statements[1]), float(statements[2]), statements[3]
+        until, n = time.monotonic() + duration, 0
+        while time.monotonic() < until:
+            con.execute(sql)
+            n += 1
+            time.sleep(every)
+        print(json.dumps([[n]]))
+        return 0
     rows = []
     for sql in statements:
         rows = con.execute(sql).fetchall()

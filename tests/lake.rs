@@ -76,7 +76,7 @@ impl Postgres {
             .arg("-l")
             .arg(pg.dir.path().join("log"))
             .args(["-w", "start"]));
-        run(Command::new("psql")
+        run(Command::new(Path::new(PG_BIN).join("psql"))
             .env("PGPASSWORD", PASSWORD)
             .args(["-h", "127.0.0.1", "-p", &port.to_string()])
             .args(["-U", "duckgate", "-d", "postgres", "-q"])

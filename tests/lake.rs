@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leaks, test_python, S3Server, Seen};
+use common::{assert_no_leaks, test_python, Gateway, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -503,4 +503,57 @@ async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without
         stats["s3_expired_rejections"].as_u64().unwrap() >= 1,
         "S3 itself rejected the expired token: {stats}"
     );
+}
+
+#[tokio::test]
+async fn a_ducklake_with_duckdb_metadata_serves_its_tables_and_hides_its_metadata() {
+    // Metadata in a DuckDB file and data on local disk: the metadata tables
+    // are plain DuckDB tables there, which nothing but the guard's check of
+    // the catalog name keeps from clients.
+    let dir = tempfile::tempdir().unwrap();
+    let meta = dir.path().join("meta.ducklake");
+    let data = format!("{}/lake-data/", dir.path().display());
+    let seed = format!(
+        "import duckdb, json, sys\n\
+         c = duckdb.connect(config={{'extension_directory': sys.argv[1], \
+         'autoinstall_known_extensions': 'false', 'autoload_known_extensions': 'false'}})\n\
+         c.execute('LOAD ducklake')\n\
+         c.execute(\"ATTACH 'ducklake:{}' AS lake (DATA_PATH '{data}')\")\n\
+         c.execute('CREATE TABLE lake.t AS SELECT range AS id, range * 2 AS twice FROM range(100)')\n\
+         print(json.dumps([list(r) for r in c.execute(sys.argv[2]).fetchall()]))\n",
+        meta.display()
+    );
+    let sql = "SELECT count(*) AS n, sum(twice) AS s FROM lake.main.t";
+    let want = rows_of(
+        Command::new(test_python())
+            .args(["-c", &seed])
+            .arg(common::extension_dir())
+            .arg(sql),
+    );
+    let config = common::write_file(
+        dir.path(),
+        "duckgate.toml",
+        &format!(
+            "[[attach]]\nname = \"lake\"\ntype = \"ducklake\"\npath = \"ducklake:{}\"\n\
+             data_path = \"{data}\"\n",
+            meta.display()
+        ),
+    );
+    let g = Gateway::builder()
+        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
+        .env("DUCKGATE_CONFIG", config.display())
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+    let (status, v) = rows(&g, &mut seen, sql).await;
+    assert_eq!((status, &v["rows"]), (200, &want), "{v}");
+    for sql in [
+        "SELECT * FROM __ducklake_metadata_lake.main.ducklake_metadata",
+        "SELECT * FROM __ducklake_metadata_lake.ducklake_data_file",
+        "SELECT path FROM \"__DUCKLAKE_METADATA_LAKE\".main.ducklake_data_file",
+    ] {
+        let (status, v) = rows(&g, &mut seen, sql).await;
+        assert_eq!(status, 403, "{sql}: {v}");
+        assert_eq!(v["type"], "urn:duckgate:problem:statement-forbidden", "{v}");
+    }
 }

@@ -272,6 +272,11 @@ pub fn load(path: &Path, s3_prefixes: &[String]) -> Result<Vec<AttachSpec>, Conf
                 return Err(err("`password_file` applies to type ducklake only".into()));
             }
         }
+        if matches!(kind, CatalogKind::Iceberg | CatalogKind::Delta) && !f.read_only {
+            return Err(err(
+                "Iceberg and Delta tables are read-only through the gateway".into(),
+            ));
+        }
         if f.password_file.is_some() && !f.path.starts_with("ducklake:postgres:") {
             return Err(err(
                 "`password_file` applies to a DuckLake whose metadata is in PostgreSQL".into(),
@@ -286,7 +291,7 @@ pub fn load(path: &Path, s3_prefixes: &[String]) -> Result<Vec<AttachSpec>, Conf
             read_only: f.read_only,
         };
         for location in spec.s3_locations() {
-            check_in_scope(location, s3_prefixes).map_err(|m| err(m))?;
+            check_in_scope(location, s3_prefixes).map_err(err)?;
         }
         spec.password()?;
         out.push(spec);
@@ -404,6 +409,7 @@ mod tests {
             ("name = \"l\"\ntype = \"ducklake\"\npath = \"ducklake:postgres:dbname=x\"", "data_path"),
             ("name = \"l\"\ntype = \"delta\"\npath = \"/t\"\ndata_path = \"/d/\"", "ducklake only"),
             ("name = \"l\"\ntype = \"delta\"\npath = \"/t\"\nwhat = 1", "unknown field"),
+            ("name = \"l\"\ntype = \"iceberg\"\npath = \"/t\"\nread_only = false", "read-only"),
         ] {
             let path = write(dir.path(), &format!("[[attach]]\n{body}\n"));
             let e = load(&path, &[]).unwrap_err().to_string();

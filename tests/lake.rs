@@ -557,3 +557,77 @@ async fn a_ducklake_with_duckdb_metadata_serves_its_tables_and_hides_its_metadat
         assert_eq!(v["type"], "urn:duckgate:problem:statement-forbidden", "{v}");
     }
 }
+
+/// tests/support/delta_writer.py for the Delta table at `table`.
+fn delta(s3: &S3Server, table: &str, args: &[&str]) -> Value {
+    let config = json!({
+        "ext_dir": common::extension_dir(),
+        "table": table,
+        "region": s3.str("region"),
+        "endpoint": s3.str("endpoint"),
+        "sts_endpoint": s3.str("sts_endpoint"),
+        "role_arn": s3.str("role_arn"),
+        "access_key_id": s3.str("access_key_id"),
+        "secret_access_key": s3.str("secret_access_key"),
+    });
+    rows_of(
+        Command::new(test_python())
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/support/delta_writer.py"
+            ))
+            .arg(config.to_string())
+            .args(args),
+    )
+}
+
+#[tokio::test]
+async fn a_delta_table_on_s3_reads_like_duckdb_and_shows_new_versions() {
+    let s3 = S3Server::start(&[]);
+    let table = "s3://duckgate-test/delta/clicks";
+    delta(&s3, table, &["write", "0", "300"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_file(
+        dir.path(),
+        "duckgate.toml",
+        &format!("[[attach]]\nname = \"clicks\"\ntype = \"delta\"\npath = \"{table}\"\n"),
+    );
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_CONFIG", config.display())
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+    let answer = |sql: &str| {
+        let sql = sql.replace("clicks.main.clicks", &format!("delta_scan('{table}')"));
+        delta(&s3, table, &["answer", &sql])
+    };
+    let sql = "SELECT count(*) AS n, sum(id) AS s, min(name) AS first FROM clicks.main.clicks";
+    let (status, v) = rows(&g, &mut seen, sql).await;
+    assert_eq!((status, &v["rows"]), (200, &answer(sql)), "{v}");
+
+    delta(&s3, table, &["append", "300", "50"]);
+    let want = answer(sql);
+    let (status, v) = rows(&g, &mut seen, sql).await;
+    assert_eq!(
+        (status, &v["rows"]),
+        (200, &want),
+        "the new version is read: {v}"
+    );
+    assert_eq!(want[0][0], json!(350));
+
+    let (status, v) = rows(
+        &g,
+        &mut seen,
+        &format!("SELECT * FROM delta_scan('{table}')"),
+    )
+    .await;
+    assert_eq!(status, 403, "delta_scan is not called by name: {v}");
+    let (status, v) = g.get("/catalog/clicks/main/clicks", "").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["database_kind"], "delta");
+    assert_eq!(
+        v["columns"][0],
+        json!({"name": "id", "type": "BIGINT", "nullable": true})
+    );
+}

@@ -556,6 +556,26 @@ async fn a_ducklake_with_duckdb_metadata_serves_its_tables_and_hides_its_metadat
         assert_eq!(status, 403, "{sql}: {v}");
         assert_eq!(v["type"], "urn:duckgate:problem:statement-forbidden", "{v}");
     }
+    drop(g);
+
+    // Browsing takes the query tokens, like /query.
+    let g = Gateway::builder()
+        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_QUERY_TOKENS", "reader:reader-token-0123456789")
+        .spawn_app()
+        .await;
+    for path in ["/catalog", "/catalog/lake/main/t"] {
+        let (status, v) = g.get(path, "wrong-token-0123456789").await;
+        assert_eq!(status, 401, "{path}: {v}");
+        let (status, v) = g.get(path, "reader-token-0123456789").await;
+        assert_eq!(status, 200, "{path}: {v}");
+    }
+    let (_, v) = g
+        .get("/catalog/lake/main/t", "reader-token-0123456789")
+        .await;
+    assert_eq!(v["columns"].as_array().unwrap().len(), 2, "{v}");
+    assert!(v["snapshot"]["id"].as_i64().unwrap() >= 1, "{v}");
 }
 
 /// tests/support/delta_writer.py for the Delta table at `table`.

@@ -580,7 +580,19 @@ async fn a_ducklake_with_duckdb_metadata_serves_its_tables_and_hides_its_metadat
 
 /// tests/support/delta_writer.py for the Delta table at `table`.
 fn delta(s3: &S3Server, table: &str, args: &[&str]) -> Value {
+    table_writer(s3, "delta_writer.py", table, "", args)
+}
+
+/// A table writer of tests/support (`script`) for the table at `table`.
+fn table_writer(
+    s3: &S3Server,
+    script: &str,
+    table: &str,
+    catalog_dir: &str,
+    args: &[&str],
+) -> Value {
     let config = json!({
+        "catalog_dir": catalog_dir,
         "ext_dir": common::extension_dir(),
         "table": table,
         "region": s3.str("region"),
@@ -592,9 +604,9 @@ fn delta(s3: &S3Server, table: &str, args: &[&str]) -> Value {
     });
     rows_of(
         Command::new(test_python())
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/support/delta_writer.py"
+            .arg(format!(
+                "{}/tests/support/{script}",
+                env!("CARGO_MANIFEST_DIR")
             ))
             .arg(config.to_string())
             .args(args),
@@ -650,4 +662,54 @@ async fn a_delta_table_on_s3_reads_like_duckdb_and_shows_new_versions() {
         v["columns"][0],
         json!({"name": "id", "type": "BIGINT", "nullable": true})
     );
+}
+
+#[tokio::test]
+async fn an_iceberg_table_on_s3_reads_like_duckdb_and_shows_new_snapshots() {
+    let s3 = S3Server::start(&[]);
+    let table = "s3://duckgate-test/iceberg/clicks";
+    let catalog = tempfile::tempdir().unwrap();
+    let catalog_dir = catalog.path().display().to_string();
+    let iceberg = |args: &[&str]| table_writer(&s3, "iceberg_writer.py", table, &catalog_dir, args);
+    iceberg(&["write", "0", "300"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::write_file(
+        dir.path(),
+        "duckgate.toml",
+        &format!("[[attach]]\nname = \"clicks\"\ntype = \"iceberg\"\npath = \"{table}\"\n"),
+    );
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_CONFIG", config.display())
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+    let answer = |sql: &str| {
+        let sql = sql.replace("clicks.main.clicks", &format!("iceberg_scan('{table}')"));
+        iceberg(&["answer", &sql])
+    };
+    let sql = "SELECT count(*) AS n, sum(id) AS s, min(name) AS first FROM clicks.main.clicks";
+    let (status, v) = rows(&g, &mut seen, sql).await;
+    assert_eq!((status, &v["rows"]), (200, &answer(sql)), "{v}");
+
+    iceberg(&["append", "300", "50"]);
+    let want = answer(sql);
+    let (status, v) = rows(&g, &mut seen, sql).await;
+    assert_eq!(
+        (status, &v["rows"]),
+        (200, &want),
+        "the new snapshot is read: {v}"
+    );
+    assert_eq!(want[0][0], json!(350));
+
+    let (status, v) = rows(
+        &g,
+        &mut seen,
+        &format!("SELECT * FROM iceberg_scan('{table}')"),
+    )
+    .await;
+    assert_eq!(status, 403, "iceberg_scan is not called by name: {v}");
+    let (status, v) = g.get("/catalog/clicks/main/clicks", "").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["database_kind"], "iceberg");
 }

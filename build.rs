@@ -71,10 +71,7 @@ fn main() {
         fs::create_dir_all(&lib_dir).expect("create DUCKDB_LIB_DIR");
         let lib_dir = lib_dir.canonicalize().expect("DUCKDB_LIB_DIR");
         ensure_library(&lib_dir);
-        println!(
-            "cargo:rerun-if-changed={}",
-            lib_dir.join(LIB_NAME).display()
-        );
+        println!("cargo:rerun-if-changed={}", lib_dir.join(LIB_NAME).display());
         // Found at run time beside the binary (the image), else where it was
         // fetched (cargo run, the tests).
         println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
@@ -178,9 +175,7 @@ fn ensure_headers(lib_dir: &Path) -> PathBuf {
         return root;
     }
     let tarball = find_sys_tarball().unwrap_or_else(|| {
-        panic!(
-            "DuckDB's source tarball of {SYS_CRATE} was not found in cargo's registry (CARGO_HOME)"
-        )
+        panic!("DuckDB's source tarball of {SYS_CRATE} was not found in cargo's registry (CARGO_HOME)")
     });
     let _ = fs::remove_dir_all(&root);
     let status = Command::new("tar")

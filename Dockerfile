@@ -61,6 +61,27 @@ RUN set -eux; \
         "/opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/icu.duckdb_extension"; \
     echo "${ICU_SHA256}  /opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/icu.duckdb_extension" \
         | sha256sum -c -
+# The lake extensions ([[attach]] catalogs), each from its 1.5.5 wheel the same
+# way: extension name, wheel name, sha256 of the file inside the wheel.
+RUN set -eux; \
+    for spec in \
+        ducklake:ducklake:e51bf9e8d933d0e83780ae096455501b542cf962569a2ce5613532d702c08302 \
+        postgres_scanner:postgres-scanner:b1ced4cfc6311313e117c2afb3eac76508718778dde0716421503c7dbfb5605c \
+        iceberg:iceberg:ebc4993903de0d71d42fe3027b6691b8d5e5936ed366e98bdb9eab5aeedeb422 \
+        avro:avro:f9c59d9735863896fb10c78f2d6e23132cc9ede4a4fb8c10a6f523b6d0793c77 \
+        delta:delta:24b10f221b799a82f2aec588102702540fb79b34ba4be7f47328333a02fd4e1e; do \
+        ext="${spec%%:*}"; rest="${spec#*:}"; wheel="${rest%%:*}"; sum="${rest#*:}"; \
+        rm -rf /tmp/wheels /tmp/wheel; \
+        pip download --no-cache-dir --no-deps --only-binary=:all: \
+            --platform manylinux2014_x86_64 --python-version 3.12 \
+            --dest /tmp/wheels "duckdb-extension-${wheel}==${HTTPFS_WHEEL_VERSION}"; \
+        python -m zipfile -e /tmp/wheels/duckdb_extension_*.whl /tmp/wheel; \
+        install -D -m 0644 \
+            "/tmp/wheel/duckdb_extension_${ext}/extensions/${DUCKDB_VERSION}/${ext}.duckdb_extension" \
+            "/opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/${ext}.duckdb_extension"; \
+        echo "${sum}  /opt/duckgate/extensions/${DUCKDB_VERSION}/linux_amd64/${ext}.duckdb_extension" \
+            | sha256sum -c -; \
+    done
 
 # ---- build -------------------------------------------------------------------
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build

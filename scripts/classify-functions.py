@@ -31,6 +31,9 @@ TABLE = {
     "duckdb_indexes", "duckdb_keywords", "duckdb_optimizers", "duckdb_schemas",
     "duckdb_sequences", "duckdb_tables", "duckdb_types", "duckdb_views", "summary",
     "pragma_table_info", "duckdb_coordinate_systems",
+    # A declared DuckLake's snapshots and table sizes, by catalog name.
+    "ducklake_snapshots", "ducklake_current_snapshot", "ducklake_last_committed_snapshot",
+    "ducklake_table_info",
 }
 # Table functions that read the path given as their first argument.
 READERS = {
@@ -39,6 +42,14 @@ READERS = {
     "parquet_bloom_probe", "read_csv", "read_csv_auto", "sniff_csv", "read_json",
     "read_json_auto", "read_json_objects", "read_json_objects_auto", "read_ndjson",
     "read_ndjson_auto", "read_ndjson_objects", "read_text", "read_blob", "glob",
+    "read_avro",
+}
+# The scans attached tables bind to: admitted in plans, never called by name
+# (ducklake_scan called by name fails inside DuckDB).
+SCANS = {
+    "ducklake_scan": "the scan of a DuckLake table; called by name it fails inside DuckDB",
+    "iceberg_scan": "the scan of a declared Iceberg table; clients read it by name (see GET /catalog)",
+    "delta_scan": "the scan of a declared Delta table; clients read it by name (see GET /catalog)",
 }
 # Scalar, aggregate and macro functions no client may call, and why.
 REFUSED = {
@@ -56,6 +67,10 @@ REFUSED = {
     "write_log": "writes to the database's log",
     "parse_duckdb_log_message": "reads the database's log format",
     "json_execute_serialized_sql": "runs SQL the guard has not seen",
+    "write_blob": "writes files (delta extension)",
+    "get_delta_test_expression": "a test hook",
+    "iceberg_verify_equality_deletes": "a test hook",
+    "parse_delta_filter_logline": "reads the database's log format",
 }
 # Table functions that are refused, and why; any other table function is
 # refused too ("not reviewed"), this only gives better reasons.
@@ -97,7 +112,7 @@ REFUSED_VIEWS = {
 def main() -> None:
     site = sys.argv[1]
     con = duckdb.connect()
-    for ext in ("httpfs", "icu"):
+    for ext in ("httpfs", "icu", "postgres_scanner", "ducklake", "avro", "iceberg", "delta"):
         con.execute(f"LOAD '{site}/duckdb_extension_{ext}/extensions/v1.5.5/{ext}.duckdb_extension'")
     rows = con.execute(
         "SELECT function_name, list(DISTINCT function_type ORDER BY function_type) "
@@ -105,7 +120,8 @@ def main() -> None:
         "GROUP BY 1 ORDER BY 1"
     ).fetchall()
     print("# The statement guard's allow-list: every function and internal view of the")
-    print("# pinned DuckDB (v1.5.5 with httpfs and icu). Drafted by")
+    print("# pinned DuckDB (v1.5.5 with httpfs, icu and the lake extensions:")
+    print("# ducklake, postgres_scanner, iceberg, avro, delta). Drafted by")
     print("# scripts/classify-functions.py, reviewed by hand. Anything not named here is")
     print("# refused. Columns: name, DuckDB's function types, verdict, reason.")
     for name, types in rows:
@@ -113,6 +129,8 @@ def main() -> None:
         tabular = any(t in ("table", "table_macro") for t in types)
         if types == ["pragma"]:
             verdict, why = "refuse", "PRAGMA statements are never available"
+        elif name in SCANS:
+            verdict, why = "scan", SCANS[name]
         elif name in READERS:
             verdict, why = "reader", "reads only literal paths the path policy admits"
         elif name in TABLE:

@@ -174,12 +174,18 @@ pub async fn run_with_metrics(
         .install_all(5)
         .await
         .map_err(|e| anyhow::anyhow!("installing S3 credentials at start-up: {e}"))?;
-    {
-        let (engine, prefixes) = (engine.clone(), rotator.s3_prefixes());
-        tokio::task::spawn_blocking(move || engine.lock_down(&prefixes))
-            .await
-            .context("locking the database down")??;
-    }
+    let catalogs = {
+        let (engine, prefixes, config) = (engine.clone(), rotator.s3_prefixes(), config.clone());
+        let specs = config.catalogs()?;
+        let dirs: Vec<String> = specs.iter().flat_map(|s| s.local_dirs()).collect();
+        tokio::task::spawn_blocking(move || {
+            let catalogs = engine.attach_catalogs(&config, &specs, &prefixes)?;
+            engine.lock_down(&prefixes, &dirs)?;
+            Ok::<_, engine::EngineError>(catalogs)
+        })
+        .await
+        .context("attaching catalogs and locking the database down")??
+    };
     engine
         .pool
         .warm_up()
@@ -223,6 +229,7 @@ pub async fn run_with_metrics(
         shutdown: drain.clone(),
         queries: Arc::new(audit_registry(&config)?),
         statements: statements.clone(),
+        catalogs: Arc::new(catalogs),
     };
     let app = api::router(state);
 

@@ -18,7 +18,13 @@ fn every_function_of_the_pinned_build_is_classified() {
         .with("autoinstall_known_extensions", "false")
         .unwrap();
     let conn = duckdb::Connection::open_in_memory_with_flags(config).unwrap();
-    conn.execute_batch("LOAD httpfs; LOAD icu").unwrap();
+    // The lake extensions load only when a catalog needs them, but each
+    // function they bring must be classified before one does.
+    conn.execute_batch(
+        "LOAD httpfs; LOAD icu; LOAD postgres_scanner; LOAD ducklake; LOAD avro; \
+         LOAD iceberg; LOAD delta",
+    )
+    .unwrap();
     let mut stmt = conn
         .prepare(
             "SELECT DISTINCT function_name FROM duckdb_functions() \

@@ -6,7 +6,7 @@ use axum::response::{Html, IntoResponse};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, error, health, metrics, queries, query, request, statements};
+use crate::api::{admin, catalog, error, health, metrics, queries, query, request, statements};
 
 /// The OpenAPI document of the HTTP API.
 #[derive(OpenApi)]
@@ -31,6 +31,8 @@ use crate::api::{admin, error, health, metrics, queries, query, request, stateme
         metrics::metrics,
         admin::list,
         admin::rotate,
+        catalog::list,
+        catalog::table,
         openapi_json,
     ),
     components(schemas(
@@ -52,12 +54,20 @@ use crate::api::{admin, error, health, metrics, queries, query, request, stateme
         statements::StatementStatus,
         statements::StatementList,
         statements::Discarded,
+        catalog::CatalogList,
+        catalog::DatabaseInfo,
+        catalog::SchemaInfo,
+        catalog::TableInfo,
+        catalog::TableDetail,
+        catalog::ColumnInfo,
+        catalog::SnapshotInfo,
     )),
     modifiers(&BearerAuth),
     tags(
         (name = "query", description = "Run SQL"),
         (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
         (name = "statements", description = "Async statements: submit, poll, page the spooled result in any format, cancel or discard (a query token: its own; the admin token: all)"),
+        (name = "catalog", description = "Browse what clients can query: databases (the gateway's own and the operator-declared catalogs), schemas, tables, columns"),
         (name = "health", description = "Probes and metrics"),
         (name = "admin", description = "Credential operations (admin token)")
     )

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod catalog;
 pub mod docs;
 pub mod error;
 pub mod health;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub queries: Arc<crate::engine::queries::Registry>,
     /// Async statements and their spool.
     pub statements: Arc<crate::statements::Statements>,
+    /// The operator-declared catalogs attached at start.
+    pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
 }
 
 /// `routes` with at most `limit` requests at once; more are shed at once
@@ -109,6 +112,17 @@ pub fn router(state: AppState) -> Router {
             "/statements/{id}",
             get(statements::show).delete(statements::discard),
         );
+    // Browsing runs on a pooled connection: bounded like queries.
+    let catalog_routes = shed_beyond(
+        Router::new()
+            .route("/catalog", get(catalog::list))
+            .route("/catalog/{database}/{schema}/{table}", get(catalog::table)),
+        shed,
+    )
+    .layer(TimeoutLayer::with_status_code(
+        axum::http::StatusCode::GATEWAY_TIMEOUT,
+        query_backstop,
+    ));
     // Result pages stream from the spool: bounded like queries.
     let page_routes = shed_beyond(
         Router::new().route("/statements/{id}/result", get(statements::result)),
@@ -134,6 +148,7 @@ pub fn router(state: AppState) -> Router {
         .merge(submit_routes)
         .merge(queries_routes)
         .merge(page_routes)
+        .merge(catalog_routes)
         .merge(admin_routes)
         .merge(probe_routes)
         .fallback(|| async { ApiError::NotFound("no such route".into()) })

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
+pub mod attach;
 pub mod s3;
 
 use s3::S3Settings;
@@ -465,6 +466,7 @@ impl Config {
             self.longest_time_limit(),
             self.statements.max_statement_timeout_ms.is_some(),
         )?;
+        self.catalogs()?;
         Ok(())
     }
 

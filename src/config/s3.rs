@@ -240,6 +240,9 @@ impl RotationTiming {
 struct FileConfig {
     #[serde(default, rename = "secret")]
     secrets: Vec<FileSecret>,
+    /// Declared catalogs, read by `config::attach`.
+    #[serde(default, rename = "attach")]
+    _attach: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,6 +2,7 @@
 //! connections for client queries, and a control connection (outside the pool)
 //! for the gateway's own secret DDL.
 
+pub mod catalogs;
 pub mod errors;
 pub mod execute;
 pub mod ffi;
@@ -313,8 +314,14 @@ impl Engine {
     /// Defense in depth under the guard: queries may touch only the readable
     /// directory and the configured S3 prefixes, and nothing may change a
     /// setting afterwards. The order matters: allowed directories can only be
-    /// set while external access is on.
-    pub fn lock_down(&self, s3_prefixes: &[String]) -> Result<(), EngineError> {
+    /// set while external access is on. `catalog_dirs`: local directories
+    /// that declared catalogs read ([`catalogs`]), which clients reach only
+    /// through those catalogs.
+    pub fn lock_down(
+        &self,
+        s3_prefixes: &[String],
+        catalog_dirs: &[String],
+    ) -> Result<(), EngineError> {
         let files = format!("{}/", self.files_dir.display());
         let scope: Vec<String> = s3_prefixes
             .iter()
@@ -337,6 +344,7 @@ impl Engine {
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
         let mut allowed: Vec<String> = vec![files];
         allowed.extend(s3_prefixes.iter().cloned());
+        allowed.extend(catalog_dirs.iter().cloned());
         let list = allowed
             .iter()
             .map(|p| sql_string(p))

@@ -19,6 +19,10 @@ pub enum Verdict {
     Reader,
     /// Never callable.
     Refuse,
+    /// The scan an attached table binds to (a DuckLake table, a declared
+    /// Iceberg or Delta table): admitted in bound plans, never callable by
+    /// name.
+    Scan,
     /// An internal view clients may read.
     View,
     /// An internal view clients may not read.
@@ -62,6 +66,7 @@ fn parse(source: &str) -> HashMap<String, Entry> {
             "table" => Verdict::Table,
             "reader" => Verdict::Reader,
             "refuse" => Verdict::Refuse,
+            "scan" => Verdict::Scan,
             "view" => Verdict::View,
             "view-refuse" => Verdict::ViewRefuse,
             other => panic!("functions.tsv: unknown verdict {other:?} for {name}"),

@@ -105,7 +105,7 @@ fn table_call(function: &Map<String, Value>, rules: &PathRules) -> Result<(), Fi
     match verdict {
         Some((Verdict::Table, _)) => Ok(()),
         Some((Verdict::Reader, _)) => reader_arguments(name, function, rules),
-        Some((Verdict::Refuse, reason)) => Err(refuse(what, reason)),
+        Some((Verdict::Refuse | Verdict::Scan, reason)) => Err(refuse(what, reason)),
         Some(_) => Err(refuse(what, "not a table function clients may call")),
         None => Err(refuse(what, NOT_LISTED)),
     }
@@ -207,6 +207,17 @@ fn table_ref(catalog: &str, schema: &str, name: &str, rules: &PathRules) -> Resu
             "DuckDB's internal catalogs are not readable",
         ));
     }
+    // DuckLake attaches its metadata database beside each lake under this
+    // prefix; `x.y` may name a catalog in the schema's place.
+    if [catalog, schema].iter().any(|p| {
+        p.to_ascii_lowercase()
+            .starts_with(crate::engine::catalogs::HIDDEN_PREFIX)
+    }) {
+        return Err(refuse(
+            format!("table {catalog}.{schema}.{name}"),
+            "a lake's metadata is the gateway's; read its tables by their names",
+        ));
+    }
     // A name DuckDB will treat as a file (a replacement scan): a path.
     if catalog.is_empty() && schema.is_empty() && name.contains(['/', ':', '.', '~']) {
         return rules
@@ -273,7 +284,7 @@ pub fn check_plan_names(functions: &[String], tables: &[String]) -> Result<(), F
             continue;
         }
         match functions::lookup(name).map(|e| e.verdict) {
-            Some(Verdict::Table | Verdict::Reader) => {}
+            Some(Verdict::Table | Verdict::Reader | Verdict::Scan) => {}
             _ => {
                 return Err(refuse(
                     format!("function {name}()"),

@@ -1,0 +1,212 @@
+//! `GET /catalog` and `GET /catalog/{database}/{schema}/{table}`: what
+//! clients can query, with the same tokens as `/query`. The answers come
+//! from DuckDB's own catalog views on a pooled connection, limited to the
+//! gateway's database and the operator-declared catalogs.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::Serialize;
+
+use crate::api::auth::QueryAuth;
+use crate::api::error::ApiError;
+use crate::api::AppState;
+use crate::engine::catalogs;
+use crate::engine::pool::AcquireError;
+use crate::engine::QueryError;
+
+/// `GET /catalog`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CatalogList {
+    /// The gateway's own database first, then each declared catalog.
+    pub databases: Vec<DatabaseInfo>,
+}
+
+/// One database.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DatabaseInfo {
+    /// The name queries use (`lake` in `lake.main.events`).
+    pub name: String,
+    /// `gateway` (the gateway's own database), or the declared catalog's
+    /// type: `ducklake`, `iceberg`, `delta`, `duckdb`.
+    pub kind: String,
+    /// Whether clients may only read it.
+    pub read_only: bool,
+    /// Its schemas.
+    pub schemas: Vec<SchemaInfo>,
+}
+
+/// One schema.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SchemaInfo {
+    /// The schema's name.
+    pub name: String,
+    /// Its tables and views.
+    pub tables: Vec<TableInfo>,
+}
+
+/// One table or view in a listing.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TableInfo {
+    /// Its name.
+    pub name: String,
+    /// `table` or `view`.
+    pub kind: String,
+}
+
+/// `GET /catalog/{database}/{schema}/{table}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TableDetail {
+    /// The database.
+    pub database: String,
+    /// The database's kind, as in [`DatabaseInfo::kind`].
+    pub database_kind: String,
+    /// The schema.
+    pub schema: String,
+    /// The table.
+    pub table: String,
+    /// `table` or `view`.
+    pub kind: String,
+    /// Its columns in order, with DuckDB's types.
+    pub columns: Vec<ColumnInfo>,
+    /// DuckLake only: the snapshot the next query reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotInfo>,
+}
+
+/// One column.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ColumnInfo {
+    /// Its name.
+    pub name: String,
+    /// DuckDB's type, e.g. `DECIMAL(18,3)`, `VARCHAR[]`.
+    #[serde(rename = "type")]
+    pub data_type: String,
+    /// Whether it may hold NULL.
+    pub nullable: bool,
+}
+
+/// A DuckLake snapshot.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SnapshotInfo {
+    /// Its id.
+    pub id: i64,
+    /// When it was committed.
+    pub time: String,
+    /// The lake's schema version at it.
+    pub schema_version: i64,
+}
+
+/// Runs `f` on a pooled connection, off the async workers.
+async fn on_pooled<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce(&crate::engine::ffi::Connection) -> duckdb::Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let pool = &state.engine.pool;
+    let (slot, lease) = pool.acquire().await.map_err(|e| match e {
+        AcquireError::Timeout => ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout())),
+        AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
+        AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
+    })?;
+    tokio::task::spawn_blocking(move || {
+        let out = f(&slot.conn);
+        lease.release(slot);
+        out
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("catalog worker: {e}")))?
+    .map_err(|e| ApiError::Internal(format!("reading the catalog: {e}")))
+}
+
+/// Lists databases, schemas and tables.
+#[utoipa::path(get, path = "/catalog", tag = "catalog",
+    responses(
+        (status = 200, description = "Every database clients can query, with its schemas and tables", body = CatalogList),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No pooled connection within the acquire timeout", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn list(
+    State(state): State<AppState>,
+    _auth: QueryAuth,
+) -> Result<Json<CatalogList>, ApiError> {
+    let declared = state.catalogs.clone();
+    let databases = on_pooled(&state, move |conn| catalogs::list(conn, &declared)).await?;
+    Ok(Json(CatalogList {
+        databases: databases
+            .into_iter()
+            .map(|d| DatabaseInfo {
+                name: d.name,
+                kind: d.kind.into(),
+                read_only: d.read_only,
+                schemas: d
+                    .schemas
+                    .into_iter()
+                    .map(|s| SchemaInfo {
+                        name: s.name,
+                        tables: s
+                            .tables
+                            .into_iter()
+                            .map(|t| TableInfo {
+                                name: t.name,
+                                kind: t.kind.into(),
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }))
+}
+
+/// Describes one table: its columns and, for DuckLake, the current snapshot.
+#[utoipa::path(get, path = "/catalog/{database}/{schema}/{table}", tag = "catalog",
+    params(
+        ("database" = String, Path, description = "The database, e.g. `lake`"),
+        ("schema" = String, Path, description = "The schema, e.g. `main`"),
+        ("table" = String, Path, description = "The table or view")
+    ),
+    responses(
+        (status = 200, description = "The table's columns with DuckDB's types", body = TableDetail),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such table in a database clients can query", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "No pooled connection within the acquire timeout", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn table(
+    State(state): State<AppState>,
+    _auth: QueryAuth,
+    Path((database, schema, table)): Path<(String, String, String)>,
+) -> Result<Json<TableDetail>, ApiError> {
+    let declared = state.catalogs.clone();
+    let (db, sc, tb) = (database.clone(), schema.clone(), table.clone());
+    let detail = on_pooled(&state, move |conn| {
+        catalogs::describe(conn, &declared, &db, &sc, &tb)
+    })
+    .await?
+    .ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no table {database}.{schema}.{table} that clients can query"
+        ))
+    })?;
+    Ok(Json(TableDetail {
+        database,
+        database_kind: detail.database_kind.into(),
+        schema,
+        table,
+        kind: detail.kind.into(),
+        columns: detail
+            .columns
+            .into_iter()
+            .map(|c| ColumnInfo {
+                name: c.name,
+                data_type: c.data_type,
+                nullable: c.nullable,
+            })
+            .collect(),
+        snapshot: detail.snapshot.map(|s| SnapshotInfo {
+            id: s.id,
+            time: s.time,
+            schema_version: s.schema_version,
+        }),
+    }))
+}

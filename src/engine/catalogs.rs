@@ -1,0 +1,458 @@
+//! Operator-declared catalogs (`[[attach]]`): attached once at start through
+//! the control connection, after the S3 secrets exist and before the
+//! lockdown (ATTACH needs external access, and clients may never run it).
+//!
+//! - DuckLake: `ATTACH 'ducklake:...' (DATA_PATH ..., META_SECRET ...)`. The
+//!   catalog password lives in a temporary `postgres` secret that only the
+//!   metadata connection names: no ATTACH text, no `duckdb_databases()` row
+//!   and no error message holds it, and `duckdb_secrets()` (refused to
+//!   clients anyway) shows it redacted.
+//! - Iceberg, Delta: one table each, a view over `iceberg_scan`/`delta_scan`
+//!   of the table root in a small DuckDB file of the gateway's, attached
+//!   read-only; the view binds at each query, so each query reads the
+//!   table's latest snapshot.
+//! - DuckDB: the file, attached as it is.
+
+use std::path::PathBuf;
+
+use secrecy::{ExposeSecret, SecretString};
+
+use super::{sql_string, Engine, EngineError, EXTENSION_SUBDIR};
+use crate::config::attach::{check_in_scope, AttachSpec, CatalogKind};
+use crate::config::Config;
+
+/// The name prefix of the metadata database DuckLake attaches beside each
+/// lake (`__ducklake_metadata_<lake>`), which clients never reach.
+pub const HIDDEN_PREFIX: &str = "__ducklake_metadata_";
+
+/// A catalog the gateway attached, as `GET /catalog` describes it.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// The database name queries use.
+    pub name: String,
+    /// What it is.
+    pub kind: CatalogKind,
+    /// Whether clients may only read it.
+    pub read_only: bool,
+}
+
+/// The DuckDB secret that holds a catalog's password.
+fn password_secret_name(catalog: &str) -> String {
+    format!("duckgate_catalog_{}", catalog.to_ascii_lowercase())
+}
+
+/// Quotes an identifier.
+pub fn sql_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Removes `password` from a message DuckDB or a driver wrote, in case one
+/// ever echoes the text it was given.
+fn scrub(message: &str, password: Option<&SecretString>) -> String {
+    match password.map(|p| p.expose_secret()) {
+        Some(p) if !p.is_empty() => message.replace(p, "[redacted]"),
+        _ => message.to_string(),
+    }
+}
+
+impl Engine {
+    /// Loads what the declared catalogs need from the extension directory
+    /// and attaches each. `s3_prefixes`: what the S3 secrets serve, which
+    /// every S3 location a catalog reaches must lie in.
+    pub fn attach_catalogs(
+        &self,
+        config: &Config,
+        specs: &[AttachSpec],
+        s3_prefixes: &[String],
+    ) -> Result<Vec<Catalog>, EngineError> {
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+        let ext_dir = config.engine.extension_dir.clone().unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default()
+                .join(".duckdb/extensions")
+        });
+        let mut loaded: Vec<&str> = Vec::new();
+        for spec in specs {
+            for ext in spec.kind.extensions(spec) {
+                if loaded.contains(&ext) {
+                    continue;
+                }
+                let file = ext_dir
+                    .join(EXTENSION_SUBDIR)
+                    .join(format!("{ext}.duckdb_extension"));
+                if !file.is_file() {
+                    return Err(EngineError::Setup {
+                        step: "attach",
+                        message: format!(
+                            "catalog `{}` needs the {ext} extension: expected {} (install the \
+                             duckdb-extension-{} 1.5.5 wheel's file there, as for httpfs)",
+                            spec.name,
+                            file.display(),
+                            ext.replace('_', "-")
+                        ),
+                    });
+                }
+                control
+                    .execute_batch(&format!("LOAD {ext}"))
+                    .map_err(|e| EngineError::Setup {
+                        step: "attach",
+                        message: format!("LOAD {ext}: {e}"),
+                    })?;
+                loaded.push(ext);
+            }
+        }
+        let catalogs_dir = self.data_dir.join("catalogs");
+        if catalogs_dir.exists() {
+            // Views of an earlier run are rebuilt from the configuration.
+            std::fs::remove_dir_all(&catalogs_dir).map_err(|source| EngineError::DataDir {
+                path: catalogs_dir.clone(),
+                source,
+            })?;
+        }
+        let mut out = Vec::new();
+        for spec in specs {
+            let password = spec.password().map_err(|e| EngineError::Setup {
+                step: "attach",
+                message: e.message,
+            })?;
+            let fail = |what: &str, e: &dyn std::fmt::Display| EngineError::Setup {
+                step: "attach",
+                message: scrub(
+                    &format!("catalog `{}`: {what}: {e}", spec.name),
+                    password.as_ref(),
+                ),
+            };
+            let name = sql_ident(&spec.name);
+            let read_only = if spec.read_only { ", READ_ONLY" } else { "" };
+            match spec.kind {
+                CatalogKind::DuckLake => {
+                    let mut options = format!(
+                        "DATA_PATH {}",
+                        sql_string(spec.data_path.as_deref().unwrap_or_default())
+                    );
+                    if let Some(pw) = &password {
+                        let secret = password_secret_name(&spec.name);
+                        // Never logged, and the message of a failure is not
+                        // shown: it could quote the statement.
+                        control
+                            .execute_batch(&format!(
+                                "CREATE OR REPLACE TEMPORARY SECRET {secret} \
+                                 (TYPE postgres, PASSWORD {})",
+                                sql_string(pw.expose_secret())
+                            ))
+                            .map_err(|_| EngineError::Setup {
+                                step: "attach",
+                                message: format!(
+                                    "catalog `{}`: DuckDB refused the password secret",
+                                    spec.name
+                                ),
+                            })?;
+                        options.push_str(&format!(", META_SECRET {}", sql_string(&secret)));
+                    }
+                    control
+                        .execute_batch(&format!(
+                            "ATTACH {} AS {name} ({options}{read_only})",
+                            sql_string(&spec.path)
+                        ))
+                        .map_err(|e| fail("ATTACH", &e))?;
+                    // The lake's own record of where its files are wins over
+                    // the declaration: check that one too.
+                    let stored: Vec<String> = {
+                        let mut stmt = control
+                            .prepare(&format!(
+                                "SELECT value FROM {}.ducklake_metadata \
+                                 WHERE key = 'data_path' AND scope IS NULL",
+                                sql_ident(&format!("{HIDDEN_PREFIX}{}", spec.name))
+                            ))
+                            .map_err(|e| fail("reading its data path", &e))?;
+                        let rows = stmt
+                            .query_map([], |r| r.get::<_, String>(0))
+                            .map_err(|e| fail("reading its data path", &e))?;
+                        rows.collect::<Result<_, _>>()
+                            .map_err(|e| fail("reading its data path", &e))?
+                    };
+                    for path in stored.iter().filter(|p| p.starts_with("s3://")) {
+                        check_in_scope(path, s3_prefixes)
+                            .map_err(|m| fail("its stored data path", &m))?;
+                    }
+                }
+                CatalogKind::Iceberg | CatalogKind::Delta => {
+                    std::fs::create_dir_all(&catalogs_dir).map_err(|source| {
+                        EngineError::DataDir {
+                            path: catalogs_dir.clone(),
+                            source,
+                        }
+                    })?;
+                    let file = catalogs_dir.join(format!("{}.duckdb", spec.name));
+                    let file = sql_string(&file.to_string_lossy());
+                    let scan = match spec.kind {
+                        CatalogKind::Iceberg => "iceberg_scan",
+                        _ => "delta_scan",
+                    };
+                    control
+                        .execute_batch(&format!(
+                            "ATTACH {file} AS {name}; \
+                             CREATE VIEW {name}.main.{name} AS SELECT * FROM {scan}({}); \
+                             DETACH {name}; \
+                             ATTACH {file} AS {name} (READ_ONLY)",
+                            sql_string(&spec.path)
+                        ))
+                        .map_err(|e| {
+                            let _ =
+                                control.execute_batch(&format!("DETACH DATABASE IF EXISTS {name}"));
+                            fail(scan, &e)
+                        })?;
+                }
+                CatalogKind::DuckDb => {
+                    let options = if spec.read_only { " (READ_ONLY)" } else { "" };
+                    control
+                        .execute_batch(&format!(
+                            "ATTACH {} AS {name}{options}",
+                            sql_string(&spec.path)
+                        ))
+                        .map_err(|e| fail("ATTACH", &e))?;
+                }
+            }
+            tracing::info!(catalog = %spec.name, kind = spec.kind.as_str(), read_only = spec.read_only, "catalog attached");
+            out.push(Catalog {
+                name: spec.name.clone(),
+                kind: spec.kind,
+                read_only: spec.read_only
+                    || matches!(spec.kind, CatalogKind::Iceberg | CatalogKind::Delta),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// One database clients can read, as `GET /catalog` lists it.
+#[derive(Debug, Clone)]
+pub struct DatabaseEntry {
+    /// The name queries use.
+    pub name: String,
+    /// `ducklake`, `iceberg`, `delta`, `duckdb` (a declared catalog) or
+    /// `gateway` (the gateway's own database).
+    pub kind: &'static str,
+    /// Whether clients may only read it.
+    pub read_only: bool,
+    /// Its schemas, by name.
+    pub schemas: Vec<SchemaEntry>,
+}
+
+/// One schema and its tables.
+#[derive(Debug, Clone)]
+pub struct SchemaEntry {
+    /// The schema's name.
+    pub name: String,
+    /// Its tables and views, by name.
+    pub tables: Vec<TableEntry>,
+}
+
+/// One table or view.
+#[derive(Debug, Clone)]
+pub struct TableEntry {
+    /// Its name.
+    pub name: String,
+    /// `table` or `view`.
+    pub kind: &'static str,
+}
+
+/// One column of a table.
+#[derive(Debug, Clone)]
+pub struct ColumnEntry {
+    /// Its name.
+    pub name: String,
+    /// DuckDB's type, e.g. `DECIMAL(18,3)`.
+    pub data_type: String,
+    /// Whether it may hold NULL.
+    pub nullable: bool,
+}
+
+/// A DuckLake snapshot.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Its id.
+    pub id: i64,
+    /// When it was committed (DuckDB's text of the timestamp).
+    pub time: String,
+    /// The lake's schema version at it.
+    pub schema_version: i64,
+}
+
+/// One table in detail.
+#[derive(Debug, Clone)]
+pub struct TableDetail {
+    /// The database's kind (as in [`DatabaseEntry::kind`]).
+    pub database_kind: &'static str,
+    /// `table` or `view`.
+    pub kind: &'static str,
+    /// Its columns, in order.
+    pub columns: Vec<ColumnEntry>,
+    /// DuckLake only: the current snapshot.
+    pub snapshot: Option<Snapshot>,
+}
+
+/// The databases clients may name: the gateway's own and the declared
+/// catalogs (never DuckDB's `system`/`temp`, nor a lake's metadata).
+fn visible(
+    conn: &super::ffi::Connection,
+    declared: &[Catalog],
+) -> duckdb::Result<Vec<(String, &'static str, bool)>> {
+    let own: String = conn
+        .prepare("SELECT current_database()")?
+        .query_row([], |r| r.get(0))?;
+    let mut out = vec![(own, "gateway", false)];
+    out.extend(
+        declared
+            .iter()
+            .map(|c| (c.name.clone(), c.kind.as_str(), c.read_only)),
+    );
+    Ok(out)
+}
+
+/// Every visible database with its schemas and tables, for `GET /catalog`.
+pub fn list(
+    conn: &super::ffi::Connection,
+    declared: &[Catalog],
+) -> duckdb::Result<Vec<DatabaseEntry>> {
+    let mut out = Vec::new();
+    for (name, kind, read_only) in visible(conn, declared)? {
+        let mut schemas: Vec<SchemaEntry> = conn
+            .prepare(
+                "SELECT schema_name FROM duckdb_schemas() \
+                 WHERE database_name = ? \
+                 AND schema_name NOT IN ('information_schema', 'pg_catalog') ORDER BY schema_name",
+            )?
+            .query_map([&name], |r| r.get::<_, String>(0))?
+            .map(|n| {
+                n.map(|name| SchemaEntry {
+                    name,
+                    tables: Vec::new(),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let mut stmt = conn.prepare(
+            "SELECT schema_name, table_name, 'table' FROM duckdb_tables() \
+             WHERE database_name = ? AND NOT internal AND NOT temporary \
+             UNION ALL SELECT schema_name, view_name, 'view' FROM duckdb_views() \
+             WHERE database_name = ? AND NOT internal AND NOT temporary ORDER BY 1, 2",
+        )?;
+        let tables = stmt.query_map([&name, &name], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        })?;
+        for t in tables {
+            let (schema, table, kind) = t?;
+            let entry = TableEntry {
+                name: table,
+                kind: if kind == "view" { "view" } else { "table" },
+            };
+            match schemas.iter_mut().find(|s| s.name == schema) {
+                Some(s) => s.tables.push(entry),
+                None => schemas.push(SchemaEntry {
+                    name: schema,
+                    tables: vec![entry],
+                }),
+            }
+        }
+        out.push(DatabaseEntry {
+            name,
+            kind,
+            read_only,
+            schemas,
+        });
+    }
+    Ok(out)
+}
+
+/// One table of a visible database, or `None` when there is no such table
+/// a client could read.
+pub fn describe(
+    conn: &super::ffi::Connection,
+    declared: &[Catalog],
+    database: &str,
+    schema: &str,
+    table: &str,
+) -> duckdb::Result<Option<TableDetail>> {
+    let Some((database, database_kind, _)) = visible(conn, declared)?
+        .into_iter()
+        .find(|(name, _, _)| name.eq_ignore_ascii_case(database))
+    else {
+        return Ok(None);
+    };
+    let kind: Option<String> = conn
+        .prepare(
+            "SELECT 'table' FROM duckdb_tables() WHERE database_name = ? AND schema_name = ? \
+             AND table_name = ? AND NOT temporary \
+             UNION ALL SELECT 'view' FROM duckdb_views() WHERE database_name = ? \
+             AND schema_name = ? AND view_name = ? AND NOT internal AND NOT temporary",
+        )?
+        .query_map([&database, schema, table, &database, schema, table], |r| {
+            r.get::<_, String>(0)
+        })?
+        .next()
+        .transpose()?;
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
+    let columns = conn
+        .prepare(
+            "SELECT column_name, data_type, is_nullable FROM duckdb_columns() \
+             WHERE database_name = ? AND schema_name = ? AND table_name = ? \
+             ORDER BY column_index",
+        )?
+        .query_map([&database, schema, table], |r| {
+            Ok(ColumnEntry {
+                name: r.get(0)?,
+                data_type: r.get(1)?,
+                nullable: r.get(2)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?;
+    let snapshot = if database_kind == "ducklake" {
+        conn.prepare(
+            "SELECT snapshot_id, CAST(snapshot_time AS VARCHAR), schema_version \
+             FROM ducklake_snapshots(?) \
+             WHERE snapshot_id = (SELECT id FROM ducklake_current_snapshot(?))",
+        )?
+        .query_map([&database, &database], |r| {
+            Ok(Snapshot {
+                id: r.get(0)?,
+                time: r.get(1)?,
+                schema_version: r.get(2)?,
+            })
+        })?
+        .next()
+        .transpose()?
+    } else {
+        None
+    };
+    Ok(Some(TableDetail {
+        database_kind,
+        kind: if kind == "view" { "view" } else { "table" },
+        columns,
+        snapshot,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_removes_the_password() {
+        let pw = SecretString::from("s3cr3t".to_string());
+        assert_eq!(
+            scrub("password=s3cr3t failed", Some(&pw)),
+            "password=[redacted] failed"
+        );
+        assert_eq!(scrub("x", None), "x");
+    }
+}

@@ -99,11 +99,13 @@ pub struct SnapshotInfo {
 /// Runs `f` on a pooled connection, off the async workers.
 async fn on_pooled<T: Send + 'static>(
     state: &AppState,
+    owner: &std::sync::Arc<str>,
     f: impl FnOnce(&crate::engine::ffi::Connection) -> duckdb::Result<T> + Send + 'static,
 ) -> Result<T, ApiError> {
     let pool = &state.engine.pool;
-    let (slot, lease) = pool.acquire().await.map_err(|e| match e {
+    let (slot, lease) = pool.acquire(Some(owner)).await.map_err(|e| match e {
         AcquireError::Timeout => ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout())),
+        AcquireError::TokenShare => ApiError::Query(QueryError::TokenShare(pool.acquire_timeout())),
         AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
         AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
     })?;
@@ -127,10 +129,10 @@ async fn on_pooled<T: Send + 'static>(
     security(("bearer" = []), ()))]
 pub async fn list(
     State(state): State<AppState>,
-    _auth: QueryAuth,
+    auth: QueryAuth,
 ) -> Result<Json<CatalogList>, ApiError> {
     let declared = state.catalogs.clone();
-    let databases = on_pooled(&state, move |conn| catalogs::list(conn, &declared)).await?;
+    let databases = on_pooled(&state, &auth.name, move |conn| catalogs::list(conn, &declared)).await?;
     Ok(Json(CatalogList {
         databases: databases
             .into_iter()
@@ -174,12 +176,12 @@ pub async fn list(
     security(("bearer" = []), ()))]
 pub async fn table(
     State(state): State<AppState>,
-    _auth: QueryAuth,
+    auth: QueryAuth,
     Path((database, schema, table)): Path<(String, String, String)>,
 ) -> Result<Json<TableDetail>, ApiError> {
     let declared = state.catalogs.clone();
     let (db, sc, tb) = (database.clone(), schema.clone(), table.clone());
-    let detail = on_pooled(&state, move |conn| {
+    let detail = on_pooled(&state, &auth.name, move |conn| {
         catalogs::describe(conn, &declared, &db, &sc, &tb)
     })
     .await?

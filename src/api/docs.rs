@@ -18,6 +18,8 @@ use crate::api::{admin, error, health, metrics, queries, query, request, stateme
     ),
     paths(
         query::query,
+        query::query_by_url,
+        query::query_by_url_head,
         queries::list,
         queries::show,
         queries::cancel,

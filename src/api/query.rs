@@ -267,15 +267,9 @@ async fn run_query(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let (request, rules) = match source {
-        Source::Body(options, body) => (
-            read_request(state, options, &headers, body).await?,
-            state.engine.rules(),
-        ),
-        Source::Url(options) => (
-            read_url_request(state, options, &headers)?,
-            read_only(state.engine.rules()),
-        ),
+    let (request, by_url) = match source {
+        Source::Body(options, body) => (read_request(state, options, &headers, body).await?, false),
+        Source::Url(options) => (read_url_request(state, options, &headers)?, true),
     };
     if request.wait_ms.is_some() {
         return Err(ApiError::bad_request(
@@ -315,7 +309,7 @@ async fn run_query(
         timeout: Duration::from_millis(timeout_ms),
         max_rows,
         max_bytes: limits.max_result_bytes,
-        rules,
+        rules: state.engine.rules(),
         started,
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
@@ -323,6 +317,16 @@ async fn run_query(
         render_error: crate::api::error::problem_json_for_stream,
         tracker: Some(tracker.clone()),
         sink: None,
+    };
+    // A GET runs only statements that read, whatever the policy: proxies,
+    // browsers and tools repeat GETs.
+    let job = if by_url {
+        QueryJob {
+            rules: read_only(job.rules.clone()),
+            ..job
+        }
+    } else {
+        job
     };
     // Expired credentials (revoked early, clock skew): the credentials
     // layer refreshes them and runs the query once more.

@@ -147,6 +147,7 @@ pub async fn run_with_metrics(
         .context("reading the listen address")?;
     let tokens = load_tokens(&config, addr)?;
     let secrets = config.s3.secrets()?;
+    api::metrics::register_zeroes(&secrets.iter().map(|s| s.name.clone()).collect::<Vec<_>>());
     let timing = config.s3.timing(config.longest_time_limit());
     let config = Arc::new(config);
 

@@ -71,3 +71,81 @@ async fn gateways_in_one_process_count_only_their_own_queries() {
     })
     .await;
 }
+
+/// Every series name the gateway's source records (`metrics::counter!`,
+/// `gauge!`, `histogram!`).
+fn recorded_series() -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for kind in ["counter!(", "gauge!(", "histogram!("] {
+                    for (i, _) in text.match_indices(kind) {
+                        let rest = text[i + kind.len()..].trim_start();
+                        if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
+                        {
+                            out.push(name.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut out,
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[tokio::test]
+async fn a_fresh_gateway_shows_every_series_at_zero() {
+    let g = Gateway::builder().spawn_app().await;
+    // Nothing but the harness's readiness polls has happened.
+    let m = g.get_text("/metrics").await;
+    let series = recorded_series();
+    assert!(series.len() >= 15, "{series:?}");
+    for name in &series {
+        // One series per S3 secret: this gateway has none.
+        if name.starts_with("duckgate_credentials_") || name == "duckgate_rotations_total" {
+            continue;
+        }
+        assert!(
+            m.lines().any(|l| l.starts_with(name.as_str())),
+            "{name} missing from a fresh scrape:\n{m}"
+        );
+    }
+    for (series, value) in [
+        ("duckgate_pool_acquire_timeouts_total", 0.0),
+        ("duckgate_query_cancellations_total", 0.0),
+        ("duckgate_pool_connections_replaced_total", 0.0),
+        ("duckgate_spill_cap_interrupts_total", 0.0),
+        ("duckgate_spool_bytes", 0.0),
+        ("duckgate_queries_running", 0.0),
+        (
+            "duckgate_auth_failures_total{route=\"query\",reason=\"missing\"}",
+            0.0,
+        ),
+        (
+            "duckgate_auth_failures_total{route=\"admin\",reason=\"wrong\"}",
+            0.0,
+        ),
+        ("duckgate_queries_total{outcome=\"timeout\"}", 0.0),
+        ("duckgate_statements_total{outcome=\"ok\"}", 0.0),
+        ("duckgate_statements{state=\"running\"}", 0.0),
+        ("duckgate_query_duration_seconds_count{outcome=\"ok\"}", 0.0),
+        ("duckgate_rotation_duration_seconds_count", 0.0),
+    ] {
+        assert_eq!(
+            value_of(&m, &format!("{series} ")),
+            Some(value),
+            "{series} in:\n{m}"
+        );
+    }
+}

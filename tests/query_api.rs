@@ -414,7 +414,11 @@ async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
         assert_eq!(p["status"], want);
         assert!(!p["detail"].as_str().unwrap().is_empty());
     }
+    // GET /query needs its SQL in the URL (tests/url_query.rs); PUT is no
+    // method of /query.
     let r = g.client.get(g.url("/query")).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r = g.client.put(g.url("/query")).send().await.unwrap();
     assert_eq!(r.status(), 405);
     let r = g.client.get(g.url("/nope")).send().await.unwrap();
     assert_eq!(r.status(), 404);

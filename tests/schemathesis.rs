@@ -24,9 +24,10 @@ const MAX_EXAMPLES: u32 = 30;
 /// Wall-clock bound of the whole schemathesis run.
 const WALL_CLOCK: Duration = Duration::from_secs(300);
 
-/// schemathesis.toml for the run. Two checks are narrowed for `POST /query`
-/// and `POST /statements` (the same body) only, each because it cannot apply
-/// as written:
+/// schemathesis.toml for the run. Two checks are narrowed for `POST /query`,
+/// `POST /statements` (the same body) and `GET /query` (the same fields in
+/// the URL; HEAD the first only) only, each because it cannot apply as
+/// written:
 ///
 /// - `positive_data_acceptance` also accepts 400 there. A schema-valid body
 ///   can still be invalid SQL, or carry a `params` array whose length does
@@ -51,6 +52,15 @@ include-name = "POST /statements"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
+[[operations]]
+include-name = "GET /query"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
+
+[[operations]]
+include-name = "HEAD /query"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+
 [dictionaries.sql]
 values = [
     "SELECT 42 AS answer",
@@ -62,6 +72,7 @@ values = [
 
 [parameters]
 "body.sql" = { dictionary = "sql", probability = 0.7 }
+"query.sql" = { dictionary = "sql", probability = 0.7 }
 "#;
 
 fn schemathesis() -> String {

@@ -132,7 +132,10 @@ pub async fn list(
     auth: QueryAuth,
 ) -> Result<Json<CatalogList>, ApiError> {
     let declared = state.catalogs.clone();
-    let databases = on_pooled(&state, &auth.name, move |conn| catalogs::list(conn, &declared)).await?;
+    let databases = on_pooled(&state, &auth.name, move |conn| {
+        catalogs::list(conn, &declared)
+    })
+    .await?;
     Ok(Json(CatalogList {
         databases: databases
             .into_iter()

@@ -18,6 +18,8 @@ use crate::api::{admin, catalog, error, health, metrics, queries, query, request
     ),
     paths(
         query::query,
+        query::query_by_url,
+        query::query_by_url_head,
         queries::list,
         queries::show,
         queries::cancel,

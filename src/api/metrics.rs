@@ -48,6 +48,76 @@ pub fn recorder() -> PrometheusHandle {
         .clone()
 }
 
+/// The `outcome` labels of `duckgate_queries_total` and
+/// `duckgate_statements_total` (`QueryError::outcome`, and `ok`).
+const OUTCOMES: [&str; 12] = [
+    "ok",
+    "refused",
+    "sql_error",
+    "timeout",
+    "cancelled",
+    "client_stalled",
+    "temp_space",
+    "value_too_large",
+    "pool_exhausted",
+    "credentials_expired",
+    "spool_full",
+    "internal_error",
+];
+
+/// The `state` labels of `duckgate_statements`.
+const STATEMENT_STATES: [&str; 6] = [
+    "queued",
+    "running",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "expired",
+];
+
+/// Creates every series the gateway records, at zero, before anything
+/// happens: a counter that appears only with its first event shows "no
+/// data" on dashboards, and an alert on `rate(...) > 0` or on its absence
+/// cannot tell a quiet gateway from a broken scrape. Called once at start,
+/// before the owners of gauges set their real values. `secrets`: the S3
+/// secret names, the labels of the rotation series.
+///
+/// Histograms are created for their commonest label only (`ok`): one
+/// empty histogram per outcome would add hundreds of bucket lines to every
+/// scrape. Series labelled by route and status (`duckgate_http_*`) appear
+/// with the first request of each kind; the credential gauges are set at
+/// every scrape, one per secret.
+pub fn register_zeroes(secrets: &[String]) {
+    for outcome in OUTCOMES {
+        metrics::counter!("duckgate_queries_total", "outcome" => outcome).increment(0);
+        metrics::counter!("duckgate_statements_total", "outcome" => outcome).increment(0);
+    }
+    // Creating the handle registers the histogram (no sample recorded).
+    let _ = metrics::histogram!("duckgate_query_duration_seconds", "outcome" => "ok");
+    for state in STATEMENT_STATES {
+        metrics::gauge!("duckgate_statements", "state" => state).set(0.0);
+    }
+    for route in ["query", "admin"] {
+        for reason in ["missing", "wrong"] {
+            metrics::counter!("duckgate_auth_failures_total", "route" => route, "reason" => reason)
+                .increment(0);
+        }
+    }
+    for secret in secrets {
+        for outcome in ["ok", "error"] {
+            metrics::counter!("duckgate_rotations_total", "secret" => secret.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+    }
+    let _ = metrics::histogram!("duckgate_rotation_duration_seconds");
+    metrics::counter!("duckgate_query_cancellations_total").increment(0);
+    metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
+    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(0);
+    metrics::counter!("duckgate_spill_cap_interrupts_total").increment(0);
+    metrics::gauge!("duckgate_queries_running").set(0.0);
+    metrics::gauge!("duckgate_spool_bytes").set(0.0);
+}
+
 /// Records requests by route and status, and their duration.
 pub async fn track(req: Request, next: Next) -> Response {
     let started = Instant::now();

@@ -14,6 +14,7 @@ pub mod query;
 pub mod request;
 pub mod server;
 pub mod statements;
+pub mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,9 +101,19 @@ pub fn router(state: AppState) -> Router {
         axum::http::StatusCode::GATEWAY_TIMEOUT,
         query_backstop + Duration::from_millis(state.config.statements.max_statement_wait_ms),
     ));
-    let query_routes = shed_beyond(Router::new().route("/query", post(query::query)), shed).layer(
-        TimeoutLayer::with_status_code(axum::http::StatusCode::GATEWAY_TIMEOUT, query_backstop),
-    );
+    let query_routes = shed_beyond(
+        Router::new().route(
+            "/query",
+            post(query::query)
+                .get(query::query_by_url)
+                .head(query::query_by_url_head),
+        ),
+        shed,
+    )
+    .layer(TimeoutLayer::with_status_code(
+        axum::http::StatusCode::GATEWAY_TIMEOUT,
+        query_backstop,
+    ));
     // Listing and cancelling: cheap, never queued behind queries.
     let queries_routes = Router::new()
         .route("/queries", get(queries::list))
@@ -136,21 +147,40 @@ pub fn router(state: AppState) -> Router {
             Duration::from_secs(60),
         ));
     // Probes and docs: no limits that could queue them behind queries.
+    // Health answers are never compressed (a probe must cost nothing, and
+    // they are a few hundred bytes); /metrics and the docs are, when asked
+    // (Prometheus asks for gzip, and the scrape grows with every route).
     let probe_routes = Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
+        .route("/readyz", get(health::readyz));
+    let docs_routes = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))
         .route("/docs", get(docs::docs_page));
 
-    Router::new()
-        .merge(query_routes)
-        .merge(submit_routes)
-        .merge(queries_routes)
-        .merge(page_routes)
-        .merge(catalog_routes)
+    // Results: small streamed answers are read whole first (they then go
+    // out uncompressed, with a length), every format is compressed by
+    // Accept-Encoding.
+    let min = state.config.server.compression_min_bytes;
+    let results = |routes: Router<AppState>| {
+        routes
+            .layer(axum::middleware::from_fn_with_state(
+                min,
+                transport::settle_small,
+            ))
+            .layer(transport::compression(min))
+    };
+    let cors = transport::Cors::from_config(&state.config.server);
+
+    let router = Router::new()
+        .merge(results(query_routes))
+        .merge(results(submit_routes))
+        .merge(queries_routes.layer(transport::compression(min)))
+        .merge(results(page_routes))
+        .merge(catalog_routes.layer(transport::compression(min)))
         .merge(admin_routes)
         .merge(probe_routes)
+        .merge(docs_routes.layer(transport::compression(min)))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
             (
@@ -189,5 +219,10 @@ pub fn router(state: AppState) -> Router {
                     ApiError::Internal("a handler panicked".into()).into_response()
                 })),
         )
-        .with_state(state)
+        .with_state(state);
+    // Outermost: a preflight is answered before anything else looks at it.
+    match cors {
+        Some(cors) => router.layer(axum::middleware::from_fn_with_state(cors, transport::cors)),
+        None => router,
+    }
 }

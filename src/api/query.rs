@@ -12,7 +12,8 @@ use tracing::Instrument;
 use crate::api::auth::QueryAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::request::{
-    id_error, query_id, read_request, QueryOptions, QueryRequest, RequestParts,
+    id_error, query_id, read_request, read_url_request, QueryOptions, QueryRequest, RequestParts,
+    UrlQuery,
 };
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
@@ -122,6 +123,107 @@ pub async fn query(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    answer(state, auth, headers, Source::Body(options, body)).await
+}
+
+/// Runs one read-only SQL statement given in the URL: a result that tools
+/// read like a file (`pandas.read_csv(url)`, DuckDB's
+/// `read_csv('http://…/query?sql=…&format=csv')`).
+///
+/// The same guard, limits, token (`Authorization` header), query id and
+/// audit as `POST /query`, and whatever the gateway's policy, only
+/// statements that read (a GET may be repeated by proxies and tools). The
+/// URL holds the SQL: proxies in front may log it (the gateway never does).
+#[utoipa::path(get, path = "/query", tag = "query",
+    params(UrlQuery,
+        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among running queries); generated when absent")),
+    responses(
+        (status = 200, description = "The result", content(
+            (QueryResult = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream")
+        ), headers(
+            ("duckgate-query-id" = String, description = "The query's id: the client's, or a generated one"),
+            ("duckgate-statement" = String, description = "The statement kind"),
+            ("duckgate-credential-epoch" = u64, description = "Credential epoch the query ran under")
+        )),
+        (status = 400, description = "Malformed request or SQL error", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Statement not allowed (a GET runs only statements that read)", body = Problem, content_type = "application/problem+json"),
+        (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "SQL too large", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn query_by_url(
+    State(state): State<AppState>,
+    auth: QueryAuth,
+    options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    answer(state, auth, headers, Source::Url(options)).await
+}
+
+/// What `GET /query` would answer with, without running the query: the
+/// request is checked (token, options, SQL size, format) and the answer's
+/// headers sent, with no body and no length. Tools send HEAD before they
+/// read a URL (DuckDB's httpfs, fsspec) to learn its size and whether it
+/// exists; running the query for that would run every read twice, and its
+/// length is not known before it has run anyway. An error in the SQL
+/// itself shows on the GET that follows.
+#[utoipa::path(head, path = "/query", tag = "query",
+    params(UrlQuery),
+    responses(
+        (status = 200, description = "The request is well formed: a GET would run it. No body, no Content-Length"),
+        (status = 400, description = "Malformed request", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "SQL too large", body = Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn query_by_url_head(
+    State(state): State<AppState>,
+    auth: QueryAuth,
+    options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
+    headers: HeaderMap,
+) -> Response {
+    let checked =
+        query_id(&headers).and_then(|id| Ok((id, read_url_request(&state, options, &headers)?)));
+    let (id, request) = match checked {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    tracing::debug!(query_id = %id, token = %auth.name, "HEAD /query: checked, not run");
+    // A body of unknown length (never sent): a HEAD answer must not claim
+    // `Content-Length: 0`, which a reader takes for an empty file.
+    let mut response = Response::new(Body::from_stream(futures::stream::empty::<
+        Result<bytes::Bytes, std::io::Error>,
+    >()));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(request.format.content_type()),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// Where a `/query` request's statement comes from.
+enum Source {
+    /// `POST`: the body (JSON or the SQL itself), options in the URL.
+    Body(
+        Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+        Body,
+    ),
+    /// `GET`: the URL; only statements that read.
+    Url(Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>),
+}
+
+/// Runs a `/query` request and answers it.
+async fn answer(state: AppState, auth: QueryAuth, headers: HeaderMap, source: Source) -> Response {
     // The client's id, else a generated one: in the answer's header, every
     // problem, the request's log lines and the audit line.
     let id = match query_id(&headers) {
@@ -130,17 +232,9 @@ pub async fn query(
     };
     let span = tracing::info_span!("query", query_id = %id, token = %auth.name);
     let mut registration = None;
-    let answer = run_query(
-        &state,
-        &auth,
-        &id,
-        &mut registration,
-        options,
-        headers,
-        body,
-    )
-    .instrument(span)
-    .await;
+    let answer = run_query(&state, &auth, &id, &mut registration, source, headers)
+        .instrument(span)
+        .await;
     match answer {
         Ok(mut response) => {
             if let Ok(v) = HeaderValue::from_str(&id) {
@@ -169,12 +263,14 @@ async fn run_query(
     auth: &QueryAuth,
     id: &str,
     registration: &mut Option<Registration>,
-    options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
+    source: Source,
     headers: HeaderMap,
-    body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let request = read_request(state, options, &headers, body).await?;
+    let (request, by_url) = match source {
+        Source::Body(options, body) => (read_request(state, options, &headers, body).await?, false),
+        Source::Url(options) => (read_url_request(state, options, &headers)?, true),
+    };
     if request.wait_ms.is_some() {
         return Err(ApiError::bad_request(
             "invalid-option",
@@ -226,6 +322,16 @@ async fn run_query(
         tracker: Some(tracker.clone()),
         sink: None,
     };
+    // A GET runs only statements that read, whatever the policy: proxies,
+    // browsers and tools repeat GETs.
+    let job = if by_url {
+        QueryJob {
+            rules: read_only(job.rules.clone()),
+            ..job
+        }
+    } else {
+        job
+    };
     // Expired credentials (revoked early, clock skew): the credentials
     // layer refreshes them and runs the query once more.
     let deadline = started + Duration::from_millis(timeout_ms);
@@ -263,6 +369,18 @@ async fn run_query(
         );
     }
     Ok(response.into_response())
+}
+
+/// `rules` with the read-only policy, whatever the configured one.
+fn read_only(
+    rules: std::sync::Arc<crate::engine::guard::Rules>,
+) -> std::sync::Arc<crate::engine::guard::Rules> {
+    if rules.policy == crate::config::Policy::ReadOnly {
+        return rules;
+    }
+    let mut rules = (*rules).clone();
+    rules.policy = crate::config::Policy::ReadOnly;
+    std::sync::Arc::new(rules)
 }
 
 /// A result body that counts what it hands out and keeps its query

@@ -81,6 +81,26 @@ pub struct QueryOptions {
     pub wait_ms: Option<i64>,
 }
 
+/// `GET /query` (and `HEAD`): the statement and its options in the URL, so
+/// a tool that reads files by URL (pandas, polars, DuckDB's httpfs) can read
+/// a result.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UrlQuery {
+    /// Exactly one read-only SQL statement (URL-encoded).
+    #[param(example = "SELECT 42 AS answer")]
+    pub sql: String,
+    /// Response format (`json`, `ndjson`, `csv`, `arrow`); else the Accept
+    /// header's, else JSON.
+    pub format: Option<String>,
+    /// Time limit in milliseconds.
+    #[param(minimum = 1)]
+    pub timeout_ms: Option<i64>,
+    /// Row limit.
+    #[param(minimum = 1)]
+    pub max_rows: Option<i64>,
+}
+
 /// A request read and checked, with its limits still as asked.
 pub(crate) struct RequestParts {
     pub sql: String,
@@ -181,6 +201,36 @@ pub(crate) async fn read_request(
     })?;
 
     let request = parse_body(headers, &bytes, options)?;
+    checked(state, request, headers)
+}
+
+/// Reads and checks a `GET /query` (or `HEAD`) request: the SQL and options
+/// from its URL, the format by them or by Accept.
+pub(crate) fn read_url_request(
+    state: &AppState,
+    options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
+    headers: &HeaderMap,
+) -> Result<RequestParts, ApiError> {
+    let url = query_options(options)?;
+    let request = QueryRequest {
+        sql: url.sql,
+        params: Vec::new(),
+        format: url.format,
+        timeout_ms: url.timeout_ms,
+        max_rows: url.max_rows,
+        wait_ms: None,
+    };
+    checked(state, request, headers)
+}
+
+/// The checks every request passes however it came: SQL size and presence,
+/// format, parameters, limits.
+fn checked(
+    state: &AppState,
+    request: QueryRequest,
+    headers: &HeaderMap,
+) -> Result<RequestParts, ApiError> {
+    let limits = &state.config.limits;
     if request.sql.len() as u64 > limits.max_sql_bytes {
         return Err(ApiError::PayloadTooLarge {
             limit: limits.max_sql_bytes,

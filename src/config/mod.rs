@@ -167,6 +167,47 @@ pub struct ServerConfig {
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "DUCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Origins whose web pages may call the gateway (CORS), comma-separated,
+    /// e.g. `https://app.example.com,http://localhost:3000`; `*` allows every
+    /// origin. Empty (the default): CORS is off and no CORS header is sent.
+    #[arg(long, env = "DUCKGATE_CORS_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
+    pub cors_origins: Vec<String>,
+
+    /// How long a browser may cache a CORS preflight answer, in seconds.
+    #[arg(long, env = "DUCKGATE_CORS_MAX_AGE_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub cors_max_age_secs: u64,
+
+    /// Answers shorter than this many bytes are sent uncompressed even when
+    /// the client accepts gzip or zstd (compressing a few hundred bytes
+    /// saves nothing and costs a round of CPU).
+    #[arg(long, env = "DUCKGATE_COMPRESSION_MIN_BYTES", default_value_t = 1024)]
+    pub compression_min_bytes: u16,
+}
+
+/// An origin as browsers send it (`scheme://host[:port]`, lowercase, no
+/// path), or `*`; an empty item (a trailing comma) is skipped later.
+fn parse_origin(s: &str) -> Result<String, String> {
+    let t = s.trim().trim_end_matches('/').to_ascii_lowercase();
+    if t.is_empty() || t == "*" {
+        return Ok(t);
+    }
+    let rest = t
+        .strip_prefix("https://")
+        .or_else(|| t.strip_prefix("http://"));
+    match rest {
+        Some(host)
+            if !host.is_empty()
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-.:[]".contains(c)) =>
+        {
+            Ok(t)
+        }
+        _ => Err(format!(
+            "`{s}` is not an origin such as https://app.example.com or http://localhost:3000 (scheme and host, no path)"
+        )),
+    }
 }
 
 /// How log lines are written.
@@ -591,6 +632,29 @@ mod tests {
         let cli = Cli::try_parse_from(["duckgate"]).unwrap();
         cli.config.validate().unwrap();
         assert_eq!(cli.config.server.listen.to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn cors_origins_are_origins() {
+        assert_eq!(
+            parse_origin(" HTTPS://App.Example.com/ ").unwrap(),
+            "https://app.example.com"
+        );
+        assert_eq!(
+            parse_origin("http://localhost:3000").unwrap(),
+            "http://localhost:3000"
+        );
+        assert_eq!(parse_origin("*").unwrap(), "*");
+        assert!(parse_origin("app.example.com").is_err());
+        assert!(parse_origin("https://app.example.com/path").is_err());
+        assert!(parse_origin("ftp://x").is_err());
+        let cli = Cli::try_parse_from([
+            "duckgate",
+            "--cors-origins",
+            "https://a.example,http://localhost:3000",
+        ])
+        .unwrap();
+        assert_eq!(cli.config.server.cors_origins.len(), 2);
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! How answers travel: compression by `Accept-Encoding` (gzip, zstd), the
+//! read-ahead that keeps small streamed answers uncompressed and gives them
+//! a length, and CORS for the configured origins.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use tower::{Layer as _, ServiceExt as _};
+use tower_http::compression::predicate::{NotForContentType, Predicate, SizeAbove};
+use tower_http::compression::{CompressionLayer, CompressionLevel};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use crate::config::ServerConfig;
+
+/// The media types never compressed: already compressed (images, Parquet).
+const PARQUET: NotForContentType = NotForContentType::const_new("application/vnd.apache.parquet");
+
+/// Which answers [`compression`] compresses.
+pub type Compressible = tower_http::compression::predicate::And<
+    tower_http::compression::predicate::And<SizeAbove, NotForContentType>,
+    NotForContentType,
+>;
+
+/// gzip or zstd, as the request's `Accept-Encoding` prefers (identity when
+/// it names neither), for answers of at least `min_bytes` or of unknown
+/// length (a streamed result), streamed through a fixed-size compressor so
+/// memory stays flat however long the answer.
+///
+/// The fastest level of each: a result streams at the rate DuckDB produces
+/// it, and level 1 keeps up with that on one core where the default levels
+/// become the bottleneck; the ratio lost is small on tabular text (see
+/// BENCHMARKS.md). An answer whose body fails after it began (an abort)
+/// fails the compressed stream too: it ends without its gzip or zstd
+/// trailer, which every decoder reports as an error; an error record
+/// (NDJSON) is data and arrives decompressed like the rows before it.
+pub fn compression(min_bytes: u16) -> CompressionLayer<Compressible> {
+    CompressionLayer::new()
+        .quality(CompressionLevel::Fastest)
+        .compress_when(
+            SizeAbove::new(min_bytes)
+                .and(NotForContentType::IMAGES)
+                .and(PARQUET),
+        )
+}
+
+/// Reads ahead up to `min_bytes` of a streamed answer before it leaves. An
+/// answer that ends within them goes out whole, with its `Content-Length`,
+/// so [`compression`] leaves it alone (and clients learn its size); a
+/// longer one streams on from where the read-ahead stopped. A body that
+/// fails during the read-ahead fails the same way after it.
+///
+/// The wait is bounded by the answer itself: results send their first
+/// batch at once and their end as soon as DuckDB has it, so only a result
+/// whose first rows are smaller than `min_bytes` and whose next rows come
+/// slowly starts a little later than it would have.
+pub async fn settle_small(State(min_bytes): State<u16>, req: Request, next: Next) -> Response {
+    // A HEAD answer has no body to measure, and must not get a length of 0.
+    let head = req.method() == Method::HEAD;
+    let response = next.run(req).await;
+    if head || response.body().size_hint().exact().is_some() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let mut stream = body.into_data_stream();
+    let mut read: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
+    while len < usize::from(min_bytes) {
+        match stream.next().await {
+            Some(Ok(chunk)) => {
+                len += chunk.len();
+                read.push(chunk);
+            }
+            Some(Err(e)) => {
+                let replay = futures::stream::iter(read.into_iter().map(Ok))
+                    .chain(futures::stream::once(async move { Err(e) }));
+                return Response::from_parts(parts, Body::from_stream(replay));
+            }
+            None => return Response::from_parts(parts, Body::from(read.concat())),
+        }
+    }
+    // Fused: the compressor polls its body once more after the end (for
+    // trailers), which a stream made with `unfold` (a result page) answers
+    // with a panic.
+    let replay = futures::stream::iter(read.into_iter().map(Ok))
+        .chain(stream)
+        .fuse();
+    Response::from_parts(parts, Body::from_stream(replay))
+}
+
+/// The headers a page on an allowed origin may send.
+const ALLOWED_HEADERS: [&str; 4] = [
+    "authorization",
+    "content-type",
+    "accept",
+    "duckgate-query-id",
+];
+
+/// The response headers a page on an allowed origin may read (beyond the
+/// CORS-safelisted ones such as `Content-Type`).
+const EXPOSED_HEADERS: [&str; 10] = [
+    "duckgate-query-id",
+    "duckgate-statement",
+    "duckgate-credential-epoch",
+    "duckgate-retried",
+    "duckgate-statement-state",
+    "duckgate-total-rows",
+    "link",
+    "location",
+    "retry-after",
+    "x-request-id",
+];
+
+/// CORS for the configured origins: which ones, and the layer that answers
+/// their preflights and marks their answers.
+pub struct Cors {
+    /// Every origin (`*`), or these exactly.
+    origins: Option<Vec<HeaderValue>>,
+    /// tower-http's CORS, for requests from an allowed origin.
+    layer: CorsLayer,
+}
+
+impl Cors {
+    /// The CORS policy of `server`; `None` when no origin is configured
+    /// (CORS off: no request gets a CORS header).
+    pub fn from_config(server: &ServerConfig) -> Option<Arc<Self>> {
+        let configured: Vec<&str> = server
+            .cors_origins
+            .iter()
+            .map(|o| o.as_str())
+            .filter(|o| !o.is_empty())
+            .collect();
+        if configured.is_empty() {
+            return None;
+        }
+        let origins = if configured.contains(&"*") {
+            None
+        } else {
+            Some(
+                configured
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let allow = match &origins {
+            None => AllowOrigin::any(),
+            Some(list) => AllowOrigin::list(list.clone()),
+        };
+        let layer = CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([
+                Method::GET,
+                Method::HEAD,
+                Method::POST,
+                Method::DELETE,
+                Method::OPTIONS,
+            ])
+            .allow_headers(ALLOWED_HEADERS.map(HeaderName::from_static))
+            .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
+            .max_age(Duration::from_secs(server.cors_max_age_secs));
+        Some(Arc::new(Self { origins, layer }))
+    }
+
+    fn allows(&self, origin: &HeaderValue) -> bool {
+        match &self.origins {
+            None => true,
+            Some(list) => list.iter().any(|o| o == origin),
+        }
+    }
+}
+
+/// Applies [`Cors`] to requests from an allowed origin only. tower-http's
+/// layer alone would answer every `OPTIONS` and send its method, header
+/// and max-age lists to any origin; here a request from another origin, or
+/// from none, is served as if CORS were off.
+pub async fn cors(State(cors): State<Arc<Cors>>, req: Request, next: Next) -> Response {
+    let allowed = req
+        .headers()
+        .get(header::ORIGIN)
+        .is_some_and(|o| cors.allows(o));
+    if !allowed {
+        let mut response = next.run(req).await;
+        // The answer differs by origin: a shared cache must not hand this
+        // one to an allowed origin's page, nor the other way round.
+        response
+            .headers_mut()
+            .append(header::VARY, HeaderValue::from_static("origin"));
+        return response;
+    }
+    match cors.layer.layer(next).oneshot(req).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}

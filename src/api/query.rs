@@ -112,6 +112,8 @@ pub struct QueryResult {
         (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or SQL too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
     ),
@@ -154,6 +156,8 @@ pub async fn query(
         (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "SQL too large", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
     ),

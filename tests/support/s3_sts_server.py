@@ -115,6 +115,7 @@ class State:
                 "sts_requests": 0,
                 "sts_assume_role_calls": 0,
                 "sts_injected_failures": 0,
+                "sts_malformed_answers": 0,
                 "s3_requests": 0,
                 "s3_expired_rejections": 0,
                 "s3_4xx": 0,

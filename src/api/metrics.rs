@@ -50,7 +50,7 @@ pub fn recorder() -> PrometheusHandle {
 
 /// The `outcome` labels of `duckgate_queries_total` and
 /// `duckgate_statements_total` (`QueryError::outcome`, and `ok`).
-const OUTCOMES: [&str; 12] = [
+const OUTCOMES: [&str; 14] = [
     "ok",
     "refused",
     "sql_error",
@@ -63,6 +63,8 @@ const OUTCOMES: [&str; 12] = [
     "credentials_expired",
     "spool_full",
     "internal_error",
+    "token_share",
+    "result_cap",
 ];
 
 /// The `state` labels of `duckgate_statements`.
@@ -114,6 +116,8 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
     metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(0);
     metrics::counter!("duckgate_spill_cap_interrupts_total").increment(0);
+    metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
+    metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
     metrics::gauge!("duckgate_queries_running").set(0.0);
     metrics::gauge!("duckgate_spool_bytes").set(0.0);
 }

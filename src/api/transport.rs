@@ -78,8 +78,15 @@ pub async fn settle_small(State(min_bytes): State<u16>, req: Request, next: Next
                 read.push(chunk);
             }
             Some(Err(e)) => {
-                let replay = futures::stream::iter(read.into_iter().map(Ok))
-                    .chain(futures::stream::once(async move { Err(e) }));
+                // One turn of the scheduler before the error: hyper writes
+                // the head with the first data and drops what it has not
+                // flushed when the body fails (see `execute::before_abort`).
+                let replay = futures::stream::iter(read.into_iter().map(Ok)).chain(
+                    futures::stream::once(async move {
+                        tokio::task::yield_now().await;
+                        Err(e)
+                    }),
+                );
                 return Response::from_parts(parts, Body::from_stream(replay));
             }
             None => return Response::from_parts(parts, Body::from(read.concat())),

@@ -289,8 +289,7 @@ impl Rotator {
             Ok(creds) => match self.usable(idx, &creds, SystemTime::now()) {
                 Ok(()) => self.install(m, creds.clone()).await.map(|_| creds),
                 Err(why) => {
-                    metrics::counter!("duckgate_sts_unusable_answers_total", "secret" => m.spec.name.clone())
-                        .increment(1);
+                    metrics::counter!("duckgate_sts_unusable_answers_total").increment(1);
                     Err(RotationError::Unusable(why))
                 }
             },

@@ -52,7 +52,7 @@ async fn duckdb_type_tests_replayed_in_every_format() {
         wrong.join("\n")
     );
     // The replay really ran, in every format (Arrow needs pyarrow).
-    for format in ["json", "ndjson", "csv", "arrow"] {
+    for format in ["json", "ndjson", "csv", "arrow", "parquet"] {
         let same = report["counts"][format]["same"].as_u64().unwrap_or(0);
         assert!(same >= 1000, "{format}: only {same} answers compared");
     }

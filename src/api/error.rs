@@ -374,6 +374,15 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
         ),
+        QueryError::FormatUnavailable(detail) => (
+            problem(
+                StatusCode::BAD_REQUEST,
+                "format-unavailable",
+                "No answer in this format",
+                detail.clone(),
+            ),
+            None,
+        ),
         QueryError::Internal(_) => (
             problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -439,7 +448,7 @@ impl ApiError {
                     "not-acceptable",
                     "No acceptable format",
                     format!(
-                        "{what}; available: application/json, application/x-ndjson, text/csv, application/vnd.apache.arrow.stream"
+                        "{what}; available: application/json, application/x-ndjson, text/csv, application/vnd.apache.arrow.stream, application/vnd.apache.parquet (/query only)"
                     ),
                 ),
                 None,

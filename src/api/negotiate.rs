@@ -27,6 +27,7 @@ pub fn format_from_accept(accept: &str) -> Result<Option<Format>, NotAcceptable>
             }
             "text/csv" => Some(Format::Csv),
             "application/vnd.apache.arrow.stream" => Some(Format::Arrow),
+            "application/vnd.apache.parquet" | "application/x-parquet" => Some(Format::Parquet),
             "*/*" | "application/*" | "text/*" => None,
             _ => continue,
         };
@@ -56,7 +57,7 @@ pub(crate) fn choose_format(
             ApiError::bad_request(
                 "unknown-format",
                 "Unknown format",
-                format!("format `{name}` is not one of json, ndjson, csv, arrow"),
+                format!("format `{name}` is not one of json, ndjson, csv, arrow, parquet"),
             )
         });
     }
@@ -75,6 +76,20 @@ pub(crate) fn choose_format(
     }
 }
 
+/// The format of a statement's result page: any but Parquet, which DuckDB
+/// writes only from a running query (`/query`), not from a spooled result.
+pub(crate) fn page_format(format: Format) -> Result<Format, ApiError> {
+    if format == Format::Parquet {
+        return Err(ApiError::bad_request(
+            "format-unavailable",
+            "No answer in this format",
+            "statement results are paged as json, ndjson, csv or arrow; \
+             for Parquet, run the query with /query?format=parquet",
+        ));
+    }
+    Ok(format)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +103,9 @@ mod tests {
             Ok(Some(Format::Arrow))
         );
         assert_eq!(format_from_accept("image/png"), Err(NotAcceptable));
+        assert_eq!(
+            format_from_accept("application/vnd.apache.parquet"),
+            Ok(Some(Format::Parquet))
+        );
     }
 }

@@ -99,7 +99,8 @@ pub struct QueryResult {
             (QueryResult = "application/json"),
             (String = "application/x-ndjson"),
             (String = "text/csv"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream")
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (Vec<u8> = "application/vnd.apache.parquet")
         ), headers(
             ("duckgate-query-id" = String, description = "The query's id: the client's, or a generated one"),
             ("duckgate-statement" = String, description = "The statement kind"),
@@ -144,7 +145,8 @@ pub async fn query(
             (QueryResult = "application/json"),
             (String = "application/x-ndjson"),
             (String = "text/csv"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream")
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (Vec<u8> = "application/vnd.apache.parquet")
         ), headers(
             ("duckgate-query-id" = String, description = "The query's id: the client's, or a generated one"),
             ("duckgate-statement" = String, description = "The statement kind"),

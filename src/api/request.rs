@@ -68,7 +68,7 @@ pub enum QueryParam {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct QueryOptions {
-    /// Response format (`json`, `ndjson`, `csv`, `arrow`).
+    /// Response format (`json`, `ndjson`, `csv`, `arrow`, `parquet`).
     pub format: Option<String>,
     /// Time limit in milliseconds.
     #[param(minimum = 1)]
@@ -90,7 +90,7 @@ pub struct UrlQuery {
     /// Exactly one read-only SQL statement (URL-encoded).
     #[param(example = "SELECT 42 AS answer")]
     pub sql: String,
-    /// Response format (`json`, `ndjson`, `csv`, `arrow`); else the Accept
+    /// Response format (`json`, `ndjson`, `csv`, `arrow`, `parquet`); else the Accept
     /// header's, else JSON.
     pub format: Option<String>,
     /// Time limit in milliseconds.
@@ -183,7 +183,7 @@ pub(crate) async fn read_request(
             return Err(ApiError::bad_request(
                 "unknown-format",
                 "Unknown format",
-                format!("format `{f}` is not one of json, ndjson, csv, arrow"),
+                format!("format `{f}` is not one of json, ndjson, csv, arrow, parquet"),
             ));
         }
     }

@@ -39,6 +39,8 @@ pub enum Format {
     Csv,
     /// Arrow IPC stream.
     Arrow,
+    /// A Parquet file, written by DuckDB's own COPY.
+    Parquet,
 }
 
 impl Format {
@@ -49,6 +51,7 @@ impl Format {
             Format::Ndjson => "application/x-ndjson",
             Format::Csv => "text/csv; charset=utf-8",
             Format::Arrow => "application/vnd.apache.arrow.stream",
+            Format::Parquet => "application/vnd.apache.parquet",
         }
     }
 
@@ -59,6 +62,7 @@ impl Format {
             Format::Ndjson => "ndjson",
             Format::Csv => "csv",
             Format::Arrow => "arrow",
+            Format::Parquet => "parquet",
         }
     }
 
@@ -69,6 +73,7 @@ impl Format {
             "ndjson" | "jsonl" => Some(Format::Ndjson),
             "csv" => Some(Format::Csv),
             "arrow" | "ipc" => Some(Format::Arrow),
+            "parquet" => Some(Format::Parquet),
             _ => None,
         }
     }
@@ -207,6 +212,7 @@ impl ResultEncoder {
                 self.ipc = Some(writer);
                 self.drain_ipc(out);
             }
+            Format::Parquet => return Err(parquet_is_duckdbs()),
         }
         Ok(())
     }
@@ -281,6 +287,7 @@ impl ResultEncoder {
                 }
                 self.drain_ipc(out);
             }
+            Format::Parquet => return Err(parquet_is_duckdbs()),
         }
         Ok(())
     }
@@ -421,9 +428,16 @@ impl RowsEncoder {
                     "Arrow IPC is written by its stream writer".into(),
                 ))
             }
+            Format::Parquet => return Err(parquet_is_duckdbs()),
         }
         Ok(())
     }
+}
+
+/// Parquet answers are DuckDB's own COPY (see `engine::execute`), never
+/// encoded here.
+fn parquet_is_duckdbs() -> ArrowError {
+    ArrowError::InvalidArgumentError("Parquet is written by DuckDB's COPY".into())
 }
 
 /// Column names made unique the way DuckDB's own writers do (its

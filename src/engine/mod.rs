@@ -353,7 +353,11 @@ impl Engine {
         for (step, sql) in [
             (
                 "allowed_paths",
-                format!("SET allowed_paths = [{}]", sql_string(pipe::TARGET)),
+                format!(
+                    "SET allowed_paths = [{}, {}]",
+                    sql_string(pipe::CopyFormat::Csv.target()),
+                    sql_string(pipe::CopyFormat::Parquet.target())
+                ),
             ),
             (
                 "allowed_directories",

@@ -24,7 +24,11 @@
 #include "duckdb/parser/expression/columnref_expression.hpp"
 #include "duckdb/parser/parser.hpp"
 #include "duckdb/parser/statement/copy_statement.hpp"
+#include "duckdb/parser/expression/star_expression.hpp"
+#include "duckdb/parser/query_node/select_node.hpp"
+#include "duckdb/parser/result_modifier.hpp"
 #include "duckdb/parser/statement/select_statement.hpp"
+#include "duckdb/parser/tableref/subqueryref.hpp"
 
 #include <cstring>
 
@@ -36,8 +40,11 @@ typedef int (*duckgate_pipe_open_fn)(uint64_t token, uint64_t connection_id);
 typedef int (*duckgate_pipe_write_fn)(uint64_t token, uint64_t connection_id, const uint8_t *data, uint64_t len);
 
 static const char *PIPE_PREFIX = "duckgate-pipe://";
-// The one path that opens: the target of the gateway's COPY.
-static const char *PIPE_TARGET = "duckgate-pipe://csv";
+// The only paths that open: the targets of the gateway's COPY, one per format
+// DuckDB writes for it.
+static bool IsPipeTarget(const string &path) {
+	return path == "duckgate-pipe://csv" || path == "duckgate-pipe://parquet";
+}
 
 namespace {
 
@@ -61,7 +68,7 @@ public:
 
 	unique_ptr<FileHandle> OpenFile(const string &path, FileOpenFlags flags,
 	                                 optional_ptr<FileOpener> opener) override {
-		if (path != PIPE_TARGET || flags.OpenForReading() || !flags.OpenForWriting()) {
+		if (!IsPipeTarget(path) || flags.OpenForReading() || !flags.OpenForWriting()) {
 			throw PermissionException("%s can only be written", path);
 		}
 		auto context = FileOpener::TryGetClientContext(opener);
@@ -153,8 +160,9 @@ int duckgate_pipe_register(void *database, uint64_t token, duckgate_pipe_open_fn
 
 // 1 when `copy_sql` is, by DuckDB's parser, exactly one `COPY (<select>) TO
 // <target>` whose query equals the one statement `select_sql` holds, with no
-// options but FORMAT csv, HEADER and USE_TMP_FILE; else 0.
-int duckgate_copy_matches(const char *copy_sql, const char *select_sql, const char *target) {
+// options but FORMAT <format> (csv or parquet), USE_TMP_FILE and, for csv,
+// HEADER; else 0.
+int duckgate_copy_matches(const char *copy_sql, const char *select_sql, const char *target, const char *format) {
 	try {
 		Parser copy_parser;
 		copy_parser.ParseQuery(string(copy_sql));
@@ -173,23 +181,75 @@ int duckgate_copy_matches(const char *copy_sql, const char *select_sql, const ch
 		    !info.table.empty() || !info.select_list.empty() || !info.options.empty()) {
 			return 0;
 		}
-		bool csv = false;
+		const bool csv = StringUtil::CIEquals(format, "csv");
+		bool format_named = false;
 		for (auto &option : info.parsed_options) {
 			auto &name = option.first;
 			if (StringUtil::CIEquals(name, "format")) {
 				auto &value = option.second;
-				csv = value && value->type == ExpressionType::COLUMN_REF &&
-				      !value->Cast<ColumnRefExpression>().IsQualified() &&
-				      StringUtil::CIEquals(value->Cast<ColumnRefExpression>().GetColumnName(), "csv");
-			} else if (!StringUtil::CIEquals(name, "header") && !StringUtil::CIEquals(name, "use_tmp_file")) {
+				format_named = value && value->type == ExpressionType::COLUMN_REF &&
+				               !value->Cast<ColumnRefExpression>().IsQualified() &&
+				               StringUtil::CIEquals(value->Cast<ColumnRefExpression>().GetColumnName(), format);
+			} else if (!(csv && StringUtil::CIEquals(name, "header")) && !StringUtil::CIEquals(name, "use_tmp_file")) {
 				return 0;
 			}
 		}
-		if (!csv) {
+		if (!format_named) {
 			return 0;
 		}
 		auto &select = select_stmt.Cast<SelectStatement>();
 		return info.select_statement->Equals(select.node.get()) ? 1 : 0;
+	} catch (...) {
+		return 0;
+	}
+}
+
+// 1 when `wrapper_sql` is, by DuckDB's parser, exactly `SELECT * FROM
+// (<query>) LIMIT <constant>` around the one statement `select_sql` holds:
+// one plain star, the query as its only source, a constant limit and
+// nothing else; else 0.
+int duckgate_limit_wraps(const char *wrapper_sql, const char *select_sql) {
+	try {
+		Parser wrapper_parser;
+		wrapper_parser.ParseQuery(string(wrapper_sql));
+		Parser select_parser;
+		select_parser.ParseQuery(string(select_sql));
+		if (wrapper_parser.statements.size() != 1 || select_parser.statements.size() != 1) {
+			return 0;
+		}
+		auto &wrapper_stmt = *wrapper_parser.statements[0];
+		auto &select_stmt = *select_parser.statements[0];
+		if (wrapper_stmt.type != StatementType::SELECT_STATEMENT ||
+		    select_stmt.type != StatementType::SELECT_STATEMENT) {
+			return 0;
+		}
+		auto &node = *wrapper_stmt.Cast<SelectStatement>().node;
+		if (node.type != QueryNodeType::SELECT_NODE || !node.cte_map.map.empty()) {
+			return 0;
+		}
+		auto &outer = node.Cast<SelectNode>();
+		if (outer.where_clause || outer.having || outer.qualify || outer.sample || !outer.groups.group_expressions.empty() ||
+		    !outer.groups.grouping_sets.empty() || outer.aggregate_handling != AggregateHandling::STANDARD_HANDLING ||
+		    outer.select_list.size() != 1 || outer.select_list[0]->type != ExpressionType::STAR ||
+		    !outer.from_table || outer.from_table->type != TableReferenceType::SUBQUERY || outer.from_table->sample ||
+		    outer.modifiers.size() != 1 || outer.modifiers[0]->type != ResultModifierType::LIMIT_MODIFIER) {
+			return 0;
+		}
+		auto &star = outer.select_list[0]->Cast<StarExpression>();
+		if (!star.relation_name.empty() || !star.exclude_list.empty() || !star.replace_list.empty() ||
+		    !star.rename_list.empty() || star.expr || star.columns) {
+			return 0;
+		}
+		auto &limit = outer.modifiers[0]->Cast<LimitModifier>();
+		if (!limit.limit || limit.offset || limit.limit->type != ExpressionType::VALUE_CONSTANT) {
+			return 0;
+		}
+		auto &source = outer.from_table->Cast<SubqueryRef>();
+		if (!source.column_name_alias.empty()) {
+			return 0;
+		}
+		auto &select = select_stmt.Cast<SelectStatement>();
+		return source.subquery->node->Equals(select.node.get()) ? 1 : 0;
 	} catch (...) {
 		return 0;
 	}

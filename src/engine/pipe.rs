@@ -14,8 +14,38 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::engine::ffi::RawDatabase;
 
-/// The path the gateway's COPY writes to; nothing else can open it.
-pub const TARGET: &str = "duckgate-pipe://csv";
+/// A format the gateway has DuckDB's COPY write through the pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CopyFormat {
+    /// `FORMAT csv, HEADER`: the CSV answer.
+    Csv,
+    /// `FORMAT parquet`: the Parquet answer.
+    Parquet,
+}
+
+impl CopyFormat {
+    /// The path the gateway's COPY writes to; nothing else can open it.
+    pub fn target(self) -> &'static str {
+        match self {
+            CopyFormat::Csv => "duckgate-pipe://csv",
+            CopyFormat::Parquet => "duckgate-pipe://parquet",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CopyFormat::Csv => "csv",
+            CopyFormat::Parquet => "parquet",
+        }
+    }
+
+    fn options(self) -> &'static str {
+        match self {
+            CopyFormat::Csv => "FORMAT csv, HEADER, USE_TMP_FILE false",
+            CopyFormat::Parquet => "FORMAT parquet, USE_TMP_FILE false",
+        }
+    }
+}
 
 extern "C" {
     fn duckgate_pipe_register(
@@ -28,7 +58,9 @@ extern "C" {
         copy_sql: *const c_char,
         select_sql: *const c_char,
         target: *const c_char,
+        format: *const c_char,
     ) -> i32;
+    fn duckgate_limit_wraps(wrapper_sql: *const c_char, select_sql: *const c_char) -> i32;
 }
 
 /// Where the bytes of one connection's COPY go.
@@ -99,24 +131,45 @@ pub fn attach(token: u64, connection_id: u64, output: Arc<dyn Output>) -> Attach
     Attached((token, connection_id))
 }
 
-/// The COPY the gateway runs for a CSV answer of `select_sql`, if DuckDB's
-/// parser reads it as exactly one COPY of exactly that query to [`TARGET`]
-/// with no options but the gateway's.
-pub fn copy_sql(select_sql: &str) -> Option<String> {
-    let sql =
-        format!("COPY (\n{select_sql}\n) TO '{TARGET}' (FORMAT csv, HEADER, USE_TMP_FILE false)");
-    let (c_copy, c_select, c_target) = (
+/// The COPY the gateway runs for a `format` answer of `select_sql`, if
+/// DuckDB's parser reads it as exactly one COPY of exactly that query to the
+/// format's target with no options but the gateway's.
+pub fn copy_sql(select_sql: &str, format: CopyFormat) -> Option<String> {
+    let (target, options) = (format.target(), format.options());
+    let sql = format!("COPY (\n{select_sql}\n) TO '{target}' ({options})");
+    let (c_copy, c_select, c_target, c_format) = (
         CString::new(sql.as_str()).ok()?,
         CString::new(select_sql).ok()?,
-        CString::new(TARGET).ok()?,
+        CString::new(target).ok()?,
+        CString::new(format.name()).ok()?,
     );
-    // SAFETY: three NUL-terminated strings that outlive the call; the shim
+    // SAFETY: four NUL-terminated strings that outlive the call; the shim
     // only parses them (no database, no side effects) and catches every
     // C++ exception.
     let matches = unsafe {
-        duckgate_copy_matches(c_copy.as_ptr(), c_select.as_ptr(), c_target.as_ptr()) == 1
+        duckgate_copy_matches(
+            c_copy.as_ptr(),
+            c_select.as_ptr(),
+            c_target.as_ptr(),
+            c_format.as_ptr(),
+        ) == 1
     };
     matches.then_some(sql)
+}
+
+/// `select_sql` with at most `limit` rows, if DuckDB's parser reads the
+/// wrapper as exactly `SELECT * FROM (<that query>) LIMIT <limit>`. DuckDB
+/// keeps the query's row order through the wrapper.
+pub fn limited_sql(select_sql: &str, limit: u64) -> Option<String> {
+    let sql = format!("SELECT * FROM (\n{select_sql}\n) LIMIT {limit}");
+    let (c_wrapper, c_select) = (
+        CString::new(sql.as_str()).ok()?,
+        CString::new(select_sql).ok()?,
+    );
+    // SAFETY: two NUL-terminated strings that outlive the call; the shim
+    // only parses them and catches every C++ exception.
+    let wraps = unsafe { duckgate_limit_wraps(c_wrapper.as_ptr(), c_select.as_ptr()) == 1 };
+    wraps.then_some(sql)
 }
 
 /// Finds the ends of rows in DuckDB's CSV: a newline outside double quotes
@@ -181,11 +234,26 @@ mod tests {
 
     #[test]
     fn the_copy_must_be_the_query_itself() {
-        assert!(copy_sql("SELECT 1 AS x").is_some());
-        assert!(copy_sql("SELECT 1 -- a comment").is_some());
-        // Text that would close the COPY's parenthesis or add a statement.
-        assert!(copy_sql("SELECT 1) TO '/tmp/x' (FORMAT csv); SELECT (1").is_none());
-        assert!(copy_sql("SELECT 1; SELECT 2").is_none());
-        assert!(copy_sql("INSERT INTO t VALUES (1)").is_none());
+        for format in [CopyFormat::Csv, CopyFormat::Parquet] {
+            assert!(copy_sql("SELECT 1 AS x", format).is_some());
+            assert!(copy_sql("SELECT 1 -- a comment", format).is_some());
+            // Text that would close the COPY's parenthesis or add a statement.
+            assert!(copy_sql("SELECT 1) TO '/tmp/x' (FORMAT csv); SELECT (1", format).is_none());
+            assert!(copy_sql("SELECT 1) TO '/tmp/x' (FORMAT parquet) --", format).is_none());
+            assert!(copy_sql("SELECT 1; SELECT 2", format).is_none());
+            assert!(copy_sql("INSERT INTO t VALUES (1)", format).is_none());
+        }
+    }
+
+    #[test]
+    fn the_limit_wrapper_must_be_the_query_itself() {
+        assert!(limited_sql("SELECT 1 AS x", 5).is_some());
+        assert!(limited_sql("SELECT * FROM range(10) ORDER BY 1 DESC", 5).is_some());
+        // Text that would end the subquery early and change what the
+        // wrapper selects or where it reads from.
+        assert!(limited_sql("SELECT 1) AS t, (SELECT 2", 5).is_none());
+        assert!(limited_sql("SELECT 1) UNION ALL (SELECT 2", 5).is_none());
+        assert!(limited_sql("SELECT 1) WHERE (1 = 1", 5).is_none());
+        assert!(limited_sql("SELECT 1; SELECT 2", 5).is_none());
     }
 }

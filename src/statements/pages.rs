@@ -45,7 +45,7 @@ fn projection(result: &SpoolResult, format: Format) -> (Vec<usize>, SchemaRef) {
     let n = layout.names.len();
     let source: Vec<usize> = (0..n)
         .map(|i| match format {
-            Format::Arrow => i,
+            Format::Arrow | Format::Parquet => i,
             Format::Json | Format::Ndjson => layout.json[i].unwrap_or(i),
             Format::Csv if layout.csv_text => layout.csv[i].unwrap_or(i),
             Format::Csv => i,

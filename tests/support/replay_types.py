@@ -26,6 +26,8 @@ typed by hand.
   JSON `columns` must carry DuckDB's names and type strings (type mismatches
   are counted separately); NDJSON keys must be the names DuckDB's COPY writes.
 - Arrow: the IPC table must equal `con.sql(q).arrow()` (schema and values).
+- Parquet: the body, read back by DuckDB, must equal (names, types, values)
+  the file DuckDB writes with `COPY (q) TO ... (FORMAT parquet)`.
 
 Each answer is classified `same`, `both_fail` (DuckDB errors, the gateway
 answers 4xx or ends its stream with the documented error), `refused` (the
@@ -41,7 +43,7 @@ being replayed at that point. After each file every object it left in the
 gateway's database is dropped.
 
 Usage: replay_types.py --base http://127.0.0.1:PORT [--token T]
-         [--formats json,ndjson,csv,arrow] [--report out.json] FILES_OR_DIRS...
+         [--formats json,ndjson,csv,arrow,parquet] [--report out.json] FILES_OR_DIRS...
 Always exits 0; the caller decides what the counts mean.
 """
 
@@ -386,6 +388,8 @@ class Ref:
         self.csv = None  # bytes of COPY
         self.csv_error = None
         self.arrow = None
+        self.parquet = None  # path of DuckDB's own Parquet file of the query
+        self.parquet_error = None
         self.interval_overflow = False
 
 
@@ -435,6 +439,15 @@ def reference(con, q, tmpdir, want_arrow):
             break
         except duckdb.Error as e:
             ref.csv_error = ref.csv_error or f"{type(e).__name__}: {e}"
+    reference.n = getattr(reference, "n", 0) + 1
+    ppath = os.path.join(tmpdir, f"ref-{reference.n}.parquet")
+    for copy_of in (body, f"SELECT * FROM ({body}\n)"):
+        try:
+            con.execute(f"COPY ({copy_of}\n) TO '{ppath}' (FORMAT parquet)")
+            ref.parquet, ref.parquet_error = ppath, None
+            break
+        except duckdb.Error as e:
+            ref.parquet_error = ref.parquet_error or f"{type(e).__name__}: {e}"
     if want_arrow:
         try:
             ref.arrow = con.sql(body).arrow()
@@ -812,6 +825,60 @@ def check_csv(gw, q, ref, tainted):
     return Outcome("wrong", f"length duckdb {len(ref.csv)} bytes gateway {len(data)} bytes")
 
 
+def check_parquet(gw, q, ref, tainted, con, tmpdir):
+    """The gateway's Parquet body, read back by DuckDB, against the file
+    DuckDB writes in-process for the same query: the same column names,
+    types and values."""
+    status, ctype, data, cut = gw.post(q, "parquet")
+    if status != 200 or cut:
+        if 400 <= status < 500 and not cut and ref.error is None and ref.parquet is None:
+            # DuckDB's own COPY fails too (a value Parquet cannot hold).
+            return Outcome("both_fail", f"duckdb COPY: {short(ref.parquet_error or '', 100)} | gateway: {status} "
+                                        f"{short(problem(data).get('detail', ''), 100)}")
+        return gateway_failure(status, data, cut, ref, tainted)
+    if ref.error is not None:
+        return Outcome("wrong", f"gateway answers 200, duckdb fails: {short(ref.error, 150)}")
+    if ref.parquet is None:
+        return Outcome("wrong", f"gateway answers 200, duckdb's COPY fails: {short(ref.parquet_error or '', 150)}")
+    # A new name each time: DuckDB caches what it read of a file by path,
+    # and a rewrite of the same size within a second looks unchanged.
+    check_parquet.n = getattr(check_parquet, "n", 0) + 1
+    path = os.path.join(tmpdir, f"got-{check_parquet.n}.parquet")
+    with open(path, "wb") as f:
+        f.write(data)
+
+    def read(p):
+        rel = con.sql(f"SELECT * FROM read_parquet({sqlstr(p)})")
+        schema = list(zip(rel.columns, map(str, rel.types)))
+        # Values as DuckDB's own text: Python cannot hold every value
+        # (intervals, infinite dates), and DuckDB is the authority; where
+        # DuckDB cannot cast what it read back (unions), Python's values.
+        try:
+            rows = con.sql(f"SELECT COLUMNS(*)::VARCHAR FROM read_parquet({sqlstr(p)})").fetchall()
+        except duckdb.Error:
+            rows = rel.fetchall()
+        return schema, [repr(r) for r in rows]
+
+    try:
+        want_schema, want_rows = read(ref.parquet)
+    except (duckdb.Error, OverflowError, ValueError) as e:
+        return Outcome("skipped", f"DuckDB cannot read its own Parquet back: {short(str(e), 100)}")
+    try:
+        got_schema, got_rows = read(path)
+    except (duckdb.Error, OverflowError, ValueError) as e:
+        return Outcome("wrong", f"unreadable Parquet body: {short(str(e), 150)}")
+    if got_schema != want_schema:
+        return Outcome("wrong", f"schema duckdb {short(want_schema)} gateway {short(got_schema)}")
+    if not has_order_by(q):
+        got_rows, want_rows = sorted(got_rows), sorted(want_rows)
+    if got_rows == want_rows:
+        return Outcome("same")
+    for n, (a, b) in enumerate(zip(want_rows, got_rows)):
+        if a != b:
+            return Outcome("wrong", f"row {n + 1}: duckdb {short(a)} gateway {short(b)}")
+    return Outcome("wrong", f"rows duckdb {len(want_rows)} gateway {len(got_rows)}")
+
+
 def arrow_as_documented(table, types):
     """DuckDB's Arrow export with the gateway's documented exception:
     UHUGEINT columns (DuckDB exports the bits as a signed decimal128) as
@@ -1041,6 +1108,8 @@ def replay_file(path, gw, formats, tmpdir, extension_dir, results, setup_issues)
                 o = check_csv(gw, q, ref, tainted)
             elif f == "arrow":
                 o = check_arrow(gw, q, ref, tainted) if HAVE_ARROW else Outcome("skipped", "pyarrow not installed")
+            elif f == "parquet":
+                o = check_parquet(gw, q, ref, tainted, con, tmpdir)
             else:
                 o = Outcome("skipped", f"unknown format {f}")
             emit(f, after_taint(o, tainted), q)
@@ -1057,7 +1126,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
     ap.add_argument("--token", help="bearer token for /query")
-    ap.add_argument("--formats", default="json,ndjson,csv,arrow")
+    ap.add_argument("--formats", default="json,ndjson,csv,arrow,parquet")
     ap.add_argument("--report", help="write every non-`same` case here (JSON)")
     ap.add_argument("--extension-dir", default=os.environ.get("DUCKGATE_EXTENSION_DIR"),
                     help="DuckDB extension directory for the reference connection")

@@ -115,6 +115,7 @@ async fn submit_inner(
         max_rows,
         wait_ms,
     } = read_request(state, options, &headers, body).await?;
+    let format = crate::api::negotiate::page_format(format)?;
     let settings = &state.statements.settings;
     let limits = &state.config.limits;
     let max_timeout = settings.max_timeout;
@@ -413,6 +414,7 @@ pub async fn result(
     let options = crate::api::request::query_options(options)?;
     let s = visible(&state, &caller, &id)?;
     let format = crate::api::negotiate::choose_format(options.format.as_deref(), &headers)?;
+    let format = crate::api::negotiate::page_format(format)?;
     let offset = match options.offset {
         Some(o) if o < 0 => {
             return Err(ApiError::bad_request(

@@ -91,6 +91,10 @@ pub enum QueryError {
         /// Which quota: `statement`, `token` or `spool`.
         scope: &'static str,
     },
+    /// The statement has no answer in the format asked for (a statement
+    /// that returns no rows, asked for Parquet); the text says why.
+    #[error("{0}")]
+    FormatUnavailable(String),
     /// A failure of the gateway itself (encoding, the spool's I/O, ...).
     #[error("internal error: {0}")]
     Internal(String),
@@ -104,7 +108,8 @@ impl QueryError {
             QueryError::Refused(_)
             | QueryError::Sql { .. }
             | QueryError::ParamCount { .. }
-            | QueryError::Param { .. } => "sql_error",
+            | QueryError::Param { .. }
+            | QueryError::FormatUnavailable(_) => "sql_error",
             QueryError::Timeout(_) => "timeout",
             QueryError::Cancelled | QueryError::CancelledByRequest | QueryError::ShuttingDown => {
                 "cancelled"

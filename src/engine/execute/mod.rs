@@ -17,6 +17,7 @@ mod control;
 mod csv_copy;
 pub mod error;
 pub mod job;
+mod parquet_copy;
 mod sender;
 mod spool;
 mod stream;

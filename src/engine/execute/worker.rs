@@ -17,6 +17,7 @@ use super::control::{cancel_error, QueryControl};
 use super::csv_copy::copy_csv;
 use super::error::{error_class, sql_error, QueryError};
 use super::job::{Param, QueryJob};
+use super::parquet_copy::{copy_parquet, parquet_copy};
 use super::sender::{Msg, Sender};
 use super::spool::spool_statement;
 use super::stream::stream_statement;
@@ -118,6 +119,37 @@ pub(super) fn work_inner(
     if let Some(sink) = &job.sink {
         return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
     }
+    // Parquet is DuckDB's own COPY writer, streamed (see `parquet_copy`):
+    // there is no other way to it, so a statement DuckDB cannot COPY (one
+    // that returns no rows) has no Parquet answer.
+    if job.format == Format::Parquet {
+        let copy = accepted
+            .result
+            .as_ref()
+            .and_then(|r| r.sql.as_deref())
+            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
+            .and_then(|sql| parquet_copy(sql, job));
+        let Some((copy, fail_past)) = copy else {
+            return tx.fail(QueryError::FormatUnavailable(format!(
+                "a {} statement has no result DuckDB can write as Parquet; ask for json, ndjson, csv or arrow",
+                accepted.kind
+            )));
+        };
+        let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+        return match slot.conn.prepare_cached(&copy) {
+            Ok(mut stmt) => copy_parquet(
+                &mut stmt,
+                token,
+                connection_id,
+                &accepted.kind,
+                fail_past,
+                job,
+                tx,
+                control,
+            ),
+            Err(e) => tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+        };
+    }
     // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
     // query DuckDB can COPY while a place for it is free; the rest take the
     // Arrow path below (the same bytes, written from DuckDB's casts).
@@ -133,7 +165,8 @@ pub(super) fn work_inner(
                     if slot.copies.len() >= VERDICT_CACHE {
                         slot.copies.clear();
                     }
-                    slot.copies.insert(sql.to_string(), pipe::copy_sql(sql));
+                    slot.copies
+                        .insert(sql.to_string(), pipe::copy_sql(sql, pipe::CopyFormat::Csv));
                 }
                 slot.copies[sql].clone()
             });
@@ -164,6 +197,7 @@ pub(super) fn work_inner(
         Format::Csv => csv_text_sql(&accepted),
         Format::Json | Format::Ndjson => json_text_sql(&accepted),
         Format::Arrow => arrow_interval_sql(&accepted),
+        Format::Parquet => None,
     }
     .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
     // What runs is what the guard judged: the wrapper too (once per text

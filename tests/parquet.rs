@@ -1,0 +1,276 @@
+//! Parquet answers (`format=parquet`): DuckDB's own `COPY ... (FORMAT
+//! parquet)` streamed through the pipe. Each body is read back by DuckDB
+//! (the test venv's Python duckdb 1.5.5) and compared with the file DuckDB
+//! writes in-process for the same query; every cut is one the client asked
+//! for, or a body no Parquet reader opens.
+
+mod common;
+
+use common::{body_and_failure, Gateway};
+use serde_json::{json, Value};
+
+/// Runs `script` with the test venv's Python (argv: `args`); its stdout.
+fn python(script: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(common::test_python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Compares the Parquet file at argv[1] with DuckDB's own Parquet of the
+/// query argv[2] (names, types, values in order); argv[3]: rows expected.
+const SAME_AS_DUCKDB: &str = r#"
+import os, sys, tempfile
+import duckdb
+got_path, sql, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
+con = duckdb.connect()
+with tempfile.TemporaryDirectory() as d:
+    ref_path = os.path.join(d, "ref.parquet")
+    con.execute(f"COPY ({sql}) TO '{ref_path}' (FORMAT parquet)")
+    got = con.sql(f"SELECT * FROM read_parquet('{got_path}')")
+    want = con.sql(f"SELECT * FROM read_parquet('{ref_path}')")
+    assert got.columns == want.columns, (got.columns, want.columns)
+    assert [str(t) for t in got.types] == [str(t) for t in want.types], (got.types, want.types)
+    g, w = [repr(r) for r in got.fetchall()], [repr(r) for r in want.fetchall()]
+assert len(g) == rows, (len(g), rows)
+assert g == w, next((a, b) for a, b in zip(g, w) if a != b)
+print("same", len(g))
+"#;
+
+async fn parquet_body(g: &Gateway, body: Value) -> (u16, String, Vec<u8>, bool) {
+    // A connection of its own: the checks in Python between requests can
+    // outlast the gateway's idle keep-alive, and a request sent on a
+    // connection as the gateway closes it fails before it is read.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let r = client
+        .post(g.url("/query"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let ctype = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let (bytes, failed) = body_and_failure(r).await;
+    (status, ctype, bytes, failed)
+}
+
+#[tokio::test]
+async fn parquet_answers_equal_duckdbs_own_file() {
+    let g = Gateway::builder().start();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, sql, rows) in [
+        // Every type DuckDB's test_all_types() holds (min, max, NULL rows).
+        ("all_types", "SELECT * FROM test_all_types()", 3),
+        // More rows than one row group and one chunk of the body.
+        (
+            "many",
+            "SELECT i, i / 7 AS d, 'row ' || i AS s, [i, NULL] AS l, {'a': i} AS st FROM range(300000) t(i) ORDER BY i",
+            300000,
+        ),
+        ("empty", "SELECT 1 AS a WHERE false", 0),
+    ] {
+        let (status, ctype, bytes, failed) =
+            parquet_body(&g, json!({"sql": sql, "format": "parquet"})).await;
+        assert_eq!(status, 200, "{name}: {}", String::from_utf8_lossy(&bytes));
+        assert_eq!(ctype, "application/vnd.apache.parquet", "{name}");
+        assert!(!failed, "{name}: the transfer failed");
+        let path = dir.path().join(format!("{name}.parquet"));
+        std::fs::write(&path, &bytes).unwrap();
+        let out = python(
+            SAME_AS_DUCKDB,
+            &[path.to_str().unwrap(), sql, &rows.to_string()],
+        );
+        assert!(out.contains(&format!("same {rows}")), "{name}: {out}");
+    }
+    // By Accept, too.
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .header("accept", "application/vnd.apache.parquet")
+        .body("SELECT 42 AS answer")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.unwrap().starts_with(b"PAR1"));
+}
+
+#[tokio::test]
+async fn a_row_limit_asked_for_ends_the_file_cleanly_at_that_row() {
+    let g = Gateway::builder().start();
+    let dir = tempfile::tempdir().unwrap();
+    let sql = "SELECT i, md5(i::VARCHAR) AS h FROM range(500000) t(i) ORDER BY i DESC";
+    let (status, _, bytes, failed) = parquet_body(
+        &g,
+        json!({"sql": sql, "format": "parquet", "max_rows": 1234}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!failed);
+    let path = dir.path().join("limited.parquet");
+    std::fs::write(&path, &bytes).unwrap();
+    // The reference: DuckDB's file of the same query with the same limit.
+    let limited = format!("SELECT * FROM ({sql}) LIMIT 1234");
+    let out = python(SAME_AS_DUCKDB, &[path.to_str().unwrap(), &limited, "1234"]);
+    assert!(out.contains("same 1234"), "{out}");
+}
+
+/// Whether DuckDB can open the Parquet bytes at argv[1].
+const READABLE: &str = r#"
+import sys, duckdb
+try:
+    n = duckdb.sql(f"SELECT count(*) FROM read_parquet('{sys.argv[1]}')").fetchone()[0]
+    print("readable", n)
+except duckdb.Error as e:
+    print("unreadable", type(e).__name__)
+"#;
+
+#[tokio::test]
+async fn a_cap_the_client_did_not_ask_for_is_never_a_whole_file() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_DEFAULT_MAX_ROWS", 100_000)
+        .env("DUCKGATE_MAX_RESULT_BYTES", 20_000_000)
+        .start();
+    let dir = tempfile::tempdir().unwrap();
+    // Small: the whole file is still held back, so the answer is a 422.
+    let (status, _, bytes, _) = parquet_body(
+        &g,
+        json!({"sql": "SELECT 1 AS one FROM range(100001)", "format": "parquet"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{}", String::from_utf8_lossy(&bytes));
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(p["type"].as_str().unwrap().ends_with("result-too-large"));
+    // Exactly at the cap is whole.
+    let (status, _, bytes, failed) = parquet_body(
+        &g,
+        json!({"sql": "SELECT * FROM range(100000)", "format": "parquet"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(!failed);
+    let path = dir.path().join("at_cap.parquet");
+    std::fs::write(&path, &bytes).unwrap();
+    let out = python(READABLE, &[path.to_str().unwrap()]);
+    assert!(out.contains("readable 100000"), "{out}");
+
+    // Large: the body has begun when the cap is passed; the transfer fails
+    // and what arrived is no Parquet file.
+    for (name, body) in [
+        (
+            "rows",
+            json!({"sql": "SELECT i, md5(i::VARCHAR) AS a, md5((i + 1)::VARCHAR) AS b FROM range(400000) t(i)", "format": "parquet"}),
+        ),
+        (
+            "bytes",
+            json!({"sql": "SELECT i, md5(i::VARCHAR) AS a, md5((i + 1)::VARCHAR) AS b FROM range(3000000) t(i)", "format": "parquet", "max_rows": 3000000}),
+        ),
+    ] {
+        let (status, _, bytes, failed) = parquet_body(&g, body).await;
+        assert!(
+            (status == 200 && failed) || status == 422,
+            "{name}: {status}, failed {failed}"
+        );
+        let path = dir.path().join(format!("cut_{name}.parquet"));
+        std::fs::write(&path, &bytes).unwrap();
+        let out = python(READABLE, &[path.to_str().unwrap()]);
+        assert!(out.contains("unreadable"), "{name}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn a_failure_after_the_body_began_leaves_no_readable_file() {
+    let g = Gateway::builder().start();
+    let dir = tempfile::tempdir().unwrap();
+    let sql = "SELECT CASE WHEN i > 2500000 THEN error('boom') ELSE i END AS x, md5(i::VARCHAR) AS h FROM range(3000000) t(i)";
+    let (status, _, bytes, failed) =
+        parquet_body(&g, json!({"sql": sql, "format": "parquet"})).await;
+    assert_eq!(status, 200);
+    assert!(failed, "the transfer must fail");
+    assert!(bytes.len() > 1_000_000, "the body had begun");
+    let path = dir.path().join("failed.parquet");
+    std::fs::write(&path, &bytes).unwrap();
+    let out = python(READABLE, &[path.to_str().unwrap()]);
+    assert!(out.contains("unreadable"), "{out}");
+    // The process and its pool are fine.
+    g.query_ok("SELECT 1").await;
+}
+
+#[tokio::test]
+async fn statements_without_rows_and_statement_pages_say_parquet_is_not_theirs() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .start();
+    let (status, _, bytes, _) = parquet_body(
+        &g,
+        json!({"sql": "CREATE TABLE t (i INTEGER)", "format": "parquet"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(
+        p["type"].as_str().unwrap().ends_with("format-unavailable"),
+        "{p}"
+    );
+    // Nothing ran: the table does not exist.
+    let v = g
+        .query_ok("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 't'")
+        .await;
+    assert_eq!(v["rows"][0][0], 0);
+    let r = g
+        .client
+        .post(g.url("/statements?format=parquet"))
+        .body("SELECT 1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["type"].as_str().unwrap().ends_with("format-unavailable"),
+        "{p}"
+    );
+}
+
+#[tokio::test]
+async fn a_value_parquet_cannot_hold_is_the_clients_format_not_storage() {
+    let g = Gateway::builder().start();
+    let sql = "SELECT INTERVAL '-5 days' AS i";
+    // DuckDB itself refuses to write it.
+    let out = python(
+        r#"
+import sys, duckdb, tempfile, os
+with tempfile.TemporaryDirectory() as d:
+    try:
+        duckdb.sql(f"COPY ({sys.argv[1]}) TO '{os.path.join(d, 'x.parquet')}' (FORMAT parquet)")
+        print("written")
+    except duckdb.Error as e:
+        print("refused", type(e).__name__)
+"#,
+        &[sql],
+    );
+    assert!(out.contains("refused"), "{out}");
+    let (status, _, bytes, _) = parquet_body(&g, json!({"sql": sql, "format": "parquet"})).await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&bytes));
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(
+        p["type"].as_str().unwrap().ends_with("format-unavailable"),
+        "{p}"
+    );
+}

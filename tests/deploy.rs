@@ -299,8 +299,13 @@ fn credentials_come_from_irsa_and_tokens_from_a_secret() {
         assert!(env(name).is_none(), "{name} has a literal value");
     }
     // No static AWS keys in the manifests.
-    for text in [DEPLOYMENT, SERVICE_ACCOUNT, SERVICE, PDB] {
-        assert!(!text.contains("AWS_SECRET_ACCESS_KEY") && !text.contains("DUCKGATE_S3_SECRET"));
+    for doc in manifests() {
+        let text = doc.to_string();
+        assert!(
+            !text.contains("AWS_SECRET_ACCESS_KEY") && !text.contains("DUCKGATE_S3_SECRET"),
+            "static AWS keys in a {}",
+            doc["kind"]
+        );
     }
 }
 
@@ -747,7 +752,25 @@ fn every_env_var_the_manifests_set_is_a_setting_of_the_binary() {
     assert!(known.contains("DUCKGATE_MEMORY_LIMIT"), "{known:?}");
     // Outside the gateway's own settings: HOME (DuckDB's home directory).
     let others = ["HOME"];
-    for (name, _) in env_values() {
+    // The images' ENV lines too (both Dockerfiles' final stages).
+    let mut names: Vec<String> = env_values().into_iter().map(|(n, _)| n).collect();
+    for dockerfile in [DOCKERFILE, include_str!("../Dockerfile.runtime")] {
+        let text = dockerfile.replace("\\\n", " ");
+        let last_from = text.rfind("\nFROM ").unwrap();
+        for line in text[last_from..].lines() {
+            if let Some(rest) = line.trim().strip_prefix("ENV ") {
+                names.extend(
+                    rest.split_whitespace()
+                        .filter_map(|p| p.split_once('=').map(|(k, _)| k.to_string())),
+                );
+            }
+        }
+    }
+    assert!(
+        names.iter().any(|n| n == "DUCKGATE_EXTENSION_DIR"),
+        "{names:?}"
+    );
+    for name in names {
         if PENDING.contains(&name.as_str()) {
             assert!(
                 !known.contains(&name),

@@ -21,16 +21,24 @@
 # linux/amd64 only: the httpfs extension comes from the PyPI wheel
 # duckdb-extension-httpfs, which is built for manylinux x86_64, and the gateway
 # looks for it under <DUCKGATE_EXTENSION_DIR>/v1.5.5/linux_amd64/.
-# The first build compiles DuckDB from source (about 20 minutes on two cores);
-# the cache mounts keep that work between builds.
+# The build links the official prebuilt DuckDB library (build.rs checks the
+# npm package's pinned integrity), which the image carries beside the binary.
+#
+# This file needs a registry for its base images (override them with
+# --build-arg PYTHON_IMAGE=... RUST_IMAGE=... RUNTIME_IMAGE=...) and the
+# network for crates and wheels. Without either, build the runtime-only image
+# instead: scripts/image (Dockerfile.runtime, the binary built on the host).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 ARG DUCKDB_VERSION=v1.5.5
 ARG HTTPFS_WHEEL_VERSION=1.5.5
+ARG PYTHON_IMAGE=python:3.12-slim-${DEBIAN_RELEASE}
+ARG RUST_IMAGE=rust:${RUST_VERSION}-${DEBIAN_RELEASE}
+ARG RUNTIME_IMAGE=debian:${DEBIAN_RELEASE}-slim
 
 # ---- httpfs extension, from the PyPI wheel (never downloaded at run time) ----
-FROM python:3.12-slim-${DEBIAN_RELEASE} AS httpfs
+FROM ${PYTHON_IMAGE} AS httpfs
 ARG DUCKDB_VERSION
 ARG HTTPFS_WHEEL_VERSION
 ARG TARGETARCH
@@ -84,7 +92,12 @@ RUN set -eux; \
     done
 
 # ---- build -------------------------------------------------------------------
-FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
+FROM ${RUST_IMAGE} AS build
+# The official DuckDB library, as build.rs fetches it (npm's tarball of
+# @duckdb/node-bindings-linux-x64@1.5.5-r.5; build.rs checks its integrity).
+ARG LIBDUCKDB_TGZ_URL=https://registry.npmjs.org/@duckdb/node-bindings-linux-x64/-/node-bindings-linux-x64-1.5.5-r.5.tgz
+ENV DUCKDB_LIB_DIR=/opt/libduckdb \
+    DUCKGATE_LIBDUCKDB_TGZ=/opt/libduckdb.tgz
 WORKDIR /src
 # Only what `cargo build --release` needs (see .dockerignore).
 COPY Cargo.toml Cargo.lock build.rs ./
@@ -93,12 +106,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
     set -eux; \
+    curl -fsSL --retry 3 -o "$DUCKGATE_LIBDUCKDB_TGZ" "$LIBDUCKDB_TGZ_URL"; \
     cargo build --release --locked --bin duckgate; \
     install -D -m 0755 target/release/duckgate /out/duckgate; \
+    install -D -m 0644 "$DUCKDB_LIB_DIR/libduckdb.so" /out/libduckdb.so; \
     /out/duckgate --version
 
 # ---- runtime -----------------------------------------------------------------
-FROM debian:${DEBIAN_RELEASE}-slim AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 # ca-certificates: TLS to S3 and STS. curl: the HEALTHCHECK below.
 RUN set -eux; \
     apt-get update; \
@@ -111,7 +126,9 @@ RUN set -eux; \
 
 # The extension directory is root-owned and read-only for the gateway's user.
 COPY --from=httpfs /opt/duckgate/extensions /opt/duckgate/extensions
-COPY --from=build /out/duckgate /usr/local/bin/duckgate
+# The binary finds libduckdb.so beside it (rpath `$ORIGIN`).
+COPY --from=build /out/duckgate /out/libduckdb.so /opt/duckgate/bin/
+RUN ln -s /opt/duckgate/bin/duckgate /usr/local/bin/duckgate
 
 ENV DUCKGATE_LISTEN=0.0.0.0:8080 \
     DUCKGATE_DATA_DIR=/var/lib/duckgate/data \
@@ -133,5 +150,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
 # SIGTERM starts a graceful drain of DUCKGATE_SHUTDOWN_GRACE_MS (default 10 s,
 # plus up to 5 s to close connections): give `docker stop` a longer --time.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["/usr/local/bin/duckgate"]
+ENTRYPOINT ["/opt/duckgate/bin/duckgate"]
 CMD ["serve"]

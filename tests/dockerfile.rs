@@ -1,6 +1,7 @@
-//! No Docker engine runs where these tests do, so the image cannot be built
-//! here: these tests read the Dockerfile and check what the gateway relies
-//! on. Instructions are parsed textually (continuation lines joined, comments
+//! The full Dockerfile needs a registry for its base images and the network
+//! for crates and wheels, which CI does not have, so it is not built here
+//! (tests/image.rs builds and runs the runtime-only image, Dockerfile.runtime):
+//! these tests read the Dockerfile and check what the gateway relies on. Instructions are parsed textually (continuation lines joined, comments
 //! dropped, `${ARG}` defaults substituted).
 
 use std::collections::HashMap;
@@ -126,11 +127,18 @@ fn expand(text: &str, args: &HashMap<String, String>, stage: Option<&Stage>) -> 
             }
         }
     }
+    // Defaults may name other ARGs (`ARG RUST_IMAGE=rust:${RUST_VERSION}-...`):
+    // substitute until nothing changes.
     let mut out = text.to_string();
-    for (k, v) in &vars {
-        out = out.replace(&format!("${{{k}}}"), v);
+    loop {
+        let before = out.clone();
+        for (k, v) in &vars {
+            out = out.replace(&format!("${{{k}}}"), v);
+        }
+        if out == before {
+            return out;
+        }
     }
-    out
 }
 
 fn final_stage(stages: &[Stage]) -> &Stage {
@@ -383,4 +391,40 @@ fn dockerignore_keeps_build_output_and_secrets_out_of_the_context() {
             }
         }
     }
+}
+
+#[test]
+fn the_prebuilt_duckdb_library_lands_beside_the_binary() {
+    let (args, stages) = parse();
+    let build = stages
+        .iter()
+        .find(|s| expand(&s.from, &args, None).starts_with("rust:"))
+        .unwrap();
+    // The build links the official library from the pinned npm tarball
+    // (build.rs checks its integrity) rather than compiling DuckDB.
+    let runs = build.all("RUN").join(" ");
+    assert!(
+        runs.contains("DUCKGATE_LIBDUCKDB_TGZ") && runs.contains("$DUCKDB_LIB_DIR/libduckdb.so"),
+        "{runs}"
+    );
+    let url = expand("${LIBDUCKDB_TGZ_URL}", &args, Some(build));
+    assert!(
+        url.ends_with("node-bindings-linux-x64-1.5.5-r.5.tgz"),
+        "{url}"
+    );
+    assert!(include_str!("../build.rs").contains("@duckdb/node-bindings-linux-x64@1.5.5-r.5"));
+    // The binary's rpath is `$ORIGIN`: both go to ENTRYPOINT's directory.
+    let runtime = final_stage(&stages);
+    let entry: Vec<String> = serde_json::from_str(runtime.last("ENTRYPOINT").unwrap()).unwrap();
+    let dir = std::path::Path::new(&entry[0]).parent().unwrap();
+    assert!(
+        runtime.all("COPY").iter().any(|c| {
+            let w: Vec<&str> = c.split_whitespace().collect();
+            w.iter().any(|x| x.ends_with("/libduckdb.so"))
+                && w.iter().any(|x| x.ends_with("/duckgate"))
+                && std::path::Path::new(w.last().unwrap()) == dir
+        }),
+        "duckgate and libduckdb.so are not copied together to {}",
+        dir.display()
+    );
 }

@@ -21,6 +21,13 @@ use serde_json::{json, Value};
 
 const TOKEN: &str = "ui-test-token-9f3c";
 
+/// Column names and DuckDB types.
+type Head = Vec<(String, String)>;
+/// DuckDB's rows, each value as its VARCHAR cast (`None`: NULL).
+type Reference = Vec<Vec<Option<String>>>;
+/// Rows on the page: index, cell texts, which cells show the NULL marker.
+type Rendered = Vec<(u64, Vec<String>, Vec<bool>)>;
+
 /// A chromedriver process and one browser session.
 struct Browser {
     driver: Child,
@@ -298,7 +305,7 @@ impl Browser {
 
     /// The header (name, type) and the rendered rows: (row index, cells,
     /// which cells show NULL).
-    async fn table(&self) -> (Vec<(String, String)>, Vec<(u64, Vec<String>, Vec<bool>)>) {
+    async fn table(&self) -> (Head, Rendered) {
         let v = self
             .js(
                 "const head = [...document.querySelectorAll('.grid-head .cell')].slice(1)
@@ -348,10 +355,10 @@ impl Browser {
 
 /// DuckDB in-process: the column names and types of `sql`, and each value
 /// as DuckDB prints it (its VARCHAR cast), `None` for NULL.
-fn duckdb_reference(sql: &str) -> (Vec<(String, String)>, Vec<Vec<Option<String>>>) {
+fn duckdb_reference(sql: &str) -> (Head, Reference) {
     let conn = duckdb::Connection::open_in_memory().unwrap();
     let mut stmt = conn.prepare(&format!("DESCRIBE {sql}")).unwrap();
-    let head: Vec<(String, String)> = stmt
+    let head: Head = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
         .unwrap()
         .map(Result::unwrap)
@@ -420,10 +427,7 @@ const TYPED_SQL: &str = "SELECT i AS id, 'name ' || i AS label, \
     FROM range(1, 41) t(i) ORDER BY i";
 
 /// Compares the rendered rows with DuckDB's; answers how many it compared.
-fn compare_rows(
-    reference: &[Vec<Option<String>>],
-    rows: &[(u64, Vec<String>, Vec<bool>)],
-) -> usize {
+fn compare_rows(reference: &Reference, rows: &Rendered) -> usize {
     for (i, cells, nulls) in rows {
         let want = &reference[*i as usize];
         assert_eq!(cells.len(), want.len(), "row {i}");

@@ -45,7 +45,8 @@ impl Drop for Browser {
 
 fn find_binary(env: &str, names: &[&str]) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
     }
     let path = std::env::var_os("PATH")?;
     for dir in std::env::split_paths(&path) {
@@ -77,7 +78,7 @@ impl Browser {
             eprintln!(
                 "SKIPPED tests/ui.rs browser checks: no chromium and chromedriver on PATH \
                  (scripts/test-env installs Debian's chromium and chromium-driver as root; \
-                 or set DUCKGATE_CHROMIUM and DUCKGATE_CHROMEDRIVER)"
+                 or set DUCKGATE_CHROMIUM and DUCKGATE_CHROMEDRIVER to their paths)"
             );
             return None;
         };
@@ -629,7 +630,7 @@ async fn the_console_in_a_real_browser() {
 
     // A chart of one category and two numbers.
     assert_eq!(
-        b.run("SELECT 'region ' || (i % 7) AS region, sum(i) AS total, count(*) * 100 AS weight FROM range(7000) t(i) GROUP BY 1 ORDER BY 1")
+        b.run("SELECT 'region ' || (i % 7) AS region, sum(i * (i % 7 + 1)) AS total, sum(i * (7 - i % 7)) AS other FROM range(7000) t(i) GROUP BY 1 ORDER BY 1")
             .await,
         "succeeded"
     );
@@ -769,6 +770,7 @@ async fn the_console_in_a_real_browser() {
         Duration::from_secs(20),
     )
     .await;
+    b.screenshot("docs").await;
 
     // Nothing but the gateway was asked for anything, and nothing broke
     // the CSP or threw.

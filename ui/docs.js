@@ -15,17 +15,21 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+/** One line of text with its `code` spans. */
+function inline(tag, text) {
+  const p = el(tag, tag === 'span' ? { class: 'summary' } : {});
+  (text || '').replace(/\n/g, ' ').split(/(`[^`]*`)/).forEach((part) => {
+    if (part.startsWith('`') && part.endsWith('`') && part.length > 1) p.append(el('code', {}, part.slice(1, -1)));
+    else p.append(part);
+  });
+  return p;
+}
+
 /** Markdown enough for the spec's descriptions: paragraphs and `code`. */
 function prose(text) {
   const box = el('div', { class: 'prose' });
   for (const para of (text || '').split(/\n\s*\n/)) {
-    if (!para.trim()) continue;
-    const p = el('p');
-    para.replace(/\n/g, ' ').split(/(`[^`]*`)/).forEach((part) => {
-      if (part.startsWith('`') && part.endsWith('`') && part.length > 1) p.append(el('code', {}, part.slice(1, -1)));
-      else p.append(part);
-    });
-    box.append(p);
+    if (para.trim()) box.append(inline('p', para));
   }
   return box;
 }
@@ -148,7 +152,7 @@ function curl(method, path, op) {
 function operation(method, path, op) {
   const id = `op-${op.operationId || method + path}`;
   const sec = el('section', { class: 'op', id });
-  sec.append(el('h3', {}, el('span', { class: `method m-${method}` }, method.toUpperCase()), ' ', el('code', {}, path), ' ', el('span', { class: 'summary' }, op.summary || '')));
+  sec.append(el('h3', {}, el('span', { class: `method m-${method}` }, method.toUpperCase()), ' ', el('code', {}, path), ' ', inline('span', op.summary)));
   sec.append(prose(op.description));
   if (op.security) {
     const needs = op.security.some((s) => Object.keys(s).length === 0) ? 'token optional (anonymous where allowed)' : 'bearer token';

@@ -1,12 +1,12 @@
-//! The OpenAPI document, generated from the handlers' annotations, and a
-//! small self-contained docs page (no assets fetched at build or run time).
+//! The OpenAPI document, generated from the handlers' annotations, served at
+//! `/openapi.json`; the docs page that renders it is in [`crate::api::ui`].
 
 use axum::http::header;
-use axum::response::{Html, IntoResponse};
+use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, catalog, error, health, metrics, queries, query, request, statements};
+use crate::api::{admin, catalog, error, health, metrics, queries, query, request, statements, ui};
 
 /// The OpenAPI document of the HTTP API.
 #[derive(OpenApi)]
@@ -36,6 +36,8 @@ use crate::api::{admin, catalog, error, health, metrics, queries, query, request
         catalog::list,
         catalog::table,
         openapi_json,
+        ui::console_page,
+        ui::docs_page,
     ),
     components(schemas(
         request::QueryRequest,
@@ -71,7 +73,8 @@ use crate::api::{admin, catalog, error, health, metrics, queries, query, request
         (name = "statements", description = "Async statements: submit, poll, page the spooled result in any format, cancel or discard (a query token: its own; the admin token: all)"),
         (name = "catalog", description = "Browse what clients can query: databases (the gateway's own and the operator-declared catalogs), schemas, tables, columns"),
         (name = "health", description = "Probes and metrics"),
-        (name = "admin", description = "Credential operations (admin token)")
+        (name = "admin", description = "Credential operations (admin token)"),
+        (name = "console", description = "The browser console and these docs: static pages embedded in the binary that call this API with the user's token")
     )
 )]
 pub struct ApiDoc;
@@ -100,51 +103,4 @@ pub fn spec_json() -> String {
     responses((status = 200, description = "The OpenAPI document", body = Object)))]
 pub async fn openapi_json() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], spec_json())
-}
-
-/// A plain HTML page listing every operation, rendered from the spec.
-pub async fn docs_page() -> Html<String> {
-    let doc = ApiDoc::openapi();
-    let mut rows = String::new();
-    for (path, item) in doc.paths.paths.iter() {
-        let ops = [
-            ("GET", item.get.as_ref()),
-            ("POST", item.post.as_ref()),
-            ("PUT", item.put.as_ref()),
-            ("DELETE", item.delete.as_ref()),
-        ];
-        for (method, op) in ops {
-            let Some(op) = op else { continue };
-            let summary = op.summary.clone().unwrap_or_default();
-            let description = op.description.clone().unwrap_or_default();
-            let statuses = op
-                .responses
-                .responses
-                .keys()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ");
-            rows.push_str(&format!(
-                "<tr><td><code>{method}</code></td><td><code>{}</code></td><td><b>{}</b><br>{}</td><td>{}</td></tr>\n",
-                escape(path),
-                escape(&summary),
-                escape(&description).replace('\n', "<br>"),
-                escape(&statuses)
-            ));
-        }
-    }
-    Html(format!(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>duckgate API</title>\
-         <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}}td{{vertical-align:top;padding:.4em;border-bottom:1px solid #ddd}}</style>\
-         </head><body><h1>duckgate API {}</h1><p>Machine-readable: <a href=\"/openapi.json\">/openapi.json</a></p>\
-         <table><tr><th>Method</th><th>Path</th><th>What it does</th><th>Statuses</th></tr>{rows}</table></body></html>",
-        escape(&doc.info.version)
-    ))
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }

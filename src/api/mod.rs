@@ -15,6 +15,7 @@ pub mod request;
 pub mod server;
 pub mod statements;
 pub mod transport;
+pub mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,7 +157,8 @@ pub fn router(state: AppState) -> Router {
     let docs_routes = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))
-        .route("/docs", get(docs::docs_page));
+        .merge(ui::docs_router())
+        .merge(ui::console_router(state.config.server.ui));
 
     // Results: small streamed answers are read whole first (they then go
     // out uncompressed, with a length), every format is compressed by

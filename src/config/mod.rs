@@ -183,6 +183,13 @@ pub struct ServerConfig {
     /// saves nothing and costs a round of CPU).
     #[arg(long, env = "DUCKGATE_COMPRESSION_MIN_BYTES", default_value_t = 1024)]
     pub compression_min_bytes: u16,
+
+    /// Serve the browser console at `/ui` (and redirect `/` there). The
+    /// console is static files embedded in the binary; every request it
+    /// makes carries the user's token, like curl's. `false`: `/` and `/ui`
+    /// answer 404.
+    #[arg(long, env = "DUCKGATE_UI", default_value_t = true, action = clap::ArgAction::Set)]
+    pub ui: bool,
 }
 
 /// An origin as browsers send it (`scheme://host[:port]`, lowercase, no

@@ -94,7 +94,34 @@ pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigEr
         .map(|t| t.expose_secret().trim())
         .filter(|t| !t.is_empty())
         .map(|t| SecretString::from(t.to_string()));
-    Ok(Tokens { query, admin })
+    let signer = match &config.auth.url_signing_key_file {
+        None => crate::api::links::UrlSigner::random(),
+        Some(path) => {
+            let key = std::fs::read(path).map_err(|e| {
+                ConfigError::new(
+                    "DUCKGATE_URL_SIGNING_KEY_FILE",
+                    format!("cannot read {}: {}", path.display(), e.kind()),
+                )
+            })?;
+            let key = key.trim_ascii().to_vec();
+            if key.len() < 32 {
+                return Err(ConfigError::new(
+                    "DUCKGATE_URL_SIGNING_KEY_FILE",
+                    format!(
+                        "{} holds {} bytes; a URL signing key needs at least 32",
+                        path.display(),
+                        key.len()
+                    ),
+                ));
+            }
+            crate::api::links::UrlSigner::new(key)
+        }
+    };
+    Ok(Tokens {
+        query,
+        admin,
+        signer,
+    })
 }
 
 /// The registry of running queries, with the audit file if one is set.

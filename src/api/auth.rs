@@ -50,6 +50,8 @@ pub struct Tokens {
     pub query: Vec<NamedToken>,
     /// `None`: the admin API is off.
     pub admin: Option<SecretString>,
+    /// Signs and checks result URLs that need no header (`api::links`).
+    pub signer: crate::api::links::UrlSigner,
 }
 
 /// Compares `given` with every token, without an early exit.
@@ -153,6 +155,13 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        // A signed result URL stands for its owner's token (GET of exactly
+        // the path it was made for; see `api::links`).
+        if bearer(parts).is_none() {
+            if let Some(signed) = crate::api::links::signed_caller(parts, state) {
+                return signed;
+            }
+        }
         if let (Some(admin), Some(given)) = (&state.tokens.admin, bearer(parts)) {
             if matches_any(given, std::slice::from_ref(admin)) {
                 return Ok(Caller::Admin);

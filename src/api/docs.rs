@@ -6,7 +6,9 @@ use axum::response::IntoResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::api::{admin, catalog, error, health, metrics, queries, query, request, statements, ui};
+use crate::api::{
+    admin, catalog, error, health, links, metrics, queries, query, request, statements, ui,
+};
 
 /// The OpenAPI document of the HTTP API.
 #[derive(OpenApi)]
@@ -28,6 +30,7 @@ use crate::api::{admin, catalog, error, health, metrics, queries, query, request
         statements::show,
         statements::result,
         statements::discard,
+        links::mint,
         health::healthz,
         health::readyz,
         metrics::metrics,
@@ -58,6 +61,7 @@ use crate::api::{admin, catalog, error, health, metrics, queries, query, request
         statements::StatementStatus,
         statements::StatementList,
         statements::Discarded,
+        links::SignedLink,
         catalog::CatalogList,
         catalog::DatabaseInfo,
         catalog::SchemaInfo,

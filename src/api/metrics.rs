@@ -105,6 +105,8 @@ pub fn register_zeroes(secrets: &[String]) {
                 .increment(0);
         }
     }
+    metrics::counter!("duckgate_auth_failures_total", "route" => "query", "reason" => "signature")
+        .increment(0);
     for secret in secrets {
         for outcome in ["ok", "error"] {
             metrics::counter!("duckgate_rotations_total", "secret" => secret.clone(), "outcome" => outcome)

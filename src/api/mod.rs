@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod docs;
 pub mod error;
 pub mod health;
+pub mod links;
 pub mod metrics;
 pub mod negotiate;
 pub mod queries;
@@ -123,7 +124,8 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/statements/{id}",
             get(statements::show).delete(statements::discard),
-        );
+        )
+        .route("/statements/{id}/links", post(links::mint));
     // Browsing runs on a pooled connection: bounded like queries.
     let catalog_routes = shed_beyond(
         Router::new()

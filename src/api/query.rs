@@ -59,6 +59,8 @@ pub enum FormatSchema {
     Csv,
     /// Arrow IPC stream.
     Arrow,
+    /// A Parquet file written by DuckDB (`/query` only).
+    Parquet,
 }
 
 /// The JSON answer.

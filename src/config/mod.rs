@@ -408,6 +408,13 @@ pub struct AuthConfig {
     #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true, value_parser = s3::parse_secret)]
     pub admin_token: Option<SecretString>,
 
+    /// File holding the key (at least 32 bytes) that signs result URLs
+    /// (`POST /statements/{id}/links`); every replica needs the same one.
+    /// Unset: a random key per process, so signed URLs hold on that
+    /// process only.
+    #[arg(long, env = "DUCKGATE_URL_SIGNING_KEY_FILE")]
+    pub url_signing_key_file: Option<PathBuf>,
+
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
     pub allow_anonymous: bool,

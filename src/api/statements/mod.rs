@@ -314,7 +314,11 @@ fn page_response(
 }
 
 /// The caller's statement with this id (the admin's: any owner's, if one).
-fn visible(state: &AppState, caller: &Caller, id: &str) -> Result<Arc<Statement>, ApiError> {
+pub(crate) fn visible(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Arc<Statement>, ApiError> {
     let owner = match caller {
         Caller::Admin => None,
         Caller::Owner(name) => Some(name.as_ref()),

@@ -103,6 +103,13 @@ pub struct PageOptions {
     /// Rows at most; absent: to the end.
     #[param(minimum = 1)]
     pub limit: Option<i64>,
+    /// Signed URL (`POST /statements/{id}/links`): when it stops holding,
+    /// Unix seconds. With `owner` and `sig`, stands for the bearer token.
+    pub expires: Option<u64>,
+    /// Signed URL: the owner token's name.
+    pub owner: Option<String>,
+    /// Signed URL: its signature.
+    pub sig: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -173,7 +173,18 @@ pub async fn run_with_metrics(
         .local_addr()
         .context("reading the listen address")?;
     let tokens = load_tokens(&config, addr)?;
-    let secrets = config.s3.secrets()?;
+    let mut secrets = config.s3.secrets()?;
+    // What the gateway writes to S3 itself: the data of catalogs declared
+    // read-write. Each secret's STS session policy allows writes there only.
+    let writes: Vec<String> = config
+        .catalogs()?
+        .iter()
+        .filter(|c| !c.read_only)
+        .flat_map(|c| c.s3_locations().into_iter().map(str::to_string))
+        .collect();
+    for secret in &mut secrets {
+        secret.write_scope = writes.clone();
+    }
     api::metrics::register_zeroes(&secrets.iter().map(|s| s.name.clone()).collect::<Vec<_>>());
     let timing = config.s3.timing(config.longest_time_limit());
     let config = Arc::new(config);

@@ -211,6 +211,10 @@ pub struct SecretSpec {
     pub scope: Vec<String>,
     /// STS endpoint URL; `None` means AWS.
     pub sts_endpoint: Option<String>,
+    /// Prefixes the gateway itself writes with these credentials (the data
+    /// of read-write catalogs, the shared spool); clients never write to S3.
+    /// Set at start from the rest of the configuration.
+    pub write_scope: Vec<String>,
 }
 
 /// The rotator's timing settings.
@@ -313,6 +317,7 @@ impl S3Settings {
                 use_ssl: self.s3_use_ssl,
                 scope: self.s3_scope.clone(),
                 sts_endpoint: self.sts_endpoint.clone(),
+                write_scope: Vec::new(),
             });
         }
         let mut names = std::collections::HashSet::new();
@@ -586,6 +591,7 @@ fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
                 use_ssl: f.use_ssl.unwrap_or(true),
                 scope: f.scope,
                 sts_endpoint: f.sts_endpoint,
+                write_scope: Vec::new(),
             })
         })
         .collect()

@@ -59,6 +59,9 @@ pub struct CredentialSource {
     /// client signs with it, and `fetch` asks it first so that a bad file
     /// fails with a clear class.
     base: Option<SharedCredentialsProvider>,
+    /// The STS session policy that narrows the role to the secret's scope
+    /// (`None`: the scope is every S3 path).
+    policy: Option<String>,
 }
 
 impl CredentialSource {
@@ -105,6 +108,7 @@ impl CredentialSource {
             spec: secret.source.clone(),
             sts,
             base,
+            policy: session_policy(&secret.scope, &secret.write_scope),
         }
     }
 
@@ -145,6 +149,7 @@ impl CredentialSource {
                     .role_arn(role_arn)
                     .role_session_name(session_name)
                     .set_external_id(external_id.clone())
+                    .set_policy(self.policy.clone())
                     .duration_seconds(duration.as_secs() as i32)
                     .send()
                     .await
@@ -170,6 +175,7 @@ impl CredentialSource {
                     .role_arn(role_arn)
                     .role_session_name(session_name)
                     .web_identity_token(token.trim())
+                    .set_policy(self.policy.clone())
                     .duration_seconds(duration.as_secs() as i32)
                     .send()
                     .await
@@ -235,6 +241,87 @@ fn base_error(base: &BaseCredentials, e: &CredentialsError) -> FetchError {
     ))
 }
 
+/// Longest session policy STS takes (its packed size limit is about the
+/// same; a policy past this would fail every AssumeRole).
+const MAX_POLICY_CHARS: usize = 2048;
+
+/// The STS session policy for `scope` (read: `s3:GetObject` under each
+/// prefix, `s3:ListBucket` of its bucket for keys under it) and `writes`
+/// (`s3:PutObject`, `s3:DeleteObject`, `s3:AbortMultipartUpload` under each
+/// prefix the gateway itself writes, inside the scope). The credentials STS
+/// returns can then do no more than the scope, whatever the role allows: a
+/// key that ever leaks reads nothing else. `None` when the scope is every
+/// S3 path (nothing to narrow). A scope whose policy would pass STS's size
+/// limit is narrowed to whole buckets instead.
+pub fn session_policy(scope: &[String], writes: &[String]) -> Option<String> {
+    if scope.is_empty() {
+        return None;
+    }
+    let split = |p: &str| -> (String, String) {
+        let rest = p.strip_prefix("s3://").unwrap_or(p);
+        match rest.split_once('/') {
+            Some((bucket, prefix)) => (bucket.to_string(), prefix.to_string()),
+            None => (rest.to_string(), String::new()),
+        }
+    };
+    let inside = |w: &str| scope.iter().any(|s| w.starts_with(s.as_str()));
+    let build = |whole_buckets: bool| -> String {
+        let mut reads = Vec::new();
+        let mut lists: Vec<(String, Vec<String>)> = Vec::new();
+        for p in scope {
+            let (bucket, prefix) = split(p);
+            let prefix = if whole_buckets { String::new() } else { prefix };
+            reads.push(format!("arn:aws:s3:::{bucket}/{prefix}*"));
+            match lists.iter_mut().find(|(b, _)| *b == bucket) {
+                Some((_, prefixes)) => prefixes.push(format!("{prefix}*")),
+                None => lists.push((bucket, vec![format!("{prefix}*")])),
+            }
+        }
+        reads.dedup();
+        let mut statements = vec![serde_json::json!({
+            "Sid": "ReadScope",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": reads,
+        })];
+        for (bucket, mut prefixes) in lists {
+            prefixes.dedup();
+            let mut list = serde_json::json!({
+                "Effect": "Allow",
+                "Action": ["s3:ListBucket"],
+                "Resource": format!("arn:aws:s3:::{bucket}"),
+            });
+            if !prefixes.iter().any(|p| p == "*") {
+                list["Condition"] = serde_json::json!({"StringLike": {"s3:prefix": prefixes}});
+            }
+            statements.push(list);
+        }
+        let written: Vec<String> = writes
+            .iter()
+            .filter(|w| inside(w))
+            .map(|w| {
+                let (bucket, prefix) = split(w);
+                format!("arn:aws:s3:::{bucket}/{prefix}*")
+            })
+            .collect();
+        if !written.is_empty() {
+            statements.push(serde_json::json!({
+                "Sid": "GatewayWrites",
+                "Effect": "Allow",
+                "Action": ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+                "Resource": written,
+            }));
+        }
+        serde_json::json!({"Version": "2012-10-17", "Statement": statements}).to_string()
+    };
+    let exact = build(false);
+    if exact.len() <= MAX_POLICY_CHARS {
+        return Some(exact);
+    }
+    let buckets = build(true);
+    (buckets.len() <= MAX_POLICY_CHARS).then_some(buckets)
+}
+
 fn convert(c: Option<&aws_sdk_sts::types::Credentials>) -> Result<Credentials, FetchError> {
     let c = c.ok_or_else(|| FetchError("STS answered without credentials".into()))?;
     let expires_at = SystemTime::try_from(*c.expiration())
@@ -298,4 +385,59 @@ fn one_line(text: &str, max: usize) -> String {
 /// Renders a secret's value for the DDL only.
 pub fn expose(s: &SecretString) -> &str {
     s.expose_secret()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::session_policy;
+
+    #[test]
+    fn the_session_policy_is_the_scope() {
+        assert_eq!(
+            session_policy(&[], &[]),
+            None,
+            "every S3 path: nothing to narrow"
+        );
+        let scope = vec![
+            "s3://lake/events/".to_string(),
+            "s3://lake/dims/".to_string(),
+            "s3://raw/".to_string(),
+        ];
+        let writes = vec![
+            "s3://lake/events/ducklake/".to_string(),
+            "s3://elsewhere/x/".to_string(),
+        ];
+        let p: serde_json::Value =
+            serde_json::from_str(&session_policy(&scope, &writes).unwrap()).unwrap();
+        let st = p["Statement"].as_array().unwrap();
+        assert_eq!(
+            st[0]["Resource"],
+            serde_json::json!([
+                "arn:aws:s3:::lake/events/*",
+                "arn:aws:s3:::lake/dims/*",
+                "arn:aws:s3:::raw/*"
+            ])
+        );
+        // One listing grant per bucket, limited to the scope's prefixes.
+        assert_eq!(st[1]["Resource"], "arn:aws:s3:::lake");
+        assert_eq!(
+            st[1]["Condition"]["StringLike"]["s3:prefix"],
+            serde_json::json!(["events/*", "dims/*"])
+        );
+        assert_eq!(st[2]["Resource"], "arn:aws:s3:::raw");
+        assert!(
+            st[2].get("Condition").is_none(),
+            "a whole bucket lists freely"
+        );
+        // Writes only where the gateway writes, and only inside the scope.
+        assert_eq!(
+            st[3]["Resource"],
+            serde_json::json!(["arn:aws:s3:::lake/events/ducklake/*"])
+        );
+        assert_eq!(st.len(), 4);
+        // Too long for STS: whole buckets instead.
+        let many: Vec<String> = (0..200).map(|i| format!("s3://lake/p{i:04}/")).collect();
+        let p = session_policy(&many, &[]).unwrap();
+        assert!(p.len() <= 2048 && p.contains("arn:aws:s3:::lake/*"), "{p}");
+    }
 }

@@ -53,6 +53,7 @@ mod tests {
             use_ssl: false,
             scope: vec!["s3://a/".into(), "s3://b/".into()],
             sts_endpoint: None,
+            write_scope: Vec::new(),
         };
         let creds = Credentials {
             key_id: "AKIA'X".into(),

@@ -40,6 +40,15 @@ WHAT IS EMULATED
   <Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message>..
   The session is found by the access key id (Authorization header or X-Amz-Credential
   query parameter) or by the session token (X-Amz-Security-Token header or query).
+- The other rule moto lacks: a session policy passed to AssumeRole (or
+  AssumeRoleWithWebIdentity) narrows the session as AWS does. An S3 request of a
+  session with a policy is allowed only when the policy allows its action on its
+  resource (Allow/Deny statements, `*`/`?` wildcards, the StringLike/StringEquals
+  condition on s3:prefix); otherwise HTTP 403 AccessDenied. Actions: GET/HEAD of a
+  key s3:GetObject; GET of a bucket s3:ListBucket (s3:prefix from the query); PUT
+  and POST of a key s3:PutObject; DELETE of a key s3:DeleteObject (with uploadId
+  s3:AbortMultipartUpload); POST ?delete s3:DeleteObject on every key listed;
+  anything else s3:<Other>, which only an `s3:*` grant allows.
 - small.csv is always seeded at s3://duckgate-test/data/small.csv:
       id,name,score / 1,alpha,1.5 / 2,beta,2.5 / 3,gamma,3.5
   --seed-parquet ROWS also seeds s3://duckgate-test/data/numbers.parquet with columns
@@ -62,6 +71,9 @@ no signature needed; every answer is JSON):
   POST /__control/reset-stats        zero the counters
   GET  /__control/secrets            every secret key and session token issued to
                                      assumed-role sessions (for leak checks)
+  GET  /__control/sessions           every assumed-role session: access_key_id,
+                                     secret_access_key, session_token, policy (test
+                                     only: what a leaked key could do)
 """
 
 from __future__ import annotations
@@ -120,6 +132,7 @@ class State:
                 "s3_expired_rejections": 0,
                 "s3_4xx": 0,
                 "s3_5xx": 0,
+                "s3_session_policy_denials": 0,
             }
 
     def first_rejection(self, access_key_id: str) -> bool:
@@ -190,6 +203,75 @@ def _read_body(environ: dict[str, Any]) -> bytes:
 
 
 WEB_IDENTITY_LOCK = threading.Lock()
+
+
+def _iam_pattern(pattern: str) -> "re.Pattern[str]":
+    """An IAM wildcard (`*` any run, `?` one character) as a regex."""
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+        re.DOTALL,
+    )
+
+
+def _listify(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else [] if v is None else [v]
+
+
+def policy_allows(policy: str, action: str, resource: str, context: dict[str, str]) -> bool:
+    """AWS's evaluation of one identity policy, for the subset duckgate uses:
+    an explicit Deny wins, else some Allow must match action, resource and
+    every condition."""
+    doc = json.loads(policy)
+    allowed = False
+    for st in _listify(doc.get("Statement")):
+        if not any(_iam_pattern(a.lower()).fullmatch(action.lower()) for a in _listify(st.get("Action"))):
+            continue
+        if not any(_iam_pattern(r).fullmatch(resource) for r in _listify(st.get("Resource"))):
+            continue
+        ok = True
+        for op, conds in (st.get("Condition") or {}).items():
+            for key, wanted in conds.items():
+                have = context.get(key)
+                if have is None:
+                    ok = False
+                elif op == "StringLike":
+                    ok = ok and any(_iam_pattern(w).fullmatch(have) for w in _listify(wanted))
+                elif op == "StringEquals":
+                    ok = ok and have in _listify(wanted)
+                else:  # an operator this emulation does not know never matches
+                    ok = False
+        if not ok:
+            continue
+        if st.get("Effect") == "Deny":
+            return False
+        allowed = allowed or st.get("Effect") == "Allow"
+    return allowed
+
+
+def s3_requests_of(environ: dict[str, Any], query: dict[str, list[str]]) -> list[tuple[str, str, dict[str, str]]]:
+    """The (action, resource, context) an S3 request needs, path-style."""
+    method = environ.get("REQUEST_METHOD", "GET")
+    path = environ.get("PATH_INFO", "/").lstrip("/")
+    bucket, _, key = path.partition("/")
+    if not bucket:
+        return [("s3:ListAllMyBuckets", "arn:aws:s3:::*", {})]
+    if not key:
+        if method in ("GET", "HEAD") and not ({"uploads", "location", "policy", "acl"} & query.keys()):
+            prefix = (query.get("prefix") or [""])[0]
+            return [("s3:ListBucket", f"arn:aws:s3:::{bucket}", {"s3:prefix": prefix})]
+        if method == "POST" and "delete" in query:
+            body = _read_body(environ).decode("utf-8", "replace")
+            keys = re.findall(r"<Key>(.*?)</Key>", body, re.DOTALL) or [""]
+            return [("s3:DeleteObject", f"arn:aws:s3:::{bucket}/{k}", {}) for k in keys]
+        return [(f"s3:Bucket{method.title()}", f"arn:aws:s3:::{bucket}", {})]
+    resource = f"arn:aws:s3:::{bucket}/{key}"
+    if method in ("GET", "HEAD"):
+        return [("s3:GetObject", resource, {})]
+    if method in ("PUT", "POST"):
+        return [("s3:PutObject", resource, {})]
+    if method == "DELETE":
+        return [("s3:AbortMultipartUpload" if "uploadId" in query else "s3:DeleteObject", resource, {})]
+    return [(f"s3:Object{method.title()}", resource, {})]
 
 
 class Middleware:
@@ -304,6 +386,20 @@ class Middleware:
                     f"<RequestId>{rid}</RequestId><HostId>{rid}</HostId></Error>",
                     start_response,
                 )
+            policy = getattr(session, "policy", None) if session is not None else None
+            if policy:
+                for action, resource, context in s3_requests_of(environ, query):
+                    if not policy_allows(policy, action, resource, context):
+                        self.state.bump("s3_session_policy_denials")
+                        rid = uuid.uuid4().hex[:16].upper()
+                        return _xml(
+                            "403 Forbidden",
+                            '<?xml version="1.0" encoding="UTF-8"?>\n'
+                            "<Error><Code>AccessDenied</Code>"
+                            f"<Message>{action} on {resource} is not allowed by the session policy</Message>"
+                            f"<RequestId>{rid}</RequestId><HostId>{rid}</HostId></Error>",
+                            start_response,
+                        )
 
         def counting_start_response(status: str, headers, exc_info=None):
             code = status[:1]
@@ -372,6 +468,17 @@ class Middleware:
                 ]
                 key_ids = [role.access_key_id for role in _assumed_roles()]
                 return _json("200 OK", {"values": values, "key_ids": key_ids}, start_response)
+            if what == "sessions" and method == "GET":
+                sessions = [
+                    {
+                        "access_key_id": role.access_key_id,
+                        "secret_access_key": role.secret_access_key,
+                        "session_token": role.session_token,
+                        "policy": getattr(role, "policy", None),
+                    }
+                    for role in _assumed_roles()
+                ]
+                return _json("200 OK", {"sessions": sessions}, start_response)
             if what == "reset-stats" and method == "POST":
                 self.state.reset()
                 return _json("200 OK", {"reset": True}, start_response)

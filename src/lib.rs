@@ -176,11 +176,20 @@ pub async fn run_with_metrics(
     let mut secrets = config.s3.secrets()?;
     // What the gateway writes to S3 itself: the data of catalogs declared
     // read-write. Each secret's STS session policy allows writes there only.
+    // And the shared result spool, when it is on S3.
     let writes: Vec<String> = config
         .catalogs()?
         .iter()
         .filter(|c| !c.read_only)
         .flat_map(|c| c.s3_locations().into_iter().map(str::to_string))
+        .chain(
+            config
+                .statements
+                .spool_url
+                .iter()
+                .filter(|u| u.starts_with("s3://"))
+                .cloned(),
+        )
         .collect();
     for secret in &mut secrets {
         secret.write_scope = writes.clone();
@@ -219,7 +228,15 @@ pub async fn run_with_metrics(
         let dirs: Vec<String> = specs.iter().flat_map(|s| s.local_dirs()).collect();
         tokio::task::spawn_blocking(move || {
             let catalogs = engine.attach_catalogs(&config, &specs, &prefixes)?;
-            engine.lock_down(&prefixes, &dirs)?;
+            // Queries never read the S3 spool (every token's results).
+            let refused: Vec<String> = config
+                .statements
+                .spool_url
+                .iter()
+                .filter(|u| u.starts_with("s3://"))
+                .cloned()
+                .collect();
+            engine.lock_down(&prefixes, &dirs, &refused)?;
             Ok::<_, engine::EngineError>(catalogs)
         })
         .await
@@ -231,16 +248,40 @@ pub async fn run_with_metrics(
         .await
         .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
 
+    let shared = match &config.statements.state_dsn {
+        None => None,
+        Some(dsn) => Some(Arc::new(
+            statements::shared::Shared::connect(
+                dsn.expose_secret(),
+                Duration::from_millis(config.statements.replica_stale_ms),
+            )
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("connecting to the shared state (DUCKGATE_STATE_DSN): {e}")
+            })?,
+        )),
+    };
+    let (spool_dir, s3_spool) = match config.statements.spool_url.as_deref() {
+        Some(url) if url.starts_with("s3://") => (
+            engine.data_dir.join("spool"),
+            Some(Arc::new(
+                statements::s3::S3Spool::new(url, rotator.clone())
+                    .map_err(|e| ConfigError::new("DUCKGATE_SPOOL_URL", e))?,
+            )),
+        ),
+        Some(dir) => (std::path::PathBuf::from(dir), None),
+        None => (engine.data_dir.join("spool"), None),
+    };
     let statements = {
         let s = &config.statements;
         let spool = statements::spool::Spool::open(
-            engine.data_dir.join("spool"),
+            spool_dir,
             s.spool_bytes,
             s.spool_statement_bytes,
             s.spool_token_bytes,
         )
         .context("preparing the spool directory")?;
-        statements::Statements::new(
+        statements::Statements::new_shared(
             spool,
             statements::Settings {
                 ttl: Duration::from_millis(s.statement_ttl_ms),
@@ -250,6 +291,8 @@ pub async fn run_with_metrics(
                 max_wait: Duration::from_millis(s.max_statement_wait_ms),
                 share: statements::Settings::share_of(config.pool_size(), s.statement_pool_share),
             },
+            shared.clone(),
+            s3_spool,
         )
     };
     let share = engine.pool.set_token_share(
@@ -258,6 +301,7 @@ pub async fn run_with_metrics(
     );
     tracing::debug!(?share, "queries per token");
     let drain = CancellationToken::new();
+    let rotator_stop = CancellationToken::new();
     let state = AppState {
         engine: engine.clone(),
         health: health.clone(),
@@ -270,9 +314,15 @@ pub async fn run_with_metrics(
         statements: statements.clone(),
         catalogs: Arc::new(catalogs),
     };
+    let replicas_task = shared.clone().map(|shared| {
+        tokio::spawn(api::replicas::run(
+            state.clone(),
+            shared,
+            rotator_stop.clone(),
+        ))
+    });
     let app = api::router(state);
 
-    let rotator_stop = CancellationToken::new();
     let rotator_task = tokio::spawn(rotator.clone().run(rotator_stop.clone()));
     let sweep_task = tokio::spawn(statements.clone().sweep(rotator_stop.clone()));
     let spill_task = config
@@ -349,6 +399,9 @@ pub async fn run_with_metrics(
     rotator_stop.cancel();
     let _ = rotator_task.await;
     let _ = sweep_task.await;
+    if let Some(t) = replicas_task {
+        let _ = t.await;
+    }
     if let Some(t) = spill_task {
         let _ = t.await;
     }

@@ -103,6 +103,14 @@ pub enum ApiError {
     /// A fault of the gateway (500): the cause is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The replica that ran a statement stopped (its heartbeat in the
+    /// shared state went stale) before the statement finished (410).
+    #[error("{0}")]
+    Lost(String),
+    /// The shared state (PostgreSQL) could not be reached (503): the
+    /// cause is logged, never sent.
+    #[error("shared state unavailable: {0}")]
+    SharedState(String),
 }
 
 impl ApiError {
@@ -489,6 +497,19 @@ impl ApiError {
                 problem(StatusCode::GONE, "statement-expired", "Statement expired", detail.clone()),
                 None,
             ),
+            ApiError::Lost(detail) => (
+                problem(StatusCode::GONE, "statement-lost", "Statement lost", detail.clone()),
+                None,
+            ),
+            ApiError::SharedState(_) => (
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shared-state-unavailable",
+                    "Shared state unavailable",
+                    "the gateway could not reach the state its replicas share (DUCKGATE_STATE_DSN); the cause is in its log, retry later",
+                ),
+                Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+            ),
             ApiError::Internal(_) => (
                 problem(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -541,6 +562,9 @@ impl ApiError {
         let (mut body, extra) = self.parts();
         body.query_id = query_id.map(str::to_string);
         let status = StatusCode::from_u16(body.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if let ApiError::SharedState(cause) = &self {
+            tracing::error!(error.cause = %cause, "shared state unavailable");
+        }
         if let ApiError::Internal(cause) | ApiError::Query(QueryError::Internal(cause)) = &self {
             tracing::error!(error.cause = %cause, "request failed");
         }

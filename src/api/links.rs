@@ -225,9 +225,10 @@ pub async fn mint(
                 })?,
         ),
     };
-    let statement = crate::api::statements::visible(&state, &caller, &id)?;
-    let owner = statement.running.owner.clone();
-    let path = format!("/statements/{}/result", statement.running.id);
+    let (owner, id) = crate::api::statements::visible(&state, &caller, &id)
+        .await?
+        .owner_and_id();
+    let path = format!("/statements/{id}/result");
     let expires = now_secs() + ttl.as_secs();
     let sig = state.tokens.signer.sign(&path, expires, &owner);
     let mut query = form_urlencoded::Serializer::new(String::new());

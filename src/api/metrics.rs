@@ -68,13 +68,14 @@ const OUTCOMES: [&str; 14] = [
 ];
 
 /// The `state` labels of `duckgate_statements`.
-const STATEMENT_STATES: [&str; 6] = [
+const STATEMENT_STATES: [&str; 7] = [
     "queued",
     "running",
     "succeeded",
     "failed",
     "cancelled",
     "expired",
+    "lost",
 ];
 
 /// Creates every series the gateway records, at zero, before anything

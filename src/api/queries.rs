@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::api::auth::Caller;
@@ -130,15 +131,60 @@ pub struct Cancelled {
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<QueryList> {
-    let queries = state
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    let queries: Vec<QueryInfo> = state
         .queries
         .list()
         .iter()
         .filter(|r| caller.may_see(&r.owner))
         .map(|r| QueryInfo::of(r, &state.engine.db))
         .collect();
-    Json(QueryList { queries })
+    if state.statements.shared.is_none() {
+        return Ok(Json(QueryList { queries }).into_response());
+    }
+    // Every live replica's, as each published them (at most half a second
+    // old), with this replica's own now.
+    let mut all: Vec<serde_json::Value> = queries
+        .iter()
+        .filter_map(|q| serde_json::to_value(q).ok())
+        .collect();
+    all.extend(
+        elsewhere(&state, &caller, None)
+            .await?
+            .into_iter()
+            .map(|(_, q)| q),
+    );
+    all.sort_by_key(|q| q["started_at_ms"].as_u64().unwrap_or(0));
+    Ok(Json(serde_json::json!({ "queries": all })).into_response())
+}
+
+/// The queries other live replicas run that the caller may see (with this
+/// id, if one is given): (replica, query).
+async fn elsewhere(
+    state: &AppState,
+    caller: &Caller,
+    id: Option<&str>,
+) -> Result<Vec<(String, serde_json::Value)>, ApiError> {
+    let Some(shared) = &state.statements.shared else {
+        return Ok(Vec::new());
+    };
+    let lists = shared
+        .others_queries()
+        .await
+        .map_err(ApiError::SharedState)?;
+    let mut out = Vec::new();
+    for (replica, list) in lists {
+        let Ok(serde_json::Value::Array(queries)) = serde_json::from_str(&list) else {
+            continue;
+        };
+        for q in queries {
+            let token = q["token"].as_str().unwrap_or_default();
+            if caller.may_see(token) && id.is_none_or(|id| q["id"].as_str() == Some(id)) {
+                out.push((replica.clone(), q));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The caller's running queries with this id (the admin's: every owner's).
@@ -173,9 +219,14 @@ pub async fn show(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<QueryInfo>, ApiError> {
-    let found = visible(&state, &caller, &id)?;
-    Ok(Json(QueryInfo::of(&found[0], &state.engine.db)))
+) -> Result<Response, ApiError> {
+    match visible(&state, &caller, &id) {
+        Ok(found) => Ok(Json(QueryInfo::of(&found[0], &state.engine.db)).into_response()),
+        Err(e) => match elsewhere(&state, &caller, Some(&id)).await?.pop() {
+            Some((_, q)) => Ok(Json(q).into_response()),
+            None => Err(e),
+        },
+    }
 }
 
 /// Cancels a running query (the admin: every running query with that id):
@@ -195,7 +246,16 @@ pub async fn cancel(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Cancelled>, ApiError> {
-    let found = visible(&state, &caller, &id)?;
+    let found = match visible(&state, &caller, &id) {
+        Ok(found) => found,
+        Err(e) => {
+            let remote = elsewhere(&state, &caller, Some(&id)).await?;
+            if remote.is_empty() {
+                return Err(e);
+            }
+            return cancel_elsewhere(&state, &caller, id, remote).await;
+        }
+    };
     let who = match &caller {
         Caller::Admin => "admin".to_string(),
         Caller::Owner(name) => name.to_string(),
@@ -213,6 +273,47 @@ pub async fn cancel(
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(Json(Cancelled {
+        id,
+        cancelled: true,
+        ended,
+    }))
+}
+
+/// Cancels queries other replicas run: the cancel is recorded in the shared
+/// state for each owner, which honours it within a second; waits (bounded)
+/// until they are gone from the owners' lists.
+async fn cancel_elsewhere(
+    state: &AppState,
+    caller: &Caller,
+    id: String,
+    found: Vec<(String, serde_json::Value)>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let Some(shared) = &state.statements.shared else {
+        return Err(ApiError::Internal("no shared state".into()));
+    };
+    for (replica, q) in &found {
+        let token = q["token"].as_str().unwrap_or_default();
+        tracing::info!(query_id = %id, owner = %token, replica = %replica, "cancel requested on another replica");
+        shared
+            .request_cancel(replica, token, &id)
+            .await
+            .map_err(ApiError::SharedState)?;
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    let mut ended = false;
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = elsewhere(state, caller, Some(&id)).await?;
+        if !now.iter().any(|(r, q)| {
+            found
+                .iter()
+                .any(|(fr, fq)| fr == r && fq["token"] == q["token"])
+        }) {
+            ended = true;
+            break;
+        }
     }
     Ok(Json(Cancelled {
         id,

@@ -127,6 +127,24 @@ pub struct StatementsConfig {
     /// Bytes one statement's spooled result may take.
     #[arg(long, env = "DUCKGATE_SPOOL_STATEMENT_BYTES", default_value = "2GB", value_parser = parse_byte_count)]
     pub spool_statement_bytes: u64,
+
+    /// PostgreSQL connection string of the state several replicas share
+    /// (statements, cancels, running queries). Unset: this process alone,
+    /// its state in memory.
+    #[arg(long, env = "DUCKGATE_STATE_DSN", hide_env_values = true, value_parser = s3::parse_secret)]
+    pub state_dsn: Option<SecretString>,
+
+    /// Where results are spooled: a local directory (default
+    /// `<data dir>/spool`, emptied at start) or `s3://bucket/prefix/` inside
+    /// the scope of a configured S3 secret (needs DUCKGATE_STATE_DSN), so
+    /// that any replica serves any finished result.
+    #[arg(long, env = "DUCKGATE_SPOOL_URL")]
+    pub spool_url: Option<String>,
+
+    /// A replica whose heartbeat in the shared state is older than this is
+    /// taken for dead: its running statements answer 410 statement-lost.
+    #[arg(long, env = "DUCKGATE_REPLICA_STALE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1_000..=600_000))]
+    pub replica_stale_ms: u64,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -497,6 +515,27 @@ impl Config {
                 "DUCKGATE_ADMIN_TOKEN",
                 "must be at least 16 characters",
             ));
+        }
+        if let Some(url) = &self.statements.spool_url {
+            if url.starts_with("s3://") {
+                if self.statements.state_dsn.is_none() {
+                    return Err(ConfigError::new(
+                        "DUCKGATE_SPOOL_URL",
+                        "an S3 spool serves other replicas, which find its results through DUCKGATE_STATE_DSN: set it too",
+                    ));
+                }
+                if !url.ends_with('/') || url.len() <= "s3://".len() + 1 {
+                    return Err(ConfigError::new(
+                        "DUCKGATE_SPOOL_URL",
+                        "an S3 spool is a prefix ending in `/`, such as s3://bucket/duckgate-spool/",
+                    ));
+                }
+            } else if url.contains("://") {
+                return Err(ConfigError::new(
+                    "DUCKGATE_SPOOL_URL",
+                    "a spool is a local directory or an s3:// prefix",
+                ));
+            }
         }
         if self.statements.spool_statement_bytes > self.statements.spool_bytes {
             return Err(ConfigError::new(

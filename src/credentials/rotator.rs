@@ -42,6 +42,9 @@ struct Managed {
     not_before: Mutex<Option<Instant>>,
     /// Lifetime of the installed credentials, as issued.
     lifetime: Mutex<Option<Duration>>,
+    /// The installed credentials, for the gateway's own S3 calls (the S3
+    /// spool) made with exactly what DuckDB uses.
+    current: Mutex<Option<Credentials>>,
 }
 
 /// Owns the credential lifecycle of every configured S3 secret.
@@ -135,6 +138,7 @@ impl Rotator {
                 failures: AtomicU32::new(0),
                 not_before: Mutex::new(None),
                 lifetime: Mutex::new(None),
+                current: Mutex::new(None),
             }));
         }
         health.credentials.store(Arc::new(CredentialsView {
@@ -181,6 +185,43 @@ impl Rotator {
         out.sort();
         out.dedup();
         out
+    }
+
+    /// The secret whose scope holds `url` (the longest matching prefix; a
+    /// secret without scope holds every S3 path), with its installed
+    /// credentials: what the gateway's own S3 calls use, so they rotate with
+    /// DuckDB's.
+    pub fn credentials_for(&self, url: &str) -> Option<(SecretSpec, Credentials)> {
+        let m = self
+            .secrets
+            .iter()
+            .filter_map(|m| {
+                if m.spec.scope.is_empty() {
+                    return Some((0, m));
+                }
+                m.spec
+                    .scope
+                    .iter()
+                    .filter(|p| url.starts_with(p.as_str()))
+                    .map(|p| p.len())
+                    .max()
+                    .map(|n| (n, m))
+            })
+            .max_by_key(|(n, _)| *n)?
+            .1;
+        let creds = m
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        Some((m.spec.clone(), creds))
+    }
+
+    /// Whether a configured secret's scope holds `url`.
+    pub fn in_scope(&self, url: &str) -> bool {
+        self.secrets.iter().any(|m| {
+            m.spec.scope.is_empty() || m.spec.scope.iter().any(|p| url.starts_with(p.as_str()))
+        })
     }
 
     /// Installs every secret at start-up, retrying briefly; fails if one
@@ -307,6 +348,7 @@ impl Rotator {
                     .and_then(|e| e.duration_since(SystemTime::now()).ok())
                     .map(|d| d + elapsed);
                 self.publish_success(idx, &creds);
+                *m.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(creds.clone());
                 metrics::counter!("duckgate_rotations_total", "secret" => m.spec.name.clone(), "outcome" => "ok")
                     .increment(1);
                 metrics::histogram!("duckgate_rotation_duration_seconds")

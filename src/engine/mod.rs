@@ -321,6 +321,7 @@ impl Engine {
         &self,
         s3_prefixes: &[String],
         catalog_dirs: &[String],
+        s3_refused: &[String],
     ) -> Result<(), EngineError> {
         let files = format!("{}/", self.files_dir.display());
         let scope: Vec<String> = s3_prefixes
@@ -339,6 +340,7 @@ impl Engine {
                 files_dir: Some(files.clone()),
                 s3: !scope.is_empty(),
                 s3_scope: scope,
+                s3_refused: s3_refused.to_vec(),
             },
         }));
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());

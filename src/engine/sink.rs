@@ -15,7 +15,7 @@ use crate::engine::guard;
 
 /// Where a spooled result's columns are. Columns `0..names.len()` of every
 /// batch are the result's own values; twins follow.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ResultLayout {
     /// The statement kind the guard saw (`SELECT`, ...).
     pub kind: String,

@@ -5,6 +5,8 @@
 //! bounded number is kept at once.
 
 pub mod pages;
+pub mod s3;
+pub mod shared;
 pub mod spool;
 
 use std::collections::HashMap;
@@ -54,7 +56,7 @@ impl Settings {
 }
 
 /// Where a statement is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum State {
     /// Waiting for its share of the pool.
@@ -69,6 +71,8 @@ pub enum State {
     Cancelled,
     /// Finished longer ago than the TTL: its result is gone.
     Expired,
+    /// Its replica stopped before it finished (with shared state only).
+    Lost,
 }
 
 impl State {
@@ -85,6 +89,9 @@ struct Inner {
     error: Option<QueryError>,
     finished: Option<(Instant, SystemTime)>,
     retried: bool,
+    /// Its result's metadata for other replicas (JSON of
+    /// [`spool::ResultMeta`]), once uploaded to the S3 spool.
+    shared_result: Option<String>,
 }
 
 /// One statement.
@@ -98,6 +105,10 @@ pub struct Statement {
     inner: Mutex<Inner>,
     /// Fires when it has finished.
     pub done: CancellationToken,
+    /// Its row is in the shared state.
+    pub claimed: std::sync::atomic::AtomicBool,
+    /// Its final state is published in the shared state.
+    pub published: std::sync::atomic::AtomicBool,
 }
 
 /// What a statement is now.
@@ -139,6 +150,11 @@ impl Statement {
             },
             retried: inner.retried,
         }
+    }
+
+    /// Its result's metadata for other replicas, once in the S3 spool.
+    pub fn shared_result(&self) -> Option<String> {
+        self.lock().shared_result.clone()
     }
 
     fn set_state(&self, state: State) {
@@ -188,17 +204,37 @@ pub struct Statements {
     /// How statements are bounded.
     pub settings: Settings,
     files: std::sync::atomic::AtomicU64,
+    /// The state replicas share, when several serve statements.
+    pub shared: Option<Arc<shared::Shared>>,
+    /// The S3 spool finished results are uploaded to.
+    pub s3: Option<Arc<s3::S3Spool>>,
+    /// Local copies of other replicas' results, by URL, with their last use.
+    pub copies: Mutex<HashMap<String, (Arc<SpoolResult>, Instant)>>,
 }
 
 impl Statements {
     /// No statements yet; results go to `spool`.
     pub fn new(spool: Arc<Spool>, settings: Settings) -> Arc<Self> {
+        Self::new_shared(spool, settings, None, None)
+    }
+
+    /// [`Statements::new`], sharing its statements with other replicas
+    /// through `shared`, results through `s3`.
+    pub fn new_shared(
+        spool: Arc<Spool>,
+        settings: Settings,
+        shared: Option<Arc<shared::Shared>>,
+        s3: Option<Arc<s3::S3Spool>>,
+    ) -> Arc<Self> {
         Arc::new(Statements {
             map: Mutex::new(HashMap::new()),
             share: Arc::new(Semaphore::new(settings.share)),
             spool,
             settings,
             files: Default::default(),
+            shared,
+            s3,
+            copies: Mutex::new(HashMap::new()),
         })
     }
 
@@ -207,7 +243,7 @@ impl Statements {
     }
 
     fn publish(map: &HashMap<Key, Arc<Statement>>) {
-        let mut counts = [0usize; 6];
+        let mut counts = [0usize; 7];
         for s in map.values() {
             counts[s.lock().state as usize] += 1;
         }
@@ -218,6 +254,7 @@ impl Statements {
             "failed",
             "cancelled",
             "expired",
+            "lost",
         ]
         .iter()
         .zip(counts)
@@ -273,8 +310,11 @@ impl Statements {
                 error: None,
                 finished: None,
                 retried: false,
+                shared_result: None,
             }),
             done: CancellationToken::new(),
+            claimed: Default::default(),
+            published: Default::default(),
         });
         map.insert(key, statement.clone());
         Self::publish(&map);
@@ -307,7 +347,13 @@ impl Statements {
                 Ok(retried) => {
                     statement.lock().retried = retried;
                     match writer.take_result() {
-                        Some(r) => (State::Succeeded, Some(Arc::new(r)), None),
+                        Some(r) => match this.upload(&r).await {
+                            Ok(meta) => {
+                                statement.lock().shared_result = meta;
+                                (State::Succeeded, Some(Arc::new(r)), None)
+                            }
+                            Err(e) => (State::Failed, None, Some(QueryError::Internal(e))),
+                        },
                         None => (
                             State::Failed,
                             None,
@@ -352,6 +398,25 @@ impl Statements {
             statement.done.cancel();
             Self::publish(&this.lock());
         });
+    }
+
+    /// Uploads a finished result to the S3 spool, if there is one, before
+    /// the statement is seen to succeed: other replicas page it from there.
+    /// Returns its metadata for them.
+    async fn upload(&self, result: &SpoolResult) -> Result<Option<String>, String> {
+        let (Some(s3), Some(shared)) = (&self.s3, &self.shared) else {
+            return Ok(None);
+        };
+        let name = result
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or("a spool file without a name")?;
+        let url = s3.url_of(&format!("{}/{name}", shared.replica));
+        s3.upload(&result.path, &url).await?;
+        serde_json::to_string(&result.meta(url))
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     /// Waits for a share of the pool, then runs the statement. `Ok(retried)`

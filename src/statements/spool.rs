@@ -368,6 +368,7 @@ impl BatchSink for SpoolWriter {
             truncated,
             bytes,
             arrow_refusal: w.arrow_refusal.take(),
+            charged: true,
         };
         // The file and its quota now belong to the result.
         drop(w.writer);
@@ -398,11 +399,77 @@ pub struct SpoolResult {
     /// A column holding an INTERVAL beyond Arrow's range: Arrow pages are
     /// refused, as `/query` refuses such an Arrow answer.
     pub arrow_refusal: Option<String>,
+    /// Whether its bytes count against the spool's quotas: a copy fetched
+    /// from the S3 spool for another replica's statement does not.
+    charged: bool,
+}
+
+/// What another replica needs to page a result it did not write (kept in
+/// the shared state with the statement).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct ResultMeta {
+    /// The S3 URL of the result's file.
+    pub url: String,
+    /// Where the result's columns and their twins are in the file.
+    pub layout: ResultLayout,
+    /// Rows before each batch of the file, then the total.
+    pub starts: Vec<u64>,
+    /// Rows in the result.
+    pub rows: u64,
+    /// Cut by the statement's row limit.
+    pub truncated: bool,
+    /// The file's size.
+    pub bytes: u64,
+    /// See [`SpoolResult::arrow_refusal`].
+    pub arrow_refusal: Option<String>,
+}
+
+impl SpoolResult {
+    /// What another replica needs to page it from `url`.
+    pub fn meta(&self, url: String) -> ResultMeta {
+        ResultMeta {
+            url,
+            layout: self.layout.clone(),
+            starts: self.starts.clone(),
+            rows: self.rows,
+            truncated: self.truncated,
+            bytes: self.bytes,
+            arrow_refusal: self.arrow_refusal.clone(),
+        }
+    }
+
+    /// A local copy at `path` of another replica's result: removed when the
+    /// last holder lets go, never charged to the quotas.
+    pub fn copy(
+        spool: Arc<Spool>,
+        owner: Arc<str>,
+        path: PathBuf,
+        meta: ResultMeta,
+    ) -> Result<Self, String> {
+        let file = File::open(&path).map_err(|e| format!("opening the spool copy: {e}"))?;
+        let reader = arrow::ipc::reader::FileReader::try_new(std::io::BufReader::new(file), None)
+            .map_err(|e| format!("reading the spool copy: {e}"))?;
+        Ok(SpoolResult {
+            spool,
+            owner,
+            path,
+            layout: meta.layout,
+            schema: reader.schema(),
+            starts: meta.starts,
+            rows: meta.rows,
+            truncated: meta.truncated,
+            bytes: meta.bytes,
+            arrow_refusal: meta.arrow_refusal,
+            charged: false,
+        })
+    }
 }
 
 impl Drop for SpoolResult {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
-        self.spool.release(&self.owner, self.bytes);
+        if self.charged {
+            self.spool.release(&self.owner, self.bytes);
+        }
     }
 }

@@ -22,6 +22,7 @@ use crate::api::AppState;
 use crate::encode::Format;
 use crate::engine::{QueryError, QueryJob};
 use crate::statements::pages::{self, Page};
+use crate::statements::shared::Row;
 use crate::statements::{AdmitError, Runner, State as StatementState, Statement};
 
 mod views;
@@ -164,6 +165,36 @@ async fn submit_inner(
             return Err(e);
         }
     };
+    if let Some(shared) = &state.statements.shared {
+        // The id must be free on every replica: the shared state decides.
+        let claimed = shared
+            .claim(&auth.name, id, &status_json(state, &statement).to_string())
+            .await;
+        let e = match claimed {
+            Ok(true) => None,
+            Ok(false) => Some(ApiError::Conflict {
+                slug: "query-id-taken",
+                title: "Statement id in use",
+                detail: format!("a statement with id {id} is kept; DELETE it or choose another id"),
+            }),
+            Err(e) => Some(ApiError::SharedState(e)),
+        };
+        if let Some(e) = e {
+            let (status, kind, error_class) = e.summary();
+            registration
+                .running
+                .set_outcome(crate::engine::queries::Outcome {
+                    status,
+                    kind,
+                    error_class,
+                });
+            state.statements.discard(&statement);
+            return Err(e);
+        }
+        statement
+            .claimed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     let writer = state.statements.writer(auth.name.clone());
     let job = QueryJob {
         sql,
@@ -192,6 +223,17 @@ async fn submit_inner(
     state
         .statements
         .start(statement.clone(), job, writer, registration, runner);
+    if let Some(shared) = state.statements.shared.clone() {
+        // Its end is published at once (the replicas loop would within
+        // half a second).
+        let (state, statement) = (state.clone(), statement.clone());
+        tokio::spawn(async move {
+            statement.done.cancelled().await;
+            if let Err(e) = crate::api::replicas::publish(&state, &shared, &statement).await {
+                tracing::warn!(error.cause = %e, "publishing a statement's end failed; retried");
+            }
+        });
+    }
 
     tokio::select! {
         _ = statement.done.cancelled() => {}
@@ -201,7 +243,7 @@ async fn submit_inner(
     match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(result), _) => page_response(
             state,
-            &statement,
+            &Ident::of(state, &statement),
             result,
             Page {
                 format,
@@ -223,24 +265,77 @@ fn accepted(state: &AppState, statement: &Statement) -> Response {
     if let Ok(v) = HeaderValue::from_str(&location) {
         h.insert(header::LOCATION, v);
     }
-    decorate(h, statement);
+    decorate(h, &Ident::of(state, statement));
     response
 }
 
+/// What the headers of a statement answer name.
+struct Ident {
+    id: String,
+    epoch: u64,
+    retried: bool,
+}
+
+impl Ident {
+    fn of(state: &AppState, statement: &Statement) -> Self {
+        Ident {
+            id: statement.running.id.clone(),
+            epoch: statement.running.epoch,
+            retried: statement.snapshot(state.statements.settings.ttl).retried,
+        }
+    }
+
+    /// Of another replica's statement, from its status document.
+    fn of_status(status: &serde_json::Value) -> Self {
+        Ident {
+            id: status["id"].as_str().unwrap_or_default().to_string(),
+            epoch: status["credential_epoch"].as_u64().unwrap_or(0),
+            retried: status["retried"].as_bool().unwrap_or(false),
+        }
+    }
+}
+
 /// The id, state and credential headers every statement answer carries.
-fn decorate(h: &mut HeaderMap, statement: &Statement) {
-    let r = &statement.running;
-    if let Ok(v) = HeaderValue::from_str(&r.id) {
+fn decorate(h: &mut HeaderMap, ident: &Ident) {
+    if let Ok(v) = HeaderValue::from_str(&ident.id) {
         h.insert(QUERY_ID_HEADER, v);
     }
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(EPOCH_HEADER, HeaderValue::from(r.epoch));
+    h.insert(EPOCH_HEADER, HeaderValue::from(ident.epoch));
+}
+
+/// The status document of a local statement, as JSON.
+pub(crate) fn status_json(state: &AppState, statement: &Statement) -> serde_json::Value {
+    serde_json::to_value(status_of(state, statement)).unwrap_or_default()
+}
+
+/// The status document of a statement another replica keeps (or kept),
+/// as read from the shared state: expired once past its expiry.
+fn remote_status(row: &Row) -> serde_json::Value {
+    let mut status = row.status.clone();
+    if row.lost() {
+        status["state"] = "lost".into();
+    } else if row.expired && row.state == "succeeded" {
+        status["state"] = "expired".into();
+        if let Some(o) = status.as_object_mut() {
+            o.remove("result");
+        }
+    }
+    status
+}
+
+fn lost(row: &Row) -> ApiError {
+    ApiError::Lost(format!(
+        "statement {} was {} on a replica that stopped before it finished; its state is lost and it has no result: submit it again",
+        row.id,
+        if row.state == "lost" { "running" } else { row.state.as_str() }
+    ))
 }
 
 /// A page of a finished statement's result.
 fn page_response(
     state: &AppState,
-    statement: &Statement,
+    ident: &Ident,
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
 ) -> Result<Response, ApiError> {
@@ -258,14 +353,14 @@ fn page_response(
     let next = (page.offset + rows < total && page.limit.is_some()).then(|| {
         format!(
             "</statements/{}/result?format={}&offset={}&limit={}>; rel=\"next\"",
-            statement.running.id,
+            ident.id,
             page.format.name(),
             page.offset + rows,
             page.limit.unwrap_or(rows)
         )
     });
     let kind = result.layout.kind.clone();
-    let retried = statement.snapshot(state.statements.settings.ttl).retried;
+    let retried = ident.retried;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let stall = Duration::from_millis(state.config.limits.send_stall_timeout_ms);
     let runtime = tokio::runtime::Handle::current();
@@ -295,7 +390,7 @@ fn page_response(
         header::CONTENT_TYPE,
         HeaderValue::from_static(page.format.content_type()),
     );
-    decorate(h, statement);
+    decorate(h, ident);
     h.insert(STATE_HEADER, HeaderValue::from_static("succeeded"));
     h.insert(TOTAL_ROWS_HEADER, HeaderValue::from(total));
     if let Ok(v) = HeaderValue::from_str(&kind) {
@@ -313,16 +408,70 @@ fn page_response(
     Ok(response)
 }
 
+/// A statement a request names: kept here, or (shared state) by another
+/// replica.
+pub(crate) enum Found {
+    Local(Arc<Statement>),
+    Remote(Row),
+}
+
+impl Found {
+    /// The statement's owner (token name) and id.
+    pub(crate) fn owner_and_id(&self) -> (Arc<str>, String) {
+        match self {
+            Found::Local(s) => (s.running.owner.clone(), s.running.id.clone()),
+            Found::Remote(row) => (row.token.as_str().into(), row.id.clone()),
+        }
+    }
+}
+
 /// The caller's statement with this id (the admin's: any owner's, if one).
-pub(crate) fn visible(
+/// With shared state, the shared rows decide (a statement deleted through
+/// another replica is gone here too), and one this replica keeps is
+/// answered from its own, live, state.
+pub(crate) async fn visible(
     state: &AppState,
     caller: &Caller,
     id: &str,
-) -> Result<Arc<Statement>, ApiError> {
+) -> Result<Found, ApiError> {
     let owner = match caller {
         Caller::Admin => None,
         Caller::Owner(name) => Some(name.as_ref()),
     };
+    let Some(shared) = &state.statements.shared else {
+        return visible_here(state, owner, id).map(Found::Local);
+    };
+    let mut rows = shared
+        .find(owner, id)
+        .await
+        .map_err(ApiError::SharedState)?;
+    match rows.len() {
+        0 => Err(ApiError::NotFound(format!(
+            "no statement with id {id} is yours to see"
+        ))),
+        1 => {
+            let row = rows.remove(0);
+            if row.replica == shared.replica {
+                if let Some(s) = state.statements.find(Some(&row.token), id).pop() {
+                    return Ok(Found::Local(s));
+                }
+            }
+            Ok(Found::Remote(row))
+        }
+        n => Err(ApiError::Conflict {
+            slug: "ambiguous-id",
+            title: "Ambiguous id",
+            detail: format!("{n} tokens have a statement with id {id}; ask with the owner's token"),
+        }),
+    }
+}
+
+/// The caller's statement with this id, in this process alone.
+fn visible_here(
+    state: &AppState,
+    owner: Option<&str>,
+    id: &str,
+) -> Result<Arc<Statement>, ApiError> {
     let mut found = state.statements.find(owner, id);
     match found.len() {
         0 => Err(ApiError::NotFound(format!(
@@ -344,18 +493,36 @@ pub(crate) fn visible(
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
-pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<StatementList> {
+pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     let owner = match &caller {
         Caller::Admin => None,
         Caller::Owner(name) => Some(name.as_ref()),
     };
-    let statements = state
-        .statements
-        .list(owner)
+    let local = state.statements.list(owner);
+    let Some(shared) = &state.statements.shared else {
+        let statements = local.iter().map(|s| status_of(&state, s)).collect();
+        return Ok(Json(StatementList { statements }).into_response());
+    };
+    // Every replica's, from the shared rows; this replica's own live.
+    let rows = shared.list(owner).await.map_err(ApiError::SharedState)?;
+    let mut statements: Vec<serde_json::Value> = rows
         .iter()
-        .map(|s| status_of(&state, s))
+        .map(|row| {
+            let here = (row.replica == shared.replica)
+                .then(|| {
+                    local
+                        .iter()
+                        .find(|s| *s.running.owner == *row.token && s.running.id == row.id)
+                })
+                .flatten();
+            match here {
+                Some(s) => status_json(&state, s),
+                None => remote_status(row),
+            }
+        })
         .collect();
-    Json(StatementList { statements })
+    statements.sort_by_key(|s| s["submitted_at_ms"].as_u64().unwrap_or(0));
+    Ok(Json(serde_json::json!({ "statements": statements })).into_response())
 }
 
 /// One statement's status.
@@ -365,7 +532,9 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Json<Stateme
         (status = 200, description = "Its status", body = StatementStatus),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`statement-lost`: the replica that ran it stopped before it finished (shared state)", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`shared-state-unavailable`: the shared state (DUCKGATE_STATE_DSN) cannot be reached", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn show(
@@ -373,11 +542,21 @@ pub async fn show(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let s = visible(&state, &caller, &id)?;
-    let status = status_of(&state, &s);
-    let mut response = Json(status).into_response();
-    decorate(response.headers_mut(), &s);
-    Ok(response)
+    match visible(&state, &caller, &id).await? {
+        Found::Local(s) => {
+            let status = status_of(&state, &s);
+            let mut response = Json(status).into_response();
+            decorate(response.headers_mut(), &Ident::of(&state, &s));
+            Ok(response)
+        }
+        Found::Remote(row) if row.lost() => Err(lost(&row)),
+        Found::Remote(row) => {
+            let status = remote_status(&row);
+            let mut response = Json(&status).into_response();
+            decorate(response.headers_mut(), &Ident::of_status(&status));
+            Ok(response)
+        }
+    }
 }
 
 /// A page of a finished statement's result, in any format.
@@ -405,7 +584,8 @@ pub async fn show(
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Still running, failed (`statement-failed`, its problem in the detail and in its status), or cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Expired: the result was removed", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 410, description = "Expired: the result was removed (`statement-expired`), or `statement-lost`: the replica that ran it stopped before it finished", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`shared-state-unavailable`: the shared state (DUCKGATE_STATE_DSN) cannot be reached", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn result(
@@ -416,7 +596,7 @@ pub async fn result(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let options = crate::api::request::query_options(options)?;
-    let s = visible(&state, &caller, &id)?;
+    let found = visible(&state, &caller, &id).await?;
     let format = crate::api::negotiate::choose_format(options.format.as_deref(), &headers)?;
     let format = crate::api::negotiate::page_format(format)?;
     let offset = match options.offset {
@@ -439,6 +619,15 @@ pub async fn result(
         }
         l => l.map(|l| l as u64),
     };
+    let page = Page {
+        format,
+        offset,
+        limit,
+    };
+    let s = match found {
+        Found::Local(s) => s,
+        Found::Remote(row) => return remote_page(&state, &row, page).await,
+    };
     let snap = s.snapshot(state.statements.settings.ttl);
     let result = match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(r), _) => r,
@@ -451,7 +640,8 @@ pub async fn result(
                 ),
             })
         }
-        (StatementState::Expired, _, _) | (StatementState::Succeeded, None, _) => {
+        (StatementState::Expired | StatementState::Lost, _, _)
+        | (StatementState::Succeeded, None, _) => {
             return Err(ApiError::Gone(format!(
                 "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"
             )))
@@ -474,16 +664,47 @@ pub async fn result(
         }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
-    page_response(
-        &state,
-        &s,
-        result,
-        Page {
-            format,
-            offset,
-            limit,
-        },
-    )
+    page_response(&state, &Ident::of(&state, &s), result, page)
+}
+
+/// A page of another replica's statement, from the S3 spool.
+async fn remote_page(state: &AppState, row: &Row, page: Page) -> Result<Response, ApiError> {
+    let id = &row.id;
+    if row.lost() {
+        return Err(lost(row));
+    }
+    match row.state.as_str() {
+        "queued" | "running" => Err(ApiError::Conflict {
+            slug: "statement-running",
+            title: "Statement still running",
+            detail: format!(
+                "statement {id} has not finished; poll GET /statements/{id} until its state is succeeded"
+            ),
+        }),
+        "succeeded" if !row.expired && row.result.is_some() => {
+            let result = crate::api::replicas::copy_of(state, row)
+                .await
+                .map_err(ApiError::Internal)?;
+            page_response(state, &Ident::of_status(&row.status), result, page)
+        }
+        "succeeded" | "expired" => Err(ApiError::Gone(format!(
+            "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"
+        ))),
+        "cancelled" => Err(QueryError::CancelledByRequest.into()),
+        _ => {
+            let problem = &row.status["problem"];
+            Err(ApiError::Conflict {
+                slug: "statement-failed",
+                title: "Statement failed",
+                detail: format!(
+                    "statement {id} failed and has no result: {} ({}): {}",
+                    problem["title"].as_str().unwrap_or("error"),
+                    problem["status"],
+                    problem["detail"].as_str().unwrap_or("")
+                ),
+            })
+        }
+    }
 }
 
 /// Cancels a queued or running statement, or discards a finished one and
@@ -494,7 +715,8 @@ pub async fn result(
         (status = 200, description = "Cancelled or discarded", body = Discarded),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 409, description = "Several owners use this id (admin)", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`shared-state-unavailable`: the shared state (DUCKGATE_STATE_DSN) cannot be reached", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn discard(
@@ -502,7 +724,44 @@ pub async fn discard(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Discarded>, ApiError> {
-    let s = visible(&state, &caller, &id)?;
+    let found = visible(&state, &caller, &id).await?;
+    // With shared state the row goes first: a statement of another replica
+    // is stopped by its owner, which sees its row gone (within a second).
+    let url = match (&state.statements.shared, &found) {
+        (Some(shared), Found::Local(s)) => shared
+            .forget(&s.running.owner, &id)
+            .await
+            .map_err(ApiError::SharedState)?,
+        (Some(shared), Found::Remote(row)) => shared
+            .forget(&row.token, &id)
+            .await
+            .map_err(ApiError::SharedState)?,
+        (None, _) => None,
+    };
+    if let Some(url) = url {
+        crate::api::replicas::remove_result(&state, &url).await;
+    }
+    let s = match found {
+        Found::Local(s) => s,
+        Found::Remote(row) => {
+            let before = if row.lost() {
+                StatementState::Lost
+            } else {
+                serde_json::from_value(serde_json::Value::String(
+                    remote_status(&row)["state"]
+                        .as_str()
+                        .unwrap_or("queued")
+                        .into(),
+                ))
+                .unwrap_or(StatementState::Queued)
+            };
+            return Ok(Json(Discarded {
+                id,
+                state: before,
+                cancelled: !before.finished(),
+            }));
+        }
+    };
     let before = s.snapshot(state.statements.settings.ttl).state;
     let cancelled = !before.finished();
     if cancelled {

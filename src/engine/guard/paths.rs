@@ -14,6 +14,9 @@ pub struct PathRules {
     pub s3_scope: Vec<String>,
     /// Whether S3 paths are allowed at all (an S3 secret is configured).
     pub s3: bool,
+    /// S3 prefixes inside the scope that no query may read: the S3 spool,
+    /// which holds every token's results.
+    pub s3_refused: Vec<String>,
 }
 
 impl PathRules {
@@ -64,6 +67,18 @@ impl PathRules {
         if !key.is_empty() {
             check_segments(key)?;
         }
+        // A glob reaches whatever its literal head covers.
+        let head = &path[..path.find(['*', '[', '{']).unwrap_or(path.len())];
+        let globbed = head.len() < path.len();
+        if let Some(p) = self
+            .s3_refused
+            .iter()
+            .find(|p| head.starts_with(p.as_str()) || (globbed && p.starts_with(head)))
+        {
+            return Err(format!(
+                "{p} holds the gateway's spooled results: not readable by queries"
+            ));
+        }
         if !self.s3_scope.is_empty() && !self.s3_scope.iter().any(|p| path.starts_with(p.as_str()))
         {
             return Err(format!(
@@ -112,7 +127,18 @@ mod tests {
             files_dir: Some("/srv/files/".into()),
             s3_scope: vec!["s3://data/".into()],
             s3: true,
+            s3_refused: vec!["s3://data/spool/".into()],
         }
+    }
+
+    #[test]
+    fn refuses_the_spool() {
+        let r = rules();
+        assert!(r.check("s3://data/spool/x/1.arrow").is_err());
+        assert!(r.check("s3://data/*/x/1.arrow").is_err());
+        assert!(r.check("s3://data/sp*").is_err());
+        assert!(r.check("s3://data/spoolish.csv").is_ok());
+        assert!(r.check("s3://data/other/*.csv").is_ok());
     }
 
     #[test]

@@ -9,6 +9,7 @@ fn rules(policy: Policy) -> Rules {
             files_dir: Some("/srv/files/".into()),
             s3_scope: vec!["s3://data/".into()],
             s3: true,
+            s3_refused: Vec::new(),
         },
     }
 }

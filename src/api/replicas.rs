@@ -1,0 +1,211 @@
+//! Several replicas, one service: the loop that keeps this replica's part
+//! of the shared state current (heartbeat, running queries, the status of
+//! its statements), honours what other replicas recorded for it (cancels,
+//! statements deleted through them), and does the shared housekeeping
+//! (lost and expired statements, their S3 results). Also the local copies
+//! of other replicas' results, fetched from the S3 spool to be paged.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::api::queries::QueryInfo;
+use crate::api::statements::status_json;
+use crate::api::AppState;
+use crate::statements::shared::{Row, Shared, SharedError};
+use crate::statements::spool::{ResultMeta, SpoolResult};
+use crate::statements::Statement;
+
+/// A local copy of another replica's result unused this long is removed.
+const COPY_IDLE: Duration = Duration::from_secs(60);
+
+/// How often the loop runs: a fifth of the staleness, at most half a
+/// second, so a cancel recorded by another replica is honoured within one.
+pub fn interval(shared: &Shared) -> Duration {
+    (shared.stale / 5).clamp(Duration::from_millis(100), Duration::from_millis(500))
+}
+
+/// Runs until `stop`, then leaves the shared state.
+pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) {
+    let every = interval(&shared);
+    let mut last_sweep = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+        if let Err(e) = tick(&state, &shared).await {
+            tracing::warn!(error.cause = %e, "updating the shared state failed");
+        }
+        if last_sweep.elapsed() >= Duration::from_secs(2) {
+            last_sweep = Instant::now();
+            sweep(&state, &shared).await;
+        }
+    }
+    if let Err(e) = shared.leave().await {
+        tracing::warn!(error.cause = %e, "leaving the shared state failed");
+    }
+}
+
+/// One round: heartbeat (with the queries running here), cancels asked of
+/// this replica, statements deleted elsewhere, status of running ones.
+pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> {
+    let queries: Vec<QueryInfo> = state
+        .queries
+        .list()
+        .iter()
+        .map(|r| QueryInfo::of(r, &state.engine.db))
+        .collect();
+    shared
+        .heartbeat(&serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into()))
+        .await?;
+    for (token, id) in shared.take_cancels().await? {
+        for r in state.queries.find(Some(&token), &id) {
+            tracing::info!(query_id = %r.id, owner = %r.owner, by = "another replica", "cancel requested");
+            state.queries.cancel(&r);
+        }
+    }
+    // Local statements first: any of them that is claimed has its row by
+    // the time the rows are read.
+    let local = state.statements.list(None);
+    let rows = shared.mine().await?;
+    for s in local {
+        if !s.claimed.load(std::sync::atomic::Ordering::SeqCst) {
+            continue;
+        }
+        let key = (s.running.owner.to_string(), s.running.id.clone());
+        if !rows.contains(&key) {
+            // Deleted through another replica: stop it and forget it.
+            state.queries.cancel(&s.running);
+            state.statements.discard(&s);
+            continue;
+        }
+        publish(state, shared, &s).await?;
+    }
+    Ok(())
+}
+
+/// Publishes a statement's status: while it runs, every round; once it
+/// finished, once (with its result's metadata and expiry).
+pub async fn publish(state: &AppState, shared: &Shared, s: &Statement) -> Result<(), SharedError> {
+    use std::sync::atomic::Ordering;
+    if s.published.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+    // Read before the status: once `done` fired, the status is final.
+    let finished = s.done.is_cancelled();
+    let status = status_json(state, s);
+    let st = status["state"].as_str().unwrap_or("queued").to_string();
+    let result = finished.then(|| s.shared_result()).flatten();
+    shared
+        .publish(
+            &s.running.owner,
+            &s.running.id,
+            &st,
+            &status.to_string(),
+            result.as_deref(),
+            finished.then_some(state.statements.settings.ttl),
+        )
+        .await?;
+    if finished {
+        s.published.store(true, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+/// Shared housekeeping, then local copies unused for a while go.
+async fn sweep(state: &AppState, shared: &Shared) {
+    match shared.sweep(state.statements.settings.ttl).await {
+        Ok(urls) => {
+            for url in urls {
+                remove_result(state, &url).await;
+            }
+        }
+        Err(e) => tracing::warn!(error.cause = %e, "shared housekeeping failed"),
+    }
+    let idle: Vec<Arc<SpoolResult>> = {
+        let mut copies = state
+            .statements
+            .copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<String> = copies
+            .iter()
+            .filter(|(_, (_, used))| used.elapsed() >= COPY_IDLE)
+            .map(|(k, _)| k.clone())
+            .collect();
+        gone.iter()
+            .filter_map(|k| copies.remove(k).map(|(r, _)| r))
+            .collect()
+    };
+    drop(idle);
+}
+
+/// Removes a result from the S3 spool (and its local copy).
+pub async fn remove_result(state: &AppState, url: &str) {
+    let copy = state
+        .statements
+        .copies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(url);
+    drop(copy);
+    if let Some(s3) = &state.statements.s3 {
+        if let Err(e) = s3.delete(url).await {
+            tracing::warn!(error.cause = %e, "removing a spooled result failed");
+        }
+    }
+}
+
+/// The result of another replica's statement, copied from the S3 spool
+/// (once; later pages read the copy).
+pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, String> {
+    let meta: ResultMeta = serde_json::from_str(row.result.as_deref().unwrap_or(""))
+        .map_err(|e| format!("a statement's result metadata: {e}"))?;
+    let url = meta.url.clone();
+    let hit = {
+        let mut copies = state
+            .statements
+            .copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        copies.get_mut(&url).map(|(r, used)| {
+            *used = Instant::now();
+            r.clone()
+        })
+    };
+    if let Some(r) = hit {
+        return Ok(r);
+    }
+    let s3 = state
+        .statements
+        .s3
+        .clone()
+        .ok_or("another replica's result, and no S3 spool is configured here")?;
+    let dir = state.statements.spool.dir().join("copies");
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| format!("creating the copies directory: {e}"))?;
+    let path = dir.join(format!("{}.arrow", uuid::Uuid::new_v4()));
+    s3.download(&url, &path).await?;
+    let spool = state.statements.spool.clone();
+    let token: Arc<str> = row.token.as_str().into();
+    let result = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || SpoolResult::copy(spool, token, path, meta))
+            .await
+            .map_err(|e| e.to_string())??
+    };
+    let result = Arc::new(result);
+    let mut copies = state
+        .statements
+        .copies
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    // Another request may have fetched it meanwhile: keep one.
+    let kept = copies
+        .entry(url)
+        .or_insert_with(|| (result.clone(), Instant::now()));
+    Ok(kept.0.clone())
+}

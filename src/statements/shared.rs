@@ -1,0 +1,398 @@
+//! The state several replicas share, in PostgreSQL (`DUCKGATE_STATE_DSN`):
+//! every statement's row (owner replica, token, state, status document,
+//! result metadata, expiry), every replica's heartbeat with the list of
+//! queries it runs, and cancel requests addressed to a replica. Replicas
+//! never talk to each other: what one must know of another is read here,
+//! and the owner of a statement or query polls for what others asked of it.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+/// The schema, created idempotently at start under an advisory lock (two
+/// replicas starting at once would otherwise race in `CREATE ... IF NOT
+/// EXISTS`).
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS duckgate_replicas (
+    replica text PRIMARY KEY,
+    heartbeat timestamptz NOT NULL,
+    queries jsonb NOT NULL DEFAULT '[]'::jsonb
+);
+CREATE TABLE IF NOT EXISTS duckgate_statements (
+    token text NOT NULL,
+    id text NOT NULL,
+    replica text NOT NULL,
+    state text NOT NULL,
+    status jsonb NOT NULL,
+    result jsonb,
+    expires_at timestamptz,
+    PRIMARY KEY (token, id)
+);
+CREATE INDEX IF NOT EXISTS duckgate_statements_replica ON duckgate_statements (replica);
+CREATE TABLE IF NOT EXISTS duckgate_cancels (
+    replica text NOT NULL,
+    token text NOT NULL,
+    id text NOT NULL,
+    requested_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (replica, token, id)
+);
+";
+
+/// A statement's row, as another replica reads it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The token name that submitted it.
+    pub token: String,
+    /// Its id.
+    pub id: String,
+    /// The replica that runs (or ran) it.
+    pub replica: String,
+    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `expired`
+    /// or `lost`.
+    pub state: String,
+    /// Its status document, as its owner last published it.
+    pub status: serde_json::Value,
+    /// Its result's metadata ([`super::spool::ResultMeta`]), once it
+    /// succeeded and until it expires.
+    pub result: Option<String>,
+    /// Whether its owner's heartbeat is fresh.
+    pub owner_alive: bool,
+    /// Whether it finished longer ago than the TTL.
+    pub expired: bool,
+}
+
+impl Row {
+    /// Whether its owner died before it finished.
+    pub fn lost(&self) -> bool {
+        self.state == "lost"
+            || (matches!(self.state.as_str(), "queued" | "running") && !self.owner_alive)
+    }
+}
+
+/// A connection pool to the shared state, and who this replica is.
+pub struct Shared {
+    pool: Pool,
+    /// This replica's id (new for every process, so a restarted replica
+    /// never claims the statements its predecessor lost).
+    pub replica: String,
+    /// A heartbeat older than this means its replica is gone.
+    pub stale: Duration,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the shared state could not answer. The text names no part of the
+/// connection string.
+pub type SharedError = String;
+
+fn db(e: impl std::fmt::Display) -> SharedError {
+    format!("PostgreSQL: {e}")
+}
+
+const ROW: &str = "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
+        coalesce(r.heartbeat > now() - make_interval(secs => $1::float8), false),
+        coalesce(s.expires_at < now(), false)
+    FROM duckgate_statements s LEFT JOIN duckgate_replicas r ON r.replica = s.replica";
+
+fn row(r: &tokio_postgres::Row) -> Row {
+    Row {
+        token: r.get(0),
+        id: r.get(1),
+        replica: r.get(2),
+        state: r.get(3),
+        status: serde_json::from_str(r.get::<_, &str>(4)).unwrap_or_default(),
+        result: r.get(5),
+        owner_alive: r.get(6),
+        expired: r.get(7),
+    }
+}
+
+impl Shared {
+    /// Connects to `dsn` and creates the schema if it is missing.
+    pub async fn connect(dsn: &str, stale: Duration) -> Result<Self, SharedError> {
+        // The parser's error could quote the string: it is not passed on.
+        let config: tokio_postgres::Config = dsn
+            .parse()
+            .map_err(|_| "DUCKGATE_STATE_DSN is not a PostgreSQL connection string".to_string())?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(8)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(db)?;
+        let shared = Shared {
+            pool,
+            replica: uuid::Uuid::new_v4().to_string(),
+            stale,
+        };
+        let mut client = shared.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        tx.execute("SELECT pg_advisory_xact_lock(7226348713)", &[])
+            .await
+            .map_err(db)?;
+        tx.batch_execute(SCHEMA).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        drop(client);
+        shared.heartbeat("[]").await?;
+        Ok(shared)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, SharedError> {
+        self.pool.get().await.map_err(db)
+    }
+
+    fn stale_secs(&self) -> f64 {
+        self.stale.as_secs_f64()
+    }
+
+    /// Records this replica alive, running `queries` (a JSON array).
+    pub async fn heartbeat(&self, queries: &str) -> Result<(), SharedError> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO duckgate_replicas (replica, heartbeat, queries) VALUES ($1, now(), $2::text::jsonb)
+                 ON CONFLICT (replica) DO UPDATE SET heartbeat = now(), queries = excluded.queries",
+                &[&self.replica, &queries],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    /// Takes this statement id for `token`, owned by this replica; false if
+    /// any replica keeps one with that id for that token.
+    pub async fn claim(&self, token: &str, id: &str, status: &str) -> Result<bool, SharedError> {
+        let n = self
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO duckgate_statements (token, id, replica, state, status)
+                 VALUES ($1, $2, $3, 'queued', $4::text::jsonb) ON CONFLICT DO NOTHING",
+                &[&token, &id, &self.replica, &status],
+            )
+            .await
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    /// Publishes this replica's statement: its state and status document,
+    /// its result's metadata, and (`ttl`, once finished) when it expires.
+    pub async fn publish(
+        &self,
+        token: &str,
+        id: &str,
+        state: &str,
+        status: &str,
+        result: Option<&str>,
+        ttl: Option<Duration>,
+    ) -> Result<(), SharedError> {
+        let ttl = ttl.map(|t| t.as_secs_f64());
+        self.client()
+            .await?
+            .execute(
+                "UPDATE duckgate_statements SET state = $4, status = $5::text::jsonb,
+                    result = $6::text::jsonb,
+                    expires_at = now() + make_interval(secs => $7::float8)
+                 WHERE token = $1 AND id = $2 AND replica = $3",
+                &[&token, &id, &self.replica, &state, &status, &result, &ttl],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    /// The statements with this id: of `token` only, or of every token.
+    pub async fn find(&self, token: Option<&str>, id: &str) -> Result<Vec<Row>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!(
+                    "{ROW} WHERE s.id = $2 AND ($3::text IS NULL OR s.token = $3) ORDER BY s.token"
+                ),
+                &[&self.stale_secs(), &id, &token],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(row).collect())
+    }
+
+    /// Every statement of `token` (of every token for `None`).
+    pub async fn list(&self, token: Option<&str>) -> Result<Vec<Row>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                &format!("{ROW} WHERE ($2::text IS NULL OR s.token = $2)"),
+                &[&self.stale_secs(), &token],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(row).collect())
+    }
+
+    /// Forgets a statement (`DELETE /statements/{id}`): its owner, if
+    /// another replica, sees its row gone and stops it. The result's URL,
+    /// if any, is returned for removal.
+    pub async fn forget(&self, token: &str, id: &str) -> Result<Option<String>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "DELETE FROM duckgate_statements WHERE token = $1 AND id = $2 RETURNING result->>'url'",
+                &[&token, &id],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.first().and_then(|r| r.get(0)))
+    }
+
+    /// The (token, id) of every statement row this replica owns.
+    pub async fn mine(&self) -> Result<HashSet<(String, String)>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT token, id FROM duckgate_statements WHERE replica = $1",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Asks `replica` to cancel the query (token, id).
+    pub async fn request_cancel(
+        &self,
+        replica: &str,
+        token: &str,
+        id: &str,
+    ) -> Result<(), SharedError> {
+        self.client()
+            .await?
+            .execute(
+                "INSERT INTO duckgate_cancels (replica, token, id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                &[&replica, &token, &id],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    /// The cancels other replicas asked of this one (taken: each once).
+    pub async fn take_cancels(&self) -> Result<Vec<(String, String)>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "DELETE FROM duckgate_cancels WHERE replica = $1 RETURNING token, id",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// The queries the other live replicas run: (replica, its JSON list).
+    pub async fn others_queries(&self) -> Result<Vec<(String, String)>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT replica, queries::text FROM duckgate_replicas
+                 WHERE replica <> $1 AND heartbeat > now() - make_interval(secs => $2::float8)
+                 ORDER BY replica",
+                &[&self.replica, &self.stale_secs()],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Housekeeping any replica may do: statements whose owner died before
+    /// they finished become `lost` (kept a TTL, then forgotten); succeeded
+    /// ones past their expiry become `expired` (their result URLs are
+    /// returned for removal); expired and lost ones are forgotten a TTL
+    /// later; cancels addressed to dead replicas and replicas gone for a
+    /// day are dropped.
+    pub async fn sweep(&self, ttl: Duration) -> Result<Vec<String>, SharedError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let stale = self.stale_secs();
+        let ttl = ttl.as_secs_f64();
+        tx.execute(
+            "UPDATE duckgate_statements s SET state = 'lost',
+                status = jsonb_set(s.status, '{state}', '\"lost\"'),
+                expires_at = now() + make_interval(secs => $2::float8)
+             WHERE s.state IN ('queued', 'running') AND NOT EXISTS (
+                SELECT 1 FROM duckgate_replicas r WHERE r.replica = s.replica
+                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &[&stale, &ttl],
+        )
+        .await
+        .map_err(db)?;
+        let expired = tx
+            .query(
+                "WITH e AS (SELECT token, id, result->>'url' AS url FROM duckgate_statements
+                    WHERE state = 'succeeded' AND expires_at < now() FOR UPDATE SKIP LOCKED)
+                 UPDATE duckgate_statements s SET state = 'expired', result = NULL,
+                    status = jsonb_set(s.status, '{state}', '\"expired\"')
+                 FROM e WHERE s.token = e.token AND s.id = e.id RETURNING e.url",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+        tx.execute(
+            "DELETE FROM duckgate_statements WHERE expires_at < now() - make_interval(secs => $1::float8)",
+            &[&ttl],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
+            "DELETE FROM duckgate_cancels c WHERE NOT EXISTS (
+                SELECT 1 FROM duckgate_replicas r WHERE r.replica = c.replica
+                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &[&stale],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
+            "DELETE FROM duckgate_replicas WHERE heartbeat < now() - interval '1 day'",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(expired.iter().filter_map(|r| r.get(0)).collect())
+    }
+
+    /// This replica stops: its row goes, so its statements are lost at once
+    /// rather than after the heartbeat goes stale.
+    pub async fn leave(&self) -> Result<(), SharedError> {
+        self.client()
+            .await?
+            .execute(
+                "DELETE FROM duckgate_replicas WHERE replica = $1",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+}

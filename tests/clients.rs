@@ -83,6 +83,7 @@ fn every_client_example_reads_what_duckdb_answers() {
         "pandas_csv",
         "pandas_parquet",
         "duckdb_http",
+        "polars_signed",
     ] {
         assert!(stdout.contains(&format!("same {name} 50000")), "{stdout}");
     }

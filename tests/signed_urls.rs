@@ -168,7 +168,7 @@ async fn readers_that_send_no_header_read_a_signed_url() {
     statement(&g, ALICE, "for-tools", sql).await;
     let (_, csv) = mint(&g, ALICE, "for-tools", "?format=csv").await;
     let (_, arrow) = mint(&g, ALICE, "for-tools", "?format=arrow").await;
-    // pandas and pyarrow with no header at all; polars where installed.
+    // pandas, pyarrow and polars with no header at all.
     // The reference: DuckDB in-process, the same query.
     let out = python(
         r#"
@@ -201,5 +201,6 @@ else:
     );
     assert!(out.contains("pandas 20000"), "{out}");
     assert!(out.contains("pyarrow 20000"), "{out}");
+    assert!(out.contains("polars 20000"), "{out}");
     eprintln!("{out}");
 }

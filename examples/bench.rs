@@ -539,6 +539,7 @@ fn copy_sql(select: &str, format: &str, target: &str) -> String {
         "csv" => "FORMAT csv, HEADER true",
         "json" => "FORMAT json, ARRAY true",
         "ndjson" => "FORMAT json",
+        "parquet" => "FORMAT parquet",
         _ => unreachable!("copy format {format}"),
     };
     format!("COPY ({select}) TO '{target}' ({options})")
@@ -763,7 +764,7 @@ fn bench_small(opts: &Opts, table: &mut Table) -> Result<()> {
 fn goal_for(format: &str) -> f64 {
     match format {
         "json" | "ndjson" => 1.0,
-        "csv" => 0.8,
+        "csv" | "parquet" => 0.8,
         _ => 0.9,
     }
 }
@@ -787,7 +788,7 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
         query_json(&g, &warm).await?;
         conn.execute_batch(&warm)?;
         let select = format!("SELECT * FROM {t}");
-        for format in ["json", "ndjson", "csv", "arrow"] {
+        for format in ["json", "ndjson", "csv", "arrow", "parquet"] {
             let name = format!("large: {} rows, {}", human_rows(n), format.to_uppercase());
             let r: Result<()> = async {
                 let body = query_body(&select, format, n);
@@ -823,6 +824,7 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
                     "json" => "COPY … (FORMAT json, ARRAY true) → /dev/null",
                     "ndjson" => "COPY … (FORMAT json) → /dev/null",
                     "csv" => "COPY … (FORMAT csv) → /dev/null",
+                    "parquet" => "COPY … (FORMAT parquet) → /dev/null",
                     _ => "stream_arrow batches (no IPC)",
                 };
                 table.add(
@@ -848,9 +850,76 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
             if let Err(e) = r {
                 table.failed("2", name, &e);
             }
+            // Compression: bytes on the wire and time to the last byte, as
+            // the client asks (identity, gzip, zstd). Parquet compresses its
+            // own pages (snappy) and is sent as it is.
+            if format == "parquet" {
+                continue;
+            }
+            let r: Result<()> = async {
+                let body = query_body(&select, format, n);
+                let (plain_b, plain_s) =
+                    fetch_encoded(&g.client, &g.url("/query"), &body, "identity").await?;
+                for encoding in ["gzip", "zstd"] {
+                    let (b, s) =
+                        fetch_encoded(&g.client, &g.url("/query"), &body, encoding).await?;
+                    table.add(
+                        "2c",
+                        format!(
+                            "compression: {} rows, {}, {encoding}",
+                            human_rows(n),
+                            format.to_uppercase()
+                        ),
+                        format!("{s:.2} s, {:.1} MB on the wire", b as f64 / 1e6),
+                        format!(
+                            "uncompressed: {plain_s:.2} s, {:.1} MB",
+                            plain_b as f64 / 1e6
+                        ),
+                        format!(
+                            "{:.1}x smaller, {:.2}x the time",
+                            plain_b as f64 / b.max(1) as f64,
+                            s / plain_s
+                        ),
+                        "—",
+                        None,
+                    );
+                }
+                Ok(())
+            }
+            .await;
+            if let Err(e) = r {
+                table.failed("2c", format!("compression: {}", format.to_uppercase()), &e);
+            }
         }
     }
     Ok(())
+}
+
+/// POSTs a query asking for `encoding` and reads the body as it comes over
+/// the wire (not decoded). Returns (bytes on the wire, seconds to the last
+/// byte).
+async fn fetch_encoded(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    encoding: &str,
+) -> Result<(u64, f64)> {
+    let started = Instant::now();
+    let resp = client
+        .post(url)
+        .header("accept-encoding", encoding)
+        .json(body)
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        bail!("HTTP {}", resp.status());
+    }
+    let mut stream = resp.bytes_stream();
+    let mut bytes = 0u64;
+    while let Some(chunk) = stream.next().await {
+        bytes += chunk.context("body ended abnormally")?.len() as u64;
+    }
+    Ok((bytes, started.elapsed().as_secs_f64()))
 }
 
 // ---------------------------------------------------------------- 7. statements

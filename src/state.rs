@@ -14,6 +14,8 @@ use serde::Serialize;
 pub struct PoolCounters {
     /// Connections in the pool.
     pub size: AtomicU64,
+    /// Extra connections that may replace stuck ones.
+    pub spares: AtomicU64,
     /// Connections checked out by a request.
     pub in_use: AtomicU64,
     /// Requests waiting for a connection.

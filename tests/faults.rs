@@ -193,8 +193,14 @@ async fn a_hung_s3_costs_no_capacity_after_the_deadline() {
         h["pool"]["replaced_total"].as_u64().unwrap() >= 1 || back < Duration::from_secs(1),
         "{h}"
     );
+    // The one spare holds the place of the stuck connection: still ready,
+    // but degraded, and it says why.
+    if h["pool"]["stuck"] == 1 {
+        assert_eq!(h["status"], "degraded", "{h}");
+        assert!(h["reasons"].to_string().contains("spare"), "{h}");
+    }
     eprintln!(
-        "hung S3: answered {status} after {answered:?}; local query served {back:?} after that"
+        "hung S3: answered {status} after {answered:?}; local query served {back:?} after that; health {h}"
     );
     px.paused.store(false, Ordering::SeqCst);
 }

@@ -109,6 +109,18 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             "pool: {lost} of {size} connections stuck inside DuckDB"
         ));
     }
+    // Still serving, but the next stuck connection costs capacity: every
+    // spare already replaces one that has not come back from DuckDB.
+    let (stuck, spares) = (
+        h.pool.stuck.load(Ordering::Relaxed),
+        h.pool.spares.load(Ordering::Relaxed),
+    );
+    if lost == 0 && spares > 0 && stuck >= spares {
+        reasons.push(format!(
+            "pool: all {spares} spare connections replace connections stuck inside DuckDB; \
+             the next stuck one reduces capacity"
+        ));
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"

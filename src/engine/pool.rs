@@ -259,6 +259,7 @@ impl QueryPool {
         .build()
         .map_err(|e| PoolError::Build(e.to_string()))?;
         health.pool.size.store(size as u64, Ordering::Relaxed);
+        health.pool.spares.store(spares as u64, Ordering::Relaxed);
         Ok(Self {
             inner,
             gate: Arc::new(Semaphore::new(size)),

@@ -55,10 +55,12 @@ impl UrlSigner {
     fn mac(&self, path: &str, expires: u64, owner: &str) -> HmacSha256 {
         let mut mac = <HmacSha256 as KeyInit>::new_from_slice(self.key.expose_secret())
             .expect("HMAC takes keys of any length");
-        // Fields joined by a byte no path, number or token name holds.
+        // Each field after its length: no field can slide into the next,
+        // whatever bytes it holds (an owner name from a query string may
+        // hold a decoded newline).
         for part in ["GET", path, &expires.to_string(), owner] {
+            mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part.as_bytes());
-            mac.update(b"\n");
         }
         mac
     }

@@ -48,6 +48,7 @@ use crate::api::{
         query::QueryResult,
         query::ColumnSchema,
         query::FormatSchema,
+        query::PageFormatSchema,
         error::Problem,
         health::HealthReport,
         health::PoolHealth,

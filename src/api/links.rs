@@ -152,7 +152,7 @@ pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Ca
 pub struct LinkOptions {
     /// The format the URL asks for (`json`, `ndjson`, `csv`, `arrow`); the
     /// reader may change it, the signature covers the statement only.
-    #[param(value_type = Option<crate::api::query::FormatSchema>)]
+    #[param(value_type = Option<crate::api::query::PageFormatSchema>)]
     pub format: Option<String>,
     /// Seconds the URL holds, 1 to 86400 (default 900).
     #[param(minimum = 1, maximum = 86400)]

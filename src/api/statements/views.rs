@@ -95,7 +95,7 @@ pub struct Discarded {
 #[into_params(parameter_in = Query)]
 pub struct PageOptions {
     /// `json`, `ndjson`, `csv` or `arrow`; else the Accept header decides.
-    #[param(value_type = Option<crate::api::query::FormatSchema>)]
+    #[param(value_type = Option<crate::api::query::PageFormatSchema>)]
     pub format: Option<String>,
     /// The first row, from 0.
     #[param(minimum = 0)]
@@ -105,7 +105,7 @@ pub struct PageOptions {
     pub limit: Option<i64>,
     /// Signed URL (`POST /statements/{id}/links`): when it stops holding,
     /// Unix seconds. With `owner` and `sig`, stands for the bearer token.
-    pub expires: Option<u64>,
+    pub expires: Option<String>,
     /// Signed URL: the owner token's name.
     pub owner: Option<String>,
     /// Signed URL: its signature.

@@ -10,119 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{assert_no_leaks, test_python, Gateway, S3Server, Seen};
+use common::{assert_no_leaks, test_python, Gateway, Postgres, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
 /// The catalog password: searched for in everything the gateway says.
 const PASSWORD: &str = "lake-Catalog-pw-5f1c9e";
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
-/// A PostgreSQL 15 cluster in a temporary directory on a free loopback
-/// port, with user `duckgate` (password [`PASSWORD`]) and database `lake`.
-struct Postgres {
-    dir: tempfile::TempDir,
-    port: u16,
-    as_postgres: bool,
-}
-
-impl Postgres {
-    fn start() -> Postgres {
-        assert!(
-            Path::new(PG_BIN).join("initdb").is_file(),
-            "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("duckgate-pg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        // initdb refuses to run as root: the cluster belongs to `postgres`.
-        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
-        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, PASSWORD).unwrap();
-        if as_postgres {
-            run(Command::new("chown")
-                .arg("-R")
-                .arg("postgres:")
-                .arg(dir.path()));
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pg = Postgres {
-            dir,
-            port,
-            as_postgres,
-        };
-        let data = pg.dir.path().join("data");
-        run(pg
-            .command("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
-            .arg(format!("--pwfile={}", pw.display())));
-        run(pg
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("-o")
-            .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-                pg.dir.path().display()
-            ))
-            .arg("-l")
-            .arg(pg.dir.path().join("log"))
-            .args(["-w", "start"]));
-        run(Command::new(Path::new(PG_BIN).join("psql"))
-            .env("PGPASSWORD", PASSWORD)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-U", "duckgate", "-d", "postgres", "-q"])
-            .args(["-c", "CREATE DATABASE lake"]));
-        pg
-    }
-
-    fn command(&self, tool: &str) -> Command {
-        let bin = Path::new(PG_BIN).join(tool);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(bin);
-            c
-        } else {
-            Command::new(bin)
-        }
-    }
-
-    /// The DuckLake metadata path: no password in it.
-    fn metadata(&self) -> String {
-        format!(
-            "ducklake:postgres:dbname=lake host=127.0.0.1 port={} user=duckgate",
-            self.port
-        )
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "stop"])
-            .output();
-    }
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run a PostgreSQL tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The DuckLake metadata path of the lake in `pg`: no password in it.
+fn metadata(pg: &Postgres) -> String {
+    format!(
+        "ducklake:postgres:dbname=lake host=127.0.0.1 port={} user=duckgate",
+        pg.port
+    )
 }
 
 /// The outside writer and reference reader (tests/support/lake_writer.py)
@@ -130,7 +30,7 @@ fn run(cmd: &mut Command) {
 fn writer(s3: &S3Server, pg: &Postgres, data_path: &str) -> Command {
     let config = json!({
         "ext_dir": common::extension_dir(),
-        "metadata": pg.metadata(),
+        "metadata": metadata(pg),
         "password": PASSWORD,
         "data_path": data_path,
         "region": s3.str("region"),
@@ -196,7 +96,7 @@ fn lake_config(dir: &Path, pg: &Postgres, data_path: &str) -> PathBuf {
         &format!(
             "[[attach]]\nname = \"lake\"\ntype = \"ducklake\"\npath = \"{}\"\n\
              data_path = \"{data_path}\"\npassword_file = \"{}\"\n",
-            pg.metadata(),
+            metadata(pg),
             pw.display()
         ),
     )
@@ -220,7 +120,7 @@ async fn rows(g: &common::Endpoint, seen: &mut Seen, sql: &str) -> (u16, Value) 
 #[tokio::test]
 async fn ducklake_on_s3_reads_like_duckdb_sees_outside_commits_and_keeps_its_password() {
     let s3 = S3Server::start(&[]);
-    let pg = Postgres::start();
+    let pg = Postgres::start(PASSWORD, "lake");
     duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
     let dir = tempfile::tempdir().unwrap();
     let g = s3
@@ -368,7 +268,7 @@ async fn ducklake_on_s3_reads_like_duckdb_sees_outside_commits_and_keeps_its_pas
 #[tokio::test]
 async fn a_lake_outside_every_secret_scope_is_refused_at_start() {
     let s3 = S3Server::start(&[]);
-    let pg = Postgres::start();
+    let pg = Postgres::start(PASSWORD, "lake");
     // A working lake, whose files lie in a bucket no secret serves.
     let outside = "s3://duckgate-other/lake/";
     duckdb_answer(&s3, &pg, outside, &[SEED, "SELECT 1"]);
@@ -429,7 +329,7 @@ async fn lake_reads(
 #[tokio::test]
 async fn ducklake_reads_hold_through_short_credential_lifetimes_and_fail_without_rotation() {
     let s3 = S3Server::start(&[]);
-    let pg = Postgres::start();
+    let pg = Postgres::start(PASSWORD, "lake");
     duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
     let dir = tempfile::tempdir().unwrap();
     let config = lake_config(dir.path(), &pg, DATA);

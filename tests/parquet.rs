@@ -6,25 +6,8 @@
 
 mod common;
 
-use common::{body_and_failure, Gateway};
+use common::{body_and_failure, python, Gateway};
 use serde_json::{json, Value};
-
-/// Runs `script` with the test venv's Python (argv: `args`); its stdout.
-fn python(script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(common::test_python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
 
 /// Compares the Parquet file at argv[1] with DuckDB's own Parquet of the
 /// query argv[2] (names, types, values in order); argv[3]: rows expected.

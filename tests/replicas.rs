@@ -8,132 +8,31 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{eventually, Gateway, S3Server};
+use common::{eventually, Gateway, Postgres, S3Server};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789ab";
 const ADMIN: &str = "admin-token-0123456789";
 const PASSWORD: &str = "state-pw-7c1e4a";
-const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// Runs until cancelled or killed.
 const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
-/// A PostgreSQL 15 cluster in a temporary directory on a free loopback
-/// port, user `duckgate`, database `state` (as tests/lake.rs starts one).
-struct Postgres {
-    dir: tempfile::TempDir,
-    port: u16,
-    as_postgres: bool,
-}
-
-impl Postgres {
-    fn start() -> Postgres {
-        assert!(
-            Path::new(PG_BIN).join("initdb").is_file(),
-            "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("duckgate-pg")
-            .tempdir_in("/tmp")
-            .unwrap();
-        // initdb refuses to run as root: the cluster belongs to `postgres`.
-        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
-        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, PASSWORD).unwrap();
-        if as_postgres {
-            run(Command::new("chown")
-                .arg("-R")
-                .arg("postgres:")
-                .arg(dir.path()));
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pg = Postgres {
-            dir,
-            port,
-            as_postgres,
-        };
-        let data = pg.dir.path().join("data");
-        run(pg
-            .command("initdb")
-            .arg("-D")
-            .arg(&data)
-            .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
-            .arg(format!("--pwfile={}", pw.display())));
-        run(pg
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(&data)
-            .arg("-o")
-            .arg(format!(
-                "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-                pg.dir.path().display()
-            ))
-            .arg("-l")
-            .arg(pg.dir.path().join("log"))
-            .args(["-w", "start"]));
-        run(Command::new(Path::new(PG_BIN).join("psql"))
-            .env("PGPASSWORD", PASSWORD)
-            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-U", "duckgate", "-d", "postgres", "-q"])
-            .args(["-c", "CREATE DATABASE state"]));
-        pg
-    }
-
-    fn command(&self, tool: &str) -> Command {
-        let bin = Path::new(PG_BIN).join(tool);
-        if self.as_postgres {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(bin);
-            c
-        } else {
-            Command::new(bin)
-        }
-    }
-
-    fn dsn(&self) -> String {
-        format!(
-            "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-            self.port
-        )
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.dir.path().join("data"))
-            .args(["-m", "immediate", "stop"])
-            .output();
-    }
-}
-
-fn run(cmd: &mut Command) {
-    let out = cmd.output().expect("run a PostgreSQL tool");
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+/// The connection string of the state database in `pg`.
+fn dsn(pg: &Postgres) -> String {
+    format!(
+        "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
+        pg.port
+    )
 }
 
 fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
     s3.app(20)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .env("DUCKGATE_STATE_DSN", pg.dsn())
+        .env("DUCKGATE_STATE_DSN", dsn(pg))
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_REPLICA_STALE_MS", 2000)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 3000)
@@ -191,7 +90,7 @@ fn sql_for(i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_any_replica_serves() {
-    let pg = Postgres::start();
+    let pg = Postgres::start(PASSWORD, "state");
     let s3 = S3Server::start(&[]);
     let mut g: Vec<Gateway> = (0..3).map(|_| replica(&s3, &pg)).collect();
     let started = Instant::now();

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Gateway;
+use common::{python, Gateway};
 use serde_json::{json, Value};
 
 const TOKENS: &str = "alice:alice-secret-9d2c,bob:bob-secret-41f7";
@@ -42,22 +42,6 @@ async fn mint(g: &Gateway, token: &str, id: &str, query: &str) -> (u16, Value) {
 async fn get(g: &Gateway, url: &str) -> (u16, String) {
     let r = g.client.get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
-}
-
-fn python(script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(common::test_python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 #[tokio::test]

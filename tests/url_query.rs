@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, Gateway};
+use common::{eventually, python, Gateway};
 use serde_json::Value;
 
 const TOKEN: &str = "analyst:url-token-5d1f";
@@ -220,24 +220,6 @@ async fn head_checks_the_request_without_running_it() {
     // its answer ended, before the GET was sent.
     let log = g.log_text();
     assert_eq!(audit_lines(&log), 1, "only the GET ran:\n{log}");
-}
-
-/// Runs `script` with the test venv's Python; its stdout.
-fn python(script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(common::test_python())
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
-        .output()
-        .expect("run python");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "python failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Typed columns and more rows than one batch or chunk.

@@ -779,3 +779,134 @@ pub async fn body_and_failure(mut r: reqwest::Response) -> (Vec<u8>, bool) {
         }
     }
 }
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A PostgreSQL 15 cluster (the Debian package scripts/test-env installs)
+/// in a temporary directory on a free loopback port, with user `duckgate`
+/// and one database.
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    pub port: u16,
+    as_postgres: bool,
+}
+
+impl Postgres {
+    /// Starts a cluster whose user `duckgate` has `password`, with an empty
+    /// database `database`.
+    pub fn start(password: &str, database: &str) -> Postgres {
+        assert!(
+            Path::new(PG_BIN).join("initdb").is_file(),
+            "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("duckgate-pg")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // initdb refuses to run as root: the cluster belongs to `postgres`.
+        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, password).unwrap();
+        if as_postgres {
+            run_pg(
+                Command::new("chown")
+                    .arg("-R")
+                    .arg("postgres:")
+                    .arg(dir.path()),
+            );
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = Postgres {
+            dir,
+            port,
+            as_postgres,
+        };
+        let data = pg.dir.path().join("data");
+        run_pg(
+            pg.command("initdb")
+                .arg("-D")
+                .arg(&data)
+                .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
+                .arg(format!("--pwfile={}", pw.display())),
+        );
+        run_pg(
+            pg.command("pg_ctl")
+                .arg("-D")
+                .arg(&data)
+                .arg("-o")
+                .arg(format!(
+                    "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                    pg.dir.path().display()
+                ))
+                .arg("-l")
+                .arg(pg.dir.path().join("log"))
+                .args(["-w", "start"]),
+        );
+        run_pg(
+            Command::new(Path::new(PG_BIN).join("psql"))
+                .env("PGPASSWORD", password)
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args(["-U", "duckgate", "-d", "postgres", "-q"])
+                .arg("-c")
+                .arg(format!("CREATE DATABASE {database}")),
+        );
+        pg
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let bin = Path::new(PG_BIN).join(tool);
+        if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(bin);
+            c
+        } else {
+            Command::new(bin)
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+fn run_pg(cmd: &mut Command) {
+    let out = cmd.output().expect("run a PostgreSQL tool");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `script` with the test venv's Python (argv: `args`, the extension
+/// directory in `DUCKGATE_EXTENSION_DIR`); its stdout. Fails the test when
+/// the script fails.
+pub fn python(script: &str, args: &[&str]) -> String {
+    let out = Command::new(test_python())
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .env("DUCKGATE_EXTENSION_DIR", extension_dir())
+        .output()
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "python failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -136,21 +136,19 @@ impl Engine {
                     );
                     if let Some(pw) = &password {
                         let secret = password_secret_name(&spec.name);
-                        // Never logged, and the message of a failure is not
-                        // shown: it could quote the statement.
-                        control
-                            .execute_batch(&format!(
-                                "CREATE OR REPLACE TEMPORARY SECRET {secret} \
-                                 (TYPE postgres, PASSWORD {})",
-                                sql_string(pw.expose_secret())
-                            ))
-                            .map_err(|_| EngineError::Setup {
-                                step: "attach",
-                                message: format!(
-                                    "catalog `{}`: DuckDB refused the password secret",
-                                    spec.name
-                                ),
-                            })?;
+                        // Through DuckDB's secret manager, not SQL text: no
+                        // statement DuckDB could log holds the password, and
+                        // the error names DuckDB's error class only.
+                        let raw = self.control_raw.lock().unwrap_or_else(|p| p.into_inner());
+                        crate::engine::secrets::install_postgres_password(
+                            &raw,
+                            &secret,
+                            pw.expose_secret(),
+                        )
+                        .map_err(|e| EngineError::Setup {
+                            step: "attach",
+                            message: format!("catalog `{}`: {e}", spec.name),
+                        })?;
                         options.push_str(&format!(", META_SECRET {}", sql_string(&secret)));
                     }
                     control

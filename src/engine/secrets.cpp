@@ -1,4 +1,5 @@
-// Installs an S3 secret through DuckDB's secret manager, without SQL text.
+// Installs secrets (S3 keys, a PostgreSQL catalog's password) through
+// DuckDB's secret manager, without SQL text.
 //
 // `CREATE SECRET ... KEY_ID '...', SECRET '...', SESSION_TOKEN '...'` puts the
 // credentials into a statement's text, and DuckDB's query log, its profiler
@@ -38,19 +39,19 @@ char *Error(const string &text) {
 
 extern "C" {
 
-// Creates or replaces the temporary S3 secret `name` on `connection`'s
-// database. `keys`/`values` are `n` option pairs (`key_id`, `secret`,
-// `session_token`, `region`, `endpoint`, `url_style`: VARCHAR; `use_ssl`:
-// "true"/"false"), `scope` holds `n_scope` prefixes. Returns NULL on success,
-// else a malloc'd text naming the error's class only (DuckDB's messages may
-// quote option values). Never throws.
-char *duckgate_install_s3_secret(void *connection, const char *name, const char *const *keys,
-                                 const char *const *values, size_t n, const char *const *scope, size_t n_scope) {
+// Creates or replaces the temporary secret `name` of type `type` (`s3`,
+// `postgres`: the extension that defines it must be loaded) with the `config`
+// provider on `connection`'s database. `keys`/`values` are `n` option pairs
+// (VARCHAR, except `use_ssl`: "true"/"false"), `scope` holds `n_scope`
+// prefixes. Returns NULL on success, else a malloc'd text naming the error's
+// class only (DuckDB's messages may quote option values). Never throws.
+char *duckgate_install_secret(void *connection, const char *type, const char *name, const char *const *keys,
+                              const char *const *values, size_t n, const char *const *scope, size_t n_scope) {
 	try {
 		auto conn = reinterpret_cast<Connection *>(connection);
 		auto &context = *conn->context;
 		CreateSecretInput input;
-		input.type = "s3";
+		input.type = type;
 		input.provider = "config";
 		input.storage_type = "memory";
 		input.name = name;

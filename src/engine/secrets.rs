@@ -1,4 +1,4 @@
-//! Installs S3 secrets through DuckDB's secret manager (the C++ shim in
+//! Installs secrets (S3 credentials, a PostgreSQL catalog's password) through DuckDB's secret manager (the C++ shim in
 //! `secrets.cpp`), never as SQL text: no statement that DuckDB's query log,
 //! profiler or a hook could record ever holds a credential.
 
@@ -7,8 +7,9 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use crate::engine::ffi::RawConnection;
 
 extern "C" {
-    fn duckgate_install_s3_secret(
+    fn duckgate_install_secret(
         connection: *mut c_void,
+        kind: *const c_char,
         name: *const c_char,
         keys: *const *const c_char,
         values: *const *const c_char,
@@ -44,7 +45,30 @@ pub fn install_s3(
     options: &[(&str, &str)],
     scope: &[String],
 ) -> Result<(), String> {
+    install(conn, "s3", name, options, scope)
+}
+
+/// Creates or replaces the temporary PostgreSQL secret `name` holding only
+/// `password` (what a DuckLake catalog's `META_SECRET` names), so the
+/// password never appears in an `ATTACH` or `CREATE SECRET` text. The
+/// postgres_scanner extension must be loaded.
+pub fn install_postgres_password(
+    conn: &RawConnection,
+    name: &str,
+    password: &str,
+) -> Result<(), String> {
+    install(conn, "postgres", name, &[("password", password)], &[])
+}
+
+fn install(
+    conn: &RawConnection,
+    kind: &str,
+    name: &str,
+    options: &[(&str, &str)],
+    scope: &[String],
+) -> Result<(), String> {
     let nul = |_| "a secret option holds a NUL byte".to_string();
+    let kind = CString::new(kind).map_err(nul)?;
     let name = CString::new(name).map_err(nul)?;
     let keys = options
         .iter()
@@ -69,8 +93,9 @@ pub fn install_s3(
     // array holds NUL-terminated strings that outlive the call, with the
     // lengths passed beside them. The shim catches every C++ exception.
     let text = unsafe {
-        duckgate_install_s3_secret(
+        duckgate_install_secret(
             conn.as_ptr().cast(),
+            kind.as_ptr(),
             name.as_ptr(),
             key_ptrs.as_ptr(),
             value_ptrs.as_ptr(),

@@ -265,6 +265,8 @@ async function loadResult(status) {
   }
   result.loadMs = performance.now() - t0;
   info(result, false);
+  if (ui.result !== result) return;
+  ui.grid.flush();
   $('table-pane').dataset.loaded = String(result.rows.length);
   if (!$('chart-pane').hidden) redrawChart();
 }

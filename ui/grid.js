@@ -114,6 +114,16 @@ export class Grid {
     });
   }
 
+  // Render now rather than on the next frame, so whoever is told the
+  // result is loaded finds its rows on the page.
+  flush() {
+    if (this.pending) {
+      cancelAnimationFrame(this.pending);
+      this.pending = null;
+    }
+    this.render();
+  }
+
   render() {
     const total = this.rows.length;
     this.spacer.style.height = total * ROW_HEIGHT + 'px';

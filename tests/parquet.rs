@@ -196,7 +196,7 @@ async fn a_failure_after_the_body_began_leaves_no_readable_file() {
 }
 
 #[tokio::test]
-async fn statements_without_rows_and_statement_pages_say_parquet_is_not_theirs() {
+async fn statements_without_rows_say_parquet_is_not_theirs() {
     let g = Gateway::builder()
         .env("DUCKGATE_POLICY", "read-write")
         .start();
@@ -216,19 +216,120 @@ async fn statements_without_rows_and_statement_pages_say_parquet_is_not_theirs()
         .query_ok("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 't'")
         .await;
     assert_eq!(v["rows"][0][0], 0);
+}
+
+/// A finished statement of `sql`, run with the default wait; its id.
+async fn statement(g: &Gateway, id: &str, sql: &str) {
     let r = g
         .client
-        .post(g.url("/statements?format=parquet"))
-        .body("SELECT 1")
+        .post(g.url("/statements"))
+        .header("duckgate-query-id", id)
+        .json(&json!({"sql": sql, "wait_ms": 60_000}))
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 400);
-    let p: Value = r.json().await.unwrap();
+    assert_eq!(r.status(), 200, "{id}: {}", r.text().await.unwrap());
+}
+
+async fn get_bytes(g: &Gateway, path: &str) -> (u16, String, Vec<u8>, bool) {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let r = client.get(g.url(path)).send().await.unwrap();
+    let status = r.status().as_u16();
+    let ctype = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    let (bytes, failed) = body_and_failure(r).await;
+    (status, ctype, bytes, failed)
+}
+
+#[tokio::test]
+async fn statement_pages_in_parquet_equal_duckdbs_own_file() {
+    // A spooled result is Arrow; its Parquet pages are DuckDB's writer fed
+    // that Arrow, each column cast back to its DuckDB type (from DuckDB's
+    // own text where Arrow lost something): the same file DuckDB writes.
+    let g = Gateway::builder().start();
+    let dir = tempfile::tempdir().unwrap();
+    let many = "SELECT i, i / 7 AS d, 'row ' || i AS s, [i, NULL] AS l, {'a': i} AS st FROM range(300000) t(i) ORDER BY i";
+    let cases = [
+        ("all-types", "SELECT * FROM test_all_types()", 3, None),
+        (
+            "nested-lossy",
+            "SELECT {'b': '101'::BIT, 't': '12:00:00+02'::TIMETZ, 'h': 170141183460469231731687303715884105727::HUGEINT} AS s,              ['1:2:3+04'::TIMETZ] AS l, 340282366920938463463374607431768211455::UHUGEINT AS u,              INTERVAL '3000000 hours' AS i",
+            1,
+            None,
+        ),
+        ("many", many, 300000, None),
+        ("many-page", many, 1000, Some((123_456u64, 1000u64))),
+        ("empty", "SELECT 1 AS a WHERE false", 0, None),
+    ];
+    for (id, sql, rows, window) in cases {
+        if window.is_none() || id == "many" {
+            statement(&g, id, sql).await;
+        }
+        let (source_id, query, reference) = match window {
+            None => (id, String::new(), sql.to_string()),
+            Some((offset, limit)) => (
+                "many",
+                format!("&offset={offset}&limit={limit}"),
+                format!("SELECT * FROM ({sql}) LIMIT {limit} OFFSET {offset}"),
+            ),
+        };
+        let (status, ctype, bytes, failed) = get_bytes(
+            &g,
+            &format!("/statements/{source_id}/result?format=parquet{query}"),
+        )
+        .await;
+        assert_eq!(status, 200, "{id}: {}", String::from_utf8_lossy(&bytes));
+        assert_eq!(ctype, "application/vnd.apache.parquet", "{id}");
+        assert!(!failed, "{id}: the transfer failed");
+        let path = dir.path().join(format!("{id}.parquet"));
+        std::fs::write(&path, &bytes).unwrap();
+        let out = python(
+            SAME_AS_DUCKDB,
+            &[path.to_str().unwrap(), &reference, &rows.to_string()],
+        );
+        assert!(out.contains(&format!("same {rows}")), "{id}: {out}");
+    }
+    // Asked by Accept, and through POST's own format.
+    let r = g
+        .client
+        .get(g.url("/statements/empty/result"))
+        .header("accept", "application/vnd.apache.parquet")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/vnd.apache.parquet"
+    );
+    let r = g
+        .client
+        .post(g.url("/statements?format=parquet"))
+        .json(&json!({"sql": "SELECT 42 AS answer", "wait_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let bytes = r.bytes().await.unwrap();
+    assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"));
+    // A value Parquet cannot hold: the client's format, as for /query.
+    statement(&g, "negative", "SELECT INTERVAL '-5 days' AS i").await;
+    let (status, _, bytes, _) =
+        get_bytes(&g, "/statements/negative/result?format=parquet").await;
+    assert_eq!(status, 400, "{}", String::from_utf8_lossy(&bytes));
+    let p: Value = serde_json::from_slice(&bytes).unwrap();
     assert!(
         p["type"].as_str().unwrap().ends_with("format-unavailable"),
         "{p}"
     );
+    // No page file is left behind in the spool.
+    g.query_ok("SELECT 1").await;
 }
 
 #[tokio::test]

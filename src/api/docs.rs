@@ -48,7 +48,6 @@ use crate::api::{
         query::QueryResult,
         query::ColumnSchema,
         query::FormatSchema,
-        query::PageFormatSchema,
         error::Problem,
         health::HealthReport,
         health::PoolHealth,

@@ -152,7 +152,7 @@ pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Ca
 pub struct LinkOptions {
     /// The format the URL asks for (`json`, `ndjson`, `csv`, `arrow`); the
     /// reader may change it, the signature covers the statement only.
-    #[param(value_type = Option<crate::api::query::PageFormatSchema>)]
+    #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// Seconds the URL holds, 1 to 86400 (default 900).
     #[param(minimum = 1, maximum = 86400)]
@@ -216,13 +216,11 @@ pub async fn mint(
     let format = match options.format.as_deref() {
         None => None,
         Some(f) => Some(
-            crate::encode::Format::from_name(f)
-                .and_then(|f| crate::api::negotiate::page_format(f).ok())
-                .ok_or_else(|| {
+            crate::encode::Format::from_name(f).ok_or_else(|| {
                     ApiError::bad_request(
                         "unknown-format",
                         "Unknown format",
-                        format!("format `{f}` is not one of json, ndjson, csv, arrow"),
+                        format!("format `{f}` is not one of json, ndjson, csv, arrow, parquet"),
                     )
                 })?,
         ),

@@ -76,20 +76,6 @@ pub(crate) fn choose_format(
     }
 }
 
-/// The format of a statement's result page: any but Parquet, which DuckDB
-/// writes only from a running query (`/query`), not from a spooled result.
-pub(crate) fn page_format(format: Format) -> Result<Format, ApiError> {
-    if format == Format::Parquet {
-        return Err(ApiError::bad_request(
-            "format-unavailable",
-            "No answer in this format",
-            "statement results are paged as json, ndjson, csv or arrow; \
-             for Parquet, run the query with /query?format=parquet",
-        ));
-    }
-    Ok(format)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

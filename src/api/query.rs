@@ -59,24 +59,8 @@ pub enum FormatSchema {
     Csv,
     /// Arrow IPC stream.
     Arrow,
-    /// A Parquet file written by DuckDB (`/query` only).
+    /// A Parquet file written by DuckDB.
     Parquet,
-}
-
-/// A format a statement's result pages come in (Parquet is `/query`'s only).
-#[derive(serde::Serialize, utoipa::ToSchema)]
-#[schema(as = PageFormat)]
-#[serde(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub enum PageFormatSchema {
-    /// One JSON document: columns, rows as arrays, row count, truncation, time.
-    Json,
-    /// One JSON object per row and line.
-    Ndjson,
-    /// RFC 4180 CSV with a header line.
-    Csv,
-    /// Arrow IPC stream.
-    Arrow,
 }
 
 /// The JSON answer.

@@ -5,6 +5,7 @@
 //! bounded number is kept at once.
 
 pub mod pages;
+pub mod parquet;
 pub mod s3;
 pub mod shared;
 pub mod spool;

@@ -59,7 +59,8 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
             (crate::api::query::QueryResult = "application/json"),
             (String = "application/x-ndjson"),
             (String = "text/csv"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream")
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (Vec<u8> = "application/vnd.apache.parquet")
         ), headers(
             ("duckgate-query-id" = String, description = "The statement's id"),
             ("duckgate-statement-state" = String, description = "succeeded")
@@ -116,7 +117,6 @@ async fn submit_inner(
         max_rows,
         wait_ms,
     } = read_request(state, options, &headers, body).await?;
-    let format = crate::api::negotiate::page_format(format)?;
     let settings = &state.statements.settings;
     let limits = &state.config.limits;
     let max_timeout = settings.max_timeout;
@@ -250,7 +250,8 @@ async fn submit_inner(
                 offset: 0,
                 limit: None,
             },
-        ),
+        )
+        .await,
         (StatementState::Failed | StatementState::Cancelled, _, Some(e)) => Err(e.into()),
         _ => Ok(accepted(state, &statement)),
     }
@@ -333,7 +334,7 @@ fn lost(row: &Row) -> ApiError {
 }
 
 /// A page of a finished statement's result.
-fn page_response(
+async fn page_response(
     state: &AppState,
     ident: &Ident,
     result: Arc<crate::statements::spool::SpoolResult>,
@@ -361,6 +362,41 @@ fn page_response(
     });
     let kind = result.layout.kind.clone();
     let retried = ident.retried;
+    let mut response = if page.format == Format::Parquet {
+        parquet_page(result, page).await?
+    } else {
+        streamed_page(state, result, page)
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(page.format.content_type()),
+    );
+    decorate(h, ident);
+    h.insert(STATE_HEADER, HeaderValue::from_static("succeeded"));
+    h.insert(TOTAL_ROWS_HEADER, HeaderValue::from(total));
+    if let Ok(v) = HeaderValue::from_str(&kind) {
+        h.insert(STATEMENT_HEADER, v);
+    }
+    if let Some(v) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
+        h.insert(header::LINK, v);
+    }
+    if retried {
+        h.insert(
+            RETRIED_HEADER,
+            HeaderValue::from_static("expired-credentials"),
+        );
+    }
+    Ok(response)
+}
+
+/// A page in a streamed format (JSON, NDJSON, CSV, Arrow), encoded from
+/// the spool as it is sent.
+fn streamed_page(
+    state: &AppState,
+    result: Arc<crate::statements::spool::SpoolResult>,
+    page: Page,
+) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let stall = Duration::from_millis(state.config.limits.send_stall_timeout_ms);
     let runtime = tokio::runtime::Handle::current();
@@ -384,27 +420,63 @@ fn page_response(
             }
         }
     });
+    Response::new(Body::from_stream(body))
+}
+
+/// A Parquet page: DuckDB writes the whole file first (a Parquet file is
+/// only whole once its footer is written), then it is sent with its length.
+async fn parquet_page(
+    result: Arc<crate::statements::spool::SpoolResult>,
+    page: Page,
+) -> Result<Response, ApiError> {
+    use crate::statements::parquet::ParquetPageError;
+    use tokio::io::AsyncReadExt;
+    let dir = result
+        .path
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let written = tokio::task::spawn_blocking(move || {
+        crate::statements::parquet::write(&result, page, &dir)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
+    let path = match written {
+        Ok(path) => path,
+        Err(ParquetPageError::Unrepresentable(message)) => {
+            return Err(ApiError::bad_request(
+                "format-unavailable",
+                "No answer in this format",
+                format!("this result cannot be written as Parquet: {message}"),
+            ))
+        }
+        Err(ParquetPageError::Internal(message)) => return Err(ApiError::Internal(message)),
+    };
+    let opened = tokio::fs::File::open(&path).await;
+    // Open or not, the name goes now: an open file stays readable.
+    let _ = tokio::fs::remove_file(&path).await;
+    let file = opened.map_err(|e| ApiError::Internal(format!("opening the Parquet page: {e}")))?;
+    let len = file
+        .metadata()
+        .await
+        .map_err(|e| ApiError::Internal(format!("reading the Parquet page: {e}")))?
+        .len();
+    let body = futures::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        let mut buf = vec![0u8; 256 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    });
     let mut response = Response::new(Body::from_stream(body));
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(page.format.content_type()),
-    );
-    decorate(h, ident);
-    h.insert(STATE_HEADER, HeaderValue::from_static("succeeded"));
-    h.insert(TOTAL_ROWS_HEADER, HeaderValue::from(total));
-    if let Ok(v) = HeaderValue::from_str(&kind) {
-        h.insert(STATEMENT_HEADER, v);
-    }
-    if let Some(v) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
-        h.insert(header::LINK, v);
-    }
-    if retried {
-        h.insert(
-            RETRIED_HEADER,
-            HeaderValue::from_static("expired-credentials"),
-        );
-    }
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(response)
 }
 
@@ -564,7 +636,8 @@ pub async fn show(
 /// `offset` (from 0) and `limit` choose the rows; without `limit`, every
 /// row from `offset` on. Each page is a whole document of its format (JSON
 /// with `columns` and the page's `row_count`; CSV with its header line;
-/// Arrow a whole IPC stream), encoded exactly as `/query` encodes the same
+/// Arrow a whole IPC stream; Parquet a whole file, written by DuckDB and
+/// sent with its length), encoded exactly as `/query` encodes the same
 /// rows. `Link: rel="next"` names the next page; `duckgate-total-rows` the
 /// result's rows.
 #[utoipa::path(get, path = "/statements/{id}/result", tag = "statements",
@@ -574,12 +647,13 @@ pub async fn show(
             (crate::api::query::QueryResult = "application/json"),
             (String = "application/x-ndjson"),
             (String = "text/csv"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream")
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (Vec<u8> = "application/vnd.apache.parquet")
         ), headers(
             ("duckgate-total-rows" = u64, description = "Rows of the whole result"),
             ("Link" = String, description = "The next page, if any")
         )),
-        (status = 400, description = "Bad page options, or an Arrow page of an INTERVAL Arrow cannot hold", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Bad page options, an Arrow page of an INTERVAL Arrow cannot hold, or a Parquet page of a value Parquet cannot hold (`format-unavailable`)", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
@@ -598,7 +672,6 @@ pub async fn result(
     let options = crate::api::request::query_options(options)?;
     let found = visible(&state, &caller, &id).await?;
     let format = crate::api::negotiate::choose_format(options.format.as_deref(), &headers)?;
-    let format = crate::api::negotiate::page_format(format)?;
     let offset = match options.offset {
         Some(o) if o < 0 => {
             return Err(ApiError::bad_request(
@@ -664,7 +737,7 @@ pub async fn result(
         }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
-    page_response(&state, &Ident::of(&state, &s), result, page)
+    page_response(&state, &Ident::of(&state, &s), result, page).await
 }
 
 /// A page of another replica's statement, from the S3 spool.
@@ -685,7 +758,7 @@ async fn remote_page(state: &AppState, row: &Row, page: Page) -> Result<Response
             let result = crate::api::replicas::copy_of(state, row)
                 .await
                 .map_err(ApiError::Internal)?;
-            page_response(state, &Ident::of_status(&row.status), result, page)
+            page_response(state, &Ident::of_status(&row.status), result, page).await
         }
         "succeeded" | "expired" => Err(ApiError::Gone(format!(
             "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"

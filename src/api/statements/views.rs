@@ -95,7 +95,7 @@ pub struct Discarded {
 #[into_params(parameter_in = Query)]
 pub struct PageOptions {
     /// `json`, `ndjson`, `csv` or `arrow`; else the Accept header decides.
-    #[param(value_type = Option<crate::api::query::PageFormatSchema>)]
+    #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// The first row, from 0.
     #[param(minimum = 0)]

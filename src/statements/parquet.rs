@@ -1,0 +1,279 @@
+//! Parquet pages of a spooled result, written by DuckDB's own Parquet writer
+//! as `/query?format=parquet` writes them.
+//!
+//! The spool holds Arrow; DuckDB reads those batches back (an Arrow scan)
+//! and `COPY`s them to a Parquet file. Arrow does not carry every DuckDB type
+//! (a UUID arrives as text, a HUGEINT as a decimal, a TIMETZ loses its
+//! offset, a BIT turns into bytes), so each column is cast back to the type
+//! DuckDB gave it, from the spooled value or, where Arrow lost something,
+//! from DuckDB's own text of it (the CSV twin, `CAST(x AS VARCHAR)` of the
+//! original). The file then has the schema and values `/query` would send.
+//!
+//! The converting database is private to the process: in memory, no
+//! extensions, never given client SQL (its only statements are built here
+//! from the result's names and DuckDB's types).
+
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use arrow::array::{RecordBatch, RecordBatchReader};
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
+use arrow::ffi_stream::FFI_ArrowArrayStream;
+use arrow::ipc::reader::FileReader;
+use duckdb::ffi;
+
+use crate::engine::ffi::RawDatabase;
+use crate::statements::pages::Page;
+use crate::statements::spool::SpoolResult;
+
+/// How DuckDB's Parquet writer starts the message of a value Parquet
+/// cannot hold (a negative INTERVAL, say).
+const PARQUET_CANNOT_HOLD: &str = "Parquet files do not support";
+
+/// Why a Parquet page could not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParquetPageError {
+    /// A value Parquet cannot hold, with DuckDB's message (the client's
+    /// answer: another format).
+    Unrepresentable(String),
+    /// Anything else: the server's fault.
+    Internal(String),
+}
+
+/// The private database, opened once per process.
+fn database() -> Result<Arc<RawDatabase>, ParquetPageError> {
+    static DB: OnceLock<Result<Arc<RawDatabase>, String>> = OnceLock::new();
+    DB.get_or_init(|| {
+        RawDatabase::open(
+            None,
+            &[
+                ("autoinstall_known_extensions", "false".into()),
+                ("autoload_known_extensions", "false".into()),
+                ("threads", "2".into()),
+            ],
+        )
+        .map(Arc::new)
+        .map_err(|e| format!("opening the Parquet writer's database: {e}"))
+    })
+    .clone()
+    .map_err(ParquetPageError::Internal)
+}
+
+/// Whether a column of this DuckDB type is rebuilt from DuckDB's text of
+/// it (its CSV twin) rather than from its Arrow value: the types whose Arrow
+/// form loses something DuckDB's Parquet writer would keep (a BIT becomes
+/// bytes, a TIMETZ its UTC time, a (U)HUGEINT a decimal, a BIGNUM or a
+/// GEOMETRY opaque bytes, an INTERVAL past Arrow's range NULL), alone or inside a nested
+/// type. Every other type's Arrow value casts back exactly (DuckDB's text
+/// does not always: the largest TIMESTAMPTZ's text does not parse).
+fn from_text(duckdb_type: &str) -> bool {
+    [
+        "BIT",
+        "TIME WITH TIME ZONE",
+        "HUGEINT",
+        "INTERVAL",
+        "BIGNUM",
+        "VARINT",
+        "GEOMETRY",
+    ]
+    .iter()
+    .any(|t| duckdb_type.contains(t))
+}
+
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The spool columns the page reads, and the SELECT list that turns them
+/// (named `c0`, `c1`, ... in the scan) back into the result's columns.
+fn select_list(result: &SpoolResult) -> (Vec<usize>, String) {
+    let layout = &result.layout;
+    let mut source = Vec::new();
+    let mut exprs = Vec::new();
+    for (i, (name, ty)) in layout.names.iter().zip(&layout.types).enumerate() {
+        let column = match layout.csv[i] {
+            Some(text) if from_text(ty) => text,
+            _ => i,
+        };
+        exprs.push(format!(
+            "CAST(c{} AS {ty}) AS {}",
+            source.len(),
+            quoted(name)
+        ));
+        source.push(column);
+    }
+    (source, exprs.join(", "))
+}
+
+/// Writes `page` of `result` as a Parquet file in `dir`, returning its path
+/// (the caller removes it). Runs on a blocking thread.
+pub fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, ParquetPageError> {
+    let internal = |what: &str, e: &dyn std::fmt::Display| {
+        ParquetPageError::Internal(format!("{what}: {e}"))
+    };
+    let (source, select) = select_list(result);
+    let schema: SchemaRef = Arc::new(Schema::new(
+        source
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                Field::new(
+                    format!("c{i}"),
+                    result.schema.field(c).data_type().clone(),
+                    true,
+                )
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let reader = PageReader::open(result, page, source, schema)
+        .map_err(|e| internal("reading the spool", &e))?;
+    let mut stream = Box::new(FFI_ArrowArrayStream::new(Box::new(reader)));
+
+    let path = dir.join(format!(".page-{}.parquet", uuid::Uuid::new_v4().simple()));
+    let copy = format!(
+        "COPY (SELECT {select} FROM duckgate_page) TO '{}' (FORMAT parquet)",
+        path.to_string_lossy().replace('\'', "''")
+    );
+    let db = database()?;
+    let conn = db
+        .connect_raw()
+        .map_err(|e| internal("connecting to the Parquet writer", &e))?;
+    let view = CString::new("duckgate_page").expect("static name");
+    let copy = CString::new(copy)
+        .map_err(|_| ParquetPageError::Internal("a column name holds a NUL byte".into()))?;
+    // SAFETY: `conn` is a live connection of the private database, used by
+    // this thread alone; `view` is NUL-terminated; `stream` is a valid
+    // ArrowArrayStream that outlives every use (DuckDB reads it during the
+    // COPY below, on this connection, before `stream` is dropped).
+    let state = unsafe {
+        ffi::duckdb_arrow_scan(
+            conn.as_ptr(),
+            view.as_ptr(),
+            (&mut *stream as *mut FFI_ArrowArrayStream).cast(),
+        )
+    };
+    if state != ffi::DuckDBSuccess {
+        return Err(ParquetPageError::Internal(
+            "DuckDB could not scan the spooled page".into(),
+        ));
+    }
+    let outcome = run(&conn, &copy);
+    drop(conn);
+    drop(stream);
+    match outcome {
+        Ok(()) => Ok(path),
+        Err(message) => {
+            let _ = std::fs::remove_file(&path);
+            if message.contains(PARQUET_CANNOT_HOLD) {
+                Err(ParquetPageError::Unrepresentable(message))
+            } else {
+                Err(ParquetPageError::Internal(format!(
+                    "DuckDB's Parquet writer: {message}"
+                )))
+            }
+        }
+    }
+}
+
+/// Runs one statement on a raw connection; the error is DuckDB's message.
+fn run(conn: &crate::engine::ffi::RawConnection, sql: &CStr) -> Result<(), String> {
+    let mut result: ffi::duckdb_result = unsafe { std::mem::zeroed() };
+    // SAFETY: `conn` is live; `sql` is NUL-terminated; `result` is a valid
+    // out pointer, destroyed exactly once below whatever the outcome.
+    let state = unsafe { ffi::duckdb_query(conn.as_ptr(), sql.as_ptr(), &mut result) };
+    let outcome = if state == ffi::DuckDBSuccess {
+        Ok(())
+    } else {
+        // SAFETY: the error text lives in `result` until it is destroyed;
+        // it is copied first.
+        let text = unsafe { ffi::duckdb_result_error(&mut result) };
+        Err(if text.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: non-null: a NUL-terminated string owned by `result`.
+            unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    // SAFETY: `result` was filled by `duckdb_query`; destroyed once.
+    unsafe { ffi::duckdb_destroy_result(&mut result) };
+    outcome
+}
+
+/// The page's rows of the spool's `source` columns, as batches of
+/// `schema`, read from the spool as DuckDB asks for them.
+struct PageReader {
+    batches: Option<FileReader<std::io::BufReader<std::fs::File>>>,
+    schema: SchemaRef,
+    skip: u64,
+    left: u64,
+}
+
+impl PageReader {
+    fn open(
+        result: &SpoolResult,
+        page: Page,
+        source: Vec<usize>,
+        schema: SchemaRef,
+    ) -> Result<Self, ArrowError> {
+        let left = page.rows(result);
+        let mut out = PageReader {
+            batches: None,
+            schema,
+            skip: 0,
+            left,
+        };
+        if left == 0 {
+            return Ok(out);
+        }
+        let file = std::fs::File::open(&result.path)
+            .map_err(|e| ArrowError::IoError(e.to_string(), e))?;
+        let mut reader = FileReader::try_new(
+            std::io::BufReader::with_capacity(1 << 20, file),
+            Some(source),
+        )?;
+        // The batch that holds the first row: starts[b] <= offset < starts[b + 1].
+        let first = result
+            .starts
+            .partition_point(|&s| s <= page.offset)
+            .saturating_sub(1);
+        out.skip = page.offset - result.starts[first];
+        reader.set_index(first)?;
+        out.batches = Some(reader);
+        Ok(out)
+    }
+}
+
+impl Iterator for PageReader {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.left > 0 {
+            let batch = match self.batches.as_mut()?.next()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e)),
+            };
+            let from = self.skip.min(batch.num_rows() as u64) as usize;
+            self.skip -= from as u64;
+            let take = (batch.num_rows() - from).min(self.left as usize);
+            if take == 0 {
+                continue;
+            }
+            self.left -= take as u64;
+            return Some(RecordBatch::try_new(
+                self.schema.clone(),
+                batch.slice(from, take).columns().to_vec(),
+            ));
+        }
+        None
+    }
+}
+
+impl RecordBatchReader for PageReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+}

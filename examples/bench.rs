@@ -14,7 +14,7 @@
 //! (data and logs; default a temporary directory), `--clients N` (concurrent
 //! clients = pool connections = in-process connections; default 4),
 //! `--threads T` (DuckDB threads on both sides; default the number of cores),
-//! `--only small,large,memory,health,s3,rotation,statements`.
+//! `--only small,large,memory,health,s3,rotation,statements,lake`.
 //!
 //! Load generators: small queries use `wrk` (C, one event-loop thread), not a
 //! tokio/reqwest loop in this process. On a two-core machine the client shares
@@ -96,7 +96,7 @@ impl Opts {
                 "-h" | "--help" => {
                     eprintln!(
                         "usage: bench --gateway PATH [--quick] [--work DIR] [--clients N] \
-                         [--threads T] [--only small,large,memory,health,s3,rotation,statements]"
+                         [--threads T] [--only small,large,memory,health,s3,rotation,statements,lake]"
                     );
                     std::process::exit(0);
                 }
@@ -1561,6 +1561,105 @@ async fn bench_s3(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Result<(
     Ok(())
 }
 
+// ---------------------------------------------------------------- 8. DuckLake
+
+/// The scan of the DuckLake benchmark, over every column.
+const LAKE_SCAN: &str = "SELECT count(*) AS n, sum(id) AS ids, sum(v) AS vs, \
+                         sum(length(s)) AS chars FROM lake.main.events";
+
+/// A DuckLake scan through the gateway against the same scan in-process: a
+/// lake whose metadata is in a DuckDB file and whose data files are on the
+/// S3 emulation, written here, read by a gateway that attaches it read-only
+/// (`[[attach]]`) and by an in-process DuckDB attached to a copy of the
+/// metadata file (one file, one process) with the same role's credentials.
+/// Warm scans (the first of each side is left out), alternating sides.
+async fn bench_lake(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Result<()> {
+    let rows = opts.s3_rows;
+    let name = format!("DuckLake: scan {}-row table on S3 (warm)", human_rows(rows));
+    let r: Result<()> = async {
+        let dir = opts.work.join("lake");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let meta = dir.join("meta.ducklake");
+        let data = "s3://duckgate-test/lake/";
+        let q = |s: &str| format!("'{}'", s.replace('\'', "''"));
+        let started = Instant::now();
+        {
+            let conn = emu.inproc_connection(opts).await?;
+            conn.execute_batch(&format!(
+                "LOAD ducklake; \
+                 ATTACH {} AS lake (DATA_PATH {}); \
+                 CREATE TABLE lake.events AS SELECT range AS id, range * 0.5 AS v, \
+                 'row-' || range AS s FROM range({rows}); \
+                 DETACH lake",
+                q(&format!("ducklake:{}", meta.display())),
+                q(data)
+            ))?;
+        }
+        log(format!(
+            "DuckLake of {} rows written in {:.1} s",
+            human_rows(rows),
+            started.elapsed().as_secs_f64()
+        ));
+        let copy = dir.join("meta-inproc.ducklake");
+        std::fs::copy(&meta, &copy)?;
+        let config = dir.join("duckgate.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[attach]]\nname = \"lake\"\ntype = \"ducklake\"\npath = \"ducklake:{}\"\n\
+                 data_path = \"{data}\"\n",
+                meta.display()
+            ),
+        )?;
+        let mut env = emu.gateway_env(opts);
+        env.push(("DUCKGATE_CONFIG", config.display().to_string()));
+        let g = Gateway::start(opts, "lake", &env)?;
+        let conn = emu.inproc_connection(opts).await?;
+        conn.execute_batch(&format!(
+            "LOAD ducklake; ATTACH {} AS lake (READ_ONLY)",
+            q(&format!("ducklake:{}", copy.display()))
+        ))?;
+        let reps = if opts.quick { 6 } else { 16 };
+        let (mut gw, mut ip) = (Vec::new(), Vec::new());
+        for rep in 0..reps {
+            let t0 = Instant::now();
+            let v = query_json(&g, LAKE_SCAN).await?;
+            let gs = t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            let n: i64 = conn.query_row(LAKE_SCAN, [], |r| r.get(0))?;
+            let is = t0.elapsed().as_secs_f64();
+            if v["rows"][0][0].as_i64() != Some(n) || n as u64 != rows {
+                bail!(
+                    "row counts differ: gateway {} in-process {n}",
+                    v["rows"][0][0]
+                );
+            }
+            if rep > 0 {
+                gw.push(gs);
+                ip.push(is);
+            }
+        }
+        let (gs, is) = (median(gw), median(ip));
+        let ratio = is / gs;
+        table.add(
+            "8",
+            name.clone(),
+            ms(gs * 1000.0),
+            format!("{} (same role, metadata file copied)", ms(is * 1000.0)),
+            format!("{ratio:.2}"),
+            "≥ 0.95",
+            Some(ratio >= 0.95),
+        );
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        table.failed("8", name, &e);
+    }
+    Ok(())
+}
+
 fn metric_value(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -1754,7 +1853,7 @@ async fn run(opts: Opts) -> Result<()> {
     if opts.wants("health") {
         bench_health(&opts, &mut table).await?;
     }
-    if opts.wants("s3") || opts.wants("rotation") {
+    if opts.wants("s3") || opts.wants("rotation") || opts.wants("lake") {
         let rows = if opts.wants("s3") { opts.s3_rows } else { 1000 };
         log(format!(
             "starting the S3/STS emulation, seeding {rows} rows"
@@ -1767,6 +1866,9 @@ async fn run(opts: Opts) -> Result<()> {
                 if opts.wants("rotation") {
                     bench_rotation(&opts, &emu, &mut table).await?;
                 }
+                if opts.wants("lake") {
+                    bench_lake(&opts, &emu, &mut table).await?;
+                }
             }
             Err(e) => {
                 if opts.wants("s3") {
@@ -1774,6 +1876,9 @@ async fn run(opts: Opts) -> Result<()> {
                 }
                 if opts.wants("rotation") {
                     table.failed("6", "rotation", &e);
+                }
+                if opts.wants("lake") {
+                    table.failed("8", "DuckLake scan", &e);
                 }
             }
         }

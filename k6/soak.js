@@ -12,6 +12,9 @@
 //   local    SOAK_LOCAL_RATE local queries/s (default 10), every format
 //   s3       SOAK_S3_RATE S3 queries/s (default 2): read_csv / read_parquet of
 //            DUCKGATE_S3_DATA, content verified (only when DUCKGATE_S3_DATA is set)
+//   lake     SOAK_LAKE_RATE DuckLake queries/s (default 2) of
+//            DUCKGATE_LAKE_TABLE (DUCKGATE_LAKE_ROWS rows), content verified
+//            (only when DUCKGATE_LAKE_TABLE is set: k6/run-soak --lake)
 //   healthz  one GET /healthz per second, as an orchestrator's probe would
 //   metrics  one GET /metrics every 15 s, as a Prometheus scrape would
 //   statements one async statement every SOAK_STATEMENT_EVERY (default 5s):
@@ -24,6 +27,7 @@
 // Thresholds (any crossed makes k6 exit 99):
 //   http_req_failed            < 0.1 %
 //   s3_query_failed            == 0   (and s3_queries > 0 when S3 is configured)
+//   lake_query_failed          == 0   (and lake_queries > 0 with a lake)
 //   statement_failed           == 0   (and statements > 0)
 //   healthz p99                < 25 ms
 //   query p95                  < SOAK_QUERY_P95_MS (default 250 ms), every query
@@ -32,8 +36,10 @@
 
 import {
   ADMIN_ENABLED,
+  LAKE_ENABLED,
   S3_ENABLED,
   healthz,
+  lakeQuery,
   localQuery,
   metrics,
   mixedStatement,
@@ -45,6 +51,7 @@ import {
 const DURATION = __ENV.SOAK_DURATION || '20m';
 const LOCAL_RATE = parseInt(__ENV.SOAK_LOCAL_RATE || '10', 10);
 const S3_RATE = parseInt(__ENV.SOAK_S3_RATE || '2', 10);
+const LAKE_RATE = parseInt(__ENV.SOAK_LAKE_RATE || '2', 10);
 const ROTATE_EVERY = __ENV.SOAK_ROTATE_EVERY || '10m';
 const ROTATE_START = __ENV.SOAK_ROTATE_START || '30s';
 const STATEMENT_EVERY = __ENV.SOAK_STATEMENT_EVERY || '5s';
@@ -77,6 +84,7 @@ const scenarios = {
   statements: rateScenario('statement', 1, STATEMENT_EVERY, 1, 4),
 };
 if (S3_ENABLED) scenarios.s3 = rateScenario('s3', S3_RATE, '1s', 2, 6);
+if (LAKE_ENABLED) scenarios.lake = rateScenario('lake', LAKE_RATE, '1s', 2, 6);
 if (ADMIN_ENABLED) {
   const start = Math.min(parseDuration(ROTATE_START), totalSecs / 4);
   scenarios.rotate = rateScenario('rotation', 1, ROTATE_EVERY, 1, 1, {
@@ -104,6 +112,12 @@ if (S3_ENABLED) {
   thresholds.s3_queries = ['count>0'];
   thresholds['http_req_duration{kind:s3}'] = [`p(95)<${QUERY_P95_MS}`];
 }
+if (LAKE_ENABLED) {
+  thresholds.lake_query_failed = ['rate==0'];
+  thresholds.lake_query_failures = ['count==0'];
+  thresholds.lake_queries = ['count>0'];
+  thresholds['http_req_duration{kind:lake}'] = [`p(95)<${QUERY_P95_MS}`];
+}
 if (ADMIN_ENABLED) thresholds['http_req_duration{name:admin_rotate}'] = ['max>=0'];
 
 export const options = {
@@ -126,6 +140,10 @@ export function statement() {
 
 export function s3() {
   s3Query();
+}
+
+export function lake() {
+  lakeQuery();
 }
 
 export function probe() {

@@ -31,6 +31,7 @@ const ROWS: &[&str] = &[
     "| 5 | S3: scan 100k-row Parquet (warm, repeated) |",
     "| 6 | rotation: one rotation ",
     "| 6 | rotation: SELECT 42 p99, ",
+    "| 8 | DuckLake: scan 100k-row table on S3 (warm) |",
 ];
 
 #[test]

@@ -1,6 +1,7 @@
 //! The soak path itself, on every CI run: `k6/run-soak` with a 60-second run
 //! and 20-second STS sessions (so the rotator refreshes several times while
-//! k6 drives local and S3 queries, probes and an admin rotation).
+//! k6 drives local and S3 queries, probes and an admin rotation), and a
+//! 40-second `--lake` run that reads a DuckLake on S3 as well.
 //!
 //! Needs DUCKGATE_TEST_K6, DUCKGATE_TEST_PYTHON and DUCKGATE_EXTENSION_DIR
 //! (scripts/test sets them); the gateway is this build's binary.
@@ -20,8 +21,13 @@ fn required_env(name: &str) -> String {
     })
 }
 
-#[test]
-fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
+/// Runs `k6/run-soak --duration <duration> --session-secs 20 <extra>` with
+/// this build's binary and returns its JSON summary, once it passed.
+fn run_soak(duration: &str, extra: &[&str]) -> serde_json::Value {
+    // One soak at a time: two would share the two cores and each other's
+    // latency thresholds.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let k6 = required_env("DUCKGATE_TEST_K6");
     let python = required_env("DUCKGATE_TEST_PYTHON");
     let ext_dir = required_env("DUCKGATE_EXTENSION_DIR");
@@ -44,14 +50,8 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
     let out = std::fs::File::create(&out_path).unwrap();
     let started = Instant::now();
     let mut child = Command::new(script)
-        .args([
-            "--duration",
-            "60s",
-            "--session-secs",
-            "20",
-            "--rows",
-            "200000",
-        ])
+        .args(["--duration", duration, "--session-secs", "20"])
+        .args(extra)
         .arg("--summary")
         .arg(&summary_path)
         .arg("--work-dir")
@@ -115,17 +115,24 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
         "k6/run-soak exited with {status}\n{context}"
     );
 
-    let summary: serde_json::Value = serde_json::from_str(
+    serde_json::from_str(
         &std::fs::read_to_string(&summary_path)
             .unwrap_or_else(|e| panic!("no summary at {summary_path:?}: {e}\n{context}")),
     )
-    .unwrap();
-    let num = |path: &str| -> f64 {
-        summary
-            .pointer(path)
-            .and_then(|v| v.as_f64())
-            .unwrap_or_else(|| panic!("summary has no number at {path}: {summary:#}"))
-    };
+    .unwrap()
+}
+
+fn number(summary: &serde_json::Value, path: &str) -> f64 {
+    summary
+        .pointer(path)
+        .and_then(|v| v.as_f64())
+        .unwrap_or_else(|| panic!("summary has no number at {path}: {summary:#}"))
+}
+
+#[test]
+fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
+    let summary = run_soak("60s", &["--rows", "200000"]);
+    let num = |path: &str| number(&summary, path);
 
     assert_eq!(summary["passed"], true, "{summary:#}");
     assert_eq!(summary["thresholds_ok"], true, "{summary:#}");
@@ -155,4 +162,24 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
     assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
     assert!(num("/latency_ms/healthz/p99") < 25.0, "{summary:#}");
     assert_eq!(summary["gateway"]["alive_after_run"], true, "{summary:#}");
+}
+
+/// `k6/run-soak --lake`: DuckLake reads through the gateway, data on the
+/// emulation's S3, across two or so 20-second sessions, none failing. (The
+/// default soak above has no lake: `lake_queries` stays 0 there.)
+#[test]
+fn short_soak_with_a_ducklake_reads_the_lake_across_expiries() {
+    let summary = run_soak("40s", &["--rows", "10000", "--lake-rows", "20000"]);
+    let num = |path: &str| number(&summary, path);
+    assert_eq!(summary["passed"], true, "{summary:#}");
+    assert!(
+        num("/lake_queries") > 40.0,
+        "too few lake queries: {summary:#}"
+    );
+    assert_eq!(num("/lake_failed"), 0.0, "failed lake queries: {summary:#}");
+    assert!(
+        num("/rotations/scheduled") >= 1.0,
+        "no scheduled refresh during the run: {summary:#}"
+    );
+    assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
 }

@@ -250,6 +250,35 @@ async fn ducklake_on_s3_reads_like_duckdb_sees_outside_commits_and_keeps_its_pas
         assert_eq!(status, 404, "{path}: {v}");
     }
 
+    // The admin view lists the catalog, the secret that reads its data and
+    // its snapshot; the password is nowhere (checked below with every body).
+    let r = g
+        .client
+        .get(g.url("/admin/secrets"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let (status, v) = seen.take(r).await;
+    assert_eq!(status, 200, "{v}");
+    let catalogs = v["catalogs"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(catalogs.len(), 1, "{v}");
+    let c = &catalogs[0];
+    assert_eq!(
+        (&c["name"], &c["kind"], &c["read_only"]),
+        (&json!("lake"), &json!("ducklake"), &json!(true)),
+        "{v}"
+    );
+    assert_eq!(c["location"], DATA, "{v}");
+    assert_eq!(c["secret"], v["secrets"][0]["name"], "{v}");
+    assert_eq!(c["scope"], "s3://duckgate-test/", "{v}");
+    assert_eq!(c["metadata"], metadata(&pg), "{v}");
+    assert_eq!(
+        json!([[c["snapshot"]["id"]]]),
+        duckdb_answer(&s3, &pg, DATA, &[snapshot]),
+        "the current snapshot: {v}"
+    );
+
     let log = g.log_text();
     assert!(log.contains("catalog attached"), "{log}");
     assert!(
@@ -288,6 +317,57 @@ async fn a_lake_outside_every_secret_scope_is_refused_at_start() {
     assert!(
         log.contains(outside) && log.contains("`lake`"),
         "the refusal names the catalog and the location: {log}"
+    );
+    assert!(!log.contains(PASSWORD), "{log}");
+}
+
+#[tokio::test]
+async fn a_lake_table_whose_files_lie_outside_every_secret_scope_is_refused_at_start() {
+    let s3 = S3Server::start(&[]);
+    let pg = Postgres::start(PASSWORD, "lake");
+    duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = lake_config(dir.path(), &pg, DATA);
+
+    // The control: the lake as written starts and reads.
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_CONFIG", config.display())
+        .spawn_app()
+        .await;
+    let (status, v) = rows(&g, &mut Seen::default(), "SELECT count(*) FROM lake.events").await;
+    assert_eq!((status, &v["rows"]), (200, &json!([[1000]])), "{v}");
+    drop(g);
+
+    // An outside writer adds a file to the table from a bucket no secret
+    // serves: the lake-wide data path is still inside the scope, the
+    // table's data no longer is.
+    let outside = "s3://duckgate-other/lake-extra/extra.parquet";
+    duckdb_answer(
+        &s3,
+        &pg,
+        DATA,
+        &[
+            &format!(
+                "COPY (SELECT 5000::BIGINT AS id, 'outside' AS name, 1.0::DOUBLE AS score) \
+                 TO '{outside}'"
+            ),
+            &format!("CALL ducklake_add_data_files('lake', 'events', '{outside}')"),
+            "SELECT count(*) FROM lake.events",
+        ],
+    );
+    let refused = s3
+        .app(3600)
+        .env("DUCKGATE_CONFIG", config.display())
+        .try_start();
+    let Err((code, log)) = refused else {
+        panic!("a gateway started with a lake table whose data lies outside its S3 scope");
+    };
+    let log = log.join("\n");
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("`lake`") && log.contains("table main.events") && log.contains(outside),
+        "the refusal names the catalog, the table and the file: {log}"
     );
     assert!(!log.contains(PASSWORD), "{log}");
 }

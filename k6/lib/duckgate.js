@@ -15,6 +15,10 @@
 //                             tests/support/s3_sts_server.py --seed-parquet);
 //                             unset or 0: no parquet queries, CSV only
 //   DUCKGATE_QUERY_TIMEOUT    client-side timeout of one request (default 60s)
+//   DUCKGATE_LAKE_TABLE       a DuckLake table the gateway serves, e.g.
+//                             lake.main.events, with columns id BIGINT (0..n-1),
+//                             name VARCHAR ('event ' || id) (unset: no lake queries)
+//   DUCKGATE_LAKE_ROWS        its row count n
 
 import http from 'k6/http';
 import { check, sleep } from 'k6';
@@ -27,6 +31,9 @@ export const S3_DATA = (__ENV.DUCKGATE_S3_DATA || '').replace(/\/+$/, '');
 export const S3_PARQUET_ROWS = parseInt(__ENV.DUCKGATE_S3_PARQUET_ROWS || '0', 10) || 0;
 export const S3_ENABLED = S3_DATA !== '';
 export const ADMIN_ENABLED = ADMIN_TOKEN !== '';
+export const LAKE_TABLE = __ENV.DUCKGATE_LAKE_TABLE || '';
+export const LAKE_ROWS = parseInt(__ENV.DUCKGATE_LAKE_ROWS || '0', 10) || 0;
+export const LAKE_ENABLED = LAKE_TABLE !== '';
 const REQUEST_TIMEOUT = __ENV.DUCKGATE_QUERY_TIMEOUT || '60s';
 
 // ---- custom metrics --------------------------------------------------------
@@ -39,6 +46,12 @@ export const s3QueryFailures = new Counter('s3_query_failures');
 export const s3QueryFailed = new Rate('s3_query_failed');
 /** Queries the gateway retried after a credential refresh (header duckgate-retried). */
 export const queriesRetried = new Counter('queries_retried');
+/** Every DuckLake query. */
+export const lakeQueries = new Counter('lake_queries');
+/** DuckLake queries that did not answer 200 with the expected content. */
+export const lakeQueryFailures = new Counter('lake_query_failures');
+/** 1 per failed DuckLake query, 0 per good one. */
+export const lakeQueryFailed = new Rate('lake_query_failed');
 /** Local (non-S3) queries that did not answer as expected. */
 export const localQueryFailed = new Rate('local_query_failed');
 /** The credential epoch each query ran under (header duckgate-credential-epoch). */
@@ -183,6 +196,13 @@ export function query(sql, opts = {}) {
       s3QueryFailures.add(1);
       console.error(`S3 query failed: status ${res.status} ${res.error || ''} ${String(res.body).slice(0, 300)}`);
     }
+  } else if (kind === 'lake') {
+    lakeQueries.add(1);
+    lakeQueryFailed.add(!ok);
+    if (!ok) {
+      lakeQueryFailures.add(1);
+      console.error(`lake query failed: status ${res.status} ${res.error || ''} ${String(res.body).slice(0, 300)}`);
+    }
   } else {
     localQueryFailed.add(!ok);
   }
@@ -281,6 +301,37 @@ export function s3Query(which) {
   };
   const names = S3_PARQUET_ROWS > 0 ? Object.keys(shapes) : ['csv', 'csv_ndjson'];
   return shapes[which || pick(names)]();
+}
+
+/**
+ * One query of the DuckLake table LAKE_TABLE (LAKE_ROWS rows, id 0..n-1,
+ * name 'event ' || id): a whole-table aggregate, a point range, or a
+ * column slice as Arrow. Its data files are on S3, so each read that misses
+ * DuckDB's caches needs live credentials; content is verified.
+ */
+export function lakeQuery(which) {
+  const n = LAKE_ROWS;
+  const shapes = {
+    aggregate: () =>
+      query(`SELECT count(*) AS n, sum(id) AS s, min(name) AS first FROM ${LAKE_TABLE}`, {
+        kind: 'lake',
+        rows: 1,
+        verify: (rows) =>
+          Number(rows[0][0]) === n && Number(rows[0][1]) === (n * (n - 1)) / 2 && rows[0][2] === 'event 0',
+      }),
+    range: () => {
+      const lo = Math.floor(Math.random() * Math.max(1, n - 10));
+      return query(`SELECT id, name FROM ${LAKE_TABLE} WHERE id BETWEEN $1 AND $2 ORDER BY id`, {
+        kind: 'lake',
+        params: [lo, lo + 9],
+        rows: Math.min(10, n - lo),
+        verify: (rows) => rows.every((r) => r[1] === `event ${r[0]}`),
+      });
+    },
+    arrow: () =>
+      query(`SELECT id FROM ${LAKE_TABLE} WHERE id % 100 = 0`, { kind: 'lake', format: 'arrow' }),
+  };
+  return shapes[which || pick(Object.keys(shapes))]();
 }
 
 // ---- async statements ------------------------------------------------------

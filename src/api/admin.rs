@@ -1,7 +1,8 @@
-//! `/admin/secrets`: credential metadata and on-demand rotation. Never a
-//! secret value or session token; the key id at most as its last 4 characters.
+//! `/admin/secrets`: credential metadata, the declared catalogs and
+//! on-demand rotation. Never a secret value, session token or catalog
+//! password; the key id at most as its last 4 characters.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Query, State};
 use axum::Json;
@@ -10,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::api::auth::AdminAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::AppState;
+use crate::config::attach::{check_in_scope, CatalogKind};
+use crate::engine::catalogs as engine_catalogs;
 
 /// One secret's metadata.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -38,11 +41,55 @@ pub struct SecretInfo {
     pub rotations: u64,
 }
 
+/// A DuckLake snapshot.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SnapshotInfo {
+    /// Its id.
+    pub id: i64,
+    /// When it was committed.
+    pub time: String,
+    /// The lake's schema version at it.
+    pub schema_version: i64,
+}
+
+/// One operator-declared catalog (`[[attach]]`) and what serves its data.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CatalogInfo {
+    /// The database name queries use.
+    pub name: String,
+    /// `ducklake`, `iceberg`, `delta` or `duckdb`.
+    pub kind: String,
+    /// Whether clients may only read it.
+    pub read_only: bool,
+    /// DuckLake only: the metadata path, which never holds a password (the
+    /// password is in a secret of its own, shown nowhere).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+    /// Where its data lies (a DuckLake's data path as its metadata
+    /// records it).
+    pub location: String,
+    /// The S3 secret whose credentials read it (the one with the longest
+    /// matching scope, as DuckDB picks); `null` off S3.
+    pub secret: Option<String>,
+    /// That secret's scope prefix holding `location`.
+    pub scope: Option<String>,
+    /// DuckLake only: the current snapshot, read on a pooled connection if
+    /// one is free within a moment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<SnapshotInfo>,
+    /// DuckLake only: why there is no snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_error: Option<String>,
+}
+
 /// The answer of both admin routes.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SecretsReport {
     /// Every configured secret.
     pub secrets: Vec<SecretInfo>,
+    /// Every declared catalog (`GET /admin/secrets` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub catalogs: Option<Vec<CatalogInfo>>,
     /// Per-secret errors of this rotation (rotate only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
@@ -78,20 +125,129 @@ fn report(state: &AppState, only: Option<&str>, errors: Vec<String>) -> SecretsR
                 rotations: s.rotations,
             })
             .collect(),
+        catalogs: None,
         errors,
     }
 }
 
-/// Lists the S3 secrets and their credential state.
+/// The secret DuckDB reads `location` with: the longest scope prefix that
+/// holds it (an unscoped secret holds every S3 location).
+fn serving_secret(
+    location: &str,
+    secrets: &[crate::state::SecretState],
+) -> Option<(String, String)> {
+    if !location.starts_with("s3://") {
+        return None;
+    }
+    let mut best: Option<(String, String)> = None;
+    for s in secrets {
+        let scopes: Vec<&str> = if s.scope.is_empty() {
+            vec!["s3://"]
+        } else {
+            s.scope.iter().map(String::as_str).collect()
+        };
+        for scope in scopes {
+            let holds = check_in_scope(location, &[scope.to_string()]).is_ok();
+            if holds && best.as_ref().is_none_or(|(_, b)| scope.len() > b.len()) {
+                best = Some((s.name.clone(), scope.to_string()));
+            }
+        }
+    }
+    best
+}
+
+/// How long `GET /admin/secrets` waits for a pooled connection to read the
+/// lakes' snapshots: the admin view never queues behind client queries.
+const SNAPSHOT_WAIT: Duration = Duration::from_millis(250);
+
+/// The declared catalogs, with the current snapshot of each DuckLake.
+async fn catalogs(state: &AppState) -> Vec<CatalogInfo> {
+    let view = state.health.credentials.load();
+    let mut out: Vec<CatalogInfo> = state
+        .catalogs
+        .iter()
+        .map(|c| {
+            let serving = serving_secret(&c.location, &view.secrets);
+            CatalogInfo {
+                name: c.name.clone(),
+                kind: c.kind.as_str().into(),
+                read_only: c.read_only,
+                metadata: c.metadata.clone(),
+                location: c.location.clone(),
+                secret: serving.as_ref().map(|(n, _)| n.clone()),
+                scope: serving.map(|(_, s)| s),
+                snapshot: None,
+                snapshot_error: None,
+            }
+        })
+        .collect();
+    let lakes: Vec<String> = state
+        .catalogs
+        .iter()
+        .filter(|c| c.kind == CatalogKind::DuckLake)
+        .map(|c| c.name.clone())
+        .collect();
+    if lakes.is_empty() {
+        return out;
+    }
+    let snapshots = match state
+        .engine
+        .pool
+        .acquire_within(SNAPSHOT_WAIT, false, None)
+        .await
+    {
+        Err(_) => Err("no pooled connection free to read it".to_string()),
+        Ok((slot, lease)) => tokio::task::spawn_blocking(move || {
+            let out: Vec<_> = lakes
+                .iter()
+                .map(|l| (l.clone(), engine_catalogs::current_snapshot(&slot.conn, l)))
+                .collect();
+            lease.release(slot);
+            out
+        })
+        .await
+        .map_err(|e| format!("snapshot worker: {e}")),
+    };
+    for c in out.iter_mut().filter(|c| c.kind == "ducklake") {
+        let found = match &snapshots {
+            Err(e) => Err(e.clone()),
+            Ok(all) => match all.iter().find(|(l, _)| *l == c.name) {
+                Some((_, Ok(Some(s)))) => Ok(s.clone()),
+                Some((_, Ok(None))) => Err("the lake has no snapshot".to_string()),
+                Some((_, Err(e))) => {
+                    tracing::warn!(catalog = %c.name, error.cause_chain = ?e, "reading a lake's snapshot");
+                    Err("reading it failed (see the gateway's log)".to_string())
+                }
+                None => Err("not read".to_string()),
+            },
+        };
+        match found {
+            Ok(s) => {
+                c.snapshot = Some(SnapshotInfo {
+                    id: s.id,
+                    time: s.time,
+                    schema_version: s.schema_version,
+                })
+            }
+            Err(e) => c.snapshot_error = Some(e),
+        }
+    }
+    out
+}
+
+/// Lists the S3 secrets and their credential state, and the declared
+/// catalogs with the secret that serves each.
 #[utoipa::path(get, path = "/admin/secrets", tag = "admin",
     responses(
-        (status = 200, description = "Secret metadata", body = SecretsReport),
+        (status = 200, description = "Secret metadata and the declared catalogs", body = SecretsReport),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = [])))]
 pub async fn list(State(state): State<AppState>, _auth: AdminAuth) -> Json<SecretsReport> {
-    Json(report(&state, None, Vec::new()))
+    let mut out = report(&state, None, Vec::new());
+    out.catalogs = Some(catalogs(&state).await);
+    Json(out)
 }
 
 /// Rotates now (all secrets, or `?name=`), sharing any refresh in flight.

@@ -54,6 +54,8 @@ use crate::api::{
         health::SecretHealth,
         admin::SecretsReport,
         admin::SecretInfo,
+        admin::CatalogInfo,
+        admin::SnapshotInfo,
         queries::QueryInfo,
         queries::ProgressInfo,
         queries::QueryList,

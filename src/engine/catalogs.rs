@@ -34,6 +34,12 @@ pub struct Catalog {
     pub kind: CatalogKind,
     /// Whether clients may only read it.
     pub read_only: bool,
+    /// DuckLake only: its metadata path (`ducklake:postgres:dbname=...`),
+    /// which never holds a password (the configuration refuses one).
+    pub metadata: Option<String>,
+    /// Where its data lies: a DuckLake's data path as its metadata records
+    /// it, an Iceberg or Delta table's root, a DuckDB file.
+    pub location: String,
 }
 
 /// The DuckDB secret that holds a catalog's password.
@@ -52,6 +58,137 @@ fn scrub(message: &str, password: Option<&SecretString>) -> String {
     match password.map(|p| p.expose_secret()) {
         Some(p) if !p.is_empty() => message.replace(p, "[redacted]"),
         _ => message.to_string(),
+    }
+}
+
+/// A path a DuckLake's metadata records for one of its tables, or for one
+/// of that table's data or delete files, with what each part is relative to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StoredPath {
+    /// `schema.table`.
+    pub table: String,
+    /// The schema's path; `true` when relative to the lake's data path.
+    pub schema_path: (String, bool),
+    /// The table's path; `true` when relative to the schema's.
+    pub table_path: (String, bool),
+    /// A file's path; `true` when relative to the table's. `None`: the
+    /// table itself.
+    pub file: Option<(String, bool)>,
+}
+
+/// Joins a relative DuckLake path onto the directory it is relative to.
+fn join(base: &str, relative: &str) -> String {
+    if base.is_empty() || base.ends_with('/') {
+        format!("{base}{relative}")
+    } else {
+        format!("{base}/{relative}")
+    }
+}
+
+fn resolve(base: &str, (path, relative): &(String, bool)) -> String {
+    if *relative {
+        join(base, path)
+    } else {
+        path.clone()
+    }
+}
+
+/// The paths of a lake's tables, and of those of its files that could lie
+/// outside their table's directory: absolute ones, and relative ones with
+/// a `..` segment, a scheme or characters [`check_in_scope`] refuses. A
+/// plain relative file name stays inside its table's directory, which is
+/// checked itself, so a lake of a million files sends back few rows.
+/// Every version of every table counts, not only the current snapshot's:
+/// time travel reads the older ones.
+fn stored_paths(conn: &super::ffi::Connection, metadata: &str) -> duckdb::Result<Vec<StoredPath>> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT DISTINCT s.schema_name, t.table_name, \
+             coalesce(s.path, ''), coalesce(s.path_is_relative, true), \
+             coalesce(t.path, ''), coalesce(t.path_is_relative, true), \
+             f.path, coalesce(f.path_is_relative, true) \
+         FROM {metadata}.ducklake_table t \
+         JOIN {metadata}.ducklake_schema s ON s.schema_id = t.schema_id \
+         LEFT JOIN (SELECT table_id, path, path_is_relative FROM {metadata}.ducklake_data_file \
+                    UNION ALL \
+                    SELECT table_id, path, path_is_relative FROM {metadata}.ducklake_delete_file) f \
+           ON f.table_id = t.table_id \
+          AND (NOT coalesce(f.path_is_relative, true) \
+               OR regexp_matches(f.path, '(^|/)\\.\\.?(/|$)|[?#\\\\]|^[A-Za-z0-9+.-]+:'))"
+    ))?;
+    let rows = stmt.query_map([], |r| {
+        let file: Option<String> = r.get(6)?;
+        Ok(StoredPath {
+            table: format!("{}.{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?),
+            schema_path: (r.get(2)?, r.get(3)?),
+            table_path: (r.get(4)?, r.get(5)?),
+            file: match file {
+                Some(f) => Some((f, r.get(7)?)),
+                None => None,
+            },
+        })
+    })?;
+    rows.collect()
+}
+
+/// Whether the gateway may read `path`: on S3 inside a secret's scope, or
+/// on local disk inside a directory (or file) a declared catalog names.
+fn within_reach(path: &str, s3_prefixes: &[String], local_dirs: &[String]) -> Result<(), String> {
+    if path.starts_with("s3://") {
+        return check_in_scope(path, s3_prefixes);
+    }
+    let local = path.starts_with('/')
+        && !path.split('/').any(|seg| seg == ".." || seg == ".")
+        && local_dirs
+            .iter()
+            .any(|d| path == d || (d.ends_with('/') && path.starts_with(d.as_str())));
+    if local {
+        Ok(())
+    } else if path.starts_with('/') {
+        Err(format!(
+            "{path} lies outside every local directory of a declared catalog"
+        ))
+    } else {
+        Err(format!(
+            "{path} is neither on S3 inside a configured secret's scope ({}) nor an absolute \
+             local path",
+            s3_prefixes.join(", ")
+        ))
+    }
+}
+
+/// Checks every path of `paths`, resolved against the lake's `data_path`:
+/// the error names each table and file outside the gateway's reach (the
+/// first five, and how many more).
+fn check_stored_paths(
+    data_path: &str,
+    paths: &[StoredPath],
+    s3_prefixes: &[String],
+    local_dirs: &[String],
+) -> Result<(), String> {
+    let mut refused: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for p in paths {
+        let table_dir = resolve(&resolve(data_path, &p.schema_path), &p.table_path);
+        let (what, path) = match &p.file {
+            None => ("its path", table_dir),
+            Some(file) => ("file", resolve(&table_dir, file)),
+        };
+        if !seen.insert((p.table.clone(), path.clone())) {
+            continue;
+        }
+        if let Err(why) = within_reach(&path, s3_prefixes, local_dirs) {
+            refused.push(format!("table {}: {what} {why}", p.table));
+        }
+    }
+    match refused.len() {
+        0 => Ok(()),
+        n => {
+            let mut message = refused[..n.min(5)].join("; ");
+            if n > 5 {
+                message.push_str(&format!("; and {} more", n - 5));
+            }
+            Err(message)
+        }
     }
 }
 
@@ -113,6 +250,8 @@ impl Engine {
                 source,
             })?;
         }
+        // What DuckDB's lock-down lets catalogs read on local disk.
+        let local_dirs: Vec<String> = specs.iter().flat_map(|s| s.local_dirs()).collect();
         let mut out = Vec::new();
         for spec in specs {
             let password = spec.password().map_err(|e| EngineError::Setup {
@@ -128,7 +267,7 @@ impl Engine {
             };
             let name = sql_ident(&spec.name);
             let read_only = if spec.read_only { ", READ_ONLY" } else { "" };
-            match spec.kind {
+            let location = match spec.kind {
                 CatalogKind::DuckLake => {
                     let mut options = format!(
                         "DATA_PATH {}",
@@ -158,13 +297,14 @@ impl Engine {
                         ))
                         .map_err(|e| fail("ATTACH", &e))?;
                     // The lake's own record of where its files are wins over
-                    // the declaration: check that one too.
+                    // the declaration: check that one too, and every path
+                    // its tables and files record.
+                    let metadata = sql_ident(&format!("{HIDDEN_PREFIX}{}", spec.name));
                     let stored: Vec<String> = {
                         let mut stmt = control
                             .prepare(&format!(
-                                "SELECT value FROM {}.ducklake_metadata \
-                                 WHERE key = 'data_path' AND scope IS NULL",
-                                sql_ident(&format!("{HIDDEN_PREFIX}{}", spec.name))
+                                "SELECT value FROM {metadata}.ducklake_metadata \
+                                 WHERE key = 'data_path' AND scope IS NULL"
                             ))
                             .map_err(|e| fail("reading its data path", &e))?;
                         let rows = stmt
@@ -177,6 +317,18 @@ impl Engine {
                         check_in_scope(path, s3_prefixes)
                             .map_err(|m| fail("its stored data path", &m))?;
                     }
+                    let data_path = stored
+                        .into_iter()
+                        .next()
+                        .or_else(|| spec.data_path.clone())
+                        .unwrap_or_default();
+                    let paths = stored_paths(&control, &metadata)
+                        .map_err(|e| fail("reading the paths of its tables and files", &e))?;
+                    check_stored_paths(&data_path, &paths, s3_prefixes, &local_dirs).map_err(
+                        |m| fail("its metadata records data outside the gateway's reach", &m),
+                    )?;
+                    tracing::debug!(catalog = %spec.name, checked = paths.len(), "stored paths checked");
+                    data_path
                 }
                 CatalogKind::Iceberg | CatalogKind::Delta => {
                     std::fs::create_dir_all(&catalogs_dir).map_err(|source| {
@@ -204,6 +356,7 @@ impl Engine {
                                 control.execute_batch(&format!("DETACH DATABASE IF EXISTS {name}"));
                             fail(scan, &e)
                         })?;
+                    spec.path.clone()
                 }
                 CatalogKind::DuckDb => {
                     let options = if spec.read_only { " (READ_ONLY)" } else { "" };
@@ -213,14 +366,17 @@ impl Engine {
                             sql_string(&spec.path)
                         ))
                         .map_err(|e| fail("ATTACH", &e))?;
+                    spec.path.clone()
                 }
-            }
+            };
             tracing::info!(catalog = %spec.name, kind = spec.kind.as_str(), read_only = spec.read_only, "catalog attached");
             out.push(Catalog {
                 name: spec.name.clone(),
                 kind: spec.kind,
                 read_only: spec.read_only
                     || matches!(spec.kind, CatalogKind::Iceberg | CatalogKind::Delta),
+                metadata: (spec.kind == CatalogKind::DuckLake).then(|| spec.path.clone()),
+                location,
             });
         }
         Ok(out)
@@ -370,6 +526,27 @@ pub fn list(
     Ok(out)
 }
 
+/// The current snapshot of the DuckLake attached as `database`.
+pub fn current_snapshot(
+    conn: &super::ffi::Connection,
+    database: &str,
+) -> duckdb::Result<Option<Snapshot>> {
+    conn.prepare(
+        "SELECT snapshot_id, CAST(snapshot_time AS VARCHAR), schema_version \
+         FROM ducklake_snapshots(?) \
+         WHERE snapshot_id = (SELECT id FROM ducklake_current_snapshot(?))",
+    )?
+    .query_map([database, database], |r| {
+        Ok(Snapshot {
+            id: r.get(0)?,
+            time: r.get(1)?,
+            schema_version: r.get(2)?,
+        })
+    })?
+    .next()
+    .transpose()
+}
+
 /// One table of a visible database, or `None` when there is no such table
 /// a client could read.
 pub fn describe(
@@ -415,20 +592,7 @@ pub fn describe(
         })?
         .collect::<Result<_, _>>()?;
     let snapshot = if database_kind == "ducklake" {
-        conn.prepare(
-            "SELECT snapshot_id, CAST(snapshot_time AS VARCHAR), schema_version \
-             FROM ducklake_snapshots(?) \
-             WHERE snapshot_id = (SELECT id FROM ducklake_current_snapshot(?))",
-        )?
-        .query_map([&database, &database], |r| {
-            Ok(Snapshot {
-                id: r.get(0)?,
-                time: r.get(1)?,
-                schema_version: r.get(2)?,
-            })
-        })?
-        .next()
-        .transpose()?
+        current_snapshot(conn, &database)?
     } else {
         None
     };
@@ -452,5 +616,98 @@ mod tests {
             "password=[redacted] failed"
         );
         assert_eq!(scrub("x", None), "x");
+    }
+
+    fn table(schema: (&str, bool), table: (&str, bool), file: Option<(&str, bool)>) -> StoredPath {
+        StoredPath {
+            table: "main.t".into(),
+            schema_path: (schema.0.into(), schema.1),
+            table_path: (table.0.into(), table.1),
+            file: file.map(|(f, r)| (f.into(), r)),
+        }
+    }
+
+    #[test]
+    fn stored_paths_resolve_against_the_data_path_and_stay_in_scope() {
+        let scope = vec!["s3://data/lake/".to_string()];
+        let local = vec!["/srv/lake/".to_string()];
+        let ok = |p: &[StoredPath]| check_stored_paths("s3://data/lake/", p, &scope, &local);
+        assert_eq!(ok(&[table(("main/", true), ("t/", true), None)]), Ok(()));
+        assert_eq!(
+            ok(&[table(
+                ("main/", true),
+                ("t/", true),
+                Some(("f.parquet", true))
+            )]),
+            Ok(())
+        );
+        assert_eq!(
+            ok(&[table(
+                ("main/", true),
+                ("t/", true),
+                Some(("s3://data/lake/x/f.parquet", false))
+            )]),
+            Ok(())
+        );
+        assert_eq!(
+            ok(&[table(
+                ("main/", true),
+                ("t/", true),
+                Some(("/srv/lake/f.parquet", false))
+            )]),
+            Ok(())
+        );
+        for (bad, names) in [
+            (
+                table(("s3://other/", false), ("t/", true), None),
+                "s3://other/t/",
+            ),
+            (
+                table(("main/", true), ("s3://data/elsewhere/", false), None),
+                "s3://data/elsewhere/",
+            ),
+            (
+                table(
+                    ("main/", true),
+                    ("t/", true),
+                    Some(("s3://other/f.parquet", false)),
+                ),
+                "s3://other/f.parquet",
+            ),
+            (
+                table(
+                    ("main/", true),
+                    ("t/", true),
+                    Some(("../../../x/f.parquet", true)),
+                ),
+                "s3://data/lake/main/t/../../../x/f.parquet",
+            ),
+            (
+                table(("main/", true), ("t/", true), Some(("/etc/passwd", false))),
+                "/etc/passwd",
+            ),
+            (
+                table(
+                    ("main/", true),
+                    ("t/", true),
+                    Some(("gs://b/f.parquet", false)),
+                ),
+                "gs://b/f.parquet",
+            ),
+        ] {
+            let e = ok(std::slice::from_ref(&bad)).unwrap_err();
+            assert!(
+                e.contains("table main.t") && e.contains(names),
+                "{bad:?}: {e}"
+            );
+        }
+        let many: Vec<StoredPath> = (0..8)
+            .map(|i| {
+                let f = format!("s3://other/{i}.parquet");
+                table(("main/", true), ("t/", true), Some((f.as_str(), false)))
+            })
+            .collect();
+        let e = ok(&many).unwrap_err();
+        assert!(e.contains("and 3 more") && !e.contains("5.parquet"), "{e}");
     }
 }

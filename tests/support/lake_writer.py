@@ -9,7 +9,8 @@ Python DuckDB 1.5.5 and the extensions from `ext_dir`, with S3 credentials of
 an assumed-role session on the S3/STS emulation, runs each SQL in order, and
 prints the last one's rows as one JSON array of arrays: the reference answer
 the gateway's must equal. CONFIG_JSON keys: ext_dir, metadata (the
-`ducklake:postgres:...` path without password), password, data_path, and the
+`ducklake:postgres:...` path without password, or `ducklake:FILE` for
+metadata in a DuckDB file), password (absent for a DuckDB file), data_path, and the
 emulation's region, endpoint, sts_endpoint, role_arn, access_key_id,
 secret_access_key. With --repeat, runs SQL (a commit) every EVERY_S seconds
 for FOR_S seconds and prints how many times it ran.
@@ -52,10 +53,13 @@ def main() -> int:
         f"REGION {q(config['region'])}, ENDPOINT {q(config['endpoint'])}, "
         "URL_STYLE 'path', USE_SSL false)"
     )
-    con.execute(f"CREATE SECRET pg (TYPE postgres, PASSWORD {q(config['password'])})")
+    meta_secret = ""
+    if config.get("password") is not None:
+        con.execute(f"CREATE SECRET pg (TYPE postgres, PASSWORD {q(config['password'])})")
+        meta_secret = ", META_SECRET 'pg'"
     con.execute(
         f"ATTACH {q(config['metadata'])} AS lake "
-        f"(DATA_PATH {q(config['data_path'])}, META_SECRET 'pg')"
+        f"(DATA_PATH {q(config['data_path'])}{meta_secret})"
     )
     if statements[0] == "--repeat":
         every, duration, sql = float(statements[1]), float(statements[2]), statements[3]

@@ -22,6 +22,9 @@ pub struct PoolCounters {
     pub waiting: AtomicU64,
     /// Requests that gave up waiting (503).
     pub acquire_timeouts: AtomicU64,
+    /// Requests refused at once: their expected wait was beyond the
+    /// acquire timeout (503).
+    pub shed: AtomicU64,
     /// Connections interrupted but not yet back from DuckDB, whose capacity
     /// was given to a fresh connection (at most the pool's spares).
     pub stuck: AtomicU64,

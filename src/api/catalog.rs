@@ -106,6 +106,11 @@ async fn on_pooled<T: Send + 'static>(
     let (slot, lease) = pool.acquire(Some(owner)).await.map_err(|e| match e {
         AcquireError::Timeout => ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout())),
         AcquireError::TokenShare => ApiError::Query(QueryError::TokenShare(pool.acquire_timeout())),
+        AcquireError::Shed { expected, ahead } => ApiError::Query(QueryError::Shed {
+            expected,
+            ahead,
+            limit: pool.acquire_timeout(),
+        }),
         AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
         AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
     })?;

@@ -22,6 +22,9 @@ pub struct PoolHealth {
     pub waiting: u64,
     /// Requests turned away after the acquire timeout, since start.
     pub acquire_timeouts: u64,
+    /// Requests turned away at once, since start: their expected wait for a
+    /// connection was beyond the acquire timeout.
+    pub shed: u64,
     /// Connections interrupted but still inside DuckDB (a hung S3 read),
     /// each already replaced by a fresh one.
     pub stuck: u64,
@@ -141,6 +144,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 in_use: h.pool.in_use.load(Ordering::Relaxed),
                 waiting: h.pool.waiting.load(Ordering::Relaxed),
                 acquire_timeouts: h.pool.acquire_timeouts.load(Ordering::Relaxed),
+                shed: h.pool.shed.load(Ordering::Relaxed),
                 stuck: h.pool.stuck.load(Ordering::Relaxed),
                 replaced_total: h.pool.replaced_total.load(Ordering::Relaxed),
                 lost,

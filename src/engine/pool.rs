@@ -9,10 +9,17 @@
 //! connections) opens a fresh connection for the next request, and the stuck
 //! one is closed when it finally returns. Replacements are bounded by
 //! `spares`, counted in the health snapshot and in `/metrics`.
+//!
+//! Overload is shed at once: a request that finds every permit taken
+//! estimates its wait (the requests queued ahead of it, plus itself, times
+//! the recent mean time a permit is held, over the pool size). When that is
+//! beyond what it may wait, it is refused now instead of after the whole
+//! acquire timeout, so time in the queue stays bounded by the expected wait
+//! and the pool's throughput goes to requests that will be served.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
@@ -144,12 +151,70 @@ pub struct QueryPool {
     /// Each token's share, as a semaphore: its own work waits here, in its
     /// own queue, never in front of another token's.
     token_gates: Arc<Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>>,
+    /// Requests waiting for a permit now (background work included).
+    queued: Arc<AtomicU64>,
+    /// How long permits are held lately, for the expected wait.
+    hold: Arc<HoldTime>,
+    /// Whether a request whose expected wait is beyond its wait is refused
+    /// at once (`DUCKGATE_SHED_EARLY`); else it waits the full timeout.
+    shed_early: bool,
+}
+
+/// The recent mean time a permit is held: an exponentially weighted moving
+/// average (weight 1/8 per sample, as TCP smooths round-trip times), in
+/// microseconds; 0 until the first permit comes back.
+#[derive(Default)]
+pub struct HoldTime(AtomicU64);
+
+impl HoldTime {
+    /// Folds one hold time into the mean.
+    fn record(&self, held: Duration) {
+        let sample = (held.as_micros() as u64).max(1);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
+                Some(if mean == 0 {
+                    sample
+                } else {
+                    // mean + (sample - mean) / 8, in integers.
+                    (mean * 7 + sample) / 8
+                })
+            });
+    }
+
+    /// The mean, or `None` before any permit came back.
+    fn mean(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+}
+
+/// A pool permit that records how long it was held when it goes back.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    since: Instant,
+    hold: Arc<HoldTime>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.hold.record(self.since.elapsed());
+    }
+}
+
+/// The wait a request can expect for a permit with `ahead` requests queued
+/// in front of it, permits held `mean` on average, and `size` of them: the
+/// pool serves `size` requests every `mean`.
+pub fn expected_wait(ahead: u64, mean: Duration, size: usize) -> Duration {
+    mean.saturating_mul((ahead + 1).min(u32::MAX as u64) as u32) / (size.max(1) as u32)
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
 /// back (unless it was already given back by [`Lease::replace`]).
 pub struct Lease {
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    permit: Mutex<Option<Held>>,
     /// Stuck with no spare left to replace it: counted in `pool.lost`.
     lost: std::sync::atomic::AtomicBool,
     /// Counts the lease in `pool.in_use` while it lives.
@@ -223,6 +288,14 @@ pub enum AcquireError {
     /// The token's own share of the pool stayed taken (by its own queries)
     /// for the whole wait.
     TokenShare,
+    /// Refused at once: the expected wait (held here) is beyond the wait
+    /// allowed, with `ahead` requests queued in front.
+    Shed {
+        /// The wait this request could expect.
+        expected: Duration,
+        /// Requests queued in front of it.
+        ahead: u64,
+    },
     /// The pool is closed (shutting down).
     Closed,
     /// A connection could not be created.
@@ -249,6 +322,7 @@ impl QueryPool {
         acquire_timeout: Duration,
         health: Arc<Health>,
         threads: usize,
+        shed_early: bool,
     ) -> Result<Self, PoolError> {
         let inner = managed::Pool::builder(Manager {
             db,
@@ -271,6 +345,9 @@ impl QueryPool {
             csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
             token_share: Default::default(),
             token_gates: Default::default(),
+            queued: Default::default(),
+            hold: Default::default(),
+            shed_early,
         })
     }
 
@@ -363,22 +440,17 @@ impl QueryPool {
             },
         };
         let wait = wait.saturating_sub(start.elapsed());
-        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
-        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
-        drop(waiting);
-        let permit = match permit {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(AcquireError::Closed),
-            Err(_) => {
-                if count_timeout {
-                    self.health
-                        .pool
-                        .acquire_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
-                }
-                return Err(AcquireError::Timeout);
+        let permit = match self.gate.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(AcquireError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.wait_for_permit(wait, count_timeout).await?
             }
+        };
+        let permit = Held {
+            _permit: permit,
+            since: Instant::now(),
+            hold: self.hold.clone(),
         };
         let timeouts = Timeouts {
             wait: Some(self.acquire_timeout),
@@ -401,6 +473,44 @@ impl QueryPool {
             pool: self.clone(),
         };
         Ok((slot, lease))
+    }
+
+    /// Every permit is taken: queues for one for at most `wait`, or refuses
+    /// at once when the expected wait is beyond it (see the module doc).
+    async fn wait_for_permit(
+        &self,
+        wait: Duration,
+        count_timeout: bool,
+    ) -> Result<OwnedSemaphorePermit, AcquireError> {
+        let ahead = self.queued.load(Ordering::Relaxed);
+        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early) {
+            let expected = expected_wait(ahead, mean, self.size);
+            if expected > wait {
+                if count_timeout {
+                    self.health.pool.shed.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_shed_total").increment(1);
+                }
+                return Err(AcquireError::Shed { expected, ahead });
+            }
+        }
+        let _queued = CounterGuard::new(&self.queued);
+        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
+        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
+        drop(waiting);
+        match permit {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(AcquireError::Closed),
+            Err(_) => {
+                if count_timeout {
+                    self.health
+                        .pool
+                        .acquire_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+                }
+                Err(AcquireError::Timeout)
+            }
+        }
     }
 
     /// The longest wait for a connection.

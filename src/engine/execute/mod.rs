@@ -70,11 +70,18 @@ pub async fn run(
     };
     let (slot, lease) = tokio::select! {
         r = acquired => r.map_err(|e| match e {
-            AcquireError::Timeout | AcquireError::TokenShare if job.sink.is_some() => {
+            AcquireError::Timeout | AcquireError::TokenShare | AcquireError::Shed { .. }
+                if job.sink.is_some() =>
+            {
                 QueryError::Timeout(job.timeout)
             }
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
             AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
+            AcquireError::Shed { expected, ahead } => QueryError::Shed {
+                expected,
+                ahead,
+                limit: pool.acquire_timeout(),
+            },
             AcquireError::Closed => QueryError::ShuttingDown,
             AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
         })?,

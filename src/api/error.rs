@@ -383,6 +383,20 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                 HeaderValue::from(expected.as_secs_f64().ceil().clamp(1.0, 60.0) as u64),
             )),
         ),
+        QueryError::S3Share(waited) => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool-exhausted",
+                "All connections for S3 queries busy",
+                format!(
+                    "the connections queries that read S3 may use (DUCKGATE_MAX_S3_QUERIES) \
+                     stayed busy for {} ms: S3 is slow or stalled; queries that do not read \
+                     S3 keep the rest of the pool; retry later",
+                    waited.as_millis()
+                ),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+        ),
         QueryError::TokenShare(waited) => (
             problem(
                 StatusCode::TOO_MANY_REQUESTS,

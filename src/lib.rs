@@ -300,6 +300,11 @@ pub async fn run_with_metrics(
         tokens.query.len(),
     );
     tracing::debug!(?share, "queries per token");
+    let s3_share = engine.pool.set_s3_share(
+        config.engine.max_s3_queries.map(|n| n as usize),
+        catalogs.iter().map(|c| c.name.clone()).collect(),
+    );
+    tracing::debug!(s3_share, "queries that read S3 at once");
     let drain = CancellationToken::new();
     let rotator_stop = CancellationToken::new();
     let state = AppState {

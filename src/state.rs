@@ -22,6 +22,20 @@ pub struct PoolCounters {
     pub waiting: AtomicU64,
     /// Requests that gave up waiting (503).
     pub acquire_timeouts: AtomicU64,
+    /// Requests refused at once: their expected wait was beyond the
+    /// acquire timeout (503).
+    pub shed: AtomicU64,
+    /// The acquire timeout, in milliseconds.
+    pub acquire_timeout_ms: AtomicU64,
+    /// The recent mean time a connection is held, in microseconds (0: none
+    /// came back yet).
+    pub hold_mean_us: AtomicU64,
+    /// When a connection last came back, in milliseconds since start.
+    pub last_release_ms: AtomicU64,
+    /// Connections queries that read S3 may hold at once.
+    pub s3_share: AtomicU64,
+    /// Connections held by queries that read S3.
+    pub s3_in_use: AtomicU64,
     /// Connections interrupted but not yet back from DuckDB, whose capacity
     /// was given to a fresh connection (at most the pool's spares).
     pub stuck: AtomicU64,

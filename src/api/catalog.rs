@@ -103,12 +103,25 @@ async fn on_pooled<T: Send + 'static>(
     f: impl FnOnce(&crate::engine::ffi::Connection) -> duckdb::Result<T> + Send + 'static,
 ) -> Result<T, ApiError> {
     let pool = &state.engine.pool;
-    let (slot, lease) = pool.acquire(Some(owner)).await.map_err(|e| match e {
-        AcquireError::Timeout => ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout())),
-        AcquireError::TokenShare => ApiError::Query(QueryError::TokenShare(pool.acquire_timeout())),
-        AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
-        AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
-    })?;
+    let (slot, lease) = pool
+        .acquire(Some(owner), false)
+        .await
+        .map_err(|e| match e {
+            AcquireError::Timeout => {
+                ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout()))
+            }
+            AcquireError::TokenShare => {
+                ApiError::Query(QueryError::TokenShare(pool.acquire_timeout()))
+            }
+            AcquireError::S3Share => ApiError::Query(QueryError::S3Share(pool.acquire_timeout())),
+            AcquireError::Shed { expected, ahead } => ApiError::Query(QueryError::Shed {
+                expected,
+                ahead,
+                limit: pool.acquire_timeout(),
+            }),
+            AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
+            AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
+        })?;
     tokio::task::spawn_blocking(move || {
         let out = f(&slot.conn);
         lease.release(slot);

@@ -360,6 +360,43 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             None,
         ),
+        QueryError::Shed {
+            expected,
+            ahead,
+            limit,
+        } => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool-exhausted",
+                "All connections busy",
+                format!(
+                    "every database connection is busy and {ahead} requests wait ahead; the \
+                     expected wait of {} ms is beyond the {} ms this gateway lets a request \
+                     wait, so it is refused now; retry later",
+                    expected.as_millis(),
+                    limit.as_millis()
+                ),
+            ),
+            // When the queue ahead should have drained (at least a second).
+            Some((
+                header::RETRY_AFTER,
+                HeaderValue::from(expected.as_secs_f64().ceil().clamp(1.0, 60.0) as u64),
+            )),
+        ),
+        QueryError::S3Share(waited) => (
+            problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "pool-exhausted",
+                "All connections for S3 queries busy",
+                format!(
+                    "the connections queries that read S3 may use (DUCKGATE_MAX_S3_QUERIES) \
+                     stayed busy for {} ms: S3 is slow or stalled; queries that do not read \
+                     S3 keep the rest of the pool; retry later",
+                    waited.as_millis()
+                ),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("1"))),
+        ),
         QueryError::TokenShare(waited) => (
             problem(
                 StatusCode::TOO_MANY_REQUESTS,

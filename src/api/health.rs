@@ -22,6 +22,14 @@ pub struct PoolHealth {
     pub waiting: u64,
     /// Requests turned away after the acquire timeout, since start.
     pub acquire_timeouts: u64,
+    /// Requests turned away at once, since start: their expected wait for a
+    /// connection was beyond the acquire timeout.
+    pub shed: u64,
+    /// Connections queries that read S3 may hold at once (the rest is
+    /// local work's).
+    pub s3_share: u64,
+    /// Connections held by queries that read S3.
+    pub s3_in_use: u64,
     /// Connections interrupted but still inside DuckDB (a hung S3 read),
     /// each already replaced by a fresh one.
     pub stuck: u64,
@@ -121,6 +129,28 @@ fn report(state: &AppState) -> (HealthReport, bool) {
              the next stuck one reduces capacity"
         ));
     }
+    // Every connection busy and a new query would be refused: its expected
+    // wait passes the acquire timeout, or none came back for that long (a
+    // stalled S3 holds them all). Not ready: the capacity is gone.
+    let busy = size > 0 && h.pool.in_use.load(Ordering::Relaxed).saturating_sub(stuck) >= size;
+    let timeout_ms = h.pool.acquire_timeout_ms.load(Ordering::Relaxed);
+    let waiting = h.pool.waiting.load(Ordering::Relaxed);
+    let expected_ms = crate::engine::pool::expected_wait(
+        waiting,
+        std::time::Duration::from_micros(h.pool.hold_mean_us.load(Ordering::Relaxed)),
+        size as usize,
+    )
+    .as_millis() as u64;
+    let idle_ms = (h.started.elapsed().as_millis() as u64)
+        .saturating_sub(h.pool.last_release_ms.load(Ordering::Relaxed));
+    let full = busy && (expected_ms > timeout_ms || idle_ms > timeout_ms);
+    if full {
+        reasons.push(format!(
+            "pool: all {size} connections busy, {waiting} requests waiting, none back for \
+             {idle_ms} ms; a new query's expected wait ({expected_ms} ms) or the time since a \
+             connection came back passes the acquire timeout ({timeout_ms} ms): queries are refused"
+        ));
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"
@@ -129,7 +159,8 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     } else {
         "degraded"
     };
-    let ready = h.ready.load(Ordering::Relaxed) && !shutting_down && !expired && lost < size;
+    let ready =
+        h.ready.load(Ordering::Relaxed) && !shutting_down && !expired && lost < size && !full;
     (
         HealthReport {
             status,
@@ -141,6 +172,9 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 in_use: h.pool.in_use.load(Ordering::Relaxed),
                 waiting: h.pool.waiting.load(Ordering::Relaxed),
                 acquire_timeouts: h.pool.acquire_timeouts.load(Ordering::Relaxed),
+                shed: h.pool.shed.load(Ordering::Relaxed),
+                s3_share: h.pool.s3_share.load(Ordering::Relaxed),
+                s3_in_use: h.pool.s3_in_use.load(Ordering::Relaxed),
                 stuck: h.pool.stuck.load(Ordering::Relaxed),
                 replaced_total: h.pool.replaced_total.load(Ordering::Relaxed),
                 lost,
@@ -161,7 +195,9 @@ pub async fn healthz(State(state): State<AppState>) -> Json<HealthReport> {
 }
 
 /// Readiness: 200 when the gateway can serve queries, 503 while starting,
-/// shutting down, or with expired S3 credentials.
+/// shutting down, with expired S3 credentials, or while every connection is
+/// busy and new queries are refused (the expected wait, or the time since a
+/// connection came back, passes the acquire timeout).
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready to serve", body = HealthReport),

@@ -118,6 +118,8 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_query_cancellations_total").increment(0);
     metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
     metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(0);
+    metrics::counter!("duckgate_pool_shed_total").increment(0);
+    metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_spill_cap_interrupts_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);

@@ -284,9 +284,25 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_MAX_QUERIES_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_queries_per_token: Option<u32>,
 
+    /// Queries that read S3 (an `s3://` path or a lake's table, by DuckDB's
+    /// parse) that may hold pooled connections at once; more wait for their
+    /// share, never for the rest of the pool. Default: all connections but
+    /// one, so a slow or stalled S3 leaves one to local work (a pool of one
+    /// has none to spare).
+    #[arg(long, env = "DUCKGATE_MAX_S3_QUERIES", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_s3_queries: Option<u32>,
+
     /// How long a request waits for a pooled connection before it gets 503.
     #[arg(long, env = "DUCKGATE_ACQUIRE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub acquire_timeout_ms: u64,
+
+    /// Refuse a request at once (503 with Retry-After) when every connection
+    /// is busy and its expected wait (the requests queued ahead times the
+    /// recent mean hold time, over the pool size) is beyond the acquire
+    /// timeout, instead of letting it wait the whole timeout. `false`: every
+    /// request waits up to the acquire timeout.
+    #[arg(long, env = "DUCKGATE_SHED_EARLY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub shed_early: bool,
 
     /// DuckDB worker threads (DuckDB's `threads`). Default: DuckDB's own choice.
     #[arg(long, env = "DUCKGATE_THREADS", value_parser = clap::value_parser!(u32).range(1..=4096))]

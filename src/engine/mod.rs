@@ -288,6 +288,7 @@ impl Engine {
                 .threads
                 .map(|t| t as usize)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+            config.engine.shed_early,
         )?;
         Ok(Self {
             db,

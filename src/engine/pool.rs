@@ -9,10 +9,17 @@
 //! connections) opens a fresh connection for the next request, and the stuck
 //! one is closed when it finally returns. Replacements are bounded by
 //! `spares`, counted in the health snapshot and in `/metrics`.
+//!
+//! Overload is shed at once: a request that finds every permit taken
+//! estimates its wait (the requests queued ahead of it, plus itself, times
+//! the recent mean time a permit is held, over the pool size). When that is
+//! beyond what it may wait, it is refused now instead of after the whole
+//! acquire timeout, so time in the queue stays bounded by the expected wait
+//! and the pool's throughput goes to requests that will be served.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
@@ -21,6 +28,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::Accepted;
 use crate::state::{CounterGuard, Health, OwnedCounterGuard};
+
+/// The share of the pool that queries reading S3 may use, and what tells
+/// such queries apart (set once at start, see [`QueryPool::set_s3_share`]).
+struct S3Share {
+    /// `share` permits: S3 queries that may hold a connection at once.
+    gate: Arc<Semaphore>,
+    /// Operator-declared catalogs (lakes): their tables live on S3.
+    lakes: Vec<String>,
+}
 
 /// One pooled connection.
 pub struct Slot {
@@ -144,12 +160,90 @@ pub struct QueryPool {
     /// Each token's share, as a semaphore: its own work waits here, in its
     /// own queue, never in front of another token's.
     token_gates: Arc<Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>>,
+    /// Requests waiting for a permit now (background work included).
+    queued: Arc<AtomicU64>,
+    /// The share of S3 queries, once set.
+    s3: Arc<std::sync::OnceLock<S3Share>>,
+    /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
+    /// queries apart before they take a connection.
+    classifier: Arc<Mutex<RawConnection>>,
+    /// How long permits are held lately, for the expected wait.
+    hold: Arc<HoldTime>,
+    /// Whether a request whose expected wait is beyond its wait is refused
+    /// at once (`DUCKGATE_SHED_EARLY`); else it waits the full timeout.
+    shed_early: bool,
+}
+
+/// The recent mean time a permit is held: an exponentially weighted moving
+/// average (weight 1/8 per sample, as TCP smooths round-trip times), in
+/// microseconds; 0 until the first permit comes back.
+#[derive(Default)]
+pub struct HoldTime(AtomicU64);
+
+impl HoldTime {
+    /// Folds one hold time into the mean.
+    fn record(&self, held: Duration, health: &Health) {
+        let sample = (held.as_micros() as u64).max(1);
+        let before = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
+                Some(Self::fold(mean, sample))
+            })
+            .unwrap_or_default();
+        // Published for the readiness probe (which reads atomics only).
+        health
+            .pool
+            .hold_mean_us
+            .store(Self::fold(before, sample), Ordering::Relaxed);
+    }
+
+    /// mean + (sample - mean) / 8, in integers; the first sample as it is.
+    fn fold(mean: u64, sample: u64) -> u64 {
+        if mean == 0 {
+            sample
+        } else {
+            (mean * 7 + sample) / 8
+        }
+    }
+
+    /// The mean, or `None` before any permit came back.
+    fn mean(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+}
+
+/// A pool permit that records how long it was held when it goes back.
+struct Held {
+    _permit: OwnedSemaphorePermit,
+    since: Instant,
+    hold: Arc<HoldTime>,
+    health: Arc<Health>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.hold.record(self.since.elapsed(), &self.health);
+        self.health.pool.last_release_ms.store(
+            self.health.started.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// The wait a request can expect for a permit with `ahead` requests queued
+/// in front of it, permits held `mean` on average, and `size` of them: the
+/// pool serves `size` requests every `mean`.
+pub fn expected_wait(ahead: u64, mean: Duration, size: usize) -> Duration {
+    mean.saturating_mul((ahead + 1).min(u32::MAX as u64) as u32) / (size.max(1) as u32)
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
 /// back (unless it was already given back by [`Lease::replace`]).
 pub struct Lease {
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    permit: Mutex<Option<Held>>,
     /// Stuck with no spare left to replace it: counted in `pool.lost`.
     lost: std::sync::atomic::AtomicBool,
     /// Counts the lease in `pool.in_use` while it lives.
@@ -158,6 +252,9 @@ pub struct Lease {
     /// even when a stuck one is replaced, so one token's stuck queries
     /// never take the spares beyond its share.
     _token: Option<OwnedSemaphorePermit>,
+    /// The S3 share's permit, held the same way: S3 queries stuck on a hung
+    /// read never take more than their share, spares included.
+    _s3: Option<OwnedS3Permit>,
     pool: QueryPool,
 }
 
@@ -215,6 +312,12 @@ impl Lease {
     }
 }
 
+/// An S3 share permit, counted in `pool.s3_in_use` while held.
+struct OwnedS3Permit {
+    _permit: OwnedSemaphorePermit,
+    _counted: OwnedCounterGuard,
+}
+
 /// Why no connection was handed out.
 #[derive(Debug)]
 pub enum AcquireError {
@@ -223,6 +326,17 @@ pub enum AcquireError {
     /// The token's own share of the pool stayed taken (by its own queries)
     /// for the whole wait.
     TokenShare,
+    /// The share of queries that read S3 stayed taken for the whole wait
+    /// (S3 slow or stalled); local queries keep the rest of the pool.
+    S3Share,
+    /// Refused at once: the expected wait (held here) is beyond the wait
+    /// allowed, with `ahead` requests queued in front.
+    Shed {
+        /// The wait this request could expect.
+        expected: Duration,
+        /// Requests queued in front of it.
+        ahead: u64,
+    },
     /// The pool is closed (shutting down).
     Closed,
     /// A connection could not be created.
@@ -249,7 +363,9 @@ impl QueryPool {
         acquire_timeout: Duration,
         health: Arc<Health>,
         threads: usize,
+        shed_early: bool,
     ) -> Result<Self, PoolError> {
+        let classifier = Arc::new(Mutex::new(db.connect_raw()?));
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
@@ -260,6 +376,10 @@ impl QueryPool {
         .map_err(|e| PoolError::Build(e.to_string()))?;
         health.pool.size.store(size as u64, Ordering::Relaxed);
         health.pool.spares.store(spares as u64, Ordering::Relaxed);
+        health
+            .pool
+            .acquire_timeout_ms
+            .store(acquire_timeout.as_millis() as u64, Ordering::Relaxed);
         Ok(Self {
             inner,
             gate: Arc::new(Semaphore::new(size)),
@@ -271,6 +391,11 @@ impl QueryPool {
             csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
             token_share: Default::default(),
             token_gates: Default::default(),
+            queued: Default::default(),
+            s3: Default::default(),
+            classifier,
+            hold: Default::default(),
+            shed_early,
         })
     }
 
@@ -291,6 +416,37 @@ impl QueryPool {
         };
         let _ = self.token_share.set(share);
         share
+    }
+
+    /// Sets how many queries that read S3 may hold connections at once
+    /// (once, at start): `setting` (at most the pool), else all but one
+    /// connection, so a slow or stalled S3 never takes the connection local
+    /// work needs (a pool of one has nothing to spare). `lakes` are the
+    /// operator-declared catalogs, whose tables are read from S3.
+    pub fn set_s3_share(&self, setting: Option<usize>, lakes: Vec<String>) -> usize {
+        let share = setting
+            .unwrap_or(self.size.saturating_sub(1))
+            .clamp(1, self.size);
+        let _ = self.s3.set(S3Share {
+            gate: Arc::new(Semaphore::new(share)),
+            lakes,
+        });
+        self.health
+            .pool
+            .s3_share
+            .store(share as u64, Ordering::Relaxed);
+        share
+    }
+
+    /// Whether `sql` reads S3 by DuckDB's parse of it (an `s3://` path, or a
+    /// table of a lake); `false` before a share is set. Unparsable SQL is
+    /// not: the guard refuses it on its connection.
+    pub fn reads_s3(&self, sql: &str) -> bool {
+        let Some(share) = self.s3.get() else {
+            return false;
+        };
+        let raw = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
+        crate::engine::guard::reads_s3(&raw, sql, &share.lakes)
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.
@@ -323,8 +479,13 @@ impl QueryPool {
 
     /// Waits at most the acquire timeout for capacity, then takes a
     /// connection. The lease counts it as in use until released.
-    pub async fn acquire(&self, owner: Option<&Arc<str>>) -> Result<(Pooled, Lease), AcquireError> {
-        self.acquire_within(self.acquire_timeout, true, owner).await
+    pub async fn acquire(
+        &self,
+        owner: Option<&Arc<str>>,
+        s3: bool,
+    ) -> Result<(Pooled, Lease), AcquireError> {
+        self.acquire_within(self.acquire_timeout, true, owner, s3)
+            .await
     }
 
     /// The semaphore of `owner`'s share, if shares are bounded.
@@ -349,6 +510,7 @@ impl QueryPool {
         wait: Duration,
         count_timeout: bool,
         owner: Option<&Arc<str>>,
+        s3: bool,
     ) -> Result<(Pooled, Lease), AcquireError> {
         let start = tokio::time::Instant::now();
         let token = match owner.and_then(|o| self.token_gate(o)) {
@@ -362,23 +524,40 @@ impl QueryPool {
                 }
             },
         };
-        let wait = wait.saturating_sub(start.elapsed());
-        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
-        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
-        drop(waiting);
-        let permit = match permit {
-            Ok(Ok(p)) => p,
-            Ok(Err(_)) => return Err(AcquireError::Closed),
-            Err(_) => {
-                if count_timeout {
-                    self.health
-                        .pool
-                        .acquire_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+        // A query that reads S3 waits for its share first, so a slow S3
+        // queues its own work there, never in the pool's queue.
+        let s3 = match self.s3.get().filter(|_| s3) {
+            None => None,
+            Some(share) => {
+                let left = wait.saturating_sub(start.elapsed());
+                match tokio::time::timeout(left, share.gate.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => Some(OwnedS3Permit {
+                        _permit: p,
+                        _counted: OwnedCounterGuard::new(self.health.clone(), |h| {
+                            &h.pool.s3_in_use
+                        }),
+                    }),
+                    Ok(Err(_)) => return Err(AcquireError::Closed),
+                    Err(_) => {
+                        metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(1);
+                        return Err(AcquireError::S3Share);
+                    }
                 }
-                return Err(AcquireError::Timeout);
             }
+        };
+        let wait = wait.saturating_sub(start.elapsed());
+        let permit = match self.gate.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(AcquireError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.wait_for_permit(wait, count_timeout).await?
+            }
+        };
+        let permit = Held {
+            _permit: permit,
+            since: Instant::now(),
+            hold: self.hold.clone(),
+            health: self.health.clone(),
         };
         let timeouts = Timeouts {
             wait: Some(self.acquire_timeout),
@@ -398,9 +577,48 @@ impl QueryPool {
             lost: std::sync::atomic::AtomicBool::new(false),
             _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
             _token: token,
+            _s3: s3,
             pool: self.clone(),
         };
         Ok((slot, lease))
+    }
+
+    /// Every permit is taken: queues for one for at most `wait`, or refuses
+    /// at once when the expected wait is beyond it (see the module doc).
+    async fn wait_for_permit(
+        &self,
+        wait: Duration,
+        count_timeout: bool,
+    ) -> Result<OwnedSemaphorePermit, AcquireError> {
+        let ahead = self.queued.load(Ordering::Relaxed);
+        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early) {
+            let expected = expected_wait(ahead, mean, self.size);
+            if expected > wait {
+                if count_timeout {
+                    self.health.pool.shed.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_shed_total").increment(1);
+                }
+                return Err(AcquireError::Shed { expected, ahead });
+            }
+        }
+        let _queued = CounterGuard::new(&self.queued);
+        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
+        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
+        drop(waiting);
+        match permit {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(AcquireError::Closed),
+            Err(_) => {
+                if count_timeout {
+                    self.health
+                        .pool
+                        .acquire_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+                }
+                Err(AcquireError::Timeout)
+            }
+        }
     }
 
     /// The longest wait for a connection.

@@ -65,6 +65,8 @@ no signature needed; every answer is JSON):
   POST /__control/sts?malformed=1    STS answers 200 with unusable credentials
                                      (key "AKIA", no token, expired in 1970)
   POST /__control/sts?delay_ms=N     every STS request is delayed N ms (0 = off)
+  POST /__control/s3?delay_ms=N      every S3 request is delayed N ms before it is
+                                     answered (a slow or stalled S3; 0 = off)
   POST /__control/put?bucket=B&key=K body = object bytes; puts it without signing
   POST /__control/expire             expire every assumed-role session now
   POST /__control/expire?access_key_id=ASIA...   expire that session only
@@ -117,6 +119,7 @@ class State:
         self.sts_fail = False
         self.sts_malformed = False
         self.sts_delay_ms = 0
+        self.s3_delay_ms = 0
         self.counters: dict[str, int] = {}
         self.rejected_keys: set[str] = set()
         self.reset()
@@ -363,6 +366,8 @@ class Middleware:
 
     def s3(self, environ, start_response, query, access_key_id):
         self.state.bump("s3_requests")
+        if self.state.s3_delay_ms > 0:
+            time.sleep(self.state.s3_delay_ms / 1000.0)
         token = environ.get("HTTP_X_AMZ_SECURITY_TOKEN") or (
             query.get("X-Amz-Security-Token") or [None]
         )[0]
@@ -439,6 +444,11 @@ class Middleware:
                     {"sts_fail": self.state.sts_fail, "sts_delay_ms": self.state.sts_delay_ms},
                     start_response,
                 )
+            if what == "s3" and method == "POST":
+                if "delay_ms" in query:
+                    self.state.s3_delay_ms = max(0, int(query["delay_ms"]))
+                log.info("control: s3 delay_ms=%s", self.state.s3_delay_ms)
+                return _json("200 OK", {"s3_delay_ms": self.state.s3_delay_ms}, start_response)
             if what == "put" and method == "POST":
                 bucket, key = query.get("bucket"), query.get("key")
                 if not bucket or not key:

@@ -66,6 +66,21 @@ pub enum QueryError {
     /// No pooled connection came free within the acquire timeout (held here).
     #[error("no connection within the acquire timeout")]
     PoolExhausted(Duration),
+    /// The connections queries that read S3 may use stayed busy for the
+    /// acquire timeout (held here): S3 slow or stalled.
+    #[error("the S3 share of the pool stayed taken")]
+    S3Share(Duration),
+    /// Every pooled connection was busy and the expected wait for one was
+    /// beyond the acquire timeout: refused at once.
+    #[error("the expected wait for a connection is beyond the acquire timeout")]
+    Shed {
+        /// The wait the request could expect.
+        expected: Duration,
+        /// Requests queued in front of it.
+        ahead: u64,
+        /// The acquire timeout.
+        limit: Duration,
+    },
     /// The token's own share of the pool stayed taken by its own queries
     /// for the acquire timeout (held here).
     #[error("the token's share of the pool stayed taken")]
@@ -117,7 +132,9 @@ impl QueryError {
             QueryError::ClientStalled => "client_stalled",
             QueryError::TempSpace => "temp_space",
             QueryError::ValueTooLarge { .. } => "value_too_large",
-            QueryError::PoolExhausted(_) => "pool_exhausted",
+            QueryError::PoolExhausted(_) | QueryError::Shed { .. } | QueryError::S3Share(_) => {
+                "pool_exhausted"
+            }
             QueryError::TokenShare(_) => "token_share",
             QueryError::ResultCap { .. } => "result_cap",
             QueryError::CredentialsExpired => "credentials_expired",

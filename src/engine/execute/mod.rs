@@ -60,21 +60,34 @@ pub async fn run(
     // A client waits the acquire timeout; a kept result (an async
     // statement) waits as long as its own deadline allows.
     let owner = job.tracker.as_ref().map(|t| t.owner.clone());
+    let s3 = pool.reads_s3(&job.sql);
     let acquired = match job.sink {
-        None => futures::future::Either::Left(pool.acquire(owner.as_ref())),
+        None => futures::future::Either::Left(pool.acquire(owner.as_ref(), s3)),
         Some(_) => futures::future::Either::Right(pool.acquire_within(
             deadline.saturating_duration_since(tokio::time::Instant::now()),
             false,
             owner.as_ref(),
+            s3,
         )),
     };
     let (slot, lease) = tokio::select! {
         r = acquired => r.map_err(|e| match e {
-            AcquireError::Timeout | AcquireError::TokenShare if job.sink.is_some() => {
+            AcquireError::Timeout
+            | AcquireError::TokenShare
+            | AcquireError::S3Share
+            | AcquireError::Shed { .. }
+                if job.sink.is_some() =>
+            {
                 QueryError::Timeout(job.timeout)
             }
             AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
             AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
+            AcquireError::S3Share => QueryError::S3Share(pool.acquire_timeout()),
+            AcquireError::Shed { expected, ahead } => QueryError::Shed {
+                expected,
+                ahead,
+                limit: pool.acquire_timeout(),
+            },
             AcquireError::Closed => QueryError::ShuttingDown,
             AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
         })?,

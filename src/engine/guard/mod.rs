@@ -137,6 +137,20 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     Ok(accepted)
 }
 
+/// Whether `sql` reads S3, by DuckDB's parse of it alone (nothing bound,
+/// nothing read, so it costs no I/O and cannot hang): an `s3://` URL
+/// anywhere in the tree (reader paths, replacement scans), or a table of one
+/// of `lakes` (operator catalogs, whose data are on S3). Unparsable SQL is
+/// not: the guard refuses it. A view over S3 data is seen only by binding,
+/// which may itself read S3: it counts as local work.
+pub fn reads_s3(raw: &RawConnection, sql: &str, lakes: &[String]) -> bool {
+    fn statement(s: &Statement, lakes: &[String]) -> bool {
+        s.parts.iter().any(|p| tree::mentions_s3(p, lakes))
+            || s.inner.as_deref().is_some_and(|i| statement(i, lakes))
+    }
+    describe::describe(raw, sql).is_ok_and(|all| all.iter().any(|s| statement(s, lakes)))
+}
+
 /// Names the statement kind in a plan refusal of a write.
 fn in_kind(refusal: Refusal, kind: &str) -> Refusal {
     match refusal {

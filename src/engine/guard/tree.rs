@@ -71,6 +71,23 @@ fn check_parse_object(map: &Map<String, Value>, rules: &PathRules) -> Result<(),
     map.values().try_for_each(|v| check_parse_tree(v, rules))
 }
 
+/// Whether a parse tree names an `s3://` URL (any string of the tree: DuckDB
+/// has decoded the literals) or a table of one of `lakes`.
+pub fn mentions_s3(value: &Value, lakes: &[String]) -> bool {
+    match value {
+        Value::String(s) => s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("s3://")),
+        Value::Array(items) => items.iter().any(|v| mentions_s3(v, lakes)),
+        Value::Object(map) => {
+            let str_of = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or("");
+            let lake = |name: &str| lakes.iter().any(|l| l.eq_ignore_ascii_case(name));
+            (str_of("type") == "BASE_TABLE"
+                && (lake(str_of("catalog_name")) || lake(str_of("schema_name"))))
+                || map.values().any(|v| mentions_s3(v, lakes))
+        }
+        _ => false,
+    }
+}
+
 fn qualified(schema: &str, catalog: &str) -> bool {
     !(catalog.is_empty() && (schema.is_empty() || schema == "main"))
 }

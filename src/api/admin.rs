@@ -193,7 +193,7 @@ async fn catalogs(state: &AppState) -> Vec<CatalogInfo> {
     let snapshots = match state
         .engine
         .pool
-        .acquire_within(SNAPSHOT_WAIT, false, None)
+        .acquire_within(SNAPSHOT_WAIT, false, None, false)
         .await
     {
         Err(_) => Err("no pooled connection free to read it".to_string()),

@@ -320,8 +320,7 @@ async fn statement_pages_in_parquet_equal_duckdbs_own_file() {
     assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"));
     // A value Parquet cannot hold: the client's format, as for /query.
     statement(&g, "negative", "SELECT INTERVAL '-5 days' AS i").await;
-    let (status, _, bytes, _) =
-        get_bytes(&g, "/statements/negative/result?format=parquet").await;
+    let (status, _, bytes, _) = get_bytes(&g, "/statements/negative/result?format=parquet").await;
     assert_eq!(status, 400, "{}", String::from_utf8_lossy(&bytes));
     let p: Value = serde_json::from_slice(&bytes).unwrap();
     assert!(

@@ -215,15 +215,13 @@ pub async fn mint(
     };
     let format = match options.format.as_deref() {
         None => None,
-        Some(f) => Some(
-            crate::encode::Format::from_name(f).ok_or_else(|| {
-                    ApiError::bad_request(
-                        "unknown-format",
-                        "Unknown format",
-                        format!("format `{f}` is not one of json, ndjson, csv, arrow, parquet"),
-                    )
-                })?,
-        ),
+        Some(f) => Some(crate::encode::Format::from_name(f).ok_or_else(|| {
+            ApiError::bad_request(
+                "unknown-format",
+                "Unknown format",
+                format!("format `{f}` is not one of json, ndjson, csv, arrow, parquet"),
+            )
+        })?),
     };
     let (owner, id) = crate::api::statements::visible(&state, &caller, &id)
         .await?

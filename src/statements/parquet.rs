@@ -110,9 +110,8 @@ fn select_list(result: &SpoolResult) -> (Vec<usize>, String) {
 /// Writes `page` of `result` as a Parquet file in `dir`, returning its path
 /// (the caller removes it). Runs on a blocking thread.
 pub fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, ParquetPageError> {
-    let internal = |what: &str, e: &dyn std::fmt::Display| {
-        ParquetPageError::Internal(format!("{what}: {e}"))
-    };
+    let internal =
+        |what: &str, e: &dyn std::fmt::Display| ParquetPageError::Internal(format!("{what}: {e}"));
     let (source, select) = select_list(result);
     let schema: SchemaRef = Arc::new(Schema::new(
         source
@@ -229,8 +228,8 @@ impl PageReader {
         if left == 0 {
             return Ok(out);
         }
-        let file = std::fs::File::open(&result.path)
-            .map_err(|e| ArrowError::IoError(e.to_string(), e))?;
+        let file =
+            std::fs::File::open(&result.path).map_err(|e| ArrowError::IoError(e.to_string(), e))?;
         let mut reader = FileReader::try_new(
             std::io::BufReader::with_capacity(1 << 20, file),
             Some(source),

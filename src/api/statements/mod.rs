@@ -241,17 +241,19 @@ async fn submit_inner(
     }
     let snap = statement.snapshot(settings.ttl);
     match (snap.state, snap.result, snap.error) {
-        (StatementState::Succeeded, Some(result), _) => page_response(
-            state,
-            &Ident::of(state, &statement),
-            result,
-            Page {
-                format,
-                offset: 0,
-                limit: None,
-            },
-        )
-        .await,
+        (StatementState::Succeeded, Some(result), _) => {
+            page_response(
+                state,
+                &Ident::of(state, &statement),
+                result,
+                Page {
+                    format,
+                    offset: 0,
+                    limit: None,
+                },
+            )
+            .await
+        }
         (StatementState::Failed | StatementState::Cancelled, _, Some(e)) => Err(e.into()),
         _ => Ok(accepted(state, &statement)),
     }
@@ -436,11 +438,10 @@ async fn parquet_page(
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    let written = tokio::task::spawn_blocking(move || {
-        crate::statements::parquet::write(&result, page, &dir)
-    })
-    .await
-    .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
+    let written =
+        tokio::task::spawn_blocking(move || crate::statements::parquet::write(&result, page, &dir))
+            .await
+            .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
     let path = match written {
         Ok(path) => path,
         Err(ParquetPageError::Unrepresentable(message)) => {

@@ -53,6 +53,7 @@ use crate::api::{
         health::HealthReport,
         health::PoolHealth,
         health::SecretHealth,
+        health::AuditHealth,
         admin::SecretsReport,
         admin::SecretInfo,
         queries::QueryInfo,

@@ -262,18 +262,24 @@ async fn audit_log_on_a_full_disk_keeps_whole_records_and_says_so() {
     );
 }
 
-/// Sends a POST /query whose body never completes (one byte every 300 ms
-/// of 100 announced); returns the answer's status line and when it came.
-async fn slow_body(addr: String) -> (String, Duration) {
+/// Sends the headers of a POST /query and the start of its body; the
+/// rest never completes (see [`trickle`]).
+async fn slow_body_start(addr: &str) -> (TcpStream, Instant) {
     let started = Instant::now();
-    let stream = TcpStream::connect(&addr).await.unwrap();
-    let (mut rd, mut wr) = stream.into_split();
-    wr.write_all(
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(
         format!("POST /query HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"sql\":")
             .as_bytes(),
     )
     .await
     .unwrap();
+    (stream, started)
+}
+
+/// Sends one byte of the body every 300 ms (of 100 announced); returns
+/// the answer's status line and when it came.
+async fn trickle((stream, started): (TcpStream, Instant)) -> (String, Duration) {
+    let (mut rd, mut wr) = stream.into_split();
     let trickle = tokio::spawn(async move {
         for _ in 0..90 {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -305,11 +311,15 @@ async fn a_slow_body_is_408_at_its_timeout_and_gives_its_permit_back() {
         .spawn_app()
         .await;
     let addr = g.base.trim_start_matches("http://").to_string();
-    let slow: Vec<_> = (0..2)
-        .map(|_| tokio::spawn(slow_body(addr.clone())))
-        .collect();
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        slow.push(tokio::spawn(trickle(slow_body_start(&addr).await)));
+    }
+    // Both requests' headers are sent: let the gateway dispatch them
+    // before another client asks (loopback takes well under a millisecond).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // Control: while the bodies trickle in, they hold both permits.
-    let refused = eventually("both permits held", Duration::from_secs(5), || async {
+    let refused = eventually("both permits held", Duration::from_secs(6), || async {
         let r = g.query(json!({"sql": "SELECT 42"})).await;
         let status = r.status().as_u16();
         let body: Value = r.json().await.unwrap_or(Value::Null);
@@ -321,6 +331,7 @@ async fn a_slow_body_is_408_at_its_timeout_and_gives_its_permit_back() {
     })
     .await;
     assert_eq!(refused["type"], "urn:duckgate:problem:overloaded");
+    eprintln!("select 42 refused while the bodies trickle: {refused}");
     for s in slow {
         let (status, at) = s.await.unwrap();
         assert!(status.starts_with("HTTP/1.1 408"), "{status} after {at:?}");

@@ -52,6 +52,7 @@ use crate::api::{
         health::HealthReport,
         health::PoolHealth,
         health::SecretHealth,
+        health::AuditHealth,
         admin::SecretsReport,
         admin::SecretInfo,
         admin::CatalogInfo,

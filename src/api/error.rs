@@ -299,7 +299,27 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                     _ => format!("the spooled results of all statements passed {limit} bytes (DUCKGATE_SPOOL_BYTES); this statement's spooled part was removed. Fetch or DELETE finished statements, or retry later"),
                 },
             ),
-            None,
+            // Shared quotas free up as statements expire or are deleted; one
+            // statement's own quota does not, so a retry would fail the same.
+            (*scope != "statement").then(|| (header::RETRY_AFTER, HeaderValue::from_static("5"))),
+        ),
+        QueryError::StorageFull { store } => (
+            problem(
+                StatusCode::INSUFFICIENT_STORAGE,
+                &format!("{store}-full"),
+                "Storage full",
+                format!("the disk under the gateway's {store} has no space left (the server's storage, not the request); this statement's partial result was removed. Retry later"),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("30"))),
+        ),
+        QueryError::Storage { store, .. } => (
+            problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "storage-error",
+                "Storage failed",
+                format!("writing the gateway's {store} failed (the server's storage, not the request); the cause is in its log"),
+            ),
+            Some((header::RETRY_AFTER, HeaderValue::from_static("30"))),
         ),
         QueryError::ClientStalled => (
             problem(

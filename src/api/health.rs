@@ -56,11 +56,23 @@ pub struct SecretHealth {
     pub last_error: Option<String>,
 }
 
+/// Whether audit records reach `DUCKGATE_AUDIT_LOG`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AuditHealth {
+    /// The last record was written; false while records are being lost.
+    pub ok: bool,
+    /// Records that did not reach the file since start (each one is still
+    /// in the log, target `duckgate::audit`).
+    pub lost: u64,
+    /// Why the last record could not be written, while records are lost.
+    pub last_error: Option<String>,
+}
+
 /// The health answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HealthReport {
-    /// `ok`, `degraded` (a refresh is failing or credentials expired) or
-    /// `shutting_down`.
+    /// `ok`, `degraded` (a refresh is failing, credentials expired, pool
+    /// capacity lost, or audit records not written) or `shutting_down`.
     pub status: &'static str,
     /// duckgate's version.
     pub version: &'static str,
@@ -74,6 +86,9 @@ pub struct HealthReport {
     pub credential_epoch: u64,
     /// Every configured secret's credential state.
     pub secrets: Vec<SecretHealth>,
+    /// The audit file's state, when `DUCKGATE_AUDIT_LOG` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditHealth>,
     /// Why the status is not `ok`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
@@ -151,6 +166,22 @@ fn report(state: &AppState) -> (HealthReport, bool) {
              connection came back passes the acquire timeout ({timeout_ms} ms): queries are refused"
         ));
     }
+    // Records lost now degrade the status but not readiness: queries are
+    // still answered and each record is still in the log. The status is ok
+    // again once a later record is written (the file takes records again);
+    // `lost` and duckgate_audit_records_lost_total keep the history.
+    let audit = state.queries.audit_status().map(|a| AuditHealth {
+        ok: !a.failing(),
+        lost: a.lost(),
+        last_error: a.last_error(),
+    });
+    if let Some(a) = audit.as_ref().filter(|a| !a.ok) {
+        reasons.push(format!(
+            "audit: records are not reaching DUCKGATE_AUDIT_LOG ({} lost): {}",
+            a.lost,
+            a.last_error.as_deref().unwrap_or("unknown error")
+        ));
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"
@@ -181,6 +212,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             },
             credential_epoch: creds.epoch,
             secrets,
+            audit,
             reasons,
         },
         ready,

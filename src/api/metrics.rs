@@ -50,7 +50,7 @@ pub fn recorder() -> PrometheusHandle {
 
 /// The `outcome` labels of `duckgate_queries_total` and
 /// `duckgate_statements_total` (`QueryError::outcome`, and `ok`).
-const OUTCOMES: [&str; 14] = [
+const OUTCOMES: [&str; 16] = [
     "ok",
     "refused",
     "sql_error",
@@ -62,6 +62,8 @@ const OUTCOMES: [&str; 14] = [
     "pool_exhausted",
     "credentials_expired",
     "spool_full",
+    "storage_full",
+    "storage_error",
     "internal_error",
     "token_share",
     "result_cap",
@@ -121,6 +123,8 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_pool_shed_total").increment(0);
     metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_spill_cap_interrupts_total").increment(0);
+    metrics::counter!("duckgate_storage_full_total", "store" => "spool").increment(0);
+    metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
     metrics::gauge!("duckgate_queries_running").set(0.0);

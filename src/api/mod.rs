@@ -90,8 +90,13 @@ pub fn router(state: AppState) -> Router {
     let limits = &state.config.limits;
     // Queries are bounded by the pool and their own deadline; this is the
     // backstop for everything else that could hang before the body starts.
+    // Reading the request body counts in it: a body sent slowly ends at its
+    // own limit (408, its permit released), never at this one (504).
     let query_backstop = Duration::from_millis(
-        limits.max_query_timeout_ms + state.config.engine.acquire_timeout_ms + 5_000,
+        limits.body_read_timeout_ms
+            + limits.max_query_timeout_ms
+            + state.config.engine.acquire_timeout_ms
+            + 5_000,
     );
     // Submissions wait up to `wait_ms` inside the handler: a limit of
     // their own, so waiting submissions never take `/query`'s slots.

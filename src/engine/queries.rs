@@ -5,7 +5,7 @@
 //! request goes away; leaving writes one audit line.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Instant, SystemTime};
 
@@ -137,6 +137,81 @@ pub struct Registry {
     /// Where audit records also go, one JSON object per line
     /// (`DUCKGATE_AUDIT_LOG`).
     audit_file: Option<Mutex<std::fs::File>>,
+    /// Whether records reach the audit file, for the health snapshot.
+    audit: AuditStatus,
+}
+
+/// Whether audit records reach `DUCKGATE_AUDIT_LOG`: written by the
+/// registry, read by `/healthz` with atomic loads only.
+#[derive(Debug, Default)]
+pub struct AuditStatus {
+    /// The last record could not be written (cleared by the next one that is).
+    failing: AtomicBool,
+    /// Records that did not reach the file since start.
+    lost: AtomicU64,
+    /// Why the last record could not be written, while records are lost.
+    last_error: arc_swap::ArcSwapOption<String>,
+}
+
+impl AuditStatus {
+    /// Whether records are being lost now (the last one was).
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// Records lost since start.
+    pub fn lost(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Why the last record was lost, while records are being lost.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.load_full().map(|e| e.to_string())
+    }
+
+    fn written(&self) {
+        if self.failing.swap(false, Ordering::Relaxed) {
+            self.last_error.store(None);
+            tracing::info!(
+                lost_total = self.lost(),
+                "DUCKGATE_AUDIT_LOG takes records again"
+            );
+        }
+    }
+
+    fn lost_one(&self, query_id: &str, e: &std::io::Error) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("duckgate_audit_records_lost_total").increment(1);
+        // The error's text names no path (io::Error's Display never does).
+        self.last_error.store(Some(Arc::new(e.to_string())));
+        self.failing.store(true, Ordering::Relaxed);
+        tracing::error!(
+            query_id,
+            error = %e,
+            lost_total = self.lost(),
+            "an audit record could not be appended to DUCKGATE_AUDIT_LOG (it is in this log, target duckgate::audit)"
+        );
+    }
+}
+
+/// Appends `line` to `file` whole or not at all: a failed or short write
+/// is cut back to the length the file had, so the file holds complete
+/// NDJSON lines only. The registry is the file's only writer in this
+/// process (its mutex); another process appending to the same file
+/// between the length and the cut could lose its line, which is why the
+/// setting names a file of this gateway's own.
+fn append_whole(file: &mut std::fs::File, line: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let before = file.metadata()?.len();
+    if let Err(e) = file.write_all(line) {
+        if file.metadata().is_ok_and(|m| m.len() > before) {
+            if let Err(cut) = file.set_len(before) {
+                tracing::error!(error = %cut, "a partial audit record could not be cut from DUCKGATE_AUDIT_LOG");
+            }
+        }
+        return Err(e);
+    }
+    Ok(())
 }
 
 impl Registry {
@@ -147,6 +222,7 @@ impl Registry {
             sql_limit,
             cancellations: AtomicU64::new(0),
             audit_file: None,
+            audit: AuditStatus::default(),
         }
     }
 
@@ -154,6 +230,12 @@ impl Registry {
     pub fn with_audit_file(mut self, file: std::fs::File) -> Self {
         self.audit_file = Some(Mutex::new(file));
         self
+    }
+
+    /// Whether audit records reach `DUCKGATE_AUDIT_LOG`; `None` when no
+    /// audit file is set.
+    pub fn audit_status(&self) -> Option<&AuditStatus> {
+        self.audit_file.as_ref().map(|_| &self.audit)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Running>>> {
@@ -332,10 +414,13 @@ impl Drop for Registration {
             });
             let mut line = record.to_string();
             line.push('\n');
+            // The status changes under the file's lock, in the order of the writes.
             let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = std::io::Write::write_all(&mut *f, line.as_bytes()) {
-                tracing::warn!(error = %e, "cannot append to DUCKGATE_AUDIT_LOG");
+            match append_whole(&mut f, line.as_bytes()) {
+                Ok(()) => self.registry.audit.written(),
+                Err(e) => self.registry.audit.lost_one(&r.id, &e),
             }
+            drop(f);
         }
         tracing::info!(
             target: "duckgate::audit",

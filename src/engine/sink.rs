@@ -63,8 +63,29 @@ pub enum SinkError {
         /// Which quota: `statement`, `token` or `spool`.
         scope: &'static str,
     },
-    /// Writing failed (disk full, I/O error).
+    /// The disk under the spool has no space left (ENOSPC, or the user's
+    /// disk quota, EDQUOT): the server's storage, worth a retry later.
+    NoSpace,
+    /// Writing failed otherwise (an I/O error of the server's storage).
     Io(String),
+}
+
+impl SinkError {
+    /// An I/O error as the sink's error: out of space, or another failure.
+    pub fn from_io(e: &std::io::Error) -> Self {
+        if is_no_space(e) {
+            SinkError::NoSpace
+        } else {
+            SinkError::Io(e.to_string())
+        }
+    }
+}
+
+/// Whether `e` says the disk (or the user's quota on it) is full.
+pub fn is_no_space(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::StorageFull
+        || e.kind() == std::io::ErrorKind::QuotaExceeded
+        || matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 /// Takes a statement's batches. A retry (after a credential refresh) calls

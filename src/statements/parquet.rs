@@ -178,6 +178,8 @@ pub fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, Pa
 
 /// Runs one statement on a raw connection; the error is DuckDB's message.
 fn run(conn: &crate::engine::ffi::RawConnection, sql: &CStr) -> Result<(), String> {
+    // SAFETY: duckdb_result is a plain C struct of pointers and integers,
+    // for which all zeroes is the state DuckDB expects before a query.
     let mut result: ffi::duckdb_result = unsafe { std::mem::zeroed() };
     // SAFETY: `conn` is live; `sql` is NUL-terminated; `result` is a valid
     // out pointer, destroyed exactly once below whatever the outcome.

@@ -181,8 +181,13 @@ impl std::fmt::Debug for Writing {
     }
 }
 
-fn io(e: impl std::fmt::Display) -> SinkError {
-    SinkError::Io(e.to_string())
+/// An error of Arrow's writer: a full disk is told apart from other I/O
+/// errors (the writer wraps them), anything else is an I/O-level failure.
+fn io(e: arrow::error::ArrowError) -> SinkError {
+    match &e {
+        arrow::error::ArrowError::IoError(_, inner) => SinkError::from_io(inner),
+        _ => SinkError::Io(e.to_string()),
+    }
 }
 
 impl SpoolWriter {
@@ -292,12 +297,20 @@ impl BatchSink for SpoolWriter {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        let file = options.open(&self.path).map_err(io)?;
+        let file = options
+            .open(&self.path)
+            .map_err(|e| SinkError::from_io(&e))?;
         let counting = Counting {
             inner: BufWriter::with_capacity(1 << 20, file),
             written: 0,
         };
-        let writer = FileWriter::try_new(counting, schema).map_err(io)?;
+        let writer = match FileWriter::try_new(counting, schema) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.path);
+                return Err(io(e));
+            }
+        };
         let mut w = Writing {
             writer,
             schema: schema.clone(),
@@ -350,7 +363,12 @@ impl BatchSink for SpoolWriter {
         let done = self
             .flush(&mut w)
             .and_then(|_| w.writer.finish().map_err(io))
-            .and_then(|_| w.writer.get_mut().flush().map_err(io))
+            .and_then(|_| {
+                w.writer
+                    .get_mut()
+                    .flush()
+                    .map_err(|e| SinkError::from_io(&e))
+            })
             .and_then(|_| self.charge(&mut w));
         if let Err(e) = done {
             self.abandon(Some(w));

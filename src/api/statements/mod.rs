@@ -79,7 +79,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
         (status = 429, description = "As many statements as allowed are kept", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Shutting down, or S3 credentials expired", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 504, description = "The statement ran past its time limit", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 507, description = "The result passed a spool quota", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 507, description = "The result passed a spool quota, or the spool's disk is full", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn submit(

@@ -106,6 +106,22 @@ pub enum QueryError {
         /// Which quota: `statement`, `token` or `spool`.
         scope: &'static str,
     },
+    /// The disk under one of the gateway's stores (`store`: `spool`) has
+    /// no space left.
+    #[error("no space left for the {store}")]
+    StorageFull {
+        /// The store: `spool`.
+        store: &'static str,
+    },
+    /// Writing to one of the gateway's stores failed otherwise (`cause`
+    /// is logged, never sent).
+    #[error("writing the {store} failed: {cause}")]
+    Storage {
+        /// The store: `spool`.
+        store: &'static str,
+        /// The I/O error, for the log.
+        cause: String,
+    },
     /// The statement has no answer in the format asked for (a statement
     /// that returns no rows, asked for Parquet); the text says why.
     #[error("{0}")]
@@ -139,6 +155,8 @@ impl QueryError {
             QueryError::ResultCap { .. } => "result_cap",
             QueryError::CredentialsExpired => "credentials_expired",
             QueryError::SpoolFull { .. } => "spool_full",
+            QueryError::StorageFull { .. } => "storage_full",
+            QueryError::Storage { .. } => "storage_error",
             QueryError::Internal(_) => "internal_error",
         }
     }
@@ -158,7 +176,21 @@ impl From<SinkError> for QueryError {
     fn from(e: SinkError) -> Self {
         match e {
             SinkError::Full { limit, scope } => QueryError::SpoolFull { limit, scope },
-            SinkError::Io(m) => QueryError::Internal(format!("writing the spool: {m}")),
+            SinkError::NoSpace => {
+                tracing::error!(
+                    store = "spool",
+                    "the spool's disk is full: a statement's result was dropped"
+                );
+                metrics::counter!("duckgate_storage_full_total", "store" => "spool").increment(1);
+                QueryError::StorageFull { store: "spool" }
+            }
+            SinkError::Io(m) => {
+                tracing::error!(store = "spool", error.cause = %m, "writing the spool failed");
+                QueryError::Storage {
+                    store: "spool",
+                    cause: m,
+                }
+            }
         }
     }
 }

@@ -22,7 +22,15 @@ impl Endpoint {
     fn new(base: String) -> Self {
         Self {
             base,
-            client: reqwest::Client::builder().build().unwrap(),
+            // Idle connections are dropped long before the gateway closes
+            // them (DUCKGATE_HEADER_READ_TIMEOUT_MS, 10 s by default; some
+            // tests set 1 s): a request sent on a connection as the gateway
+            // closes it fails before it is read (seen when a test paused for
+            // a Python writer between two requests).
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(std::time::Duration::from_millis(500))
+                .build()
+                .unwrap(),
         }
     }
 

@@ -318,6 +318,48 @@ async fn statement_pages_in_parquet_equal_duckdbs_own_file() {
     assert_eq!(r.status(), 200);
     let bytes = r.bytes().await.unwrap();
     assert!(bytes.starts_with(b"PAR1") && bytes.ends_with(b"PAR1"));
+    // Parquet readers ask for byte ranges (the footer first): a page is one
+    // file kept with the result, served with its length and ranges, which
+    // polars and pandas read by URL.
+    let (_, _, whole, _) = get_bytes(&g, "/statements/many/result?format=parquet").await;
+    let client = reqwest::Client::new();
+    let url = g.url("/statements/many/result?format=parquet");
+    let r = client
+        .get(&url)
+        .header("range", "bytes=-8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), whole[whole.len() - 8..]);
+    let r = client
+        .get(&url)
+        .header("range", "bytes=4-1003")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 206);
+    assert_eq!(r.bytes().await.unwrap(), whole[4..1004]);
+    let r = client
+        .get(&url)
+        .header("range", format!("bytes={}-", whole.len() + 10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 416);
+    let out = python(
+        r#"
+import sys, duckdb, pandas as pd, polars as pl
+url, sql = sys.argv[1], sys.argv[2]
+want = duckdb.sql(sql).pl()
+got = pl.read_parquet(url)
+assert got.equals(want), (got, want)
+assert pd.read_parquet(url).equals(want.to_pandas())
+print("read", got.height)
+"#,
+        &[&url, many],
+    );
+    assert!(out.contains("read 300000"), "{out}");
     // A value Parquet cannot hold: the client's format, as for /query.
     statement(&g, "negative", "SELECT INTERVAL '-5 days' AS i").await;
     let (status, _, bytes, _) = get_bytes(&g, "/statements/negative/result?format=parquet").await;

@@ -15,7 +15,7 @@
 
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::datatypes::{Field, Schema, SchemaRef};
@@ -40,6 +40,57 @@ pub enum ParquetPageError {
     Unrepresentable(String),
     /// Anything else: the server's fault.
     Internal(String),
+}
+
+/// Parquet pages kept per result.
+const PAGES_KEPT: usize = 4;
+
+/// A written Parquet page; its file goes when the last holder lets go.
+#[derive(Debug)]
+pub struct PageFile {
+    /// Where it is (in the spool's directory).
+    pub path: PathBuf,
+}
+
+impl Drop for PageFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The Parquet pages of one result, by (offset, limit): the last few
+/// written, so a reader that asks for the footer and then for row groups
+/// (polars, DuckDB's httpfs, pyarrow over HTTP) reads one file, and a
+/// client cannot fill the disk by asking for many different pages.
+#[derive(Debug, Default)]
+pub struct PageCache(Mutex<Vec<(PageKey, Arc<PageFile>)>>);
+
+/// A page's offset and limit.
+type PageKey = (u64, Option<u64>);
+
+impl PageCache {
+    /// The page kept for `page`, or the one `write` makes (then kept).
+    pub fn get_or_write(
+        &self,
+        page: Page,
+        write: impl FnOnce() -> Result<PathBuf, ParquetPageError>,
+    ) -> Result<Arc<PageFile>, ParquetPageError> {
+        let key = (page.offset, page.limit);
+        let lock = || self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, f)) = lock().iter().find(|(k, _)| *k == key) {
+            return Ok(f.clone());
+        }
+        // Written outside the lock: two requests for one new page may both
+        // write it; the later one is kept, the other removed when sent.
+        let file = Arc::new(PageFile { path: write()? });
+        let mut kept = lock();
+        kept.retain(|(k, _)| *k != key);
+        if kept.len() >= PAGES_KEPT {
+            kept.remove(0);
+        }
+        kept.push((key, file.clone()));
+        Ok(file)
+    }
 }
 
 /// The private database, opened once per process.
@@ -162,7 +213,13 @@ pub fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, Pa
     drop(conn);
     drop(stream);
     match outcome {
-        Ok(()) => Ok(path),
+        Ok(()) => {
+            // Like the spool's own files: the gateway's user only.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| internal("the Parquet page's permissions", &e))?;
+            Ok(path)
+        }
         Err(message) => {
             let _ = std::fs::remove_file(&path);
             if message.contains(PARQUET_CANNOT_HOLD) {

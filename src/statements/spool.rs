@@ -387,6 +387,7 @@ impl BatchSink for SpoolWriter {
             bytes,
             arrow_refusal: w.arrow_refusal.take(),
             charged: true,
+            parquet_pages: Default::default(),
         };
         // The file and its quota now belong to the result.
         drop(w.writer);
@@ -420,6 +421,9 @@ pub struct SpoolResult {
     /// Whether its bytes count against the spool's quotas: a copy fetched
     /// from the S3 spool for another replica's statement does not.
     charged: bool,
+    /// Parquet pages written from it, kept while it lives (a few at most),
+    /// so the byte ranges a Parquet reader asks for come from one file.
+    pub parquet_pages: crate::statements::parquet::PageCache,
 }
 
 /// What another replica needs to page a result it did not write (kept in
@@ -479,6 +483,7 @@ impl SpoolResult {
             bytes: meta.bytes,
             arrow_refusal: meta.arrow_refusal,
             charged: false,
+            parquet_pages: Default::default(),
         })
     }
 }

@@ -251,6 +251,8 @@ async fn submit_inner(
                     offset: 0,
                     limit: None,
                 },
+                // A POST's answer is whole: no byte ranges.
+                &HeaderMap::new(),
             )
             .await
         }
@@ -341,6 +343,7 @@ async fn page_response(
     ident: &Ident,
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
+    headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     if page.format == Format::Arrow {
         if let Some(column) = &result.arrow_refusal {
@@ -365,7 +368,7 @@ async fn page_response(
     let kind = result.layout.kind.clone();
     let retried = ident.retried;
     let mut response = if page.format == Format::Parquet {
-        parquet_page(result, page).await?
+        parquet_page(result, page, headers).await?
     } else {
         streamed_page(state, result, page)
     };
@@ -426,24 +429,30 @@ fn streamed_page(
 }
 
 /// A Parquet page: DuckDB writes the whole file first (a Parquet file is
-/// only whole once its footer is written), then it is sent with its length.
+/// only whole once its footer is written), kept with the result, then sent
+/// by tower-http's `ServeFile`: with its length, and the byte ranges
+/// Parquet readers ask for (`Range`, `If-Range`; 206, 416).
 async fn parquet_page(
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
+    headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     use crate::statements::parquet::ParquetPageError;
-    use tokio::io::AsyncReadExt;
+    use tower::ServiceExt;
     let dir = result
         .path
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
-    let written =
-        tokio::task::spawn_blocking(move || crate::statements::parquet::write(&result, page, &dir))
-            .await
-            .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
-    let path = match written {
-        Ok(path) => path,
+    let written = tokio::task::spawn_blocking(move || {
+        result.parquet_pages.get_or_write(page, || {
+            crate::statements::parquet::write(&result, page, &dir)
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
+    let file = match written {
+        Ok(file) => file,
         Err(ParquetPageError::Unrepresentable(message)) => {
             return Err(ApiError::bad_request(
                 "format-unavailable",
@@ -453,32 +462,25 @@ async fn parquet_page(
         }
         Err(ParquetPageError::Internal(message)) => return Err(ApiError::Internal(message)),
     };
-    let opened = tokio::fs::File::open(&path).await;
-    // Open or not, the name goes now: an open file stays readable.
-    let _ = tokio::fs::remove_file(&path).await;
-    let file = opened.map_err(|e| ApiError::Internal(format!("opening the Parquet page: {e}")))?;
-    let len = file
-        .metadata()
-        .await
-        .map_err(|e| ApiError::Internal(format!("reading the Parquet page: {e}")))?
-        .len();
-    let body = futures::stream::unfold(Some(file), |file| async move {
-        let mut file = file?;
-        let mut buf = vec![0u8; 256 * 1024];
-        match file.read(&mut buf).await {
-            Ok(0) => None,
-            Ok(n) => {
-                buf.truncate(n);
-                Some((Ok(bytes::Bytes::from(buf)), Some(file)))
-            }
-            Err(e) => Some((Err(e), None)),
+    let mut request = axum::http::Request::builder().method(axum::http::Method::GET);
+    for name in [header::RANGE, header::IF_RANGE] {
+        if let Some(v) = headers.get(&name) {
+            request = request.header(name, v);
         }
-    });
-    let mut response = Response::new(Body::from_stream(body));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    Ok(response)
+    }
+    let request = request
+        .body(Body::empty())
+        .map_err(|e| ApiError::Internal(format!("the Parquet page's request: {e}")))?;
+    // The file is open once ServeFile answers: it stays readable even if
+    // the result (and its pages) goes meanwhile.
+    let response = tower_http::services::ServeFile::new(&file.path)
+        .oneshot(request)
+        .await
+        .map_err(|e| ApiError::Internal(format!("sending the Parquet page: {e}")))?;
+    if response.status() == StatusCode::NOT_FOUND {
+        return Err(ApiError::Internal("the Parquet page's file is gone".into()));
+    }
+    Ok(response.map(Body::new))
 }
 
 /// A statement a request names: kept here, or (shared state) by another
@@ -654,6 +656,10 @@ pub async fn show(
             ("duckgate-total-rows" = u64, description = "Rows of the whole result"),
             ("Link" = String, description = "The next page, if any")
         )),
+        (status = 206, description = "Part of a Parquet page: the byte range a `Range` header asked for (Parquet pages only; they also say `Accept-Ranges: bytes`)", content(
+            (Vec<u8> = "application/vnd.apache.parquet")
+        )),
+        (status = 416, description = "A `Range` past the end of the Parquet page"),
         (status = 400, description = "Bad page options, an Arrow page of an INTERVAL Arrow cannot hold, or a Parquet page of a value Parquet cannot hold (`format-unavailable`)", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
@@ -700,7 +706,7 @@ pub async fn result(
     };
     let s = match found {
         Found::Local(s) => s,
-        Found::Remote(row) => return remote_page(&state, &row, page).await,
+        Found::Remote(row) => return remote_page(&state, &row, page, &headers).await,
     };
     let snap = s.snapshot(state.statements.settings.ttl);
     let result = match (snap.state, snap.result, snap.error) {
@@ -738,11 +744,16 @@ pub async fn result(
         }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
-    page_response(&state, &Ident::of(&state, &s), result, page).await
+    page_response(&state, &Ident::of(&state, &s), result, page, &headers).await
 }
 
 /// A page of another replica's statement, from the S3 spool.
-async fn remote_page(state: &AppState, row: &Row, page: Page) -> Result<Response, ApiError> {
+async fn remote_page(
+    state: &AppState,
+    row: &Row,
+    page: Page,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
     let id = &row.id;
     if row.lost() {
         return Err(lost(row));
@@ -759,7 +770,14 @@ async fn remote_page(state: &AppState, row: &Row, page: Page) -> Result<Response
             let result = crate::api::replicas::copy_of(state, row)
                 .await
                 .map_err(ApiError::Internal)?;
-            page_response(state, &Ident::of_status(&row.status), result, page).await
+            page_response(
+                state,
+                &Ident::of_status(&row.status),
+                result,
+                page,
+                headers,
+            )
+            .await
         }
         "succeeded" | "expired" => Err(ApiError::Gone(format!(
             "statement {id} finished longer ago than DUCKGATE_STATEMENT_TTL_MS; its result was removed"

@@ -29,20 +29,18 @@ assert g == w, next((a, b) for a, b in zip(g, w) if a != b)
 print("same", len(g))
 "#;
 
-async fn parquet_body(g: &Gateway, body: Value) -> (u16, String, Vec<u8>, bool) {
-    // A connection of its own: the checks in Python between requests can
-    // outlast the gateway's idle keep-alive, and a request sent on a
-    // connection as the gateway closes it fails before it is read.
+/// Sends a request on a connection of its own (the checks in Python
+/// between requests can outlast the gateway's idle keep-alive, and a
+/// request sent on a connection as the gateway closes it fails before it is
+/// read): status, content type, body, and whether the transfer failed.
+async fn send(
+    request: impl FnOnce(&reqwest::Client) -> reqwest::RequestBuilder,
+) -> (u16, String, Vec<u8>, bool) {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(0)
         .build()
         .unwrap();
-    let r = client
-        .post(g.url("/query"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    let r = request(&client).send().await.unwrap();
     let status = r.status().as_u16();
     let ctype = r
         .headers()
@@ -51,6 +49,10 @@ async fn parquet_body(g: &Gateway, body: Value) -> (u16, String, Vec<u8>, bool) 
         .unwrap_or_default();
     let (bytes, failed) = body_and_failure(r).await;
     (status, ctype, bytes, failed)
+}
+
+async fn parquet_body(g: &Gateway, body: Value) -> (u16, String, Vec<u8>, bool) {
+    send(|c| c.post(g.url("/query")).json(&body)).await
 }
 
 #[tokio::test]
@@ -232,19 +234,7 @@ async fn statement(g: &Gateway, id: &str, sql: &str) {
 }
 
 async fn get_bytes(g: &Gateway, path: &str) -> (u16, String, Vec<u8>, bool) {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
-    let r = client.get(g.url(path)).send().await.unwrap();
-    let status = r.status().as_u16();
-    let ctype = r
-        .headers()
-        .get("content-type")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    let (bytes, failed) = body_and_failure(r).await;
-    (status, ctype, bytes, failed)
+    send(|c| c.get(g.url(path))).await
 }
 
 #[tokio::test]

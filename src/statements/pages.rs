@@ -8,8 +8,9 @@ use std::io::BufReader;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::error::ArrowError;
 use arrow::ipc::reader::FileReader;
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -132,40 +133,13 @@ fn encode_page(
     encoder.begin(&columns, buf).map_err(|e| e.to_string())?;
 
     let total = page.rows(result);
-    let mut skip = page.offset;
-    let mut left = total;
-    if left > 0 {
-        let file = File::open(&result.path).map_err(|e| format!("opening the spool: {e}"))?;
-        let mut reader = FileReader::try_new(BufReader::with_capacity(1 << 20, file), Some(source))
-            .map_err(|e| format!("reading the spool: {e}"))?;
-        // The batch that holds the first row: starts[b] <= offset < starts[b + 1].
-        let first = result
-            .starts
-            .partition_point(|&s| s <= page.offset)
-            .saturating_sub(1);
-        skip -= result.starts[first];
-        reader
-            .set_index(first)
-            .map_err(|e| format!("reading the spool: {e}"))?;
-        for batch in reader {
-            let batch = batch.map_err(|e| format!("reading the spool: {e}"))?;
-            let from = skip.min(batch.num_rows() as u64) as usize;
-            skip -= from as u64;
-            let take = (batch.num_rows() - from).min(left as usize);
-            if take == 0 {
-                continue;
-            }
-            let part =
-                RecordBatch::try_new(schema.clone(), batch.slice(from, take).columns().to_vec())
-                    .map_err(|e| format!("reading the spool: {e}"))?;
-            encoder.batch(&part, buf).map_err(|e| e.to_string())?;
-            left -= take as u64;
-            if buf.len() >= CHUNK_BYTES && !flush(buf) {
-                return Ok(false);
-            }
-            if left == 0 {
-                break;
-            }
+    let reader = PageReader::open(result, page, source, schema)
+        .map_err(|e| format!("reading the spool: {e}"))?;
+    for part in reader {
+        let part = part.map_err(|e| format!("reading the spool: {e}"))?;
+        encoder.batch(&part, buf).map_err(|e| e.to_string())?;
+        if buf.len() >= CHUNK_BYTES && !flush(buf) {
+            return Ok(false);
         }
     }
     let ends = page.offset + total >= result.rows;
@@ -181,4 +155,77 @@ fn encode_page(
         )
         .map_err(|e| e.to_string())?;
     Ok(true)
+}
+
+/// The page's rows of the spool's `source` columns, as batches of
+/// `schema`, read from the spool as they are asked for (by the encoder
+/// here, by DuckDB's Arrow scan for a Parquet page).
+pub(crate) struct PageReader {
+    batches: Option<FileReader<BufReader<File>>>,
+    schema: SchemaRef,
+    skip: u64,
+    left: u64,
+}
+
+impl PageReader {
+    pub(crate) fn open(
+        result: &SpoolResult,
+        page: Page,
+        source: Vec<usize>,
+        schema: SchemaRef,
+    ) -> Result<Self, ArrowError> {
+        let left = page.rows(result);
+        let mut out = PageReader {
+            batches: None,
+            schema,
+            skip: 0,
+            left,
+        };
+        if left == 0 {
+            return Ok(out);
+        }
+        let file = File::open(&result.path).map_err(|e| ArrowError::IoError(e.to_string(), e))?;
+        let mut reader =
+            FileReader::try_new(BufReader::with_capacity(1 << 20, file), Some(source))?;
+        // The batch that holds the first row: starts[b] <= offset < starts[b + 1].
+        let first = result
+            .starts
+            .partition_point(|&s| s <= page.offset)
+            .saturating_sub(1);
+        out.skip = page.offset - result.starts[first];
+        reader.set_index(first)?;
+        out.batches = Some(reader);
+        Ok(out)
+    }
+}
+
+impl Iterator for PageReader {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.left > 0 {
+            let batch = match self.batches.as_mut()?.next()? {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e)),
+            };
+            let from = self.skip.min(batch.num_rows() as u64) as usize;
+            self.skip -= from as u64;
+            let take = (batch.num_rows() - from).min(self.left as usize);
+            if take == 0 {
+                continue;
+            }
+            self.left -= take as u64;
+            return Some(RecordBatch::try_new(
+                self.schema.clone(),
+                batch.slice(from, take).columns().to_vec(),
+            ));
+        }
+        None
+    }
+}
+
+impl RecordBatchReader for PageReader {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
 }

@@ -17,15 +17,12 @@ use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use arrow::array::{RecordBatch, RecordBatchReader};
 use arrow::datatypes::{Field, Schema, SchemaRef};
-use arrow::error::ArrowError;
 use arrow::ffi_stream::FFI_ArrowArrayStream;
-use arrow::ipc::reader::FileReader;
 use duckdb::ffi;
 
 use crate::engine::ffi::RawDatabase;
-use crate::statements::pages::Page;
+use crate::statements::pages::{Page, PageReader};
 use crate::statements::spool::SpoolResult;
 
 /// How DuckDB's Parquet writer starts the message of a value Parquet
@@ -259,79 +256,4 @@ fn run(conn: &crate::engine::ffi::RawConnection, sql: &CStr) -> Result<(), Strin
     // SAFETY: `result` was filled by `duckdb_query`; destroyed once.
     unsafe { ffi::duckdb_destroy_result(&mut result) };
     outcome
-}
-
-/// The page's rows of the spool's `source` columns, as batches of
-/// `schema`, read from the spool as DuckDB asks for them.
-struct PageReader {
-    batches: Option<FileReader<std::io::BufReader<std::fs::File>>>,
-    schema: SchemaRef,
-    skip: u64,
-    left: u64,
-}
-
-impl PageReader {
-    fn open(
-        result: &SpoolResult,
-        page: Page,
-        source: Vec<usize>,
-        schema: SchemaRef,
-    ) -> Result<Self, ArrowError> {
-        let left = page.rows(result);
-        let mut out = PageReader {
-            batches: None,
-            schema,
-            skip: 0,
-            left,
-        };
-        if left == 0 {
-            return Ok(out);
-        }
-        let file =
-            std::fs::File::open(&result.path).map_err(|e| ArrowError::IoError(e.to_string(), e))?;
-        let mut reader = FileReader::try_new(
-            std::io::BufReader::with_capacity(1 << 20, file),
-            Some(source),
-        )?;
-        // The batch that holds the first row: starts[b] <= offset < starts[b + 1].
-        let first = result
-            .starts
-            .partition_point(|&s| s <= page.offset)
-            .saturating_sub(1);
-        out.skip = page.offset - result.starts[first];
-        reader.set_index(first)?;
-        out.batches = Some(reader);
-        Ok(out)
-    }
-}
-
-impl Iterator for PageReader {
-    type Item = Result<RecordBatch, ArrowError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while self.left > 0 {
-            let batch = match self.batches.as_mut()?.next()? {
-                Ok(b) => b,
-                Err(e) => return Some(Err(e)),
-            };
-            let from = self.skip.min(batch.num_rows() as u64) as usize;
-            self.skip -= from as u64;
-            let take = (batch.num_rows() - from).min(self.left as usize);
-            if take == 0 {
-                continue;
-            }
-            self.left -= take as u64;
-            return Some(RecordBatch::try_new(
-                self.schema.clone(),
-                batch.slice(from, take).columns().to_vec(),
-            ));
-        }
-        None
-    }
-}
-
-impl RecordBatchReader for PageReader {
-    fn schema(&self) -> SchemaRef {
-        self.schema.clone()
-    }
 }

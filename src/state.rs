@@ -104,6 +104,9 @@ pub struct SecretState {
     pub last_error: Option<String>,
     /// Consecutive failed refreshes.
     pub consecutive_failures: u32,
+    /// After a failure: the earliest instant of the next automatic attempt.
+    #[serde(skip)]
+    pub next_attempt_at: Option<SystemTime>,
     /// Successful rotations since start.
     pub rotations: u64,
 }

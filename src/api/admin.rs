@@ -37,6 +37,10 @@ pub struct SecretInfo {
     pub last_error: Option<String>,
     /// Refreshes failed in a row since the last success.
     pub consecutive_failures: u32,
+    /// After a failed refresh: milliseconds until the next automatic
+    /// attempt (at most half the check interval, so a recovered STS is
+    /// used within one interval); absent after a success.
+    pub next_attempt_in_ms: Option<u64>,
     /// Rotations installed since start.
     pub rotations: u64,
 }
@@ -122,6 +126,9 @@ fn report(state: &AppState, only: Option<&str>, errors: Vec<String>) -> SecretsR
                 key_id_suffix: s.key_id_suffix.clone(),
                 last_error: s.last_error.clone(),
                 consecutive_failures: s.consecutive_failures,
+                next_attempt_in_ms: s
+                    .next_attempt_at
+                    .map(|t| t.duration_since(now).map_or(0, |d| d.as_millis() as u64)),
                 rotations: s.rotations,
             })
             .collect(),

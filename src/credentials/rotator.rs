@@ -127,6 +127,7 @@ impl Rotator {
                 key_id_suffix: None,
                 last_error: None,
                 consecutive_failures: 0,
+                next_attempt_at: None,
                 rotations: 0,
             });
             secrets.push(Arc::new(Managed {
@@ -363,10 +364,13 @@ impl Rotator {
             }
             Err(class) => {
                 let failures = m.failures.fetch_add(1, Ordering::Relaxed) + 1;
-                let pause = backoff(failures);
+                // The pause grows with failures but stays under half the
+                // check interval, so the tick after STS comes back refreshes:
+                // recovery within one check interval.
+                let pause = backoff(failures).min(self.timing.check_interval / 2);
                 *m.not_before.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(Instant::now() + pause);
-                self.publish_failure(idx, &class.to_string(), failures);
+                self.publish_failure(idx, &class.to_string(), failures, pause);
                 metrics::counter!("duckgate_rotations_total", "secret" => m.spec.name.clone(), "outcome" => "error")
                     .increment(1);
                 tracing::warn!(
@@ -487,6 +491,7 @@ impl Rotator {
                 s.key_id_suffix = Some(key_id_suffix(&creds.key_id));
                 s.last_error = None;
                 s.consecutive_failures = 0;
+                s.next_attempt_at = None;
                 s.rotations += 1;
             }
             v.epoch = v.secrets.iter().map(|s| s.epoch).sum();
@@ -495,13 +500,14 @@ impl Rotator {
         });
     }
 
-    fn publish_failure(&self, idx: usize, class: &str, failures: u32) {
+    fn publish_failure(&self, idx: usize, class: &str, failures: u32, pause: Duration) {
         let now = SystemTime::now();
         self.health.credentials.rcu(|view| {
             let mut v = CredentialsView::clone(view);
             if let Some(s) = v.secrets.get_mut(idx) {
                 s.last_error = Some(class.to_string());
                 s.consecutive_failures = failures;
+                s.next_attempt_at = Some(now + pause);
             }
             v.any_expired = any_expired(&v, now);
             v

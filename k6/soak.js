@@ -24,6 +24,11 @@
 //   rotate   one POST /admin/secrets/rotate every SOAK_ROTATE_EVERY (default
 //            10m), from SOAK_ROTATE_START (default 30s; only with an admin token)
 //
+// SOAK_MODE=capacity replaces them all with one closed loop of SOAK_CAPACITY_VUS
+// (default 4) virtual users running the local and S3 queries in the ratio
+// SOAK_LOCAL_RATE:SOAK_S3_RATE for SOAK_DURATION, no thresholds: k6/run-soak
+// --load measures capacity with it, then sets the rates to a share of it.
+//
 // Thresholds (any crossed makes k6 exit 99):
 //   http_req_failed            < 0.1 %
 //   s3_query_failed            == 0   (and s3_queries > 0 when S3 is configured)
@@ -60,6 +65,8 @@ const QUERY_P95_MS = parseInt(__ENV.SOAK_QUERY_P95_MS || '250', 10);
 const LOCAL_P95_MS = parseInt(__ENV.SOAK_LOCAL_P95_MS || '50', 10);
 
 const totalSecs = parseDuration(DURATION);
+// SOAK_MODE=capacity: no soak, a closed-loop measurement of the mix (k6/run-soak --load).
+const CAPACITY = __ENV.SOAK_MODE === 'capacity';
 
 function rateScenario(exec, rate, timeUnit, vus, maxVUs, extra = {}) {
   return Object.assign(
@@ -77,15 +84,35 @@ function rateScenario(exec, rate, timeUnit, vus, maxVUs, extra = {}) {
   );
 }
 
-const scenarios = {
-  local: rateScenario('local', LOCAL_RATE, '1s', 2, 6),
-  healthz: rateScenario('probe', 1, '1s', 1, 2),
-  metrics: rateScenario('scrape', 1, '15s', 1, 1),
-  statements: rateScenario('statement', 1, STATEMENT_EVERY, 1, 4),
-};
-if (S3_ENABLED) scenarios.s3 = rateScenario('s3', S3_RATE, '1s', 2, 6);
-if (LAKE_ENABLED) scenarios.lake = rateScenario('lake', LAKE_RATE, '1s', 2, 6);
-if (ADMIN_ENABLED) {
+// VUs for a rate: start with enough for ~50 ms answers, grow to hold it
+// while answers take up to ~200 ms.
+const vusFor = (rate) => Math.max(2, Math.ceil(rate / 20));
+const maxVusFor = (rate) => Math.max(6, Math.ceil(rate / 5));
+
+const scenarios = CAPACITY
+  ? {
+      // Closed loop, as fast as answers come: what the gateway can do with
+      // the soak's mix of local and S3 queries (SOAK_LOCAL_RATE:SOAK_S3_RATE).
+      capacity: {
+        executor: 'constant-vus',
+        exec: 'mix',
+        vus: parseInt(__ENV.SOAK_CAPACITY_VUS || '4', 10),
+        duration: DURATION,
+      },
+    }
+  : {
+      local: rateScenario('local', LOCAL_RATE, '1s', vusFor(LOCAL_RATE), maxVusFor(LOCAL_RATE)),
+      healthz: rateScenario('probe', 1, '1s', 1, 2),
+      metrics: rateScenario('scrape', 1, '15s', 1, 1),
+      statements: rateScenario('statement', 1, STATEMENT_EVERY, 1, 4),
+    };
+if (S3_ENABLED && !CAPACITY) {
+  scenarios.s3 = rateScenario('s3', S3_RATE, '1s', vusFor(S3_RATE), maxVusFor(S3_RATE));
+}
+if (LAKE_ENABLED && !CAPACITY) {
+  scenarios.lake = rateScenario('lake', LAKE_RATE, '1s', 2, 6);
+}
+if (ADMIN_ENABLED && !CAPACITY) {
   const start = Math.min(parseDuration(ROTATE_START), totalSecs / 4);
   scenarios.rotate = rateScenario('rotation', 1, ROTATE_EVERY, 1, 1, {
     startTime: `${Math.round(start)}s`,
@@ -122,12 +149,21 @@ if (ADMIN_ENABLED) thresholds['http_req_duration{name:admin_rotate}'] = ['max>=0
 
 export const options = {
   scenarios,
-  thresholds,
+  thresholds: CAPACITY ? {} : thresholds,
   summaryTrendStats: ['avg', 'min', 'med', 'max', 'p(90)', 'p(95)', 'p(99)', 'count'],
 };
 
 export function local() {
   localQuery();
+}
+
+export function mix() {
+  const s3Share = S3_ENABLED ? S3_RATE / (LOCAL_RATE + S3_RATE) : 0;
+  if (Math.random() < s3Share) {
+    s3Query();
+  } else {
+    localQuery();
+  }
 }
 
 let statementCount = 0;

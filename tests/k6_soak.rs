@@ -22,8 +22,9 @@ fn required_env(name: &str) -> String {
 }
 
 /// Runs `k6/run-soak --duration <duration> --session-secs 20 <extra>` with
-/// this build's binary and returns its JSON summary, once it passed.
-fn run_soak(duration: &str, extra: &[&str]) -> serde_json::Value {
+/// this build's binary and returns its JSON summary and its output, once it
+/// passed.
+fn run_soak(duration: &str, extra: &[&str]) -> (serde_json::Value, String) {
     // One soak at a time: two would share the two cores and each other's
     // latency thresholds.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -115,11 +116,12 @@ fn run_soak(duration: &str, extra: &[&str]) -> serde_json::Value {
         "k6/run-soak exited with {status}\n{context}"
     );
 
-    serde_json::from_str(
+    let summary = serde_json::from_str(
         &std::fs::read_to_string(&summary_path)
             .unwrap_or_else(|e| panic!("no summary at {summary_path:?}: {e}\n{context}")),
     )
-    .unwrap()
+    .unwrap();
+    (summary, output)
 }
 
 fn number(summary: &serde_json::Value, path: &str) -> f64 {
@@ -131,7 +133,7 @@ fn number(summary: &serde_json::Value, path: &str) -> f64 {
 
 #[test]
 fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
-    let summary = run_soak("60s", &["--rows", "200000"]);
+    let (summary, output) = run_soak("60s", &["--rows", "200000", "--progress-every", "10"]);
     let num = |path: &str| number(&summary, path);
 
     assert_eq!(summary["passed"], true, "{summary:#}");
@@ -162,6 +164,38 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
     assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
     assert!(num("/latency_ms/healthz/p99") < 25.0, "{summary:#}");
     assert_eq!(summary["gateway"]["alive_after_run"], true, "{summary:#}");
+
+    // A progress line every 10 s while k6 runs, from the gateway's and the
+    // emulation's own counts.
+    let progress: Vec<&str> = output
+        .lines()
+        .filter(|l| l.starts_with("run-soak: progress "))
+        .collect();
+    assert!(
+        progress.len() >= 4,
+        "{} progress lines:\n{output}",
+        progress.len()
+    );
+    assert!(
+        progress.iter().all(|l| !l.contains("poll failed")),
+        "{output}"
+    );
+    let last = progress.last().unwrap();
+    for part in [
+        " requests (+",
+        "/s), 0 failed (5xx), p99 ",
+        " ms, credential epoch ",
+        " 0 expired-token reads",
+    ] {
+        assert!(last.contains(part), "{part:?} not in {last:?}");
+    }
+    let requests: f64 = last
+        .split(": ")
+        .nth(2)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.replace(',', "").parse().ok())
+        .unwrap_or_else(|| panic!("no request count in {last:?}"));
+    assert!(requests > 300.0, "{last}");
 }
 
 /// `k6/run-soak --lake`: DuckLake reads through the gateway, data on the
@@ -169,7 +203,7 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
 /// default soak above has no lake: `lake_queries` stays 0 there.)
 #[test]
 fn short_soak_with_a_ducklake_reads_the_lake_across_expiries() {
-    let summary = run_soak("40s", &["--rows", "10000", "--lake-rows", "20000"]);
+    let (summary, _) = run_soak("40s", &["--rows", "10000", "--lake-rows", "20000"]);
     let num = |path: &str| number(&summary, path);
     assert_eq!(summary["passed"], true, "{summary:#}");
     assert!(

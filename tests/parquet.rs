@@ -389,3 +389,78 @@ with tempfile.TemporaryDirectory() as d:
         "{p}"
     );
 }
+
+/// The spool's charged bytes, as /metrics reports them.
+async fn spool_bytes(g: &Gateway) -> u64 {
+    let m = g.get_text("/metrics").await;
+    m.lines()
+        .find_map(|l| l.strip_prefix("duckgate_spool_bytes "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no duckgate_spool_bytes in\n{m}")) as u64
+}
+
+#[tokio::test]
+async fn parquet_pages_count_against_the_spool_quotas() {
+    // Measured on one gateway: the result's bytes, then with its page.
+    let sql = "SELECT i, 'row ' || i AS s FROM range(200000) t(i) ORDER BY i";
+    let g = Gateway::builder().start();
+    statement(&g, "q", sql).await;
+    let result = spool_bytes(&g).await;
+    assert!(result > 0);
+    let (status, _, body, _) = get_bytes(&g, "/statements/q/result?format=parquet").await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let with_page = spool_bytes(&g).await;
+    assert!(
+        with_page > result,
+        "the Parquet page is not charged: {with_page} bytes with it, {result} without"
+    );
+    let page = with_page - result;
+    let r = g
+        .client
+        .delete(g.url("/statements/q"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(spool_bytes(&g).await, 0, "the page outlived its result");
+    drop(g);
+
+    // A token quota between the two: the result fits, its Parquet page does
+    // not. The page is a 507 the client can act on, its file and its bytes
+    // go, and the result's other formats still page.
+    let g = Gateway::builder()
+        .env("DUCKGATE_SPOOL_TOKEN_BYTES", result + page / 2)
+        .start();
+    statement(&g, "q", sql).await;
+    let result = spool_bytes(&g).await;
+    let r = g
+        .client
+        .get(g.url("/statements/q/result?format=parquet"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    assert!(r.headers().contains_key("retry-after"));
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(
+        p["type"], "urn:duckgate:problem:spool-quota-exceeded",
+        "{p}"
+    );
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("DUCKGATE_SPOOL_TOKEN_BYTES"),
+        "{p}"
+    );
+    assert_eq!(spool_bytes(&g).await, result);
+    let spool = g.data_dir.path().join("data").join("spool");
+    let pages: Vec<_> = std::fs::read_dir(&spool)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+        .collect();
+    assert!(pages.is_empty(), "a refused page stayed: {pages:?}");
+    let (status, _, _, _) = get_bytes(&g, "/statements/q/result?format=csv&limit=10").await;
+    assert_eq!(status, 200);
+}

@@ -294,9 +294,9 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
                 "spool-quota-exceeded",
                 "Spool quota exceeded",
                 match *scope {
-                    "token" => format!("the spooled results of this token's statements passed {limit} bytes (DUCKGATE_SPOOL_TOKEN_BYTES); this statement's spooled part was removed. Fetch and DELETE finished statements, or retry later"),
+                    "token" => format!("the spooled results of this token's statements (and their Parquet pages) passed {limit} bytes (DUCKGATE_SPOOL_TOKEN_BYTES); what was being written, a statement's result or a Parquet page of one, was removed. Fetch and DELETE finished statements, or retry later"),
                     "statement" => format!("the statement's result passed the spool quota of one statement, {limit} bytes (DUCKGATE_SPOOL_STATEMENT_BYTES); its spooled part was removed. Narrow the query, or ask for fewer rows with max_rows"),
-                    _ => format!("the spooled results of all statements passed {limit} bytes (DUCKGATE_SPOOL_BYTES); this statement's spooled part was removed. Fetch or DELETE finished statements, or retry later"),
+                    _ => format!("the spooled results of all statements (and their Parquet pages) passed {limit} bytes (DUCKGATE_SPOOL_BYTES); what was being written, a statement's result or a Parquet page of one, was removed. Fetch or DELETE finished statements, or retry later"),
                 },
             ),
             // Shared quotas free up as statements expire or are deleted; one

@@ -22,8 +22,9 @@ use arrow::ffi_stream::FFI_ArrowArrayStream;
 use duckdb::ffi;
 
 use crate::engine::ffi::RawDatabase;
+use crate::engine::sink::SinkError;
 use crate::statements::pages::{Page, PageReader};
-use crate::statements::spool::SpoolResult;
+use crate::statements::spool::{Charge, SpoolResult};
 
 /// How DuckDB's Parquet writer starts the message of a value Parquet
 /// cannot hold (a negative INTERVAL, say).
@@ -35,6 +36,15 @@ pub enum ParquetPageError {
     /// A value Parquet cannot hold, with DuckDB's message (the client's
     /// answer: another format).
     Unrepresentable(String),
+    /// The page would pass the spool's quota of its token (`token`) or of
+    /// every result (`spool`): it is removed, and the client may retry once
+    /// results are fetched and deleted.
+    Full {
+        /// The quota, in bytes.
+        limit: u64,
+        /// Which quota.
+        scope: &'static str,
+    },
     /// Anything else: the server's fault.
     Internal(String),
 }
@@ -42,11 +52,14 @@ pub enum ParquetPageError {
 /// Parquet pages kept per result.
 const PAGES_KEPT: usize = 4;
 
-/// A written Parquet page; its file goes when the last holder lets go.
+/// A written Parquet page; its file goes, and its bytes leave the spool's
+/// quotas, when the last holder lets go.
 #[derive(Debug)]
 pub struct PageFile {
     /// Where it is (in the spool's directory).
     pub path: PathBuf,
+    /// Its bytes, charged to the result's token and the spool.
+    _charge: Option<Charge>,
 }
 
 impl Drop for PageFile {
@@ -70,7 +83,7 @@ impl PageCache {
     pub fn get_or_write(
         &self,
         page: Page,
-        write: impl FnOnce() -> Result<PathBuf, ParquetPageError>,
+        write: impl FnOnce() -> Result<PageFile, ParquetPageError>,
     ) -> Result<Arc<PageFile>, ParquetPageError> {
         let key = (page.offset, page.limit);
         let lock = || self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -79,7 +92,7 @@ impl PageCache {
         }
         // Written outside the lock: two requests for one new page may both
         // write it; the later one is kept, the other removed when sent.
-        let file = Arc::new(PageFile { path: write()? });
+        let file = Arc::new(write()?);
         let mut kept = lock();
         kept.retain(|(k, _)| *k != key);
         if kept.len() >= PAGES_KEPT {
@@ -155,9 +168,31 @@ fn select_list(result: &SpoolResult) -> (Vec<usize>, String) {
     (source, exprs.join(", "))
 }
 
+/// Writes `page` of `result` as a Parquet file in `dir` and charges its
+/// bytes to the result's token and the spool, like the result itself: a
+/// page that passes a quota is removed. Runs on a blocking thread.
+pub fn write_page(
+    result: &SpoolResult,
+    page: Page,
+    dir: &Path,
+) -> Result<PageFile, ParquetPageError> {
+    let mut file = PageFile {
+        path: write(result, page, dir)?,
+        _charge: None,
+    };
+    let bytes = std::fs::metadata(&file.path)
+        .map_err(|e| ParquetPageError::Internal(format!("reading the page's size: {e}")))?
+        .len();
+    file._charge = Some(result.charge(bytes).map_err(|e| match e {
+        SinkError::Full { limit, scope } => ParquetPageError::Full { limit, scope },
+        other => ParquetPageError::Internal(format!("charging the page: {other:?}")),
+    })?);
+    Ok(file)
+}
+
 /// Writes `page` of `result` as a Parquet file in `dir`, returning its path
 /// (the caller removes it). Runs on a blocking thread.
-pub fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, ParquetPageError> {
+fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, ParquetPageError> {
     let internal =
         |what: &str, e: &dyn std::fmt::Display| ParquetPageError::Internal(format!("{what}: {e}"));
     let (source, select) = select_list(result);

@@ -446,7 +446,35 @@ pub struct ResultMeta {
     pub arrow_refusal: Option<String>,
 }
 
+/// Bytes charged to a spool's quotas (of a token and of every result) until
+/// dropped: a file derived from a result, such as a Parquet page of it.
+#[derive(Debug)]
+pub struct Charge {
+    spool: Arc<Spool>,
+    owner: Arc<str>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.spool.release(&self.owner, self.bytes);
+    }
+}
+
 impl SpoolResult {
+    /// Charges `bytes` more to the result's token and the spool (a file
+    /// made from it), within both quotas, until the charge is dropped.
+    /// A copy of another replica's result is charged too: the file is on
+    /// this replica's disk.
+    pub fn charge(&self, bytes: u64) -> Result<Charge, SinkError> {
+        self.spool.reserve(&self.owner, bytes)?;
+        Ok(Charge {
+            spool: self.spool.clone(),
+            owner: self.owner.clone(),
+            bytes,
+        })
+    }
+
     /// What another replica needs to page it from `url`.
     pub fn meta(&self, url: String) -> ResultMeta {
         ResultMeta {

@@ -446,7 +446,7 @@ async fn parquet_page(
         .unwrap_or_default();
     let written = tokio::task::spawn_blocking(move || {
         result.parquet_pages.get_or_write(page, || {
-            crate::statements::parquet::write(&result, page, &dir)
+            crate::statements::parquet::write_page(&result, page, &dir)
         })
     })
     .await
@@ -459,6 +459,9 @@ async fn parquet_page(
                 "No answer in this format",
                 format!("this result cannot be written as Parquet: {message}"),
             ))
+        }
+        Err(ParquetPageError::Full { limit, scope }) => {
+            return Err(ApiError::Query(QueryError::SpoolFull { limit, scope }))
         }
         Err(ParquetPageError::Internal(message)) => return Err(ApiError::Internal(message)),
     };

@@ -330,3 +330,62 @@ async fn statements_any_replica_serves() {
     assert_eq!(status, 404);
     eprintln!("three replicas: {:?} in all", started.elapsed());
 }
+
+/// A full disk under a replica's spool (issue 21): fetching another
+/// replica's result there is 507 `spool-full` with Retry-After, the server's
+/// storage, and leaves no partial copy behind to keep the disk full; once
+/// there is room the same page is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_a_result_copy_is_507_and_leaves_nothing() {
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let a = replica(&s3, &pg);
+    let b = replica(&s3, &pg);
+    // About 2 MB of Arrow: more than the 64 KiB disk below.
+    let sql = "SELECT i, 'row ' || i AS s FROM range(100000) t(i) ORDER BY i";
+    let (status, _) = submit(&a, ALICE, "big", sql, 30_000).await;
+    assert_eq!(status, 200);
+    let (status, v) = state_of(&a, "big").await;
+    assert_eq!(
+        (status, v["state"].as_str()),
+        (200, Some("succeeded")),
+        "{v}"
+    );
+
+    let copies = b.data_dir.path().join("data").join("spool").join("copies");
+    let Some(disk) = common::Tmpfs::mount(&copies, "64k") else {
+        return;
+    };
+    let page = "/statements/big/result?format=json&offset=500&limit=10";
+    let r = b
+        .client
+        .get(b.url(page))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry_after = r.headers().get("retry-after").cloned();
+    let problem: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 507, "{problem}");
+    assert_eq!(
+        problem["type"], "urn:duckgate:problem:spool-full",
+        "{problem}"
+    );
+    assert!(retry_after.is_some(), "no Retry-After: {problem}");
+    let left: Vec<_> = std::fs::read_dir(&copies)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "a failed copy stayed on the full disk: {left:?}"
+    );
+
+    drop(disk);
+    let (status, got) = b.get(page, ALICE).await;
+    assert_eq!(status, 200, "{got}");
+    let want = reference(&b, &format!("{sql} LIMIT 10 OFFSET 500")).await;
+    assert_eq!(got["rows"], want);
+}

@@ -11,59 +11,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{eventually, App, Gateway};
+use common::{eventually, App, Gateway, Tmpfs};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const ALICE: &str = "alice-secret-token-0001";
-
-/// A tmpfs of a fixed size mounted on a directory, unmounted when dropped.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (e.g. `1m`) on `dir`; `None` where the
-    /// test may not mount.
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "SKIPPED: cannot mount a tmpfs ({}); the full-disk case is not run",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(Tmpfs {
-            dir: dir.to_path_buf(),
-        })
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        // Lazy: the gateway's runtime may still hold a file as it stops.
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .status();
-    }
-}
 
 /// POST /statements as alice, waiting for the result.
 async fn submit(g: &App, id: &str, sql: &str) -> (u16, reqwest::header::HeaderMap, Value) {

@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::api::error::ApiError;
 use crate::api::queries::QueryInfo;
 use crate::api::statements::status_json;
 use crate::api::AppState;
+use crate::engine::sink::SinkError;
+use crate::engine::QueryError;
 use crate::statements::shared::{Row, Shared, SharedError};
 use crate::statements::spool::{ResultMeta, SpoolResult};
 use crate::statements::Statement;
@@ -160,9 +163,9 @@ pub async fn remove_result(state: &AppState, url: &str) {
 
 /// The result of another replica's statement, copied from the S3 spool
 /// (once; later pages read the copy).
-pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, String> {
+pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, ApiError> {
     let meta: ResultMeta = serde_json::from_str(row.result.as_deref().unwrap_or(""))
-        .map_err(|e| format!("a statement's result metadata: {e}"))?;
+        .map_err(|e| ApiError::Internal(format!("a statement's result metadata: {e}")))?;
     let url = meta.url.clone();
     let hit = {
         let mut copies = state
@@ -178,24 +181,37 @@ pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, St
     if let Some(r) = hit {
         return Ok(r);
     }
-    let s3 = state
-        .statements
-        .s3
-        .clone()
-        .ok_or("another replica's result, and no S3 spool is configured here")?;
+    let s3 = state.statements.s3.clone().ok_or_else(|| {
+        ApiError::Internal("another replica's result, and no S3 spool is configured here".into())
+    })?;
+    // A full disk under the local spool is the server's storage: 507
+    // spool-full with Retry-After, like a statement's own result.
+    let storage = |e: SinkError| match e {
+        SinkError::Io(m) => ApiError::Internal(m),
+        full => ApiError::Query(QueryError::from(full)),
+    };
     let dir = state.statements.spool.dir().join("copies");
     tokio::fs::create_dir_all(&dir)
         .await
-        .map_err(|e| format!("creating the copies directory: {e}"))?;
+        .map_err(|e| storage(SinkError::from_io(&e)))?;
     let path = dir.join(format!("{}.arrow", uuid::Uuid::new_v4()));
-    s3.download(&url, &path).await?;
+    s3.download(&url, &path).await.map_err(storage)?;
     let spool = state.statements.spool.clone();
     let token: Arc<str> = row.token.as_str().into();
     let result = {
         let path = path.clone();
         tokio::task::spawn_blocking(move || SpoolResult::copy(spool, token, path, meta))
             .await
-            .map_err(|e| e.to_string())??
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+    };
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            // Unreadable: the copy goes rather than filling the disk.
+            let _ = tokio::fs::remove_file(&path).await;
+            return Err(ApiError::Internal(e));
+        }
     };
     let result = Arc::new(result);
     let mut copies = state

@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::credentials::source::expose;
 use crate::credentials::Rotator;
+use crate::engine::sink::SinkError;
 
 /// An `s3://bucket/prefix/` spool.
 pub struct S3Spool {
@@ -126,38 +127,47 @@ impl S3Spool {
     }
 
     /// Fetches `url` into the local file `dest` (written beside it, then
-    /// renamed, so a half-fetched file is never read).
-    pub async fn download(&self, url: &str, dest: &Path) -> Result<(), String> {
-        let key = self.key_of(url)?;
+    /// renamed, so a half-fetched file is never read). A failed fetch
+    /// leaves nothing behind: on a full disk the partial file would keep
+    /// the disk full.
+    pub async fn download(&self, url: &str, dest: &Path) -> Result<(), SinkError> {
+        let partial = dest.with_extension("part");
+        let fetched = self.fetch(url, &partial, dest).await;
+        if fetched.is_err() {
+            let _ = tokio::fs::remove_file(&partial).await;
+        }
+        fetched
+    }
+
+    async fn fetch(&self, url: &str, partial: &Path, dest: &Path) -> Result<(), SinkError> {
+        let key = self.key_of(url).map_err(SinkError::Io)?;
         let mut object = self
-            .client()?
+            .client()
+            .map_err(SinkError::Io)?
             .get_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| format!("reading the S3 spool: {}", DisplayErrorContext(&e)))?;
-        let partial = dest.with_extension("part");
-        let mut file = tokio::fs::File::create(&partial)
-            .await
-            .map_err(|e| format!("writing the spool copy: {e}"))?;
+            .map_err(|e| {
+                SinkError::Io(format!("reading the S3 spool: {}", DisplayErrorContext(&e)))
+            })?;
+        let written = |e: std::io::Error| match SinkError::from_io(&e) {
+            SinkError::Io(m) => SinkError::Io(format!("writing the spool copy: {m}")),
+            other => other,
+        };
+        let mut file = tokio::fs::File::create(partial).await.map_err(written)?;
         while let Some(chunk) = object
             .body
             .try_next()
             .await
-            .map_err(|e| format!("reading the S3 spool: {e}"))?
+            .map_err(|e| SinkError::Io(format!("reading the S3 spool: {e}")))?
         {
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| format!("writing the spool copy: {e}"))?;
+            file.write_all(&chunk).await.map_err(written)?;
         }
-        file.flush()
-            .await
-            .map_err(|e| format!("writing the spool copy: {e}"))?;
+        file.flush().await.map_err(written)?;
         drop(file);
-        tokio::fs::rename(&partial, dest)
-            .await
-            .map_err(|e| format!("writing the spool copy: {e}"))
+        tokio::fs::rename(partial, dest).await.map_err(written)
     }
 
     /// Removes `url` (expiry, DELETE); a missing object is no error.

@@ -770,9 +770,7 @@ async fn remote_page(
             ),
         }),
         "succeeded" if !row.expired && row.result.is_some() => {
-            let result = crate::api::replicas::copy_of(state, row)
-                .await
-                .map_err(ApiError::Internal)?;
+            let result = crate::api::replicas::copy_of(state, row).await?;
             page_response(
                 state,
                 &Ident::of_status(&row.status),

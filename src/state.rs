@@ -43,6 +43,25 @@ pub struct PoolCounters {
     pub replaced_total: AtomicU64,
     /// Connections stuck with no spare left: capacity lost until they return.
     pub lost: AtomicU64,
+    /// Stuck connections (replaced or lost) by the token whose query holds
+    /// them, so health can say whose work pinned the spares. Changes only
+    /// when a connection gets stuck or comes back.
+    pub stuck_by_token: ArcSwap<std::collections::BTreeMap<String, u64>>,
+}
+
+impl PoolCounters {
+    /// Counts one more (`up`) or one fewer stuck connection of `token`.
+    pub fn count_stuck(&self, token: &str, up: bool) {
+        self.stuck_by_token.rcu(|m| {
+            let mut m = std::collections::BTreeMap::clone(m);
+            let n = m.entry(token.to_string()).or_insert(0);
+            *n = if up { *n + 1 } else { n.saturating_sub(1) };
+            if *n == 0 {
+                m.remove(token);
+            }
+            m
+        });
+    }
 }
 
 /// Decrements a counter when dropped.

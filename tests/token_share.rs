@@ -96,3 +96,44 @@ async fn control_a_token_allowed_the_whole_pool_starves_the_others() {
     assert_eq!(first.await.unwrap().0, 504);
     assert_eq!(second.await.unwrap().0, 504);
 }
+
+/// Whose work pinned the spares (issue 20): a query DuckDB cannot interrupt
+/// inside one call (levenshtein of two 60,000-character strings, ~15 s of
+/// one core) outlives its 500 ms limit; after the stuck grace its connection
+/// is replaced by the one spare, and health says degraded, naming the token
+/// that holds it, while the other token is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_names_the_token_whose_stuck_query_pinned_the_spares() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .env("DUCKGATE_POOL_SPARES", 1)
+        .start();
+    let h = g.health().await;
+    assert!(h["pool"].get("stuck_by_token").is_none(), "{h}");
+    let (status, v) = call(
+        &g,
+        ALICE,
+        "SELECT levenshtein(repeat('a', 60000), repeat('b', 60000)) AS d",
+        500,
+    )
+    .await;
+    assert_eq!(status, 504, "{v}");
+    let h = g
+        .health_until(
+            "alice's connection stuck and replaced",
+            |h| h["pool"]["stuck"] == 1,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(h["pool"]["stuck_by_token"], json!({"alice": 1}), "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+    let reasons = h["reasons"].to_string();
+    assert!(
+        reasons.contains("spare") && reasons.contains("held by token alice: 1"),
+        "{h}"
+    );
+    // Capacity is whole: bob is served meanwhile.
+    let (status, v) = call(&g, BOB, "SELECT 42 AS x", 5_000).await;
+    assert_eq!(status, 200, "{v}");
+}

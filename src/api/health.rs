@@ -37,6 +37,10 @@ pub struct PoolHealth {
     pub replaced_total: u64,
     /// Stuck connections with no spare left: capacity lost until they return.
     pub lost: u64,
+    /// Stuck connections (replaced and lost) by the token whose query holds
+    /// them (`-`: the gateway's own work); absent when none is stuck.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub stuck_by_token: std::collections::BTreeMap<String, u64>,
 }
 
 /// One secret's credential state.
@@ -127,9 +131,19 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     // with no spare to replace it means nothing can be served.
     let size = h.pool.size.load(Ordering::Relaxed);
     let lost = h.pool.lost.load(Ordering::Relaxed);
+    let stuck_by_token = h.pool.stuck_by_token.load_full();
+    // Whose work holds them: "token alice: 2, token bob: 1".
+    let whose = || {
+        stuck_by_token
+            .iter()
+            .map(|(t, n)| format!("token {t}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if lost > 0 {
         reasons.push(format!(
-            "pool: {lost} of {size} connections stuck inside DuckDB"
+            "pool: {lost} of {size} connections stuck inside DuckDB (held by {})",
+            whose()
         ));
     }
     // Still serving, but the next stuck connection costs capacity: every
@@ -140,8 +154,9 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     );
     if lost == 0 && spares > 0 && stuck >= spares {
         reasons.push(format!(
-            "pool: all {spares} spare connections replace connections stuck inside DuckDB; \
-             the next stuck one reduces capacity"
+            "pool: all {spares} spare connections replace connections stuck inside DuckDB \
+             (held by {}); the next stuck one reduces capacity",
+            whose()
         ));
     }
     // Every connection busy and a new query would be refused: its expected
@@ -209,6 +224,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 stuck: h.pool.stuck.load(Ordering::Relaxed),
                 replaced_total: h.pool.replaced_total.load(Ordering::Relaxed),
                 lost,
+                stuck_by_token: std::collections::BTreeMap::clone(&stuck_by_token),
             },
             credential_epoch: creds.epoch,
             secrets,

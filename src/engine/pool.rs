@@ -246,6 +246,9 @@ pub struct Lease {
     permit: Mutex<Option<Held>>,
     /// Stuck with no spare left to replace it: counted in `pool.lost`.
     lost: std::sync::atomic::AtomicBool,
+    /// The token whose query holds it (`-` for the gateway's own work),
+    /// named in health while the connection is stuck.
+    owner: Arc<str>,
     /// Counts the lease in `pool.in_use` while it lives.
     _in_use: OwnedCounterGuard,
     /// The token's share: held until the connection really comes back,
@@ -274,6 +277,7 @@ impl Lease {
         if taken.is_err() {
             if !self.lost.swap(true, Ordering::SeqCst) {
                 self.pool.health.pool.lost.fetch_add(1, Ordering::SeqCst);
+                self.pool.health.pool.count_stuck(&self.owner, true);
                 tracing::error!(
                     "a pooled connection is stuck after its interrupt and no spare is left; \
                      capacity is reduced until it returns"
@@ -282,6 +286,7 @@ impl Lease {
             return false;
         }
         permit.take();
+        self.pool.health.pool.count_stuck(&self.owner, true);
         self.pool
             .health
             .pool
@@ -297,6 +302,7 @@ impl Lease {
     pub fn release(&self, slot: Pooled) {
         if self.lost.load(Ordering::SeqCst) {
             self.pool.health.pool.lost.fetch_sub(1, Ordering::SeqCst);
+            self.pool.health.pool.count_stuck(&self.owner, false);
         }
         let mut permit = self.permit.lock().unwrap_or_else(|p| p.into_inner());
         match permit.take() {
@@ -307,6 +313,7 @@ impl Lease {
             None => {
                 drop(managed::Object::take(slot));
                 self.pool.health.pool.stuck.fetch_sub(1, Ordering::SeqCst);
+                self.pool.health.pool.count_stuck(&self.owner, false);
             }
         }
     }
@@ -575,6 +582,7 @@ impl QueryPool {
         let lease = Lease {
             permit: Mutex::new(Some(permit)),
             lost: std::sync::atomic::AtomicBool::new(false),
+            owner: owner.cloned().unwrap_or_else(|| Arc::from("-")),
             _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
             _token: token,
             _s3: s3,

@@ -312,31 +312,25 @@ async fn statement_pages_in_parquet_equal_duckdbs_own_file() {
     // file kept with the result, served with its length and ranges, which
     // polars and pandas read by URL.
     let (_, _, whole, _) = get_bytes(&g, "/statements/many/result?format=parquet").await;
-    let client = reqwest::Client::new();
     let url = g.url("/statements/many/result?format=parquet");
-    let r = client
-        .get(&url)
-        .header("range", "bytes=-8")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 206);
-    assert_eq!(r.bytes().await.unwrap(), whole[whole.len() - 8..]);
-    let r = client
-        .get(&url)
-        .header("range", "bytes=4-1003")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 206);
-    assert_eq!(r.bytes().await.unwrap(), whole[4..1004]);
-    let r = client
-        .get(&url)
-        .header("range", format!("bytes={}-", whole.len() + 10))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 416);
+    let n = whole.len();
+    for (range, status, want) in [
+        ("bytes=-8".to_string(), 206, Some(&whole[n - 8..])),
+        ("bytes=4-1003".to_string(), 206, Some(&whole[4..1004])),
+        (format!("bytes={}-", n + 10), 416, None),
+    ] {
+        let r = g
+            .client
+            .get(&url)
+            .header("range", &range)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), status, "{range}");
+        if let Some(want) = want {
+            assert_eq!(r.bytes().await.unwrap(), want, "{range}");
+        }
+    }
     let out = python(
         r#"
 import sys, duckdb, pandas as pd, polars as pl
@@ -455,10 +449,9 @@ async fn parquet_pages_count_against_the_spool_quotas() {
     );
     assert_eq!(spool_bytes(&g).await, result);
     let spool = g.data_dir.path().join("data").join("spool");
-    let pages: Vec<_> = std::fs::read_dir(&spool)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".parquet"))
+    let pages: Vec<_> = common::files_in(&spool)
+        .into_iter()
+        .filter(|name| name.ends_with(".parquet"))
         .collect();
     assert!(pages.is_empty(), "a refused page stayed: {pages:?}");
     let (status, _, _, _) = get_bytes(&g, "/statements/q/result?format=csv&limit=10").await;

@@ -373,11 +373,7 @@ async fn a_full_disk_under_a_result_copy_is_507_and_leaves_nothing() {
         "{problem}"
     );
     assert!(retry_after.is_some(), "no Retry-After: {problem}");
-    let left: Vec<_> = std::fs::read_dir(&copies)
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left = common::files_in(&copies);
     assert!(
         left.is_empty(),
         "a failed copy stayed on the full disk: {left:?}"

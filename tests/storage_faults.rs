@@ -14,7 +14,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{eventually, App, Gateway, Tmpfs};
+use common::{eventually, files_in, App, Gateway, Tmpfs};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -40,13 +40,6 @@ async fn submit(g: &App, id: &str, sql: &str) -> (u16, reqwest::header::HeaderMa
         headers,
         serde_json::from_slice(&body).unwrap_or(Value::Null),
     )
-}
-
-fn files_in(dir: &Path) -> Vec<String> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
 }
 
 /// Far more than 1 MB spooled (with its text twins).

@@ -386,7 +386,12 @@ impl BatchSink for SpoolWriter {
             truncated,
             bytes,
             arrow_refusal: w.arrow_refusal.take(),
-            charged: true,
+            // Reserved while it was written; released when it goes.
+            _charge: Some(Charge {
+                spool: self.spool.clone(),
+                owner: self.owner.clone(),
+                bytes,
+            }),
             parquet_pages: Default::default(),
         };
         // The file and its quota now belong to the result.
@@ -418,9 +423,9 @@ pub struct SpoolResult {
     /// A column holding an INTERVAL beyond Arrow's range: Arrow pages are
     /// refused, as `/query` refuses such an Arrow answer.
     pub arrow_refusal: Option<String>,
-    /// Whether its bytes count against the spool's quotas: a copy fetched
-    /// from the S3 spool for another replica's statement does not.
-    charged: bool,
+    /// Its bytes in the spool's quotas: none for a copy fetched from the
+    /// S3 spool for another replica's statement.
+    _charge: Option<Charge>,
     /// Parquet pages written from it, kept while it lives (a few at most),
     /// so the byte ranges a Parquet reader asks for come from one file.
     pub parquet_pages: crate::statements::parquet::PageCache,
@@ -510,7 +515,7 @@ impl SpoolResult {
             truncated: meta.truncated,
             bytes: meta.bytes,
             arrow_refusal: meta.arrow_refusal,
-            charged: false,
+            _charge: None,
             parquet_pages: Default::default(),
         })
     }
@@ -518,9 +523,7 @@ impl SpoolResult {
 
 impl Drop for SpoolResult {
     fn drop(&mut self) {
+        // Its charge, a field, is released after the file is gone.
         let _ = std::fs::remove_file(&self.path);
-        if self.charged {
-            self.spool.release(&self.owner, self.bytes);
-        }
     }
 }

@@ -962,3 +962,11 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// The names of the entries of `dir`.
+pub fn files_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}

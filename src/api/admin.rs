@@ -257,6 +257,23 @@ pub async fn list(State(state): State<AppState>, _auth: AdminAuth) -> Json<Secre
     Json(out)
 }
 
+/// The query pool's figures with the names of the tokens whose queries
+/// hold stuck connections (the probes, which anyone can reach, give only
+/// their count).
+#[utoipa::path(get, path = "/admin/pool", tag = "admin",
+    responses(
+        (status = 200, description = "The pool's figures, stuck connections by token", body = crate::api::health::PoolHealth),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = [])))]
+pub async fn pool(
+    State(state): State<AppState>,
+    _auth: AdminAuth,
+) -> Json<crate::api::health::PoolHealth> {
+    Json(crate::api::health::pool_health(&state, true))
+}
+
 /// Rotates now (all secrets, or `?name=`), sharing any refresh in flight.
 #[utoipa::path(post, path = "/admin/secrets/rotate", tag = "admin",
     params(RotateParams),

@@ -36,6 +36,7 @@ use crate::api::{
         metrics::metrics,
         admin::list,
         admin::rotate,
+        admin::pool,
         catalog::list,
         catalog::table,
         openapi_json,

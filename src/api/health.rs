@@ -37,10 +37,40 @@ pub struct PoolHealth {
     pub replaced_total: u64,
     /// Stuck connections with no spare left: capacity lost until they return.
     pub lost: u64,
+    /// How many tokens' queries hold the stuck connections. The probes
+    /// are unauthenticated, so they give the count only; the names are in
+    /// `GET /admin/pool`.
+    pub stuck_tokens: u64,
     /// Stuck connections (replaced and lost) by the token whose query holds
-    /// them (`-`: the gateway's own work); absent when none is stuck.
+    /// them (`-`: the gateway's own work). Only in `GET /admin/pool` (admin
+    /// token), never in the probes; absent when none is stuck.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub stuck_by_token: std::collections::BTreeMap<String, u64>,
+}
+
+/// The pool's figures; the stuck connections' token names only when
+/// `names` (the admin's view).
+pub fn pool_health(state: &AppState, names: bool) -> PoolHealth {
+    let p = &state.health.pool;
+    let stuck_by_token = p.stuck_by_token.load_full();
+    PoolHealth {
+        size: p.size.load(Ordering::Relaxed),
+        in_use: p.in_use.load(Ordering::Relaxed),
+        waiting: p.waiting.load(Ordering::Relaxed),
+        acquire_timeouts: p.acquire_timeouts.load(Ordering::Relaxed),
+        shed: p.shed.load(Ordering::Relaxed),
+        s3_share: p.s3_share.load(Ordering::Relaxed),
+        s3_in_use: p.s3_in_use.load(Ordering::Relaxed),
+        stuck: p.stuck.load(Ordering::Relaxed),
+        replaced_total: p.replaced_total.load(Ordering::Relaxed),
+        lost: p.lost.load(Ordering::Relaxed),
+        stuck_tokens: stuck_by_token.len() as u64,
+        stuck_by_token: if names {
+            std::collections::BTreeMap::clone(&stuck_by_token)
+        } else {
+            Default::default()
+        },
+    }
 }
 
 /// One secret's credential state.
@@ -129,16 +159,13 @@ fn report(state: &AppState) -> (HealthReport, bool) {
         .any(|s| s.seconds_to_expiry.is_some_and(|x| x <= 0.0));
     // Capacity, not only credentials: every connection stuck inside DuckDB
     // with no spare to replace it means nothing can be served.
-    let size = h.pool.size.load(Ordering::Relaxed);
-    let lost = h.pool.lost.load(Ordering::Relaxed);
-    let stuck_by_token = h.pool.stuck_by_token.load_full();
-    // Whose work holds them: "token alice: 2, token bob: 1".
-    let whose = || {
-        stuck_by_token
-            .iter()
-            .map(|(t, n)| format!("token {t}: {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let pool = pool_health(state, false);
+    let (size, lost) = (pool.size, pool.lost);
+    // Whose work holds them, as a count: a probe anyone can reach names no
+    // client; `GET /admin/pool` does.
+    let whose = || match pool.stuck_tokens {
+        1 => "the queries of 1 token; GET /admin/pool names it".to_string(),
+        n => format!("the queries of {n} tokens; GET /admin/pool names them"),
     };
     if lost > 0 {
         reasons.push(format!(
@@ -148,10 +175,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     }
     // Still serving, but the next stuck connection costs capacity: every
     // spare already replaces one that has not come back from DuckDB.
-    let (stuck, spares) = (
-        h.pool.stuck.load(Ordering::Relaxed),
-        h.pool.spares.load(Ordering::Relaxed),
-    );
+    let (stuck, spares) = (pool.stuck, h.pool.spares.load(Ordering::Relaxed));
     if lost == 0 && spares > 0 && stuck >= spares {
         reasons.push(format!(
             "pool: all {spares} spare connections replace connections stuck inside DuckDB \
@@ -162,9 +186,9 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     // Every connection busy and a new query would be refused: its expected
     // wait passes the acquire timeout, or none came back for that long (a
     // stalled S3 holds them all). Not ready: the capacity is gone.
-    let busy = size > 0 && h.pool.in_use.load(Ordering::Relaxed).saturating_sub(stuck) >= size;
+    let busy = size > 0 && pool.in_use.saturating_sub(stuck) >= size;
     let timeout_ms = h.pool.acquire_timeout_ms.load(Ordering::Relaxed);
-    let waiting = h.pool.waiting.load(Ordering::Relaxed);
+    let waiting = pool.waiting;
     let expected_ms = crate::engine::pool::expected_wait(
         waiting,
         std::time::Duration::from_micros(h.pool.hold_mean_us.load(Ordering::Relaxed)),
@@ -213,19 +237,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             version: h.version,
             duckdb_version: h.duckdb_version.clone(),
             uptime_seconds: (h.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-            pool: PoolHealth {
-                size: h.pool.size.load(Ordering::Relaxed),
-                in_use: h.pool.in_use.load(Ordering::Relaxed),
-                waiting: h.pool.waiting.load(Ordering::Relaxed),
-                acquire_timeouts: h.pool.acquire_timeouts.load(Ordering::Relaxed),
-                shed: h.pool.shed.load(Ordering::Relaxed),
-                s3_share: h.pool.s3_share.load(Ordering::Relaxed),
-                s3_in_use: h.pool.s3_in_use.load(Ordering::Relaxed),
-                stuck: h.pool.stuck.load(Ordering::Relaxed),
-                replaced_total: h.pool.replaced_total.load(Ordering::Relaxed),
-                lost,
-                stuck_by_token: std::collections::BTreeMap::clone(&stuck_by_token),
-            },
+            pool,
             credential_epoch: creds.epoch,
             secrets,
             audit,

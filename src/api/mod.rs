@@ -151,6 +151,7 @@ pub fn router(state: AppState) -> Router {
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))
+        .route("/admin/pool", get(admin::pool))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::GATEWAY_TIMEOUT,
             Duration::from_secs(60),

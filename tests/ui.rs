@@ -560,16 +560,30 @@ async fn the_console_in_a_real_browser() {
     assert_eq!(want_rows[3][3], None);
 
     // Downloads: each format fetched with the token and saved; the file
-    // equals /query's answer (JSON but its elapsed_ms).
+    // equals /query's answer (JSON but its elapsed_ms; Parquet as DuckDB
+    // reads it back: the same columns, types and values as the query).
     for (format, ext) in [
         ("csv", "csv"),
         ("ndjson", "ndjson"),
         ("arrow", "arrow"),
         ("json", "json"),
+        ("parquet", "parquet"),
     ] {
         b.click(&format!("#downloads button[data-format=\"{format}\"]"))
             .await;
         let got = downloaded(downloads.path(), ext).await;
+        if format == "parquet" {
+            let file = downloads.path().join("read-back.parquet");
+            std::fs::write(&file, &got).unwrap();
+            let back =
+                duckdb_reference(&format!("SELECT * FROM read_parquet('{}')", file.display()));
+            assert_eq!(
+                back,
+                duckdb_reference(TYPED_SQL),
+                "Parquet download read back"
+            );
+            continue;
+        }
         let want = query_bytes(&g, TYPED_SQL, format).await;
         if format == "json" {
             let mut a: Value = serde_json::from_slice(&got).unwrap();

@@ -84,4 +84,5 @@ export const FORMATS = [
   { name: 'JSON', format: 'json', ext: 'json', type: 'application/json' },
   { name: 'NDJSON', format: 'ndjson', ext: 'ndjson', type: 'application/x-ndjson' },
   { name: 'Arrow', format: 'arrow', ext: 'arrow', type: 'application/vnd.apache.arrow.stream' },
+  { name: 'Parquet', format: 'parquet', ext: 'parquet', type: 'application/vnd.apache.parquet' },
 ];

@@ -1146,11 +1146,31 @@ fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
 }
 
 /// Peak RSS (MB) of a fresh gateway serving `n` generated rows in `format`:
-/// (idle RSS, sampled peak VmRSS, VmHWM).
-async fn peak_rss(opts: &Opts, format: &str, n: u64) -> Result<(f64, f64, f64, u64)> {
-    let g = Gateway::start(opts, &format!("memory-{format}-{n}"), &[])?;
+/// (idle RSS, sampled peak VmRSS, VmHWM). `page`: the rows are first
+/// spooled as an async statement, then fetched as one result page (a
+/// Parquet page is written from the spool by DuckDB's own writer).
+async fn peak_rss(opts: &Opts, format: &str, n: u64, page: bool) -> Result<(f64, f64, f64, u64)> {
+    let g = Gateway::start(opts, &format!("memory-{format}-{n}-{page}"), &[])?;
     let pid = g.pid();
     query_json(&g, "SELECT 1").await?;
+    if page {
+        let v: Value = g
+            .client
+            .post(g.url("/statements"))
+            .header("duckgate-query-id", "bench-memory")
+            .json(&json!({"sql": generated_select(n), "wait_ms": 0}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if v["state"].is_null() {
+            bail!("submit: {}", v["title"]);
+        }
+        let done = statement_done(&g, "bench-memory", Duration::from_secs(1800)).await?;
+        if done["state"] != "succeeded" {
+            bail!("statement: {}", done["state"]);
+        }
+    }
     let idle = proc_status_kb(pid, "VmRSS").unwrap_or(0);
     let stop = Arc::new(AtomicBool::new(false));
     let peak = Arc::new(AtomicU64::new(idle));
@@ -1165,12 +1185,16 @@ async fn peak_rss(opts: &Opts, format: &str, n: u64) -> Result<(f64, f64, f64, u
             }
         })
     };
-    let result = fetch(
-        &g.client,
-        &g.url("/query"),
-        &query_body(&generated_select(n), format, n),
-    )
-    .await;
+    let result = if page {
+        fetch_get_pages(&g, "bench-memory", format, n).await
+    } else {
+        fetch(
+            &g.client,
+            &g.url("/query"),
+            &query_body(&generated_select(n), format, n),
+        )
+        .await
+    };
     stop.store(true, Ordering::Relaxed);
     let _ = sampler.join();
     let (bytes, _) = result?;
@@ -1181,16 +1205,25 @@ async fn peak_rss(opts: &Opts, format: &str, n: u64) -> Result<(f64, f64, f64, u
 
 async fn bench_memory(opts: &Opts, table: &mut Table) -> Result<()> {
     let [a, b] = opts.sizes;
-    for format in ["json", "ndjson", "csv", "arrow"] {
+    let cases = [
+        ("json", false),
+        ("ndjson", false),
+        ("csv", false),
+        ("arrow", false),
+        ("parquet", false),
+        ("parquet", true),
+    ];
+    for (format, page) in cases {
         let name = format!(
-            "memory: peak RSS, {}, {} vs {} rows",
+            "memory: peak RSS, {}{}, {} vs {} rows",
             format.to_uppercase(),
+            if page { " statement page" } else { "" },
             human_rows(b),
             human_rows(a)
         );
         let r: Result<()> = async {
-            let (idle_a, rss_a, hwm_a, _) = peak_rss(opts, format, a).await?;
-            let (idle_b, rss_b, hwm_b, bytes_b) = peak_rss(opts, format, b).await?;
+            let (idle_a, rss_a, hwm_a, _) = peak_rss(opts, format, a, page).await?;
+            let (idle_b, rss_b, hwm_b, bytes_b) = peak_rss(opts, format, b, page).await?;
             log(format!(
                 "{name}: idle {idle_a:.0}/{idle_b:.0} MB, sampled {rss_a:.0}/{rss_b:.0} MB, \
                  VmHWM {hwm_a:.0}/{hwm_b:.0} MB, {} MB sent",

@@ -6,10 +6,13 @@
 //! and the owner of a statement or query polls for what others asked of it.
 
 use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The schema, created idempotently at start under an advisory lock (two
 /// replicas starting at once would otherwise race in `CREATE ... IF NOT
@@ -93,8 +96,69 @@ impl std::fmt::Debug for Shared {
 /// connection string.
 pub type SharedError = String;
 
-fn db(e: impl std::fmt::Display) -> SharedError {
-    format!("PostgreSQL: {e}")
+/// The error with its causes: tokio-postgres says "db error" or "error
+/// performing TLS handshake" and keeps the why (the server's message, the
+/// certificate problem) in its source. No cause quotes the connection
+/// string.
+fn db(e: impl std::error::Error) -> SharedError {
+    let mut text = format!("PostgreSQL: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// The TLS of the connections: rustls (with aws-lc-rs, as the AWS SDK's)
+/// verifying the server's certificate and host name against the system's
+/// roots plus, if given, the PEM certificates of `ca_file`. Used as the
+/// DSN's `sslmode` says: `disable` never, `prefer` (the default) when the
+/// server offers it, `require` always; verified whenever used.
+fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, SharedError> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::debug!(error = %e, "a system CA certificate could not be read");
+    }
+    roots.add_parsable_certificates(native.certs);
+    if let Some(path) = ca_file {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| {
+                format!(
+                    "DUCKGATE_STATE_CA_FILE: cannot read PEM certificates from {}: {e}",
+                    path.display()
+                )
+            })?;
+        if certs.is_empty() {
+            return Err(format!(
+                "DUCKGATE_STATE_CA_FILE: {} holds no PEM certificate",
+                path.display()
+            ));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "DUCKGATE_STATE_CA_FILE: a certificate in {} is not a usable CA: {e}",
+                    path.display()
+                )
+            })?;
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
 }
 
 const ROW: &str = "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
@@ -116,15 +180,41 @@ fn row(r: &tokio_postgres::Row) -> Row {
 }
 
 impl Shared {
-    /// Connects to `dsn` and creates the schema if it is missing.
-    pub async fn connect(dsn: &str, stale: Duration) -> Result<Self, SharedError> {
+    /// Connects to `dsn` (over TLS as its `sslmode` says, trusting the
+    /// system's roots and `ca_file`) and creates the schema if it is
+    /// missing.
+    pub async fn connect(
+        dsn: &str,
+        ca_file: Option<&Path>,
+        stale: Duration,
+    ) -> Result<Self, SharedError> {
         // The parser's error could quote the string: it is not passed on.
-        let config: tokio_postgres::Config = dsn
-            .parse()
-            .map_err(|_| "DUCKGATE_STATE_DSN is not a PostgreSQL connection string".to_string())?;
+        let mut config: tokio_postgres::Config = dsn.parse().map_err(|_| {
+            if dsn.contains("verify-full") || dsn.contains("verify-ca") {
+                "DUCKGATE_STATE_DSN: sslmode verify-full and verify-ca are not accepted; \
+                 sslmode=require verifies the server's certificate and host name here"
+                    .to_string()
+            } else {
+                "DUCKGATE_STATE_DSN is not a PostgreSQL connection string".to_string()
+            }
+        })?;
+        if config.get_application_name().is_none() {
+            // So the server's pg_stat_activity says whose connections these are.
+            config.application_name("duckgate");
+        }
+        let tls = tls(ca_file)?;
+        tracing::info!(
+            sslmode = match config.get_ssl_mode() {
+                SslMode::Disable => "disable",
+                SslMode::Prefer => "prefer",
+                _ => "require",
+            },
+            ca_file = ca_file.map(|p| p.display().to_string()).unwrap_or_default(),
+            "connecting to the shared state"
+        );
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -40,7 +40,10 @@ fn gateway(dsn: String, ca: Option<&Path>) -> GatewayBuilder {
 fn refused(b: GatewayBuilder) -> (Option<i32>, String) {
     match b.try_start() {
         Ok(g) => panic!("the gateway started:\n{}", g.log_text()),
-        Err((code, log)) => (code, log.join("\n")),
+        Err((code, log)) => {
+            eprintln!("refused: {}", log.last().map_or("", String::as_str));
+            (code, log.join("\n"))
+        }
     }
 }
 
@@ -136,6 +139,16 @@ async fn shared_state_over_verified_tls() {
     assert_eq!(code, Some(2), "{log}");
     assert!(log.contains("certificate"), "{log}");
 
+    // The host name is verified: the same server under a name its
+    // certificate does not carry (hostaddr connects, host names) is refused.
+    let (code, log) = refused(gateway(
+        dsn(&pg, "require", "duckgate-wrong-name")
+            .replace("host=127.0.0.1", "host=state.invalid hostaddr=127.0.0.1"),
+        Some(&ca),
+    ));
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("certificate"), "{log}");
+
     // sslmode=disable against a hostssl-only server: refused by its
     // pg_hba.conf.
     let (code, log) = refused(gateway(dsn(&pg, "disable", "duckgate-plain"), Some(&ca)));
@@ -161,7 +174,12 @@ async fn shared_state_over_verified_tls() {
     assert!(log.contains("DUCKGATE_STATE_CA_FILE"), "{log}");
 
     // None of the refused gateways left a connection behind.
-    for app in ["duckgate-no-ca", "duckgate-prefer", "duckgate-plain"] {
+    for app in [
+        "duckgate-no-ca",
+        "duckgate-prefer",
+        "duckgate-wrong-name",
+        "duckgate-plain",
+    ] {
         assert_eq!(connections(&pg, app).0, 0, "{app}");
     }
 }

@@ -311,7 +311,8 @@ async fn run_query(
         .register(Some(id), auth.name.clone(), &sql, epoch)
         .map_err(id_error)?;
     let tracker = reg.running.clone();
-    *registration = Some(reg);
+    let reg = registration.insert(reg);
+    crate::api::replicas::reserve_id(state, reg, headers.contains_key(QUERY_ID_HEADER)).await?;
 
     let job = QueryJob {
         sql,

@@ -34,6 +34,15 @@ CREATE TABLE IF NOT EXISTS duckgate_statements (
     PRIMARY KEY (token, id)
 );
 CREATE INDEX IF NOT EXISTS duckgate_statements_replica ON duckgate_statements (replica);
+CREATE TABLE IF NOT EXISTS duckgate_query_ids (
+    token text NOT NULL,
+    id text NOT NULL,
+    replica text NOT NULL,
+    nonce text NOT NULL,
+    started timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (token, id)
+);
+CREATE INDEX IF NOT EXISTS duckgate_query_ids_replica ON duckgate_query_ids (replica);
 CREATE TABLE IF NOT EXISTS duckgate_cancels (
     replica text NOT NULL,
     token text NOT NULL,
@@ -77,6 +86,9 @@ impl Row {
 /// A connection pool to the shared state, and who this replica is.
 pub struct Shared {
     pool: Pool,
+    /// Reservations of query ids whose release failed (PostgreSQL out of
+    /// reach): retried every round of the replicas loop.
+    unreleased: std::sync::Mutex<Vec<String>>,
     /// This replica's id (new for every process, so a restarted replica
     /// never claims the statements its predecessor lost).
     pub replica: String,
@@ -228,6 +240,7 @@ impl Shared {
             .map_err(db)?;
         let shared = Shared {
             pool,
+            unreleased: std::sync::Mutex::new(Vec::new()),
             replica: uuid::Uuid::new_v4().to_string(),
             stale,
         };
@@ -367,6 +380,62 @@ impl Shared {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Reserves a client-chosen query id of `token` for a query this
+    /// replica runs, under `nonce` (this reservation's own); false if a
+    /// live replica runs one with that id. A row of this replica's own is
+    /// a release still on its way (the local registry already said the id
+    /// is free here) and a dead replica's is stale: both are taken over.
+    pub async fn reserve(&self, token: &str, id: &str, nonce: &str) -> Result<bool, SharedError> {
+        let n = self
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO duckgate_query_ids AS q (token, id, replica, nonce)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (token, id) DO UPDATE
+                    SET replica = excluded.replica, nonce = excluded.nonce, started = now()
+                 WHERE q.replica = $3 OR NOT EXISTS (
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
+                    AND r.heartbeat > now() - make_interval(secs => $5::float8))",
+                &[&token, &id, &self.replica, &nonce, &self.stale_secs()],
+            )
+            .await
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    /// Releases reservations (by nonce); those that cannot be released now
+    /// are kept for the next [`Shared::release_pending`].
+    pub async fn release(&self, nonces: Vec<String>) {
+        let done = async {
+            self.client()
+                .await?
+                .execute(
+                    "DELETE FROM duckgate_query_ids WHERE replica = $1 AND nonce = ANY($2)",
+                    &[&self.replica, &nonces],
+                )
+                .await
+                .map_err(db)
+        }
+        .await;
+        if let Err(e) = done {
+            tracing::warn!(error.cause = %e, "releasing query ids in the shared state failed; retried");
+            self.unreleased
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(nonces);
+        }
+    }
+
+    /// Retries the releases that failed.
+    pub async fn release_pending(&self) {
+        let nonces =
+            std::mem::take(&mut *self.unreleased.lock().unwrap_or_else(|p| p.into_inner()));
+        if !nonces.is_empty() {
+            self.release(nonces).await;
+        }
+    }
+
     /// Asks `replica` to cancel the query (token, id).
     pub async fn request_cancel(
         &self,
@@ -463,6 +532,14 @@ impl Shared {
         .await
         .map_err(db)?;
         tx.execute(
+            "DELETE FROM duckgate_query_ids q WHERE NOT EXISTS (
+                SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
+                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &[&stale],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
             "DELETE FROM duckgate_replicas WHERE heartbeat < now() - interval '1 day'",
             &[],
         )
@@ -473,16 +550,65 @@ impl Shared {
     }
 
     /// This replica stops: its row goes, so its statements are lost at once
-    /// rather than after the heartbeat goes stale.
+    /// rather than after the heartbeat goes stale, and so do the query ids
+    /// it reserved.
     pub async fn leave(&self) -> Result<(), SharedError> {
-        self.client()
-            .await?
+        let client = self.client().await?;
+        client
             .execute(
                 "DELETE FROM duckgate_replicas WHERE replica = $1",
                 &[&self.replica],
             )
             .await
             .map_err(db)?;
+        client
+            .execute(
+                "DELETE FROM duckgate_query_ids WHERE replica = $1",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
         Ok(())
+    }
+}
+
+/// A client-chosen query id reserved in the shared state for as long as
+/// its query runs here: held by the query's registration, released (in the
+/// background) when that goes, however the query ended.
+#[derive(Debug)]
+pub struct Reservation {
+    shared: Arc<Shared>,
+    nonce: String,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Reservation {
+    /// Reserves `id` of `token` on every replica: `Ok(None)` when a live
+    /// replica runs a query with that id.
+    pub async fn take(
+        shared: &Arc<Shared>,
+        token: &str,
+        id: &str,
+    ) -> Result<Option<Reservation>, SharedError> {
+        let nonce = uuid::Uuid::new_v4().to_string();
+        if !shared.reserve(token, id, &nonce).await? {
+            return Ok(None);
+        }
+        Ok(Some(Reservation {
+            shared: shared.clone(),
+            nonce,
+            runtime: tokio::runtime::Handle::current(),
+        }))
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let shared = self.shared.clone();
+        let nonce = std::mem::take(&mut self.nonce);
+        // Dropped where the query ends, maybe off the runtime: the release
+        // runs on it.
+        self.runtime
+            .spawn(async move { shared.release(vec![nonce]).await });
     }
 }

@@ -126,10 +126,23 @@ async fn submit_inner(
     let wait = Duration::from_millis(wait_ms.unwrap_or(10_000)).min(settings.max_wait);
 
     let epoch = state.health.epoch();
-    let registration = state
+    let mut registration = state
         .queries
         .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)
         .map_err(id_error)?;
+    let client_chose = headers.contains_key(crate::api::query::QUERY_ID_HEADER);
+    if let Err(e) = crate::api::replicas::reserve_id(state, &mut registration, client_chose).await {
+        // Its audit line says why it never ran.
+        let (status, kind, error_class) = e.summary();
+        registration
+            .running
+            .set_outcome(crate::engine::queries::Outcome {
+                status,
+                kind,
+                error_class,
+            });
+        return Err(e);
+    }
     let statement = match state
         .statements
         .admit(registration.running.clone(), timeout)

@@ -77,7 +77,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
         (status = 413, description = "Body or SQL too large", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "As many statements as allowed are kept", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Shutting down, or S3 credentials expired", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Shutting down, S3 credentials expired, or `shared-state-unavailable`", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 504, description = "The statement ran past its time limit", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 507, description = "The result passed a spool quota, or the spool's disk is full", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),

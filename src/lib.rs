@@ -253,6 +253,7 @@ pub async fn run_with_metrics(
         Some(dsn) => Some(Arc::new(
             statements::shared::Shared::connect(
                 dsn.expose_secret(),
+                config.statements.state_ca_file.as_deref(),
                 Duration::from_millis(config.statements.replica_stale_ms),
             )
             .await

@@ -90,7 +90,7 @@ pub struct QueryResult {
 /// from the body's `format`, then the `format` query parameter, then Accept.
 #[utoipa::path(post, path = "/query", tag = "query",
     params(QueryOptions,
-        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among running queries); generated when absent")),
+        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
     request_body(content(
         (QueryRequest = "application/json"),
         (String = "text/plain"),
@@ -117,7 +117,7 @@ pub struct QueryResult {
         (status = 415, description = "Unsupported content type", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Busy, shutting down, S3 credentials expired, or (a client-chosen id, replicas sharing state) `shared-state-unavailable`", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
@@ -141,7 +141,7 @@ pub async fn query(
 /// URL holds the SQL: proxies in front may log it (the gateway never does).
 #[utoipa::path(get, path = "/query", tag = "query",
     params(UrlQuery,
-        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among running queries); generated when absent")),
+        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
     responses(
         (status = 200, description = "The result", content(
             (QueryResult = "application/json"),
@@ -162,7 +162,7 @@ pub async fn query(
         (status = 413, description = "SQL too large", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Busy, shutting down, or S3 credentials expired", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Busy, shutting down, S3 credentials expired, or (a client-chosen id, replicas sharing state) `shared-state-unavailable`", body = Problem, content_type = "application/problem+json"),
         (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
@@ -311,7 +311,8 @@ async fn run_query(
         .register(Some(id), auth.name.clone(), &sql, epoch)
         .map_err(id_error)?;
     let tracker = reg.running.clone();
-    *registration = Some(reg);
+    let reg = registration.insert(reg);
+    crate::api::replicas::reserve_id(state, reg, headers.contains_key(QUERY_ID_HEADER)).await?;
 
     let job = QueryJob {
         sql,

@@ -12,11 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::error::ApiError;
 use crate::api::queries::QueryInfo;
+use crate::api::request::id_error;
 use crate::api::statements::status_json;
 use crate::api::AppState;
+use crate::engine::queries::{IdError, Registration};
 use crate::engine::sink::SinkError;
 use crate::engine::QueryError;
-use crate::statements::shared::{Row, Shared, SharedError};
+use crate::statements::shared::{Reservation, Row, Shared, SharedError};
 use crate::statements::spool::{ResultMeta, SpoolResult};
 use crate::statements::Statement;
 
@@ -63,6 +65,7 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
     shared
         .heartbeat(&serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into()))
         .await?;
+    shared.release_pending().await;
     for (token, id) in shared.take_cancels().await? {
         for r in state.queries.find(Some(&token), &id) {
             tracing::info!(query_id = %r.id, owner = %r.owner, by = "another replica", "cancel requested");
@@ -87,6 +90,33 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
         publish(state, shared, &s).await?;
     }
     Ok(())
+}
+
+/// Reserves the client's query id on every replica for as long as
+/// `registration` lives, when replicas share state: a token's id then names
+/// one running query wherever it runs, so `GET`/`DELETE /queries/{id}` mean
+/// one query. A live replica running that token's query with this id: 409,
+/// as a local one. Generated ids are unique without it (no round trip).
+pub async fn reserve_id(
+    state: &AppState,
+    registration: &mut Registration,
+    client_chose: bool,
+) -> Result<(), ApiError> {
+    let Some(shared) = &state.statements.shared else {
+        return Ok(());
+    };
+    if !client_chose {
+        return Ok(());
+    }
+    let r = registration.running.clone();
+    match Reservation::take(shared, &r.owner, &r.id).await {
+        Ok(Some(reservation)) => {
+            registration.hold(reservation);
+            Ok(())
+        }
+        Ok(None) => Err(id_error(IdError::Taken(r.id.clone()))),
+        Err(e) => Err(ApiError::SharedState(e)),
+    }
 }
 
 /// Publishes a statement's status: while it runs, every round; once it

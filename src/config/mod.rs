@@ -134,6 +134,11 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_STATE_DSN", hide_env_values = true, value_parser = s3::parse_secret)]
     pub state_dsn: Option<SecretString>,
 
+    /// PEM file of CA certificates trusted for the shared state's TLS, on
+    /// top of the system's roots (a private CA). Needs DUCKGATE_STATE_DSN.
+    #[arg(long, env = "DUCKGATE_STATE_CA_FILE")]
+    pub state_ca_file: Option<PathBuf>,
+
     /// Where results are spooled: a local directory (default
     /// `<data dir>/spool`, emptied at start) or `s3://bucket/prefix/` inside
     /// the scope of a configured S3 secret (needs DUCKGATE_STATE_DSN), so
@@ -530,6 +535,12 @@ impl Config {
             return Err(ConfigError::new(
                 "DUCKGATE_ADMIN_TOKEN",
                 "must be at least 16 characters",
+            ));
+        }
+        if self.statements.state_ca_file.is_some() && self.statements.state_dsn.is_none() {
+            return Err(ConfigError::new(
+                "DUCKGATE_STATE_CA_FILE",
+                "trusts CAs for the shared state's TLS, and DUCKGATE_STATE_DSN is not set",
             ));
         }
         if let Some(url) = &self.statements.spool_url {

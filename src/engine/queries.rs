@@ -301,6 +301,7 @@ impl Registry {
         Ok(Registration {
             registry: self.clone(),
             running,
+            held: None,
         })
     }
 
@@ -366,6 +367,16 @@ pub struct Registration {
     registry: Arc<Registry>,
     /// The registered query.
     pub running: Arc<Running>,
+    /// What must live exactly as long as the registration (the query id's
+    /// reservation in the shared state): dropped after it left the registry.
+    held: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Registration {
+    /// Keeps `guard` until the registration goes.
+    pub fn hold(&mut self, guard: impl std::any::Any + Send + Sync) {
+        self.held = Some(Box::new(guard));
+    }
 }
 
 impl Drop for Registration {

@@ -6,10 +6,13 @@
 //! and the owner of a statement or query polls for what others asked of it.
 
 use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use tokio_postgres::config::SslMode;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// The schema, created idempotently at start under an advisory lock (two
 /// replicas starting at once would otherwise race in `CREATE ... IF NOT
@@ -31,6 +34,15 @@ CREATE TABLE IF NOT EXISTS duckgate_statements (
     PRIMARY KEY (token, id)
 );
 CREATE INDEX IF NOT EXISTS duckgate_statements_replica ON duckgate_statements (replica);
+CREATE TABLE IF NOT EXISTS duckgate_query_ids (
+    token text NOT NULL,
+    id text NOT NULL,
+    replica text NOT NULL,
+    nonce text NOT NULL,
+    started timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (token, id)
+);
+CREATE INDEX IF NOT EXISTS duckgate_query_ids_replica ON duckgate_query_ids (replica);
 CREATE TABLE IF NOT EXISTS duckgate_cancels (
     replica text NOT NULL,
     token text NOT NULL,
@@ -74,6 +86,9 @@ impl Row {
 /// A connection pool to the shared state, and who this replica is.
 pub struct Shared {
     pool: Pool,
+    /// Reservations of query ids whose release failed (PostgreSQL out of
+    /// reach): retried every round of the replicas loop.
+    unreleased: std::sync::Mutex<Vec<String>>,
     /// This replica's id (new for every process, so a restarted replica
     /// never claims the statements its predecessor lost).
     pub replica: String,
@@ -93,8 +108,69 @@ impl std::fmt::Debug for Shared {
 /// connection string.
 pub type SharedError = String;
 
-fn db(e: impl std::fmt::Display) -> SharedError {
-    format!("PostgreSQL: {e}")
+/// The error with its causes: tokio-postgres says "db error" or "error
+/// performing TLS handshake" and keeps the why (the server's message, the
+/// certificate problem) in its source. No cause quotes the connection
+/// string.
+fn db(e: impl std::error::Error) -> SharedError {
+    let mut text = format!("PostgreSQL: {e}");
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !text.contains(&c_text) {
+            text.push_str(": ");
+            text.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// The TLS of the connections: rustls (with aws-lc-rs, as the AWS SDK's)
+/// verifying the server's certificate and host name against the system's
+/// roots plus, if given, the PEM certificates of `ca_file`. Used as the
+/// DSN's `sslmode` says: `disable` never, `prefer` (the default) when the
+/// server offers it, `require` always; verified whenever used.
+fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, SharedError> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for e in &native.errors {
+        tracing::debug!(error = %e, "a system CA certificate could not be read");
+    }
+    roots.add_parsable_certificates(native.certs);
+    if let Some(path) = ca_file {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| {
+                format!(
+                    "DUCKGATE_STATE_CA_FILE: cannot read PEM certificates from {}: {e}",
+                    path.display()
+                )
+            })?;
+        if certs.is_empty() {
+            return Err(format!(
+                "DUCKGATE_STATE_CA_FILE: {} holds no PEM certificate",
+                path.display()
+            ));
+        }
+        for cert in certs {
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "DUCKGATE_STATE_CA_FILE: a certificate in {} is not a usable CA: {e}",
+                    path.display()
+                )
+            })?;
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("TLS: {e}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    Ok(MakeRustlsConnect::new(config))
 }
 
 const ROW: &str = "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
@@ -116,15 +192,41 @@ fn row(r: &tokio_postgres::Row) -> Row {
 }
 
 impl Shared {
-    /// Connects to `dsn` and creates the schema if it is missing.
-    pub async fn connect(dsn: &str, stale: Duration) -> Result<Self, SharedError> {
+    /// Connects to `dsn` (over TLS as its `sslmode` says, trusting the
+    /// system's roots and `ca_file`) and creates the schema if it is
+    /// missing.
+    pub async fn connect(
+        dsn: &str,
+        ca_file: Option<&Path>,
+        stale: Duration,
+    ) -> Result<Self, SharedError> {
         // The parser's error could quote the string: it is not passed on.
-        let config: tokio_postgres::Config = dsn
-            .parse()
-            .map_err(|_| "DUCKGATE_STATE_DSN is not a PostgreSQL connection string".to_string())?;
+        let mut config: tokio_postgres::Config = dsn.parse().map_err(|_| {
+            if dsn.contains("verify-full") || dsn.contains("verify-ca") {
+                "DUCKGATE_STATE_DSN: sslmode verify-full and verify-ca are not accepted; \
+                 sslmode=require verifies the server's certificate and host name here"
+                    .to_string()
+            } else {
+                "DUCKGATE_STATE_DSN is not a PostgreSQL connection string".to_string()
+            }
+        })?;
+        if config.get_application_name().is_none() {
+            // So the server's pg_stat_activity says whose connections these are.
+            config.application_name("duckgate");
+        }
+        let tls = tls(ca_file)?;
+        tracing::info!(
+            sslmode = match config.get_ssl_mode() {
+                SslMode::Disable => "disable",
+                SslMode::Prefer => "prefer",
+                _ => "require",
+            },
+            ca_file = ca_file.map(|p| p.display().to_string()).unwrap_or_default(),
+            "connecting to the shared state"
+        );
         let manager = Manager::from_config(
             config,
-            NoTls,
+            tls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -138,6 +240,7 @@ impl Shared {
             .map_err(db)?;
         let shared = Shared {
             pool,
+            unreleased: std::sync::Mutex::new(Vec::new()),
             replica: uuid::Uuid::new_v4().to_string(),
             stale,
         };
@@ -277,6 +380,62 @@ impl Shared {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
+    /// Reserves a client-chosen query id of `token` for a query this
+    /// replica runs, under `nonce` (this reservation's own); false if a
+    /// live replica runs one with that id. A row of this replica's own is
+    /// a release still on its way (the local registry already said the id
+    /// is free here) and a dead replica's is stale: both are taken over.
+    pub async fn reserve(&self, token: &str, id: &str, nonce: &str) -> Result<bool, SharedError> {
+        let n = self
+            .client()
+            .await?
+            .execute(
+                "INSERT INTO duckgate_query_ids AS q (token, id, replica, nonce)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (token, id) DO UPDATE
+                    SET replica = excluded.replica, nonce = excluded.nonce, started = now()
+                 WHERE q.replica = $3 OR NOT EXISTS (
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
+                    AND r.heartbeat > now() - make_interval(secs => $5::float8))",
+                &[&token, &id, &self.replica, &nonce, &self.stale_secs()],
+            )
+            .await
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    /// Releases reservations (by nonce); those that cannot be released now
+    /// are kept for the next [`Shared::release_pending`].
+    pub async fn release(&self, nonces: Vec<String>) {
+        let done = async {
+            self.client()
+                .await?
+                .execute(
+                    "DELETE FROM duckgate_query_ids WHERE replica = $1 AND nonce = ANY($2)",
+                    &[&self.replica, &nonces],
+                )
+                .await
+                .map_err(db)
+        }
+        .await;
+        if let Err(e) = done {
+            tracing::warn!(error.cause = %e, "releasing query ids in the shared state failed; retried");
+            self.unreleased
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(nonces);
+        }
+    }
+
+    /// Retries the releases that failed.
+    pub async fn release_pending(&self) {
+        let nonces =
+            std::mem::take(&mut *self.unreleased.lock().unwrap_or_else(|p| p.into_inner()));
+        if !nonces.is_empty() {
+            self.release(nonces).await;
+        }
+    }
+
     /// Asks `replica` to cancel the query (token, id).
     pub async fn request_cancel(
         &self,
@@ -373,6 +532,14 @@ impl Shared {
         .await
         .map_err(db)?;
         tx.execute(
+            "DELETE FROM duckgate_query_ids q WHERE NOT EXISTS (
+                SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
+                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &[&stale],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
             "DELETE FROM duckgate_replicas WHERE heartbeat < now() - interval '1 day'",
             &[],
         )
@@ -383,16 +550,65 @@ impl Shared {
     }
 
     /// This replica stops: its row goes, so its statements are lost at once
-    /// rather than after the heartbeat goes stale.
+    /// rather than after the heartbeat goes stale, and so do the query ids
+    /// it reserved.
     pub async fn leave(&self) -> Result<(), SharedError> {
-        self.client()
-            .await?
+        let client = self.client().await?;
+        client
             .execute(
                 "DELETE FROM duckgate_replicas WHERE replica = $1",
                 &[&self.replica],
             )
             .await
             .map_err(db)?;
+        client
+            .execute(
+                "DELETE FROM duckgate_query_ids WHERE replica = $1",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
         Ok(())
+    }
+}
+
+/// A client-chosen query id reserved in the shared state for as long as
+/// its query runs here: held by the query's registration, released (in the
+/// background) when that goes, however the query ended.
+#[derive(Debug)]
+pub struct Reservation {
+    shared: Arc<Shared>,
+    nonce: String,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Reservation {
+    /// Reserves `id` of `token` on every replica: `Ok(None)` when a live
+    /// replica runs a query with that id.
+    pub async fn take(
+        shared: &Arc<Shared>,
+        token: &str,
+        id: &str,
+    ) -> Result<Option<Reservation>, SharedError> {
+        let nonce = uuid::Uuid::new_v4().to_string();
+        if !shared.reserve(token, id, &nonce).await? {
+            return Ok(None);
+        }
+        Ok(Some(Reservation {
+            shared: shared.clone(),
+            nonce,
+            runtime: tokio::runtime::Handle::current(),
+        }))
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let shared = self.shared.clone();
+        let nonce = std::mem::take(&mut self.nonce);
+        // Dropped where the query ends, maybe off the runtime: the release
+        // runs on it.
+        self.runtime
+            .spawn(async move { shared.release(vec![nonce]).await });
     }
 }

@@ -4,6 +4,8 @@
 //! only its HTTP behaviour is under test.
 #![allow(dead_code)]
 
+mod pg_tls;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};

@@ -77,7 +77,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
         (status = 413, description = "Body or SQL too large", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "As many statements as allowed are kept", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Shutting down, or S3 credentials expired", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Shutting down, S3 credentials expired, or `shared-state-unavailable`", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 504, description = "The statement ran past its time limit", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 507, description = "The result passed a spool quota, or the spool's disk is full", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
@@ -126,10 +126,23 @@ async fn submit_inner(
     let wait = Duration::from_millis(wait_ms.unwrap_or(10_000)).min(settings.max_wait);
 
     let epoch = state.health.epoch();
-    let registration = state
+    let mut registration = state
         .queries
         .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)
         .map_err(id_error)?;
+    let client_chose = headers.contains_key(crate::api::query::QUERY_ID_HEADER);
+    if let Err(e) = crate::api::replicas::reserve_id(state, &mut registration, client_chose).await {
+        // Its audit line says why it never ran.
+        let (status, kind, error_class) = e.summary();
+        registration
+            .running
+            .set_outcome(crate::engine::queries::Outcome {
+                status,
+                kind,
+                error_class,
+            });
+        return Err(e);
+    }
     let statement = match state
         .statements
         .admit(registration.running.clone(), timeout)

@@ -29,7 +29,7 @@ import sys
 import time
 import urllib.request
 
-SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
+SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
 
 
 def get(url):

@@ -239,6 +239,7 @@ async fn submit_inner(
         _ = statement.done.cancelled() => {}
         _ = tokio::time::sleep(wait) => {}
     }
+    end_published(state, &statement).await?;
     let snap = statement.snapshot(settings.ttl);
     match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(result), _) => {
@@ -622,6 +623,7 @@ pub async fn show(
 ) -> Result<Response, ApiError> {
     match visible(&state, &caller, &id).await? {
         Found::Local(s) => {
+            end_published(&state, &s).await?;
             let status = status_of(&state, &s);
             let mut response = Json(status).into_response();
             decorate(response.headers_mut(), &Ident::of(&state, &s));
@@ -711,6 +713,7 @@ pub async fn result(
         Found::Local(s) => s,
         Found::Remote(row) => return remote_page(&state, &row, page, &headers).await,
     };
+    end_published(&state, &s).await?;
     let snap = s.snapshot(state.statements.settings.ttl);
     let result = match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(r), _) => r,
@@ -748,6 +751,25 @@ pub async fn result(
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
     page_response(&state, &Ident::of(&state, &s), result, page, &headers).await
+}
+
+/// With shared state, a local statement's end is in it before an answer
+/// shows the statement finished: the client's next request may land on
+/// another replica, which must not answer that it still runs (a page there
+/// was 409 `statement-running` for the few milliseconds the end took to
+/// publish, seen by `k6/run-soak --replicas 3`). Usually a no-op: the
+/// statement's own task publishes its end at once.
+async fn end_published(state: &AppState, s: &Statement) -> Result<(), ApiError> {
+    match &state.statements.shared {
+        Some(shared)
+            if s.done.is_cancelled() && s.claimed.load(std::sync::atomic::Ordering::SeqCst) =>
+        {
+            crate::api::replicas::publish(state, shared, s)
+                .await
+                .map_err(ApiError::SharedState)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A page of another replica's statement, from the S3 spool.

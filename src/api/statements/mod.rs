@@ -239,8 +239,8 @@ async fn submit_inner(
         _ = statement.done.cancelled() => {}
         _ = tokio::time::sleep(wait) => {}
     }
-    end_published(state, &statement).await?;
     let snap = statement.snapshot(settings.ttl);
+    end_published(state, &statement, snap.state).await?;
     match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(result), _) => {
             page_response(
@@ -623,8 +623,8 @@ pub async fn show(
 ) -> Result<Response, ApiError> {
     match visible(&state, &caller, &id).await? {
         Found::Local(s) => {
-            end_published(&state, &s).await?;
             let status = status_of(&state, &s);
+            end_published(&state, &s, status.state).await?;
             let mut response = Json(status).into_response();
             decorate(response.headers_mut(), &Ident::of(&state, &s));
             Ok(response)
@@ -713,8 +713,8 @@ pub async fn result(
         Found::Local(s) => s,
         Found::Remote(row) => return remote_page(&state, &row, page, &headers).await,
     };
-    end_published(&state, &s).await?;
     let snap = s.snapshot(state.statements.settings.ttl);
+    end_published(&state, &s, snap.state).await?;
     let result = match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(r), _) => r,
         (StatementState::Queued | StatementState::Running, _, _) => {
@@ -754,22 +754,36 @@ pub async fn result(
 }
 
 /// With shared state, a local statement's end is in it before an answer
-/// shows the statement finished: the client's next request may land on
-/// another replica, which must not answer that it still runs (a page there
-/// was 409 `statement-running` for the few milliseconds the end took to
-/// publish, seen by `k6/run-soak --replicas 3`). Usually a no-op: the
-/// statement's own task publishes its end at once.
-async fn end_published(state: &AppState, s: &Statement) -> Result<(), ApiError> {
-    match &state.statements.shared {
-        Some(shared)
-            if s.done.is_cancelled() && s.claimed.load(std::sync::atomic::Ordering::SeqCst) =>
-        {
-            crate::api::replicas::publish(state, shared, s)
-                .await
-                .map_err(ApiError::SharedState)
-        }
-        _ => Ok(()),
+/// shows the statement finished (`answered`, the state the answer was made
+/// of): the client's next request may land on another replica, which must
+/// not answer that it still runs (a page there was 409 `statement-running`
+/// for the few milliseconds the end took to publish, seen by
+/// `k6/run-soak --replicas 3`). Usually a no-op: the statement's own task
+/// publishes its end at once.
+async fn end_published(
+    state: &AppState,
+    s: &Statement,
+    answered: StatementState,
+) -> Result<(), ApiError> {
+    let Some(shared) = &state.statements.shared else {
+        return Ok(());
+    };
+    if matches!(answered, StatementState::Queued | StatementState::Running)
+        || !s.claimed.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Ok(());
     }
+    // The final state is set just before `done` fires, with no await
+    // between: publish only once it did (the published status is final then).
+    if tokio::time::timeout(Duration::from_secs(1), s.done.cancelled())
+        .await
+        .is_err()
+    {
+        return Ok(());
+    }
+    crate::api::replicas::publish(state, shared, s)
+        .await
+        .map_err(ApiError::SharedState)
 }
 
 /// A page of another replica's statement, from the S3 spool.

@@ -34,7 +34,7 @@
 //   s3_query_failed            == 0   (and s3_queries > 0 when S3 is configured)
 //   lake_query_failed          == 0   (and lake_queries > 0 with a lake)
 //   statement_failed           == 0   (and statements > 0)
-//   healthz p99                < 25 ms
+//   healthz p99                < SOAK_HEALTHZ_P99_MS (default 25 ms)
 //   query p95                  < SOAK_QUERY_P95_MS (default 250 ms), every query
 //   local query p95            < SOAK_LOCAL_P95_MS (default 50 ms)
 //   checks                     > 99.9 %
@@ -63,6 +63,7 @@ const STATEMENT_EVERY = __ENV.SOAK_STATEMENT_EVERY || '5s';
 const STATEMENT_HOLD_MS = parseInt(__ENV.SOAK_STATEMENT_HOLD_MS || '3000', 10);
 const QUERY_P95_MS = parseInt(__ENV.SOAK_QUERY_P95_MS || '250', 10);
 const LOCAL_P95_MS = parseInt(__ENV.SOAK_LOCAL_P95_MS || '50', 10);
+const HEALTHZ_P99_MS = parseInt(__ENV.SOAK_HEALTHZ_P99_MS || '25', 10);
 
 const totalSecs = parseDuration(DURATION);
 // SOAK_MODE=capacity: no soak, a closed-loop measurement of the mix (k6/run-soak --load).
@@ -123,7 +124,7 @@ if (ADMIN_ENABLED && !CAPACITY) {
 const thresholds = {
   http_req_failed: ['rate<0.001'],
   checks: ['rate>0.999'],
-  'http_req_duration{name:healthz}': ['p(99)<25'],
+  'http_req_duration{name:healthz}': [`p(99)<${HEALTHZ_P99_MS}`],
   'http_req_duration{name:query}': [`p(95)<${QUERY_P95_MS}`],
   'http_req_duration{kind:local}': [`p(95)<${LOCAL_P95_MS}`],
   local_query_failed: ['rate<0.001'],

@@ -1,7 +1,10 @@
 //! The soak path itself, on every CI run: `k6/run-soak` with a 60-second run
 //! and 20-second STS sessions (so the rotator refreshes several times while
 //! k6 drives local and S3 queries, probes and an admin rotation), and a
-//! 40-second `--lake` run that reads a DuckLake on S3 as well.
+//! 40-second `--lake` run that reads a DuckLake on S3 as well, and a
+//! 45-second `--replicas 3` run: three gateways sharing PostgreSQL state and
+//! an S3 spool behind HAProxy, statements polled and paged across them (with
+//! a control run whose replicas share nothing, where the same check fails).
 //!
 //! Needs DUCKGATE_TEST_K6, DUCKGATE_TEST_PYTHON and DUCKGATE_EXTENSION_DIR
 //! (scripts/test sets them); the gateway is this build's binary.
@@ -25,6 +28,28 @@ fn required_env(name: &str) -> String {
 /// this build's binary and returns its JSON summary and its output, once it
 /// passed.
 fn run_soak(duration: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    let (status, summary, output, context) = run_soak_as(duration, extra, &[]);
+    assert!(
+        status.success(),
+        "k6/run-soak exited with {status}\n{context}"
+    );
+    let summary = summary.unwrap_or_else(|| panic!("no summary\n{context}"));
+    (summary, output)
+}
+
+/// As `run_soak`, with `env` added, whatever its outcome: its exit status,
+/// its JSON summary (if it wrote one), its output, and the output with the
+/// gateway logs' last lines for a failure message.
+fn run_soak_as(
+    duration: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (
+    std::process::ExitStatus,
+    Option<serde_json::Value>,
+    String,
+    String,
+) {
     // One soak at a time: two would share the two cores and each other's
     // latency thresholds.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -62,6 +87,7 @@ fn run_soak(duration: &str, extra: &[&str]) -> (serde_json::Value, String) {
         .env("DUCKGATE_TEST_K6", &k6)
         .env("DUCKGATE_TEST_PYTHON", &python)
         .env("DUCKGATE_EXTENSION_DIR", &ext_dir)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out)
@@ -94,34 +120,29 @@ fn run_soak(duration: &str, extra: &[&str]) -> (serde_json::Value, String) {
         .unwrap()
         .read_to_string(&mut output)
         .unwrap();
-    let gateway_log = std::fs::read_to_string(work.join("gateway.log")).unwrap_or_default();
-    let context = format!(
-        "--- run-soak output ---\n{output}\n--- gateway log (last 40 lines) ---\n{}",
-        gateway_log
-            .lines()
-            .rev()
-            .take(40)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let mut context = format!("--- run-soak output ---\n{output}");
+    // One gateway's log, or each replica's.
+    for log in std::iter::once(work.join("gateway.log"))
+        .chain((1..=9).map(|i| work.join(format!("replica-{i}")).join("gateway.log")))
+    {
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        context.push_str(&format!(
+            "\n--- {} (last 40 lines) ---\n{}",
+            log.display(),
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        ));
+    }
     let status =
         status.unwrap_or_else(|| panic!("k6/run-soak ran longer than {limit:?}\n{context}"));
     // Shown with --nocapture (and on failure).
     println!("{output}");
-    assert!(
-        status.success(),
-        "k6/run-soak exited with {status}\n{context}"
-    );
-
-    let summary = serde_json::from_str(
-        &std::fs::read_to_string(&summary_path)
-            .unwrap_or_else(|e| panic!("no summary at {summary_path:?}: {e}\n{context}")),
-    )
-    .unwrap();
-    (summary, output)
+    let summary = std::fs::read_to_string(&summary_path)
+        .ok()
+        .map(|text| serde_json::from_str(&text).unwrap());
+    (status, summary, output, context)
 }
 
 fn number(summary: &serde_json::Value, path: &str) -> f64 {
@@ -216,4 +237,108 @@ fn short_soak_with_a_ducklake_reads_the_lake_across_expiries() {
         "no scheduled refresh during the run: {summary:#}"
     );
     assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
+}
+
+/// `k6/run-soak --replicas 3`: three gateways with one PostgreSQL state and
+/// an S3 spool behind HAProxy (round robin), k6 talking to HAProxy only,
+/// across two or so 20-second sessions. No request fails; the balancer's log
+/// shows statements polled and paged on other replicas than the one that
+/// took them, none failing there; every replica refreshed its own
+/// credentials; no read met an expired token.
+#[test]
+fn short_soak_over_three_replicas_behind_a_balancer() {
+    let (summary, output) = run_soak(
+        "45s",
+        &[
+            "--replicas",
+            "3",
+            "--rows",
+            "200000",
+            "--progress-every",
+            "10",
+        ],
+    );
+    let num = |path: &str| number(&summary, path);
+    assert_eq!(summary["passed"], true, "{summary:#}");
+    assert_eq!(num("/failed_requests"), 0.0, "{summary:#}");
+    assert!(num("/requests") > 200.0, "too few requests: {summary:#}");
+    assert!(num("/s3_queries") > 20.0, "too few S3 queries: {summary:#}");
+    assert_eq!(num("/s3_failed"), 0.0, "{summary:#}");
+    // One statement every 5 s, each polled, paged and deleted through the
+    // balancer.
+    assert!(num("/statements") >= 5.0, "too few statements: {summary:#}");
+    assert_eq!(num("/statements_failed"), 0.0, "{summary:#}");
+    assert!(
+        num("/balancer/statement_requests/poll/other_replica") > 0.0,
+        "no poll reached another replica than the submitter: {summary:#}"
+    );
+    assert!(
+        num("/balancer/statement_requests/page/other_replica") > 0.0,
+        "no page was read on another replica than the submitter: {summary:#}"
+    );
+    assert_eq!(num("/balancer/other_replica_failed"), 0.0, "{summary:#}");
+    assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
+
+    let replicas = summary["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 3, "{summary:#}");
+    let through = num("/balancer/requests_logged");
+    for (i, r) in replicas.iter().enumerate() {
+        let name = format!("r{}", i + 1);
+        assert_eq!(r["name"], name.as_str(), "{summary:#}");
+        assert_eq!(r["alive_after_run"], true, "{summary:#}");
+        // Every replica refreshed its own credentials on schedule.
+        assert!(
+            r["rotations_scheduled"].as_f64().unwrap_or(0.0) >= 1.0,
+            "replica {name} did not rotate: {summary:#}"
+        );
+        // Round robin: each replica took about a third (at least a sixth).
+        let took = number(&summary, &format!("/balancer/requests_by_replica/{name}"));
+        assert!(
+            took > through / 6.0,
+            "{name} took {took} of {through}: {summary:#}"
+        );
+    }
+
+    // Progress lines sum the replicas and give each one's epoch.
+    let last = output
+        .lines()
+        .rfind(|l| l.starts_with("run-soak: progress "))
+        .unwrap_or_else(|| panic!("no progress line:\n{output}"));
+    for part in [
+        "0 failed (5xx)",
+        "credential epochs r1 ",
+        ", r3 ",
+        " 0 expired-token reads",
+    ] {
+        assert!(last.contains(part), "{part:?} not in {last:?}");
+    }
+}
+
+/// The control of the check above: the same soak over three replicas that
+/// share no state (no DUCKGATE_STATE_DSN, local spools) fails, because a
+/// statement polled or paged through another replica answers 404 there, and
+/// the balancer's log says where.
+#[test]
+fn soak_over_replicas_without_shared_state_fails_across_replicas() {
+    let (status, summary, _, context) = run_soak_as(
+        "20s",
+        &["--replicas", "3", "--rows", "10000"],
+        &[("SOAK_UNSHARED_REPLICAS", "1")],
+    );
+    assert_eq!(status.code(), Some(1), "{context}");
+    let summary = summary.unwrap_or_else(|| panic!("no summary\n{context}"));
+    assert_eq!(summary["passed"], false, "{summary:#}");
+    assert!(number(&summary, "/statements_failed") > 0.0, "{summary:#}");
+    assert!(
+        number(&summary, "/balancer/other_replica_failed") > 0.0,
+        "{summary:#}"
+    );
+    let failures = summary["balancer"]["statement_requests"].to_string();
+    assert!(failures.contains("-> 404 on r"), "{summary:#}");
+    assert!(
+        summary["problems"]
+            .to_string()
+            .contains("failed on a replica other than the submitter's"),
+        "{summary:#}"
+    );
 }

@@ -1,6 +1,6 @@
 """Progress lines for k6/run-soak: one line every --every seconds while k6 runs.
 
-    progress.py BASE CONTROL_URL EVERY_SECS
+    progress.py BASE[,BASE...] CONTROL_URL EVERY_SECS
 
 Reads what the gateway itself counts (GET /metrics: duckgate_http_requests_total
 and the duckgate_http_request_duration_seconds histogram; GET /healthz: the
@@ -9,6 +9,13 @@ credential epoch and status) and the S3 emulation's ExpiredToken rejections
 
     run-soak: progress 1m30s: 12,345 requests (+4,101, 136.7/s), 0 failed (5xx),
     p99 8.4 ms, credential epoch 3 (ok), 0 expired-token reads
+
+With several BASEs (k6/run-soak --replicas: each replica's own address, not
+the balancer's), requests, 5xx and the histogram are summed over all of them
+(the balancer's health checks included) and the credential epoch is given for
+each, in order:
+
+    ..., p99 9.1 ms, credential epochs r1 4 (ok), r2 3 (ok), r3 4 (ok), 0 expired-token reads
 
 Counts are since the first poll (the start of the run); p99 is over every
 request since then, from the histogram's buckets (the upper bound of the bucket
@@ -22,7 +29,7 @@ import sys
 import time
 import urllib.request
 
-SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
+SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
 
 
 def get(url):
@@ -68,14 +75,30 @@ def clock(secs):
     return f"{secs // 60}m{secs % 60:02d}s" if secs >= 60 else f"{secs}s"
 
 
+def epochs(healths):
+    if len(healths) == 1:
+        h = healths[0]
+        return f"credential epoch {h.get('credential_epoch')} ({h.get('status')})"
+    return "credential epochs " + ", ".join(
+        f"r{i} {h.get('credential_epoch')} ({h.get('status')})" for i, h in enumerate(healths, 1))
+
+
 def main():
-    base, control, every = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    bases, control, every = sys.argv[1].split(","), sys.argv[2], float(sys.argv[3])
     start = time.monotonic()
     first = last = None
     while True:
         try:
-            requests, failed, buckets = scrape(base)
-            health = json.loads(get(f"{base}/healthz"))
+            requests = failed = 0.0
+            buckets = {}
+            healths = []
+            for base in bases:
+                r, f, b = scrape(base)
+                requests += r
+                failed += f
+                for le, n in b.items():
+                    buckets[le] = buckets.get(le, 0.0) + n
+                healths.append(json.loads(get(f"{base}/healthz")))
             stats = json.loads(get(f"{control}/stats"))
             expired = stats.get("s3_expired_rejections", 0)
             now = time.monotonic()
@@ -91,7 +114,7 @@ def main():
                     f"run-soak: progress {clock(now - start)}: {requests - r0:,.0f} requests "
                     f"(+{requests - rl:,.0f}, {(requests - rl) / max(now - tl, 1e-9):.1f}/s), "
                     f"{failed - f0:,.0f} failed (5xx), p99 {p99_text}, "
-                    f"credential epoch {health.get('credential_epoch')} ({health.get('status')}), "
+                    f"{epochs(healths)}, "
                     f"{expired - e0} expired-token reads",
                     file=sys.stderr,
                     flush=True,

@@ -72,14 +72,18 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
             state.queries.cancel(&r);
         }
     }
-    // Local statements first: any of them that is claimed has its row by
-    // the time the rows are read.
-    let local = state.statements.list(None);
+    // Local claimed statements first: any of them has its row by the time
+    // the rows are read. (Whether one is claimed is read before the rows
+    // too: one claimed while they were read has a row they may lack, and
+    // was taken for deleted elsewhere and cancelled at once.)
+    let local: Vec<_> = state
+        .statements
+        .list(None)
+        .into_iter()
+        .filter(|s| s.claimed.load(std::sync::atomic::Ordering::SeqCst))
+        .collect();
     let rows = shared.mine().await?;
     for s in local {
-        if !s.claimed.load(std::sync::atomic::Ordering::SeqCst) {
-            continue;
-        }
         let key = (s.running.owner.to_string(), s.running.id.clone());
         if !rows.contains(&key) {
             // Deleted through another replica: stop it and forget it.

@@ -253,6 +253,7 @@ async fn submit_inner(
         _ = tokio::time::sleep(wait) => {}
     }
     let snap = statement.snapshot(settings.ttl);
+    end_published(state, &statement, snap.state).await?;
     match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(result), _) => {
             page_response(
@@ -636,6 +637,7 @@ pub async fn show(
     match visible(&state, &caller, &id).await? {
         Found::Local(s) => {
             let status = status_of(&state, &s);
+            end_published(&state, &s, status.state).await?;
             let mut response = Json(status).into_response();
             decorate(response.headers_mut(), &Ident::of(&state, &s));
             Ok(response)
@@ -725,6 +727,7 @@ pub async fn result(
         Found::Remote(row) => return remote_page(&state, &row, page, &headers).await,
     };
     let snap = s.snapshot(state.statements.settings.ttl);
+    end_published(&state, &s, snap.state).await?;
     let result = match (snap.state, snap.result, snap.error) {
         (StatementState::Succeeded, Some(r), _) => r,
         (StatementState::Queued | StatementState::Running, _, _) => {
@@ -761,6 +764,39 @@ pub async fn result(
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
     page_response(&state, &Ident::of(&state, &s), result, page, &headers).await
+}
+
+/// With shared state, a local statement's end is in it before an answer
+/// shows the statement finished (`answered`, the state the answer was made
+/// of): the client's next request may land on another replica, which must
+/// not answer that it still runs (a page there was 409 `statement-running`
+/// for the few milliseconds the end took to publish, seen by
+/// `k6/run-soak --replicas 3`). Usually a no-op: the statement's own task
+/// publishes its end at once.
+async fn end_published(
+    state: &AppState,
+    s: &Statement,
+    answered: StatementState,
+) -> Result<(), ApiError> {
+    let Some(shared) = &state.statements.shared else {
+        return Ok(());
+    };
+    if matches!(answered, StatementState::Queued | StatementState::Running)
+        || !s.claimed.load(std::sync::atomic::Ordering::SeqCst)
+    {
+        return Ok(());
+    }
+    // The final state is set just before `done` fires, with no await
+    // between: publish only once it did (the published status is final then).
+    if tokio::time::timeout(Duration::from_secs(1), s.done.cancelled())
+        .await
+        .is_err()
+    {
+        return Ok(());
+    }
+    crate::api::replicas::publish(state, shared, s)
+        .await
+        .map_err(ApiError::SharedState)
 }
 
 /// A page of another replica's statement, from the S3 spool.

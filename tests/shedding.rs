@@ -47,8 +47,11 @@ struct Seen {
 }
 
 /// `clients` clients, each asking again as soon as it has an answer (after
-/// `BACKOFF` when refused), until `window` has passed.
+/// `BACKOFF` when refused, or with `SHEDDING_HONOUR_RETRY_AFTER=1` after
+/// the refusal's Retry-After, as a well-behaved client library would),
+/// until `window` has passed.
 async fn load(g: &Gateway, clients: usize, window: Duration) -> Seen {
+    let honour = env_or("SHEDDING_HONOUR_RETRY_AFTER", 0) == 1;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .pool_max_idle_per_host(clients)
@@ -68,10 +71,13 @@ async fn load(g: &Gateway, clients: usize, window: Duration) -> Seen {
                     let (status, retry_after, text) = match r {
                         Ok(r) => {
                             let status = r.status().as_u16();
-                            let retry_after = r.headers().contains_key("retry-after");
+                            let retry_after = r
+                                .headers()
+                                .get("retry-after")
+                                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
                             (status, retry_after, r.text().await.unwrap_or_default())
                         }
-                        Err(_) => (0, false, String::new()),
+                        Err(_) => (0, None, String::new()),
                     };
                     let took = asked.elapsed();
                     let mut s = seen.lock().await;
@@ -82,7 +88,7 @@ async fn load(g: &Gateway, clients: usize, window: Duration) -> Seen {
                             s.refusals.push(took);
                             if text.contains("pool-exhausted") {
                                 s.pool_exhausted += 1;
-                                if !retry_after {
+                                if retry_after.is_none() {
                                     s.retry_after_missing += 1;
                                 }
                             }
@@ -91,7 +97,12 @@ async fn load(g: &Gateway, clients: usize, window: Duration) -> Seen {
                     }
                     drop(s);
                     if status == 503 {
-                        tokio::time::sleep(BACKOFF).await;
+                        match retry_after {
+                            Some(secs) if honour => {
+                                tokio::time::sleep(Duration::from_secs(secs)).await
+                            }
+                            _ => tokio::time::sleep(BACKOFF).await,
+                        }
                     }
                 }
             })

@@ -596,17 +596,21 @@ pub fn outcome_of(e: &QueryError) -> crate::engine::queries::Outcome {
 }
 
 impl ApiError {
-    /// The status, the problem's short type and DuckDB's error class, for
-    /// the audit line.
-    pub fn summary(&self) -> (u16, String, Option<String>) {
+    /// How a query refused with this error ended, for its audit line: the
+    /// status, the problem's short type and DuckDB's error class.
+    pub fn outcome(&self) -> crate::engine::queries::Outcome {
         let (p, _) = self.parts();
-        let slug = p
+        let kind = p
             .type_uri
             .rsplit(':')
             .next()
             .unwrap_or_default()
             .to_string();
-        (p.status, slug, p.error_class)
+        crate::engine::queries::Outcome {
+            status: p.status,
+            kind,
+            error_class: p.error_class,
+        }
     }
 
     /// The problem response of a query, naming its id in the body and the

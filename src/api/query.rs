@@ -252,12 +252,7 @@ async fn answer(state: AppState, auth: QueryAuth, headers: HeaderMap, source: So
         }
         Err(e) => {
             if let Some(r) = &registration {
-                let (status, kind, error_class) = e.summary();
-                r.running.set_outcome(Outcome {
-                    status,
-                    kind,
-                    error_class,
-                });
+                r.running.set_outcome(e.outcome());
             }
             // The registration (if any) ends here: the audit line.
             e.into_response_for(&id)

@@ -805,6 +805,13 @@ impl Postgres {
     /// Starts a cluster whose user `duckgate` has `password`, with an empty
     /// database `database`.
     pub fn start(password: &str, database: &str) -> Postgres {
+        Self::start_with(password, database, |_| {})
+    }
+
+    /// [`Postgres::start`], with `configure` given the data directory after
+    /// initdb and before the server starts (what it writes there is handed
+    /// to the cluster's owner).
+    fn start_with(password: &str, database: &str, configure: impl FnOnce(&Path)) -> Postgres {
         assert!(
             Path::new(PG_BIN).join("initdb").is_file(),
             "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
@@ -844,6 +851,10 @@ impl Postgres {
                 .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
                 .arg(format!("--pwfile={}", pw.display())),
         );
+        configure(&data);
+        if pg.as_postgres {
+            run_pg(Command::new("chown").arg("-R").arg("postgres:").arg(&data));
+        }
         run_pg(
             pg.command("pg_ctl")
                 .arg("-D")

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{run_pg, Postgres, PG_BIN};
+use super::{Postgres, PG_BIN};
 
 /// Runs `openssl` with `args` in `dir`; fails the test on an error.
 fn openssl(dir: &Path, args: &[&str]) {
@@ -87,78 +87,35 @@ impl Postgres {
     /// pg_hba.conf (a plain connection is refused). Returns the cluster
     /// and the CA's PEM file.
     pub fn start_tls(password: &str, database: &str) -> (Postgres, PathBuf) {
-        assert!(
-            Path::new(PG_BIN).join("initdb").is_file(),
-            "{PG_BIN}/initdb is missing: scripts/test-env installs the postgresql-15 package"
-        );
-        let dir = tempfile::Builder::new()
-            .prefix("duckgate-pg-tls")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let uid = Command::new("id").arg("-u").output().unwrap().stdout;
-        let as_postgres = String::from_utf8_lossy(&uid).trim() == "0";
-        let pw = dir.path().join("pw");
-        std::fs::write(&pw, password).unwrap();
-        let certs = dir.path().join("certs");
-        std::fs::create_dir(&certs).unwrap();
-        make_certificates(&certs);
-        let chown = |path: &Path| {
-            if as_postgres {
-                run_pg(Command::new("chown").arg("-R").arg("postgres:").arg(path));
+        let mut ca = PathBuf::new();
+        let pg = Postgres::start_with(password, database, |data| {
+            let certs = data
+                .parent()
+                .expect("the cluster's directory")
+                .join("certs");
+            std::fs::create_dir(&certs).unwrap();
+            make_certificates(&certs);
+            for f in ["server.crt", "server.key"] {
+                std::fs::copy(certs.join(f), data.join(f)).unwrap();
             }
-        };
-        chown(dir.path());
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let pg = Postgres {
-            dir,
-            port,
-            as_postgres,
-        };
-        let data = pg.dir.path().join("data");
-        run_pg(
-            pg.command("initdb")
-                .arg("-D")
-                .arg(&data)
-                .args(["-A", "scram-sha-256", "-U", "duckgate", "--no-sync"])
-                .arg(format!("--pwfile={}", pw.display())),
-        );
-        for f in ["server.crt", "server.key"] {
-            std::fs::copy(certs.join(f), data.join(f)).unwrap();
-        }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            data.join("server.key"),
-            std::fs::Permissions::from_mode(0o600),
-        )
-        .unwrap();
-        let mut conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
-        conf.push_str("\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n");
-        std::fs::write(data.join("postgresql.conf"), conf).unwrap();
-        std::fs::write(
-            data.join("pg_hba.conf"),
-            "local all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
-        )
-        .unwrap();
-        chown(&data);
-        run_pg(
-            pg.command("pg_ctl")
-                .arg("-D")
-                .arg(&data)
-                .arg("-o")
-                .arg(format!(
-                    "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
-                    pg.dir.path().display()
-                ))
-                .arg("-l")
-                .arg(pg.dir.path().join("log"))
-                .args(["-w", "start"]),
-        );
-        pg.psql(password, "postgres", &format!("CREATE DATABASE {database}"));
-        let ca = certs.join("ca.pem");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                data.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+            let mut conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+            conf.push_str(
+                "\nssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n",
+            );
+            std::fs::write(data.join("postgresql.conf"), conf).unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all scram-sha-256\nhostssl all all 127.0.0.1/32 scram-sha-256\n",
+            )
+            .unwrap();
+            ca = certs.join("ca.pem");
+        });
         (pg, ca)
     }
 

@@ -133,14 +133,7 @@ async fn submit_inner(
     let client_chose = headers.contains_key(crate::api::query::QUERY_ID_HEADER);
     if let Err(e) = crate::api::replicas::reserve_id(state, &mut registration, client_chose).await {
         // Its audit line says why it never ran.
-        let (status, kind, error_class) = e.summary();
-        registration
-            .running
-            .set_outcome(crate::engine::queries::Outcome {
-                status,
-                kind,
-                error_class,
-            });
+        registration.running.set_outcome(e.outcome());
         return Err(e);
     }
     let statement = match state
@@ -167,14 +160,7 @@ async fn submit_inner(
                 },
             };
             // Its audit line says why it never ran.
-            let (status, kind, error_class) = e.summary();
-            registration
-                .running
-                .set_outcome(crate::engine::queries::Outcome {
-                    status,
-                    kind,
-                    error_class,
-                });
+            registration.running.set_outcome(e.outcome());
             return Err(e);
         }
     };
@@ -193,14 +179,7 @@ async fn submit_inner(
             Err(e) => Some(ApiError::SharedState(e)),
         };
         if let Some(e) = e {
-            let (status, kind, error_class) = e.summary();
-            registration
-                .running
-                .set_outcome(crate::engine::queries::Outcome {
-                    status,
-                    kind,
-                    error_class,
-                });
+            registration.running.set_outcome(e.outcome());
             state.statements.discard(&statement);
             return Err(e);
         }

@@ -713,7 +713,7 @@ async fn read_write_corpus_admits_ddl_but_never_secrets() {
     assert_eq!(rows_before, json!([[1, "updated"], [3, "csv"]]));
     let before = snapshot(&g, &[&ctx.data, &ctx.out]).await;
     assert!(
-        before.objects.to_string().contains("table main.secret"),
+        before.objects.to_string().contains("table client.secret"),
         "{}",
         before.objects
     );

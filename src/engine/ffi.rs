@@ -239,6 +239,31 @@ impl RawConnection {
     pub fn as_ptr(&self) -> ffi::duckdb_connection {
         self.raw
     }
+
+    /// Runs `sql` (the gateway's own setup, never client text) and drops
+    /// its result; DuckDB's error message on failure.
+    pub fn execute(&self, sql: &str) -> Result<(), String> {
+        let c_sql = CString::new(sql).map_err(|e| e.to_string())?;
+        let mut result = std::mem::MaybeUninit::<ffi::duckdb_result>::zeroed();
+        // SAFETY: `raw` is a live connection used by this thread alone;
+        // `c_sql` is NUL-terminated; the result is destroyed exactly once,
+        // after its error text has been copied.
+        unsafe {
+            let state = ffi::duckdb_query(self.raw, c_sql.as_ptr(), result.as_mut_ptr());
+            let outcome = if state == ffi::DuckDBSuccess {
+                Ok(())
+            } else {
+                let e = ffi::duckdb_result_error(result.as_mut_ptr());
+                Err(if e.is_null() {
+                    "DuckDB failed without a message".to_string()
+                } else {
+                    CStr::from_ptr(e).to_string_lossy().into_owned()
+                })
+            };
+            ffi::duckdb_destroy_result(result.as_mut_ptr());
+            outcome
+        }
+    }
 }
 
 /// The version string of the linked DuckDB library, e.g. `v1.5.5`.

@@ -31,6 +31,13 @@ pub const EXTENSION_SUBDIR: &str = "v1.5.5/linux_arm64";
 #[cfg(not(target_arch = "aarch64"))]
 pub const EXTENSION_SUBDIR: &str = "v1.5.5/linux_amd64";
 
+/// Under the read-write policy, the schema of the gateway's own database
+/// where client objects live: every pooled connection's search path is
+/// `client,main`, so unqualified names are created here and read here
+/// first. `main` holds the operator's objects, which clients may read and
+/// write rows of but not create, alter or drop (see `guard::check_schema`).
+pub const CLIENT_SCHEMA: &str = "client";
+
 /// Everything needed to run client queries and secret DDL.
 pub struct Engine {
     /// The database; connections keep it alive on their own.
@@ -45,6 +52,9 @@ pub struct Engine {
     pub control_raw: Arc<Mutex<ffi::RawConnection>>,
     /// Statement policy for clients.
     pub policy: Policy,
+    /// Read-write: the gateway's database and the schema client objects
+    /// live in.
+    client_schema: Option<guard::ClientSchema>,
     /// Canonical data directory.
     pub data_dir: PathBuf,
     /// Canonical directory queries may read files from.
@@ -272,6 +282,27 @@ impl Engine {
             step: "control connection",
             message: e.to_string(),
         })?;
+        let client_schema = match config.engine.policy {
+            Policy::ReadOnly => None,
+            Policy::ReadWrite => {
+                setup(
+                    "client schema",
+                    &format!("CREATE SCHEMA IF NOT EXISTS {CLIENT_SCHEMA}"),
+                )?;
+                let database: String = control
+                    .prepare("SELECT current_database()")
+                    .and_then(|mut s| s.query_row([], |r| r.get(0)))
+                    .map_err(|e| EngineError::Setup {
+                        step: "client schema",
+                        message: e.to_string(),
+                    })?;
+                Some(guard::ClientSchema {
+                    database,
+                    schema: CLIENT_SCHEMA.to_string(),
+                    databases: Vec::new(),
+                })
+            }
+        };
 
         let pool = pool::QueryPool::new(
             db.clone(),
@@ -289,6 +320,7 @@ impl Engine {
                 .map(|t| t as usize)
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
             config.engine.shed_early,
+            client_schema.as_ref().map(|c| format!("{},main", c.schema)),
         )?;
         Ok(Self {
             db,
@@ -296,6 +328,7 @@ impl Engine {
             control: Arc::new(Mutex::new(control)),
             control_raw: Arc::new(Mutex::new(control_raw)),
             policy: config.engine.policy,
+            client_schema,
             data_dir,
             files_dir,
             rules: std::sync::OnceLock::new(),
@@ -335,8 +368,27 @@ impl Engine {
                 }
             })
             .collect();
+        // Declared catalogs are attached by now, and clients cannot attach.
+        let client_schema = match self.client_schema.clone() {
+            Some(mut home) => {
+                let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
+                home.databases = control
+                    .prepare("SELECT database_name FROM duckdb_databases()")
+                    .and_then(|mut s| {
+                        s.query_map([], |r| r.get::<_, String>(0))?
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .map_err(|e| EngineError::Setup {
+                        step: "client schema",
+                        message: e.to_string(),
+                    })?;
+                Some(home)
+            }
+            None => None,
+        };
         let _ = self.rules.set(Arc::new(guard::Rules {
             policy: self.policy,
+            client_schema,
             paths: guard::paths::PathRules {
                 files_dir: Some(files.clone()),
                 s3: !scope.is_empty(),

@@ -77,6 +77,9 @@ pub enum PoolError {
     /// Opening the guard's parse connection failed.
     #[error("opening a parse connection: {0}")]
     Parse(#[from] crate::engine::ffi::FfiError),
+    /// Setting up a new connection failed.
+    #[error("setting up a pooled connection: {0}")]
+    Setup(String),
     /// deadpool could not be built (a configuration error).
     #[error("building the pool: {0}")]
     Build(String),
@@ -92,6 +95,9 @@ pub const STATEMENT_CACHE: usize = 64;
 pub struct Manager {
     db: Arc<RawDatabase>,
     catalog_epoch: Arc<std::sync::atomic::AtomicU64>,
+    /// Set on every new connection and its guard twin: where unqualified
+    /// names resolve and land (see [`crate::engine::CLIENT_SCHEMA`]).
+    search_path: Option<String>,
 }
 
 impl managed::Manager for Manager {
@@ -101,6 +107,12 @@ impl managed::Manager for Manager {
     async fn create(&self) -> Result<Slot, PoolError> {
         let conn = self.db.connect()?;
         let raw = self.db.connect_raw()?;
+        if let Some(path) = &self.search_path {
+            // The guard binds on `raw`: both must resolve names alike.
+            let set = format!("SET search_path = {}", crate::engine::sql_string(path));
+            conn.execute_batch(&set)?;
+            raw.execute(&set).map_err(PoolError::Setup)?;
+        }
         let interrupt = conn.interrupt_handle();
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let connection_id = conn.connection_id()?;
@@ -371,11 +383,13 @@ impl QueryPool {
         health: Arc<Health>,
         threads: usize,
         shed_early: bool,
+        search_path: Option<String>,
     ) -> Result<Self, PoolError> {
         let classifier = Arc::new(Mutex::new(db.connect_raw()?));
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
+            search_path,
         })
         .max_size(size + spares)
         .runtime(Runtime::Tokio1)

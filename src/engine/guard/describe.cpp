@@ -190,6 +190,11 @@ yyjson_mut_val *Describe(yyjson_mut_doc *doc, SQLStatement &statement) {
 		yyjson_mut_obj_add_bool(doc, stmt, "temporary", info.temporary);
 		yyjson_mut_obj_add_bool(doc, stmt, "replace", info.on_conflict == OnCreateConflict::REPLACE_ON_CONFLICT);
 		AddTarget(doc, stmt, info.catalog, info.schema, CreatedName(info));
+		if (info.type == CatalogType::INDEX_ENTRY) {
+			// An index lives in its table's schema: the table decides whose
+			// object the statement changes.
+			yyjson_mut_obj_add_strcpy(doc, stmt, "on_table", info.Cast<CreateIndexInfo>().table.c_str());
+		}
 		AddPart(doc, parts, stmt, info);
 		if (info.type == CatalogType::VIEW_ENTRY) {
 			// A view's query is bound only when the view is used; the guard
@@ -596,6 +601,45 @@ char *duckgate_system_name(void *connection, const char *name) {
 		// on this connection, and the guard's next plan would see the
 		// catalog as it was then.
 		vector<Value> values {Value(string(name))};
+		auto result = prepared->Execute(values, false);
+		if (result->HasError()) {
+			return nullptr;
+		}
+		auto chunk = result->Fetch();
+		if (!chunk || chunk->size() != 1) {
+			return nullptr;
+		}
+		auto found = chunk->GetValue(0, 0).GetValue<bool>();
+		return CopyOut(found ? "1" : "0", 1);
+	} catch (...) {
+		return nullptr;
+	}
+}
+
+// Whether the schema `schema` of the connection's default database holds a
+// table, view, sequence, type, index or macro named `name`
+// (case-insensitively): the guard's view of where an unqualified name
+// resolves (see `guard::check_schema`). "1", "0", or NULL when the catalog
+// could not be read. Never throws.
+char *duckgate_schema_has(void *connection, const char *schema, const char *name) {
+	try {
+		auto conn = reinterpret_cast<Connection *>(connection);
+		auto prepared = conn->Prepare(
+		    "SELECT EXISTS (SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND "
+		    "lower(schema_name) = lower($1) AND lower(table_name) = lower($2)) OR EXISTS (SELECT 1 FROM "
+		    "duckdb_views() WHERE database_name = current_database() AND lower(schema_name) = lower($1) AND "
+		    "lower(view_name) = lower($2)) OR EXISTS (SELECT 1 FROM duckdb_sequences() WHERE database_name = "
+		    "current_database() AND lower(schema_name) = lower($1) AND lower(sequence_name) = lower($2)) OR "
+		    "EXISTS (SELECT 1 FROM duckdb_types() WHERE database_name = current_database() AND "
+		    "lower(schema_name) = lower($1) AND lower(type_name) = lower($2)) OR EXISTS (SELECT 1 FROM "
+		    "duckdb_indexes() WHERE database_name = current_database() AND lower(schema_name) = lower($1) AND "
+		    "lower(index_name) = lower($2)) OR EXISTS (SELECT 1 FROM duckdb_functions() WHERE database_name = "
+		    "current_database() AND lower(schema_name) = lower($1) AND lower(function_name) = lower($2))");
+		if (prepared->HasError()) {
+			return nullptr;
+		}
+		// Materialized, like duckgate_system_name's.
+		vector<Value> values {Value(string(schema)), Value(string(name))};
 		auto result = prepared->Execute(values, false);
 		if (result->HasError()) {
 			return nullptr;

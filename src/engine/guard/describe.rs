@@ -12,6 +12,11 @@ extern "C" {
     fn duckgate_describe_sql(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
     fn duckgate_plan_names(connection: *mut c_void, sql: *const c_char) -> *mut c_char;
     fn duckgate_system_name(connection: *mut c_void, name: *const c_char) -> *mut c_char;
+    fn duckgate_schema_has(
+        connection: *mut c_void,
+        schema: *const c_char,
+        name: *const c_char,
+    ) -> *mut c_char;
     fn duckgate_describe_free(text: *mut c_char);
 }
 
@@ -54,12 +59,22 @@ fn call_shim<T: serde::de::DeserializeOwned>(
     sql: &str,
 ) -> Result<T, DescribeError> {
     let c_sql = CString::new(sql).map_err(|_| DescribeError::Nul)?;
-    // SAFETY: `conn.as_ptr()` is a live duckdb_connection (a `duckdb::Connection*`
+    // SAFETY: `c_sql` is NUL-terminated and outlives the call.
+    shim_answer(conn, |c| unsafe { f(c, c_sql.as_ptr()) })
+}
+
+/// Runs `call` with `conn`'s handle and parses the malloc'd JSON text the
+/// shim returned.
+fn shim_answer<T: serde::de::DeserializeOwned>(
+    conn: &RawConnection,
+    call: impl FnOnce(*mut c_void) -> *mut c_char,
+) -> Result<T, DescribeError> {
+    // `conn.as_ptr()` is a live duckdb_connection (a `duckdb::Connection*`
     // in DuckDB's C API) owned by `conn`, used by this thread alone for the
-    // call (the pool hands a slot to one request at a time); `c_sql` is
-    // NUL-terminated and outlives the call. The shim catches every C++
-    // exception and returns NULL or a malloc'd NUL-terminated string.
-    let text = unsafe { f(conn.as_ptr().cast(), c_sql.as_ptr()) };
+    // call (the pool hands a slot to one request at a time). The shims catch
+    // every C++ exception and return NULL or a malloc'd NUL-terminated
+    // string.
+    let text = call(conn.as_ptr().cast());
     if text.is_null() {
         return Err(DescribeError::Internal(
             "out of memory in the parse shim".into(),
@@ -121,6 +136,9 @@ pub struct Statement {
     /// The new name an ALTER ... RENAME TO gives its object.
     #[serde(default)]
     pub new_name: Option<String>,
+    /// CREATE INDEX: the table indexed (in the target's schema).
+    #[serde(default)]
+    pub on_table: Option<String>,
 }
 
 /// The object a CREATE, DROP or ALTER names, as written.
@@ -169,4 +187,16 @@ pub fn describe(conn: &RawConnection, sql: &str) -> Result<Vec<Statement>, Descr
 /// catalog (read from DuckDB's own catalog on `conn`).
 pub fn system_name(conn: &RawConnection, name: &str) -> Result<bool, DescribeError> {
     call_shim::<u8>(duckgate_system_name, conn, name).map(|v| v == 1)
+}
+
+/// Whether schema `schema` of `conn`'s default database holds a table,
+/// view, sequence, type, index or macro named `name`.
+pub fn schema_has(conn: &RawConnection, schema: &str, name: &str) -> Result<bool, DescribeError> {
+    let c_schema = CString::new(schema).map_err(|_| DescribeError::Nul)?;
+    let c_name = CString::new(name).map_err(|_| DescribeError::Nul)?;
+    // SAFETY: both strings are NUL-terminated and outlive the call.
+    shim_answer::<u8>(conn, |c| unsafe {
+        duckgate_schema_has(c, c_schema.as_ptr(), c_name.as_ptr())
+    })
+    .map(|v| v == 1)
 }

@@ -33,6 +33,23 @@ pub struct Rules {
     pub policy: Policy,
     /// Where queries may read.
     pub paths: PathRules,
+    /// Read-write: where client objects live.
+    pub client_schema: Option<ClientSchema>,
+}
+
+/// Under the read-write policy: the gateway's own database, whose `main`
+/// schema holds the operator's objects, and the schema client objects are
+/// created in (first on every pooled connection's search path).
+#[derive(Debug, Clone)]
+pub struct ClientSchema {
+    /// DuckDB's name of the gateway's database (`memory`, or the file's).
+    pub database: String,
+    /// The clients' schema, e.g. `client`.
+    pub schema: String,
+    /// Every database's name (the gateway's, `system`, `temp`, declared
+    /// catalogs): DuckDB reads a two-part name whose first part is one of
+    /// them as catalog and object, not schema and object.
+    pub databases: Vec<String>,
 }
 
 /// A statement the guard accepted.
@@ -126,6 +143,9 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
         // UPDATE's expressions), views and macros expanded, and the guard
         // checks every function and table function the plan calls.
         check_names(raw, statement, &accepted.kind)?;
+        if let Some(home) = &rules.client_schema {
+            check_schema(raw, statement, &accepted.kind, home)?;
+        }
         check_plan(raw, sql).map_err(|r| in_kind(r, &accepted.kind))?;
         if statement.kind == "CREATE" && statement.object.as_deref() == Some("View") {
             let query = statement.inner_sql.as_deref().ok_or_else(|| {
@@ -190,6 +210,112 @@ fn check_names(raw: &RawConnection, s: &Statement, kind: &str) -> Result<(), Ref
                      would change what it means for every client (in {kind})"
                 ),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Client objects live in the clients' schema; `main` of the gateway's
+/// database is the operator's: clients may read and write its tables' rows,
+/// but not create, alter or drop objects there, nor create a name that would
+/// shadow one of them (unqualified names resolve in the clients' schema
+/// first). The `temp` and `system` catalogs are nobody's to change; other
+/// catalogs are operator-attached ones, whose own `read_only` decides.
+fn check_schema(
+    raw: &RawConnection,
+    s: &Statement,
+    kind: &str,
+    home: &ClientSchema,
+) -> Result<(), Refusal> {
+    if !matches!(s.kind.as_str(), "CREATE" | "DROP" | "ALTER") {
+        return Ok(());
+    }
+    let Some(target) = &s.target else {
+        return Err(forbid(
+            kind,
+            "the guard could not read which object it changes",
+        ));
+    };
+    let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    // `CREATE TABLE x.t`: DuckDB's binder takes `x` for a catalog when a
+    // database has that name (in its default schema, `main`).
+    let mut target = target.clone();
+    if target.catalog.is_empty() && home.databases.iter().any(|d| is(d, &target.schema)) {
+        target.catalog = std::mem::take(&mut target.schema);
+        if s.object.as_deref() != Some("Schema") {
+            target.schema = "main".into();
+        }
+    }
+    if is(&target.catalog, "temp") || is(&target.catalog, "system") {
+        return Err(forbid(
+            kind,
+            format!(
+                "the {} catalog is not for client objects; they live in schema {}",
+                target.catalog.to_ascii_lowercase(),
+                home.schema
+            ),
+        ));
+    }
+    if !target.catalog.is_empty() && !is(&target.catalog, &home.database) {
+        return Ok(());
+    }
+    let operator_refusal = |what: String| {
+        forbid(
+            kind,
+            format!(
+                "{what}; schema main holds the operator's objects, client objects live in \
+                 schema {}",
+                home.schema
+            ),
+        )
+    };
+    if s.object.as_deref() == Some("Schema") {
+        return if is(&target.name, "main") || is(&target.name, &home.schema) {
+            Err(forbid(
+                kind,
+                format!("schema {} belongs to the gateway", target.name),
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    if is(&target.schema, "main") {
+        return Err(operator_refusal(format!(
+            "{} is in schema main",
+            target.name
+        )));
+    }
+    if !target.schema.is_empty() && !is(&target.schema, &home.schema) {
+        // A schema a client created: not on the search path, shadows nothing.
+        return Ok(());
+    }
+    let has = |schema: &str, name: &str| {
+        describe::schema_has(raw, schema, name).map_err(|e| {
+            tracing::error!(error.cause = ?e, "the guard could not read DuckDB's catalog");
+            forbid(kind, "the guard could not check where the object lives")
+        })
+    };
+    let creates = s.kind == "CREATE" && s.on_table.is_none();
+    // What the statement changes, as DuckDB resolves an unqualified name:
+    // the clients' schema first, then main.
+    let changed = s.on_table.as_deref().unwrap_or(&target.name);
+    if !changed.is_empty() && has("main", changed)? {
+        if creates {
+            return Err(operator_refusal(format!(
+                "main.{changed} exists and a client object of that name would shadow it for \
+                 every client"
+            )));
+        }
+        if target.schema.is_empty() && !has(&home.schema, changed)? {
+            return Err(operator_refusal(format!("{changed} is main.{changed}")));
+        }
+    }
+    if let Some(new_name) = s.new_name.as_deref().filter(|n| !n.is_empty()) {
+        if has("main", new_name)? {
+            return Err(operator_refusal(format!(
+                "main.{new_name} exists and a client object of that name would shadow it for \
+                 every client"
+            )));
         }
     }
     Ok(())

@@ -11,6 +11,7 @@ fn rules(policy: Policy) -> Rules {
             s3: true,
             s3_refused: Vec::new(),
         },
+        client_schema: None,
     }
 }
 

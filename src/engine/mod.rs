@@ -306,21 +306,23 @@ impl Engine {
 
         let pool = pool::QueryPool::new(
             db.clone(),
-            config.pool_size(),
-            config
-                .engine
-                .pool_spares
-                .map(|n| n as usize)
-                .unwrap_or_else(|| config.pool_size()),
-            config.acquire_timeout(),
+            pool::PoolOptions {
+                size: config.pool_size(),
+                spares: config
+                    .engine
+                    .pool_spares
+                    .map(|n| n as usize)
+                    .unwrap_or_else(|| config.pool_size()),
+                acquire_timeout: config.acquire_timeout(),
+                threads: config
+                    .engine
+                    .threads
+                    .map(|t| t as usize)
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
+                shed_early: config.engine.shed_early,
+                search_path: client_schema.as_ref().map(|c| format!("{},main", c.schema)),
+            },
             health,
-            config
-                .engine
-                .threads
-                .map(|t| t as usize)
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-            config.engine.shed_early,
-            client_schema.as_ref().map(|c| format!("{},main", c.schema)),
         )?;
         Ok(Self {
             db,

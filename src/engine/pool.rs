@@ -371,20 +371,37 @@ fn take_error(e: managed::PoolError<PoolError>) -> PoolError {
     }
 }
 
+/// How a [`QueryPool`] is shaped.
+pub struct PoolOptions {
+    /// Connections clients share.
+    pub size: usize,
+    /// Room for replacements of stuck connections.
+    pub spares: usize,
+    /// How long a request waits for a connection.
+    pub acquire_timeout: Duration,
+    /// DuckDB's worker thread count.
+    pub threads: usize,
+    /// Refuse at once what could not start within the acquire timeout.
+    pub shed_early: bool,
+    /// Set on every connection (read-write: `client,main`).
+    pub search_path: Option<String>,
+}
+
 impl QueryPool {
-    /// A pool of `size` connections of `db`, with room for `spares`
-    /// replacements of stuck ones.
-    /// `threads` is DuckDB's worker thread count.
+    /// A pool of connections of `db`, shaped by `options`.
     pub fn new(
         db: Arc<RawDatabase>,
-        size: usize,
-        spares: usize,
-        acquire_timeout: Duration,
+        options: PoolOptions,
         health: Arc<Health>,
-        threads: usize,
-        shed_early: bool,
-        search_path: Option<String>,
     ) -> Result<Self, PoolError> {
+        let PoolOptions {
+            size,
+            spares,
+            acquire_timeout,
+            threads,
+            shed_early,
+            search_path,
+        } = options;
         let classifier = Arc::new(Mutex::new(db.connect_raw()?));
         let inner = managed::Pool::builder(Manager {
             db,

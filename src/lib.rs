@@ -327,6 +327,7 @@ pub async fn run_with_metrics(
             rotator_stop.clone(),
         ))
     });
+    let probe_app = api::probe_router(state.clone());
     let app = api::router(state);
 
     let rotator_task = tokio::spawn(rotator.clone().run(rotator_stop.clone()));
@@ -382,6 +383,12 @@ pub async fn run_with_metrics(
         header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
         max_connections: config.limits.max_connections as usize,
     };
+    let stop_probes = CancellationToken::new();
+    let probe_thread = config
+        .server
+        .probe_listen
+        .map(|addr| spawn_probe_listener(addr, probe_app, limits, stop_probes.clone()))
+        .transpose()?;
     let stop_accepting = CancellationToken::new();
     let server = api::server::serve(listener, app, limits, stop_accepting.clone());
     tokio::pin!(server);
@@ -412,6 +419,51 @@ pub async fn run_with_metrics(
         let _ = t.await;
     }
     engine.pool.close();
+    // The probes answered (not ready) through the drain; now they stop too.
+    stop_probes.cancel();
+    if let Some(t) = probe_thread {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Serves `app` (the probes) on `addr` from a thread of its own with a
+/// single-threaded event loop: a probe there never waits for the main
+/// runtime's workers, which carry every query's I/O. The thread keeps the
+/// process's normal priority (query threads run niced).
+fn spawn_probe_listener(
+    addr: std::net::SocketAddr,
+    app: axum::Router,
+    limits: api::server::ConnectionLimits,
+    stop: CancellationToken,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("DUCKGATE_PROBE_LISTEN: cannot listen on {addr}"))?;
+    listener
+        .set_nonblocking(true)
+        .context("DUCKGATE_PROBE_LISTEN: a non-blocking listener")?;
+    let local = listener.local_addr().context("reading the probe address")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("the probe listener's event loop")?;
+    let thread = std::thread::Builder::new()
+        .name("duckgate-probes".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let listener = match TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the probe listener could not start");
+                        return;
+                    }
+                };
+                let tracker = api::server::serve(listener, app, limits, stop).await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
+            })
+        })
+        .context("starting the probe thread")?;
+    tracing::info!("probe listener on http://{local} (/healthz, /readyz only)");
+    Ok(thread)
 }

@@ -27,6 +27,7 @@ const ROWS: &[&str] = &[
     "| 3 | memory: peak RSS, CSV, 1M vs 100k rows |",
     "| 3 | memory: peak RSS, ARROW, 1M vs 100k rows |",
     "| 4 | /healthz at 1000/s for 3 s, ",
+    "| 4 | /healthz on DUCKGATE_PROBE_LISTEN at 1000/s for 3 s, ",
     "| 5 | S3: scan 100k-row Parquet (cold, first scan) |",
     "| 5 | S3: scan 100k-row Parquet (warm, repeated) |",
     "| 6 | rotation: one rotation ",

@@ -85,6 +85,23 @@ fn shed_beyond(routes: Router<AppState>, limit: usize) -> Router<AppState> {
     )
 }
 
+/// The health probes, never compressed or limited; also served alone on
+/// `DUCKGATE_PROBE_LISTEN` ([`probe_router`]).
+fn probes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+}
+
+/// The probe listener's routes: the probes and nothing else.
+pub fn probe_router(state: AppState) -> Router {
+    probes()
+        .fallback(|| async {
+            ApiError::NotFound("this address serves /healthz and /readyz only".into())
+        })
+        .with_state(state)
+}
+
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let limits = &state.config.limits;
@@ -160,9 +177,7 @@ pub fn router(state: AppState) -> Router {
     // Health answers are never compressed (a probe must cost nothing, and
     // they are a few hundred bytes); /metrics and the docs are, when asked
     // (Prometheus asks for gzip, and the scrape grows with every route).
-    let probe_routes = Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz));
+    let probe_routes = probes();
     let docs_routes = Router::new()
         .route("/metrics", get(metrics::metrics))
         .route("/openapi.json", get(docs::openapi_json))

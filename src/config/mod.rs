@@ -172,6 +172,13 @@ pub struct ServerConfig {
     #[arg(long, env = "DUCKGATE_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 
+    /// A second address that serves only the probes (`/healthz`,
+    /// `/readyz`), from a thread of its own with its own event loop, so a
+    /// probe never waits behind query traffic on the main listener. Off by
+    /// default; the main listener serves the probes either way.
+    #[arg(long, env = "DUCKGATE_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
+
     /// How long a graceful shutdown lets running queries finish before it
     /// interrupts them.
     #[arg(long, env = "DUCKGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]

@@ -191,9 +191,22 @@ fn probes_use_healthz_for_liveness_and_readyz_for_readiness() {
     let startup = block(DEPLOYMENT, "startupProbe");
     assert_eq!(value(&startup, "path"), Some("/healthz"));
     for probe in [&liveness, &readiness, &startup] {
-        assert_eq!(value(probe, "port"), Some("http"), "probe port");
+        assert_eq!(value(probe, "port"), Some("probes"), "probe port");
         assert!(value(probe, "timeoutSeconds").is_some());
     }
+    // The probes' named port is the probe listener's.
+    let probe_port = container()["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "probes")
+        .expect("a port named probes")["containerPort"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        env("DUCKGATE_PROBE_LISTEN").expect("DUCKGATE_PROBE_LISTEN"),
+        format!("0.0.0.0:{probe_port}")
+    );
 
     // The named port is the one the gateway listens on, and the Service targets it.
     let ports = block(DEPLOYMENT, "ports");

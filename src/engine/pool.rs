@@ -91,6 +91,18 @@ pub enum PoolError {
 /// Prepared statements cached per connection.
 pub const STATEMENT_CACHE: usize = 64;
 
+/// Texts whose S3 classification is remembered (a pure parse: it never goes
+/// stale, the lakes being fixed at start).
+const CLASSIFIED_TEXTS: usize = 1024;
+/// Longer texts are classified each time (the memory stays bounded).
+const CLASSIFIED_TEXT_BYTES: usize = 4096;
+
+/// The S3 classifier's parse connection, and what it already classified.
+struct Classifier {
+    raw: RawConnection,
+    seen: std::collections::HashMap<String, bool>,
+}
+
 /// Opens and checks pooled connections for deadpool.
 pub struct Manager {
     db: Arc<RawDatabase>,
@@ -178,7 +190,7 @@ pub struct QueryPool {
     s3: Arc<std::sync::OnceLock<S3Share>>,
     /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
     /// queries apart before they take a connection.
-    classifier: Arc<Mutex<RawConnection>>,
+    classifier: Arc<Mutex<Classifier>>,
     /// How long permits are held lately, for the expected wait.
     hold: Arc<HoldTime>,
     /// Whether a request whose expected wait is beyond its wait is refused
@@ -402,7 +414,10 @@ impl QueryPool {
             shed_early,
             search_path,
         } = options;
-        let classifier = Arc::new(Mutex::new(db.connect_raw()?));
+        let classifier = Arc::new(Mutex::new(Classifier {
+            raw: db.connect_raw()?,
+            seen: Default::default(),
+        }));
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
@@ -483,8 +498,18 @@ impl QueryPool {
         let Some(share) = self.s3.get() else {
             return false;
         };
-        let raw = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
-        crate::engine::guard::reads_s3(&raw, sql, &share.lakes)
+        let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&s3) = classifier.seen.get(sql) {
+            return s3;
+        }
+        let s3 = crate::engine::guard::reads_s3(&classifier.raw, sql, &share.lakes);
+        if sql.len() <= CLASSIFIED_TEXT_BYTES {
+            if classifier.seen.len() >= CLASSIFIED_TEXTS {
+                classifier.seen.clear();
+            }
+            classifier.seen.insert(sql.to_string(), s3);
+        }
+        s3
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.

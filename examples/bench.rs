@@ -1348,7 +1348,8 @@ async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
         let idle_own = probe(&probe_url, 1000, opts.health_secs.min(5) as f64).await?;
         // Saturate: every pool connection runs a long query, two more wait.
         let busy_client = reqwest::Client::new();
-        let timeout_ms = (opts.health_secs + 30) * 1000;
+        // Long enough for both probe runs (main address, then the probe address).
+        let timeout_ms = (2 * opts.health_secs + 30) * 1000;
         let mut long = Vec::new();
         for _ in 0..n + 2 {
             let (c, u) = (busy_client.clone(), g.url("/query"));

@@ -453,6 +453,32 @@ string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
 
 } // namespace
 
+// Runs a catalog query of one boolean with `values` bound and answers "1",
+// "0", or NULL when it could not run. Materialized: a streaming result would
+// leave its transaction open on this connection, and the guard's next plan
+// would see the catalog as it was then. Never throws.
+static char *CatalogExists(void *connection, const char *sql, vector<Value> values) {
+	try {
+		auto conn = reinterpret_cast<Connection *>(connection);
+		auto prepared = conn->Prepare(sql);
+		if (prepared->HasError()) {
+			return nullptr;
+		}
+		auto result = prepared->Execute(values, false);
+		if (result->HasError()) {
+			return nullptr;
+		}
+		auto chunk = result->Fetch();
+		if (!chunk || chunk->size() != 1) {
+			return nullptr;
+		}
+		auto found = chunk->GetValue(0, 0).GetValue<bool>();
+		return CopyOut(found ? "1" : "0", 1);
+	} catch (...) {
+		return nullptr;
+	}
+}
+
 extern "C" {
 
 // Binds `sql` (one statement) on `connection` in a transaction of its own and
@@ -583,34 +609,18 @@ char *duckgate_describe_sql(void *connection, const char *sql) {
 // Whether `name` (case-insensitively) names anything of DuckDB's own: a
 // function, table function, macro, view, type or schema of the system
 // catalog. A client object of that name would change what the name means
-// for every other client. Answers "1", "0", or NULL when the catalog could
-// not be read (the guard then refuses). Never throws.
+// for every other client. "1", "0", or NULL when the catalog could not be
+// read (the guard then refuses). Never throws.
 char *duckgate_system_name(void *connection, const char *name) {
 	try {
-		auto conn = reinterpret_cast<Connection *>(connection);
-		auto prepared = conn->Prepare(
+		return CatalogExists(
+		    connection,
 		    "SELECT EXISTS (SELECT 1 FROM duckdb_functions() WHERE database_name = 'system' AND "
 		    "lower(function_name) = lower($1)) OR EXISTS (SELECT 1 FROM duckdb_views() WHERE database_name = "
 		    "'system' AND lower(view_name) = lower($1)) OR EXISTS (SELECT 1 FROM duckdb_types() WHERE "
 		    "database_name = 'system' AND lower(type_name) = lower($1)) OR EXISTS (SELECT 1 FROM "
-		    "duckdb_schemas() WHERE database_name IN ('system', 'temp') AND lower(schema_name) = lower($1))");
-		if (prepared->HasError()) {
-			return nullptr;
-		}
-		// Materialized: a streaming result would leave its transaction open
-		// on this connection, and the guard's next plan would see the
-		// catalog as it was then.
-		vector<Value> values {Value(string(name))};
-		auto result = prepared->Execute(values, false);
-		if (result->HasError()) {
-			return nullptr;
-		}
-		auto chunk = result->Fetch();
-		if (!chunk || chunk->size() != 1) {
-			return nullptr;
-		}
-		auto found = chunk->GetValue(0, 0).GetValue<bool>();
-		return CopyOut(found ? "1" : "0", 1);
+		    "duckdb_schemas() WHERE database_name IN ('system', 'temp') AND lower(schema_name) = lower($1))",
+		    {Value(string(name))});
 	} catch (...) {
 		return nullptr;
 	}
@@ -623,8 +633,8 @@ char *duckgate_system_name(void *connection, const char *name) {
 // could not be read. Never throws.
 char *duckgate_schema_has(void *connection, const char *schema, const char *name) {
 	try {
-		auto conn = reinterpret_cast<Connection *>(connection);
-		auto prepared = conn->Prepare(
+		return CatalogExists(
+		    connection,
 		    "SELECT EXISTS (SELECT 1 FROM duckdb_tables() WHERE database_name = current_database() AND "
 		    "lower(schema_name) = lower($1) AND lower(table_name) = lower($2)) OR EXISTS (SELECT 1 FROM "
 		    "duckdb_views() WHERE database_name = current_database() AND lower(schema_name) = lower($1) AND "
@@ -634,22 +644,8 @@ char *duckgate_schema_has(void *connection, const char *schema, const char *name
 		    "lower(schema_name) = lower($1) AND lower(type_name) = lower($2)) OR EXISTS (SELECT 1 FROM "
 		    "duckdb_indexes() WHERE database_name = current_database() AND lower(schema_name) = lower($1) AND "
 		    "lower(index_name) = lower($2)) OR EXISTS (SELECT 1 FROM duckdb_functions() WHERE database_name = "
-		    "current_database() AND lower(schema_name) = lower($1) AND lower(function_name) = lower($2))");
-		if (prepared->HasError()) {
-			return nullptr;
-		}
-		// Materialized, like duckgate_system_name's.
-		vector<Value> values {Value(string(schema)), Value(string(name))};
-		auto result = prepared->Execute(values, false);
-		if (result->HasError()) {
-			return nullptr;
-		}
-		auto chunk = result->Fetch();
-		if (!chunk || chunk->size() != 1) {
-			return nullptr;
-		}
-		auto found = chunk->GetValue(0, 0).GetValue<bool>();
-		return CopyOut(found ? "1" : "0", 1);
+		    "current_database() AND lower(schema_name) = lower($1) AND lower(function_name) = lower($2))",
+		    {Value(string(schema)), Value(string(name))});
 	} catch (...) {
 		return nullptr;
 	}

@@ -133,6 +133,7 @@ async fn client_objects_live_in_their_schema_and_main_stays_the_operators() {
         format!("DROP SCHEMA {db_name}.client CASCADE"),
         "CREATE TABLE temp.main.evil (a INTEGER)".to_string(),
         "CREATE TABLE system.main.evil (a INTEGER)".to_string(),
+        "CREATE TABLE __ducklake_metadata_lake.main.evil (a INTEGER)".to_string(),
     ];
     let mut wrong = Vec::new();
     for sql in &refused {

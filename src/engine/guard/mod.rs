@@ -256,6 +256,16 @@ fn check_schema(
             ),
         ));
     }
+    if target
+        .catalog
+        .to_ascii_lowercase()
+        .starts_with(crate::engine::catalogs::HIDDEN_PREFIX)
+    {
+        return Err(forbid(
+            kind,
+            "a lake's metadata is the gateway's; change a lake through its own name",
+        ));
+    }
     if !target.catalog.is_empty() && !is(&target.catalog, &home.database) {
         return Ok(());
     }

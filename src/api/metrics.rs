@@ -119,6 +119,10 @@ pub fn register_zeroes(secrets: &[String]) {
     let _ = metrics::histogram!("duckgate_rotation_duration_seconds");
     metrics::counter!("duckgate_query_cancellations_total").increment(0);
     metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
+    metrics::counter!("duckgate_queries_inline_total").increment(0);
+    for reason in ["answer_size", "budget"] {
+        metrics::counter!("duckgate_queries_inline_moved_total", "reason" => reason).increment(0);
+    }
     metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(0);
     metrics::counter!("duckgate_pool_shed_total").increment(0);
     metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(0);

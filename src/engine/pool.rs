@@ -46,9 +46,9 @@ pub struct Slot {
     pub raw: RawConnection,
     /// Interrupts whatever `conn` runs.
     pub interrupt: Arc<duckdb::InterruptHandle>,
-    /// Statement texts the guard accepted on this connection: the catalog
-    /// epoch it judged them in, and its verdict.
-    pub verdicts: std::collections::HashMap<String, (u64, Accepted)>,
+    /// Statement texts the guard accepted on this connection, with the
+    /// catalog epoch it judged them in.
+    pub verdicts: std::collections::HashMap<String, Verdict>,
     /// Bumped by every statement that may change the catalog (any that is
     /// not read-only), on any connection: a verdict from an older epoch may
     /// hold stale column types, so it is judged again.
@@ -66,6 +66,43 @@ pub struct Slot {
     /// or `None` when DuckDB's parse did not match (a pure parse, so it
     /// never goes stale).
     pub copies: std::collections::HashMap<String, Option<String>>,
+    /// DuckDB's progress tracking on `conn`: off for inline runs.
+    pub progress: Option<crate::engine::progress::ProgressSwitch>,
+}
+
+/// The guard's verdict on one text, remembered on its connection.
+pub struct Verdict {
+    /// The catalog epoch the guard judged the text in.
+    pub epoch: u64,
+    /// What the guard found.
+    pub accepted: Arc<Accepted>,
+    /// The text's last run here was short and its answer small: the next
+    /// may run on the request's own thread (see `execute::inline`).
+    pub quick: bool,
+}
+
+impl Slot {
+    /// Tracks the progress of the next statement on `conn`, or not.
+    pub fn track_progress(&mut self, on: bool) {
+        if let Some(p) = &mut self.progress {
+            p.set(on);
+        }
+    }
+
+    /// The verdict on `sql`, if it is current (judged in `epoch`).
+    pub fn verdict(&self, sql: &str, epoch: u64) -> Option<&Verdict> {
+        self.verdicts.get(sql).filter(|v| v.epoch == epoch)
+    }
+
+    /// Whether `sql` may run on the request's own thread: judged read-only
+    /// in the current epoch, and its last run here was quick.
+    pub fn is_quick(&self, sql: &str) -> bool {
+        let epoch = self.catalog_epoch.load(std::sync::atomic::Ordering::SeqCst);
+        self.prepared_epoch == epoch
+            && self
+                .verdict(sql, epoch)
+                .is_some_and(|v| v.quick && v.accepted.read_only)
+    }
 }
 
 /// Why the pool could not open or hand out a connection.
@@ -128,7 +165,8 @@ impl managed::Manager for Manager {
         let interrupt = conn.interrupt_handle();
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let connection_id = conn.connection_id()?;
-        if !crate::engine::progress::track(&self.db, connection_id) {
+        let progress = crate::engine::progress::track(&self.db, connection_id);
+        if progress.is_none() {
             tracing::warn!(
                 connection_id,
                 "DuckDB's query progress is not tracked on a pooled connection"
@@ -144,6 +182,7 @@ impl managed::Manager for Manager {
             connection_id,
             pipe_token: crate::engine::pipe::token(&self.db),
             copies: Default::default(),
+            progress,
         })
     }
 

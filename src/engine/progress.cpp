@@ -36,8 +36,11 @@ static shared_ptr<ClientContext> FindContext(void *database, uint64_t connection
 extern "C" {
 
 // Turns on progress tracking (never printing) for the connection with this
-// id. Call it while the connection runs nothing. 0 on success.
-int duckgate_track_progress(void *database, uint64_t connection_id) {
+// id. Call it while the connection runs nothing. 0 on success; `flag` then
+// points at the connection's switch, which lives as long as the connection
+// and may be written while it runs nothing (a short query is not worth the
+// progress bookkeeping DuckDB does after every task).
+int duckgate_track_progress(void *database, uint64_t connection_id, bool **flag) {
 	try {
 		auto context = FindContext(database, connection_id);
 		if (!context) {
@@ -46,6 +49,7 @@ int duckgate_track_progress(void *database, uint64_t connection_id) {
 		auto &config = ClientConfig::GetConfig(*context);
 		config.enable_progress_bar = true;
 		config.print_progress_bar = false;
+		*flag = &config.enable_progress_bar;
 		return 0;
 	} catch (...) {
 		return 2;

@@ -7,7 +7,11 @@ use std::ffi::c_void;
 use crate::engine::ffi::RawDatabase;
 
 extern "C" {
-    fn duckgate_track_progress(database: *mut c_void, connection_id: u64) -> i32;
+    fn duckgate_track_progress(
+        database: *mut c_void,
+        connection_id: u64,
+        flag: *mut *mut bool,
+    ) -> i32;
     fn duckgate_query_progress(
         database: *mut c_void,
         connection_id: u64,
@@ -28,14 +32,46 @@ pub struct Progress {
     pub total_rows: u64,
 }
 
+/// DuckDB's progress tracking switch of one pooled connection. DuckDB
+/// updates a query's progress after every task while it is on: worth it
+/// for a query someone may watch in `GET /queries`, not for one that is
+/// over in a millisecond (see `execute::inline`).
+pub struct ProgressSwitch {
+    flag: *mut bool,
+    on: bool,
+}
+
+// SAFETY: the flag belongs to the connection the switch is kept beside (in
+// its pool slot); it is written only by whoever holds that slot, while the
+// connection runs nothing.
+unsafe impl Send for ProgressSwitch {}
+
+impl ProgressSwitch {
+    /// Tracks the next query's progress or not. Only while the connection
+    /// this switch came with runs nothing, and only by its holder.
+    pub fn set(&mut self, on: bool) {
+        if self.on != on {
+            // SAFETY: the flag is the connection's `enable_progress_bar`,
+            // alive while the connection is (the switch lives beside it);
+            // DuckDB reads it when a query starts, on the thread that runs
+            // the query, which is this one.
+            unsafe { self.flag.write(on) };
+            self.on = on;
+        }
+    }
+}
+
 /// Turns on DuckDB's progress tracking (never its printing) for the
-/// connection with this id. Call it while that connection runs nothing.
-pub fn track(db: &RawDatabase, connection_id: u64) -> bool {
+/// connection with this id, and gives its switch. Call it while that
+/// connection runs nothing; keep the switch only as long as the connection.
+pub fn track(db: &RawDatabase, connection_id: u64) -> Option<ProgressSwitch> {
+    let mut flag: *mut bool = std::ptr::null_mut();
     // SAFETY: `db.as_ptr()` is an open database (it lives as long as `db`);
     // the shim looks the connection up under the connection manager's lock,
-    // writes only that idle connection's client settings, and catches every
-    // C++ exception.
-    unsafe { duckgate_track_progress(db.as_ptr().cast(), connection_id) == 0 }
+    // writes only that idle connection's client settings and `flag` (a live
+    // local), and catches every C++ exception.
+    let ok = unsafe { duckgate_track_progress(db.as_ptr().cast(), connection_id, &mut flag) == 0 };
+    (ok && !flag.is_null()).then_some(ProgressSwitch { flag, on: true })
 }
 
 /// The progress of what the connection with this id runs now.

@@ -24,6 +24,9 @@ pub(super) enum CancelReason {
     /// The spill directory passed `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`.
     TempSpace,
     Shutdown,
+    /// An inline run outlived its budget: it runs again on a blocking
+    /// thread (see `inline`), so no client sees this.
+    Moved,
 }
 
 /// Where the worker is with its connection.
@@ -60,6 +63,8 @@ pub(super) struct QueryControl {
     /// The error that ended a body after it began, for the body to report
     /// if the worker could not queue it.
     pub(super) error: Mutex<Option<QueryError>>,
+    /// Bytes the worker queued for the body.
+    pub(super) sent: std::sync::atomic::AtomicUsize,
 }
 
 impl QueryControl {
@@ -74,6 +79,7 @@ impl QueryControl {
             finished: CancellationToken::new(),
             complete: std::sync::atomic::AtomicBool::new(false),
             error: Mutex::new(None),
+            sent: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -176,7 +182,7 @@ pub(super) async fn watchdog(
 pub(super) fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
     control.reason().map(|r| match r {
         CancelReason::Timeout => QueryError::Timeout(job.timeout),
-        CancelReason::ClientGone => QueryError::Cancelled,
+        CancelReason::ClientGone | CancelReason::Moved => QueryError::Cancelled,
         CancelReason::Requested => QueryError::CancelledByRequest,
         CancelReason::ClientStalled => QueryError::ClientStalled,
         CancelReason::TempSpace => QueryError::TempSpace,

@@ -16,9 +16,11 @@
 mod control;
 mod csv_copy;
 pub mod error;
+mod inline;
 pub mod job;
 mod parquet_copy;
 mod sender;
+mod sentinel;
 mod spool;
 mod stream;
 mod worker;
@@ -95,13 +97,22 @@ pub async fn run(
         _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
     };
     let lease = Arc::new(lease);
+    // A short read this connection ran before runs here, on the request's
+    // own thread: no hand-off to a blocking thread and back.
+    let slot = if inline::eligible(&job, &slot) {
+        match inline::run(slot, &lease, &job, &shutdown, &requested) {
+            Ok((rx, control)) => {
+                let guard = CancelOnDrop(control.clone());
+                return answer(rx, control, guard, &job).await;
+            }
+            Err(slot) => *slot,
+        }
+    } else {
+        slot
+    };
     let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
     let guard = CancelOnDrop(control.clone());
-    let (tx, mut rx) = mpsc::channel(CHANNEL_CHUNKS);
-    let format = job.format;
-    let timeout = job.timeout;
-    let render_error = job.render_error;
-    let tracker = job.tracker.clone();
+    let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
     tokio::spawn(watchdog(
         control.clone(),
         lease.clone(),
@@ -114,16 +125,53 @@ pub async fn run(
     let csv_copy = (job.format == Format::Csv && job.sink.is_none())
         .then(|| pool.csv_copy())
         .flatten();
+    let (format, timeout, render_error, tracker) = (
+        job.format,
+        job.timeout,
+        job.render_error,
+        job.tracker.clone(),
+    );
     {
         let control = control.clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime, csv_copy));
     }
+    answer_with(rx, control, guard, format, timeout, render_error, tracker).await
+}
 
+/// The answer of a worker that reports through `rx`.
+async fn answer(
+    rx: mpsc::Receiver<Msg>,
+    control: Arc<QueryControl>,
+    guard: CancelOnDrop,
+    job: &QueryJob,
+) -> Result<QueryOutput, QueryError> {
+    answer_with(
+        rx,
+        control,
+        guard,
+        job.format,
+        job.timeout,
+        job.render_error,
+        job.tracker.clone(),
+    )
+    .await
+}
+
+async fn answer_with(
+    mut rx: mpsc::Receiver<Msg>,
+    control: Arc<QueryControl>,
+    guard: CancelOnDrop,
+    format: Format,
+    timeout: Duration,
+    render_error: fn(&QueryError) -> serde_json::Value,
+    tracker: Option<Arc<crate::engine::queries::Running>>,
+) -> Result<QueryOutput, QueryError> {
     // The watchdog interrupts at the deadline or on shutdown; the worker
     // then reports within moments (or its own result, if it finished in the
     // same instant).
     let first = tokio::select! {
+        biased;
         m = rx.recv() => m,
         // A worker still in the guard or prepare (a bind can hang on S3) has
         // produced nothing: answer now. One that executes may have finished

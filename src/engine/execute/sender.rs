@@ -17,6 +17,10 @@ use super::job::QueryJob;
 /// Encoded bytes are sent in chunks of about this size.
 pub(super) const CHUNK_BYTES: usize = 256 * 1024;
 
+/// The most an inline run's answer may hold (all of it waits in memory
+/// until the run is over): what the channel holds for a blocking run.
+pub(super) const INLINE_BYTES: usize = super::CHANNEL_CHUNKS * CHUNK_BYTES;
+
 pub(super) enum Msg {
     /// Execution succeeded; the first bytes of the body.
     Start {
@@ -38,12 +42,33 @@ pub(super) struct Sender {
     pub(super) control: Arc<QueryControl>,
     pub(super) runtime: tokio::runtime::Handle,
     pub(super) stall: Duration,
+    /// Set for a run on the request's own thread (see `inline`): nothing
+    /// reads the channel until the run is over, so a message that does not
+    /// fit is not waited for; the run stops and this flag says so.
+    pub(super) inline: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Sender {
     /// Queues `msg`; false when the query was cancelled or the client
     /// stalled or left.
     pub(super) fn send(&self, msg: Msg) -> bool {
+        let bytes = match &msg {
+            Msg::Start { first, .. } => first.len(),
+            Msg::Data(b) => b.len(),
+            _ => 0,
+        };
+        let sent = self
+            .control
+            .sent
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed)
+            + bytes;
+        if let Some(full) = &self.inline {
+            if sent > INLINE_BYTES {
+                full.store(true, std::sync::atomic::Ordering::SeqCst);
+                return false;
+            }
+            return self.try_inline(full, msg);
+        }
         self.runtime.block_on(async {
             tokio::select! {
                 r = self.tx.send(msg) => r.is_ok(),
@@ -54,6 +79,21 @@ impl Sender {
                 }
             }
         })
+    }
+
+    /// An inline run's send: queued if there is room, else the run is to
+    /// move to a blocking thread (the flag) and this one stops.
+    fn try_inline(&self, full: &std::sync::atomic::AtomicBool, msg: Msg) -> bool {
+        if self.control.cancelled.is_cancelled() {
+            return false;
+        }
+        match self.tx.try_send(msg) {
+            Ok(()) => true,
+            Err(_) => {
+                full.store(true, std::sync::atomic::Ordering::SeqCst);
+                false
+            }
+        }
     }
 
     /// Queues `msg` only if there is room now (the answer before any body).
@@ -87,6 +127,9 @@ impl Sender {
     /// Like `send`, but a cancellation does not stop it: only a full
     /// channel for the stall limit does.
     pub(super) fn send_final(&self, msg: Msg) -> bool {
+        if let Some(full) = &self.inline {
+            return self.try_inline(full, msg);
+        }
         self.runtime.block_on(async {
             tokio::time::timeout(self.stall, self.tx.send(msg))
                 .await

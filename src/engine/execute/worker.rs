@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::encode::{self, Format};
 use crate::engine::guard;
 use crate::engine::pipe;
-use crate::engine::pool::{Lease, Pooled};
+use crate::engine::pool::{Lease, Pooled, Verdict};
 
 use super::control::{cancel_error, QueryControl};
 use super::csv_copy::copy_csv;
@@ -38,14 +38,29 @@ pub(super) fn work(
 ) {
     crate::engine::priority::lower_for_queries();
     let started = Instant::now();
+    slot.track_progress(true);
     let sender = Sender {
         tx,
         control: control.clone(),
         runtime,
         stall: job.stall_timeout,
+        inline: None,
     };
     let outcome = work_inner(&mut slot, &job, &sender, &control, csv_copy.is_some());
     drop(csv_copy);
+    mark_quick(&mut slot, &job, &outcome, &control, started.elapsed());
+    finish(slot, &lease, &job, &outcome, sender, started);
+}
+
+/// Gives the connection back after a run, counting its outcome.
+pub(super) fn finish(
+    slot: Pooled,
+    lease: &Lease,
+    job: &QueryJob,
+    outcome: &Result<(), QueryError>,
+    sender: Sender,
+    started: Instant,
+) {
     if let Some(t) = &job.tracker {
         // The connection is about to serve someone else: its progress is
         // no longer this query's.
@@ -58,14 +73,14 @@ pub(super) fn work(
     }
     // Counted before the connection goes back, so whoever sees the pool
     // drained also sees the outcome.
-    let label = match &outcome {
+    let label = match outcome {
         Ok(()) => "ok",
         Err(e) => e.outcome(),
     };
     metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
     metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
         .record(started.elapsed().as_secs_f64());
-    control.finish();
+    sender.control.finish();
     drop(sender);
     lease.release(slot);
 }
@@ -85,14 +100,22 @@ pub(super) fn work_inner(
         slot.conn.flush_prepared_statement_cache();
         slot.prepared_epoch = epoch;
     }
-    let accepted = match slot.verdicts.get(&job.sql).filter(|(e, _)| *e == epoch) {
-        Some((_, a)) => a.clone(),
+    let accepted = match slot.verdict(&job.sql, epoch) {
+        Some(v) => v.accepted.clone(),
         None => match guard::check(&slot.raw, &job.sql, &job.rules) {
             Ok(a) => {
                 if slot.verdicts.len() >= VERDICT_CACHE {
                     slot.verdicts.clear();
                 }
-                slot.verdicts.insert(job.sql.clone(), (epoch, a.clone()));
+                let a = Arc::new(a);
+                slot.verdicts.insert(
+                    job.sql.clone(),
+                    Verdict {
+                        epoch,
+                        accepted: a.clone(),
+                        quick: false,
+                    },
+                );
                 a
             }
             Err(r) => return tx.fail(QueryError::Refused(r)),
@@ -236,15 +259,43 @@ pub(super) fn work_inner(
     }
 }
 
+/// Remembers whether `job`'s text may run inline next time on this
+/// connection (see `inline`): it succeeded within [`QUICK`] and its answer
+/// was at most [`INLINE_BYTES`](super::sender::INLINE_BYTES).
+pub(super) fn mark_quick(
+    slot: &mut Pooled,
+    job: &QueryJob,
+    outcome: &Result<(), QueryError>,
+    control: &QueryControl,
+    took: std::time::Duration,
+) {
+    let quick = outcome.is_ok()
+        && took <= QUICK
+        && control.sent.load(std::sync::atomic::Ordering::Relaxed) <= super::sender::INLINE_BYTES;
+    if let Some(v) = slot.verdicts.get_mut(&job.sql) {
+        v.quick = quick;
+    }
+}
+
+/// A statement whose last run took at most this long may run inline.
+pub(super) const QUICK: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Whether the guard accepts a wrapper the gateway built (judged once per
 /// text and catalog epoch, like any statement).
 pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> bool {
-    if slot.verdicts.get(sql).is_some_and(|(e, _)| *e == epoch) {
+    if slot.verdict(sql, epoch).is_some() {
         return true;
     }
     match guard::check(&slot.raw, sql, rules) {
         Ok(a) => {
-            slot.verdicts.insert(sql.to_string(), (epoch, a));
+            slot.verdicts.insert(
+                sql.to_string(),
+                Verdict {
+                    epoch,
+                    accepted: Arc::new(a),
+                    quick: false,
+                },
+            );
             true
         }
         Err(r) => {

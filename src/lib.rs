@@ -308,7 +308,7 @@ pub async fn run_with_metrics(
     tracing::debug!(s3_share, "queries that read S3 at once");
     let drain = CancellationToken::new();
     let rotator_stop = CancellationToken::new();
-    let state = AppState {
+    let state = AppState::new(api::Shared {
         engine: engine.clone(),
         health: health.clone(),
         rotator: rotator.clone(),
@@ -319,7 +319,7 @@ pub async fn run_with_metrics(
         queries: Arc::new(audit_registry(&config)?),
         statements: statements.clone(),
         catalogs: Arc::new(catalogs),
-    };
+    });
     let replicas_task = shared.clone().map(|shared| {
         tokio::spawn(api::replicas::run(
             state.clone(),

@@ -47,9 +47,27 @@ use crate::state::Health;
 use self::auth::Tokens;
 use self::error::ApiError;
 
-/// Shared state of every handler: cheap to clone.
+/// Shared state of every handler: one pointer, cloned for every request.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    /// The state every handler shares.
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] holds.
+pub struct Shared {
     /// Database, query pool and control connection.
     pub engine: Arc<Engine>,
     /// The health snapshot.

@@ -18,10 +18,10 @@ use tokio_util::sync::CancellationToken;
 use super::control::{CancelReason, QueryControl};
 
 /// How often the sentinel looks while runs come.
-pub(super) const TICK: Duration = Duration::from_millis(2);
+pub(super) const TICK: Duration = Duration::from_millis(5);
 
 /// Ticks without any run before the sentinel sleeps until the next.
-const IDLE_TICKS: u32 = 500;
+const IDLE_TICKS: u32 = 200;
 
 /// One inline run under watch.
 pub(super) struct Watched {

@@ -99,7 +99,7 @@ pub async fn run(
     let lease = Arc::new(lease);
     // A short read this connection ran before runs here, on the request's
     // own thread: no hand-off to a blocking thread and back.
-    let slot = if inline::eligible(&job, &slot) {
+    let slot = if inline::eligible(&job, &slot, s3) {
         match inline::run(slot, &lease, &job, &shutdown, &requested) {
             Ok((rx, control)) => {
                 let guard = CancelOnDrop(control.clone());

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::encode::Format;
 use crate::engine::pool::{Lease, Pooled};
 
-use super::control::QueryControl;
+use super::control::{CancelReason, QueryControl};
 use super::job::QueryJob;
 use super::sender::{Msg, Sender};
 use super::sentinel::{self, Watched};
@@ -44,6 +44,7 @@ pub(super) fn eligible(job: &QueryJob, slot: &Pooled, s3: bool) -> bool {
     !s3 && job.sink.is_none()
         && matches!(job.format, Format::Json | Format::Ndjson | Format::Arrow)
         && slot.is_quick(&job.sql)
+        && sentinel::available()
         // The other workers keep serving while this one runs DuckDB: on a
         // single-threaded runtime nothing would.
         && tokio::runtime::Handle::try_current().is_ok_and(|h| {
@@ -62,16 +63,16 @@ pub(super) fn run(
 ) -> Result<(mpsc::Receiver<Msg>, Arc<QueryControl>), Box<Pooled>> {
     let started = Instant::now();
     let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
-    let full = Arc::new(AtomicBool::new(false));
-    let moved = Arc::new(AtomicBool::new(false));
-    let watch = sentinel::watch(Watched {
+    let Some(watch) = sentinel::watch(Watched {
         control: control.clone(),
         budget: started + BUDGET,
         deadline: job.started + job.timeout,
-        moved: moved.clone(),
         shutdown: shutdown.clone(),
         requested: requested.clone(),
-    });
+    }) else {
+        return Err(Box::new(slot));
+    };
+    let full = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
     let sender = Sender {
         tx,
@@ -89,7 +90,8 @@ pub(super) fn run(
     // An answer that did not fit, or a run stopped for its budget (one
     // that finished in the same instant stands).
     let grew = full.load(Ordering::SeqCst);
-    if grew || (outcome.is_err() && moved.load(Ordering::SeqCst)) {
+    let moved = control.reason() == Some(CancelReason::Moved);
+    if grew || (outcome.is_err() && moved) {
         if let Some(v) = slot.verdicts.get_mut(&job.sql) {
             v.quick = false;
         }

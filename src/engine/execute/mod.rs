@@ -103,7 +103,7 @@ pub async fn run(
         match inline::run(slot, &lease, &job, &shutdown, &requested) {
             Ok((rx, control)) => {
                 let guard = CancelOnDrop(control.clone());
-                return answer(rx, control, guard, &job).await;
+                return answer(rx, control, guard, Reply::of(&job)).await;
             }
             Err(slot) => *slot,
         }
@@ -125,48 +125,47 @@ pub async fn run(
     let csv_copy = (job.format == Format::Csv && job.sink.is_none())
         .then(|| pool.csv_copy())
         .flatten();
-    let (format, timeout, render_error, tracker) = (
-        job.format,
-        job.timeout,
-        job.render_error,
-        job.tracker.clone(),
-    );
+    let reply = Reply::of(&job);
     {
         let control = control.clone();
         let runtime = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime, csv_copy));
     }
-    answer_with(rx, control, guard, format, timeout, render_error, tracker).await
+    answer(rx, control, guard, reply).await
 }
 
-/// The answer of a worker that reports through `rx`.
-async fn answer(
-    rx: mpsc::Receiver<Msg>,
-    control: Arc<QueryControl>,
-    guard: CancelOnDrop,
-    job: &QueryJob,
-) -> Result<QueryOutput, QueryError> {
-    answer_with(
-        rx,
-        control,
-        guard,
-        job.format,
-        job.timeout,
-        job.render_error,
-        job.tracker.clone(),
-    )
-    .await
-}
-
-async fn answer_with(
-    mut rx: mpsc::Receiver<Msg>,
-    control: Arc<QueryControl>,
-    guard: CancelOnDrop,
+/// What the answer needs of the job (which the worker takes).
+struct Reply {
     format: Format,
     timeout: Duration,
     render_error: fn(&QueryError) -> serde_json::Value,
     tracker: Option<Arc<crate::engine::queries::Running>>,
+}
+
+impl Reply {
+    fn of(job: &QueryJob) -> Self {
+        Self {
+            format: job.format,
+            timeout: job.timeout,
+            render_error: job.render_error,
+            tracker: job.tracker.clone(),
+        }
+    }
+}
+
+/// The answer of a worker that reports through `rx`.
+async fn answer(
+    mut rx: mpsc::Receiver<Msg>,
+    control: Arc<QueryControl>,
+    guard: CancelOnDrop,
+    reply: Reply,
 ) -> Result<QueryOutput, QueryError> {
+    let Reply {
+        format,
+        timeout,
+        render_error,
+        tracker,
+    } = reply;
     // The watchdog interrupts at the deadline or on shutdown; the worker
     // then reports within moments (or its own result, if it finished in the
     // same instant).

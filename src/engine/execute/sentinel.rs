@@ -29,8 +29,6 @@ pub(super) struct Watched {
     /// Past this the run moves to a blocking thread.
     pub(super) budget: Instant,
     pub(super) deadline: Instant,
-    /// Set when the sentinel stopped the run for its budget.
-    pub(super) moved: Arc<AtomicBool>,
     pub(super) shutdown: CancellationToken,
     pub(super) requested: CancellationToken,
 }
@@ -43,23 +41,36 @@ struct Shared {
     thread: OnceLock<Thread>,
 }
 
-fn shared() -> &'static Shared {
-    static SHARED: OnceLock<Shared> = OnceLock::new();
-    static STARTED: std::sync::Once = std::sync::Once::new();
-    let shared = SHARED.get_or_init(|| Shared {
-        runs: Mutex::new(Vec::new()),
-        next: std::sync::atomic::AtomicU64::new(0),
-        idle: AtomicBool::new(false),
-        thread: OnceLock::new(),
-    });
-    STARTED.call_once(|| {
-        let handle = std::thread::Builder::new()
+/// The sentinel, started with the first inline run; `None` if its thread
+/// could not be started (then nothing runs inline).
+fn shared() -> Option<&'static Shared> {
+    static SHARED: OnceLock<Option<&'static Shared>> = OnceLock::new();
+    *SHARED.get_or_init(|| {
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            runs: Mutex::new(Vec::new()),
+            next: std::sync::atomic::AtomicU64::new(0),
+            idle: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        }));
+        match std::thread::Builder::new()
             .name("duckgate-sentinel".into())
             .spawn(move || watch_loop(shared))
-            .expect("spawning the inline sentinel");
-        let _ = shared.thread.set(handle.thread().clone());
-    });
-    shared
+        {
+            Ok(handle) => {
+                let _ = shared.thread.set(handle.thread().clone());
+                Some(shared)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the inline sentinel did not start; short reads run on blocking threads");
+                None
+            }
+        }
+    })
+}
+
+/// Whether inline runs can be watched.
+pub(super) fn available() -> bool {
+    shared().is_some()
 }
 
 /// Keeps a run under watch until dropped.
@@ -67,9 +78,9 @@ pub(super) struct Watch {
     id: u64,
 }
 
-/// Puts `run` under watch.
-pub(super) fn watch(run: Watched) -> Watch {
-    let s = shared();
+/// Puts `run` under watch (`None` without a sentinel: see [`available`]).
+pub(super) fn watch(run: Watched) -> Option<Watch> {
+    let s = shared()?;
     let id = s.next.fetch_add(1, Ordering::Relaxed);
     s.runs
         .lock()
@@ -80,12 +91,13 @@ pub(super) fn watch(run: Watched) -> Watch {
             t.unpark();
         }
     }
-    Watch { id }
+    Some(Watch { id })
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let mut runs = shared().runs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = shared() else { return };
+        let mut runs = s.runs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = runs.iter().position(|(id, _)| *id == self.id) {
             runs.swap_remove(i);
         }
@@ -106,7 +118,6 @@ fn watch_loop(s: &'static Shared) {
                 } else if now >= run.deadline {
                     Some(CancelReason::Timeout)
                 } else if now >= run.budget {
-                    run.moved.store(true, Ordering::SeqCst);
                     Some(CancelReason::Moved)
                 } else {
                     None

@@ -16,6 +16,7 @@ use arrow::datatypes::{
 use arrow::error::ArrowError;
 use arrow::json::writer::{make_encoder, Encoder, EncoderFactory, EncoderOptions, NullableEncoder};
 use base64::Engine as _;
+use serde_json::ser::{CompactFormatter, Formatter as _};
 
 use super::dedup_names;
 
@@ -167,11 +168,7 @@ struct SafeInt<'a>(&'a arrow::array::Int64Array);
 impl Encoder for SafeInt<'_> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
         let v = self.0.value(idx);
-        if v.unsigned_abs() > MAX_SAFE_INTEGER {
-            write!(out, "\"{v}\"").expect("writing to a Vec");
-        } else {
-            write!(out, "{v}").expect("writing to a Vec");
-        }
+        write_integer(out, v, v.unsigned_abs() > MAX_SAFE_INTEGER);
     }
 }
 
@@ -179,11 +176,21 @@ struct SafeUInt<'a>(&'a arrow::array::UInt64Array);
 impl Encoder for SafeUInt<'_> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
         let v = self.0.value(idx);
-        if v > MAX_SAFE_INTEGER {
-            write!(out, "\"{v}\"").expect("writing to a Vec");
-        } else {
-            write!(out, "{v}").expect("writing to a Vec");
-        }
+        write_integer(out, v, v > MAX_SAFE_INTEGER);
+    }
+}
+
+/// An integer's decimal digits (itoa: no formatter, no allocation), in
+/// quotes when a JSON reader's double could not hold it.
+fn write_integer(out: &mut Vec<u8>, v: impl itoa::Integer, quoted: bool) {
+    let mut digits = itoa::Buffer::new();
+    let text = digits.format(v).as_bytes();
+    if quoted {
+        out.push(b'"');
+        out.extend_from_slice(text);
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(text);
     }
 }
 
@@ -196,10 +203,13 @@ impl<T: JsonFloat, F: Fn(usize) -> T> Encoder for Float<F> {
 
 /// A float as JSON: the shortest text that reads back to the same value (in
 /// its own width, so FLOAT 0.1 stays 0.1), NaN and infinities as strings.
-trait JsonFloat: serde::Serialize + Copy {
+trait JsonFloat: Copy {
     fn is_nan(self) -> bool;
     fn is_infinite(self) -> bool;
     fn is_sign_positive(self) -> bool;
+    /// serde_json's own text of a finite value, straight from its formatter
+    /// (what `to_writer` ends in, without a serializer per value).
+    fn write_finite(self, out: &mut Vec<u8>);
 
     fn write_json(self, out: &mut Vec<u8>) {
         if self.is_nan() {
@@ -211,7 +221,7 @@ trait JsonFloat: serde::Serialize + Copy {
                 b"\"-Infinity\""
             });
         } else {
-            serde_json::to_writer(out, &self).expect("finite float");
+            self.write_finite(out);
         }
     }
 }
@@ -226,6 +236,11 @@ impl JsonFloat for f32 {
     fn is_sign_positive(self) -> bool {
         f32::is_sign_positive(self)
     }
+    fn write_finite(self, out: &mut Vec<u8>) {
+        CompactFormatter
+            .write_f32(out, self)
+            .expect("writing to a Vec");
+    }
 }
 
 impl JsonFloat for f64 {
@@ -238,41 +253,62 @@ impl JsonFloat for f64 {
     fn is_sign_positive(self) -> bool {
         f64::is_sign_positive(self)
     }
+    fn write_finite(self, out: &mut Vec<u8>) {
+        CompactFormatter
+            .write_f64(out, self)
+            .expect("writing to a Vec");
+    }
 }
 
 struct Decimal<F>(F);
 impl<F: Fn(usize) -> (i128, i8)> Encoder for Decimal<F> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
         let (unscaled, scale) = (self.0)(idx);
-        let text = decimal_text(unscaled, scale);
-        if unscaled.unsigned_abs() > MAX_SAFE_INTEGER as u128 {
+        let quoted = unscaled.unsigned_abs() > MAX_SAFE_INTEGER as u128;
+        if quoted {
             out.push(b'"');
-            out.extend_from_slice(text.as_bytes());
+        }
+        write_decimal(out, unscaled, scale);
+        if quoted {
             out.push(b'"');
-        } else {
-            out.extend_from_slice(text.as_bytes());
         }
     }
 }
 
-/// Exact decimal text of `unscaled * 10^-scale`.
-fn decimal_text(unscaled: i128, scale: i8) -> String {
+/// Appends the exact decimal text of `unscaled * 10^-scale`, without an
+/// allocation.
+fn write_decimal(out: &mut Vec<u8>, unscaled: i128, scale: i8) {
+    let mut buf = itoa::Buffer::new();
     if scale <= 0 {
-        let mut s = unscaled.to_string();
+        out.extend_from_slice(buf.format(unscaled).as_bytes());
         if unscaled != 0 {
-            s.extend(std::iter::repeat_n('0', (-scale) as usize));
+            out.extend(std::iter::repeat_n(b'0', (-scale) as usize));
         }
-        return s;
+        return;
     }
     let scale = scale as usize;
-    let digits = unscaled.unsigned_abs().to_string();
-    let sign = if unscaled < 0 { "-" } else { "" };
+    let digits = buf.format(unscaled.unsigned_abs()).as_bytes();
+    if unscaled < 0 {
+        out.push(b'-');
+    }
     if digits.len() <= scale {
-        format!("{sign}0.{}{digits}", "0".repeat(scale - digits.len()))
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', scale - digits.len()));
+        out.extend_from_slice(digits);
     } else {
         let (int, frac) = digits.split_at(digits.len() - scale);
-        format!("{sign}{int}.{frac}")
+        out.extend_from_slice(int);
+        out.push(b'.');
+        out.extend_from_slice(frac);
     }
+}
+
+/// Exact decimal text of `unscaled * 10^-scale`.
+#[cfg(test)]
+fn decimal_text(unscaled: i128, scale: i8) -> String {
+    let mut out = Vec::new();
+    write_decimal(&mut out, unscaled, scale);
+    String::from_utf8(out).expect("ASCII digits")
 }
 
 struct Quoted<F>(F);
@@ -643,5 +679,8 @@ mod tests {
         assert_eq!(decimal_text(-5, 3), "-0.005");
         assert_eq!(decimal_text(0, 2), "0.00");
         assert_eq!(decimal_text(7, 0), "7");
+        assert_eq!(decimal_text(-7, -2), "-700");
+        assert_eq!(decimal_text(0, -2), "0");
+        assert_eq!(decimal_text(-99, 5), "-0.00099");
     }
 }

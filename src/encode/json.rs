@@ -6,8 +6,6 @@
 //! maps objects, unnamed structs arrays and repeated field names DuckDB's
 //! column rule.
 
-use std::io::Write as _;
-
 use arrow::array::{Array, AsArray, StringArray, UnionArray};
 use arrow::datatypes::{
     DataType, Decimal128Type, Decimal256Type, Field, FieldRef, Float16Type, Float32Type,
@@ -279,18 +277,24 @@ impl<F: Fn(usize) -> (i128, i8)> Encoder for Decimal<F> {
 /// allocation.
 fn write_decimal(out: &mut Vec<u8>, unscaled: i128, scale: i8) {
     let mut buf = itoa::Buffer::new();
+    let abs = unscaled.unsigned_abs();
+    // Most decimals fit 64 bits, whose digits cost a fraction of 128 bits'.
+    let digits = match u64::try_from(abs) {
+        Ok(small) => buf.format(small),
+        Err(_) => buf.format(abs),
+    }
+    .as_bytes();
+    if unscaled < 0 {
+        out.push(b'-');
+    }
     if scale <= 0 {
-        out.extend_from_slice(buf.format(unscaled).as_bytes());
+        out.extend_from_slice(digits);
         if unscaled != 0 {
             out.extend(std::iter::repeat_n(b'0', (-scale) as usize));
         }
         return;
     }
     let scale = scale as usize;
-    let digits = buf.format(unscaled.unsigned_abs()).as_bytes();
-    if unscaled < 0 {
-        out.push(b'-');
-    }
     if digits.len() <= scale {
         out.extend_from_slice(b"0.");
         out.extend(std::iter::repeat_n(b'0', scale - digits.len()));
@@ -344,11 +348,7 @@ struct UnsignedHuge<F>(F);
 impl<F: Fn(usize) -> u128> Encoder for UnsignedHuge<F> {
     fn encode(&mut self, idx: usize, out: &mut Vec<u8>) {
         let v = (self.0)(idx);
-        if v <= (1u128 << 53) {
-            write!(out, "{v}").expect("writing to a Vec");
-        } else {
-            write!(out, "\"{v}\"").expect("writing to a Vec");
-        }
+        write_integer(out, v, v > (1u128 << 53));
     }
 }
 
@@ -359,6 +359,9 @@ struct Timestamps<'a> {
     /// Units per second (1, 1e3, 1e6, 1e9).
     per_second: i64,
     zoned: bool,
+    /// The last day written and its text: rows of a batch mostly share
+    /// their day, and the calendar arithmetic is most of a timestamp's cost.
+    day: Option<(i64, Vec<u8>)>,
 }
 
 impl<'a> Timestamps<'a> {
@@ -386,6 +389,7 @@ impl<'a> Timestamps<'a> {
             values,
             per_second,
             zoned,
+            day: None,
         }
     }
 }
@@ -400,7 +404,15 @@ impl Encoder for Timestamps<'_> {
             _ => {
                 let per_day = self.per_second * 86_400;
                 let (days, in_day) = (raw.div_euclid(per_day), raw.rem_euclid(per_day));
-                write_date(out, days);
+                let date = match &mut self.day {
+                    Some((day, text)) if *day == days => text,
+                    slot => {
+                        let mut text = Vec::with_capacity(16);
+                        write_date(&mut text, days);
+                        &mut slot.insert((days, text)).1
+                    }
+                };
+                out.extend_from_slice(date);
                 out.push(b'T');
                 write_time(out, in_day * (1_000_000_000 / self.per_second));
                 if self.zoned {

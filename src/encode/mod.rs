@@ -12,6 +12,7 @@
 //! they get here (the engine wraps the query; see `ResultShape::json_exprs`).
 
 pub mod csv;
+mod ipc;
 pub mod json;
 pub mod types;
 
@@ -109,7 +110,7 @@ pub struct ResultEncoder {
     options: EncoderOptions,
     /// Rows written so far (JSON needs it for separators).
     rows: u64,
-    ipc: Option<arrow::ipc::writer::StreamWriter<Vec<u8>>>,
+    ipc: Option<ipc::IpcStream>,
     csv_header_pending: bool,
     /// CSV whose columns DuckDB already rendered as text, with these names.
     csv_text: Option<Arc<Vec<String>>>,
@@ -208,9 +209,7 @@ impl ResultEncoder {
                 }
             },
             Format::Arrow => {
-                let writer = arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &self.schema)?;
-                self.ipc = Some(writer);
-                self.drain_ipc(out);
+                self.ipc = Some(ipc::IpcStream::begin(&self.schema, out)?);
             }
             Format::Parquet => return Err(parquet_is_duckdbs()),
         }
@@ -233,13 +232,11 @@ impl ResultEncoder {
                 }
                 let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
                 let w = self.ipc.as_mut().expect("begin() ran");
-                w.write(&batch)?;
-                self.drain_ipc(out);
+                w.batch(&batch, out)?;
             }
             Format::Arrow => {
                 let w = self.ipc.as_mut().expect("begin() ran");
-                w.write(batch)?;
-                self.drain_ipc(out);
+                w.batch(batch, out)?;
             }
             _ => {
                 self.rows_encoder().encode(batch, self.rows, out)?;
@@ -283,9 +280,8 @@ impl ResultEncoder {
             Format::Csv => {}
             Format::Arrow => {
                 if let Some(w) = self.ipc.as_mut() {
-                    w.finish()?;
+                    w.finish(out);
                 }
-                self.drain_ipc(out);
             }
             Format::Parquet => return Err(parquet_is_duckdbs()),
         }
@@ -310,17 +306,6 @@ impl ResultEncoder {
         w.write(batch)?;
         self.csv_header_pending = false;
         Ok(())
-    }
-
-    fn drain_ipc(&mut self, out: &mut Vec<u8>) {
-        if let Some(w) = self.ipc.as_mut() {
-            if out.is_empty() {
-                // Hand the writer's buffer over instead of copying it.
-                std::mem::swap(out, w.get_mut());
-            } else {
-                out.append(w.get_mut());
-            }
-        }
     }
 }
 

@@ -1322,6 +1322,59 @@ async fn probe(url: &str, rate: u32, secs: f64) -> Result<Probe> {
     })
 }
 
+/// The control of row 4: a constant answer from the gateway's HTTP stack
+/// (axum on hyper, one thread) in a process of its own, at the gateway's
+/// niceness. The same probes against it show what the client and the
+/// machine add to any answer, so a p99 above it is the gateway's and one at
+/// it is not. Prints its port; exits when its stdin closes.
+fn floor_server() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("{}", listener.local_addr()?.port());
+        std::io::stdout().flush()?;
+        std::thread::spawn(|| {
+            let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            std::process::exit(0);
+        });
+        let app = axum::Router::new().route("/healthz", axum::routing::get(|| async { "ok\n" }));
+        axum::serve(listener, app).await?;
+        Ok(())
+    })
+}
+
+/// A running [`floor_server`].
+struct Floor {
+    child: Child,
+    url: String,
+}
+
+impl Floor {
+    fn start() -> Result<Floor> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("--floor-server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().context("floor server stdout")?).read_line(&mut line)?;
+        let port: u16 = line.trim().parse().context("floor server port")?;
+        Ok(Floor {
+            child,
+            url: format!("http://127.0.0.1:{port}/healthz"),
+        })
+    }
+}
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
     let n = opts.clients;
     let name = format!(
@@ -1344,12 +1397,15 @@ async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
         )?;
         let url = g.url("/healthz");
         let probe_url = format!("http://127.0.0.1:{probe_port}/healthz");
+        let floor = Floor::start()?;
         let idle = probe(&url, 1000, opts.health_secs.min(5) as f64).await?;
         let idle_own = probe(&probe_url, 1000, opts.health_secs.min(5) as f64).await?;
+        let idle_floor = probe(&floor.url, 1000, opts.health_secs.min(5) as f64).await?;
         // Saturate: every pool connection runs a long query, two more wait.
         let busy_client = reqwest::Client::new();
-        // Long enough for both probe runs (main address, then the probe address).
-        let timeout_ms = (2 * opts.health_secs + 30) * 1000;
+        // Long enough for the three probe runs (main address, probe address,
+        // the control).
+        let timeout_ms = (3 * opts.health_secs + 30) * 1000;
         let mut long = Vec::new();
         for _ in 0..n + 2 {
             let (c, u) = (busy_client.clone(), g.url("/query"));
@@ -1373,6 +1429,7 @@ async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
         }
         let busy = probe(&url, 1000, opts.health_secs as f64).await?;
         let busy_own = probe(&probe_url, 1000, opts.health_secs as f64).await?;
+        let busy_floor = probe(&floor.url, 1000, opts.health_secs as f64).await?;
         let h = g.health().await?;
         let still = h["pool"]["in_use"].as_u64() == Some(n as u64);
         for t in long {
@@ -1382,7 +1439,9 @@ async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
         if !still {
             bail!("the pool drained during the probe run: {h}");
         }
-        let failed = busy.failed + idle.failed + busy_own.failed + idle_own.failed;
+        let failed = busy.failed + idle.failed + busy_own.failed + idle_own.failed
+            + busy_floor.failed
+            + idle_floor.failed;
         if failed > 0 {
             bail!("{failed} probes failed");
         }
@@ -1403,6 +1462,15 @@ async fn bench_health(opts: &Opts, table: &mut Table) -> Result<()> {
             "—",
             "p99 < 1 ms",
             Some(busy_own.p99 < 1.0),
+        );
+        table.add(
+            "4",
+            "control: a constant answer from axum in a process of its own, same probes, same saturation",
+            busy_floor.show(),
+            format!("same server, gateway idle: {}", idle_floor.show()),
+            "—",
+            "the floor of the two rows above",
+            None,
         );
         Ok(())
     }
@@ -1876,6 +1944,9 @@ async fn bench_rotation(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Re
 // ---------------------------------------------------------------- main
 
 fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("--floor-server") {
+        return floor_server();
+    }
     let opts = Opts::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

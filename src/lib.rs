@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod cli;
 pub mod config;
 pub mod credentials;
 pub mod encode;
@@ -166,6 +167,40 @@ pub async fn run_with_metrics(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    serve_until(config, listener, Box::pin(shutdown), metrics).await
+}
+
+/// [`run_with_metrics`] on `runtime`, blocking the calling thread until
+/// `stop` fires or is dropped. Neither async nor generic, so a program that
+/// calls it (the tests do) links the gateway compiled here instead of
+/// compiling its futures again.
+pub fn run_blocking(
+    runtime: &tokio::runtime::Runtime,
+    config: Config,
+    listener: std::net::TcpListener,
+    stop: tokio::sync::oneshot::Receiver<()>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    runtime.block_on(async move {
+        listener
+            .set_nonblocking(true)
+            .context("the listener: non-blocking mode")?;
+        let listener = TcpListener::from_std(listener).context("the listener")?;
+        let shutdown = async move {
+            let _ = stop.await;
+        };
+        serve_until(config, listener, Box::pin(shutdown), metrics).await
+    })
+}
+
+/// The body of [`run_with_metrics`], not generic over the shutdown future,
+/// so it is compiled once whatever future callers pass.
+async fn serve_until(
+    config: Config,
+    listener: TcpListener,
+    shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
     config.validate()?;

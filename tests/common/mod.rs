@@ -383,18 +383,9 @@ impl GatewayBuilder {
                 })
                 .build()
                 .expect("the gateway's runtime");
-            let result = runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                duckgate::run_with_metrics(
-                    config,
-                    listener,
-                    async move {
-                        let _ = stopped.await;
-                    },
-                    handle,
-                )
-                .await
-            });
+            // Not `run_with_metrics` awaited here: that would compile the
+            // gateway's futures again in every test binary.
+            let result = duckgate::run_blocking(&runtime, config, listener, stopped, handle);
             let _ = ended_tx.send(match result {
                 Ok(()) => "the gateway stopped".to_string(),
                 Err(e) => format!("the gateway failed: {e:#}"),

@@ -348,10 +348,8 @@ impl GatewayBuilder {
             .serve_config();
         // Its own runtime, on threads that log to its own subscriber, so
         // the test can read what this gateway (and no other) logged.
+        // `run_blocking` puts it in non-blocking mode for tokio.
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let log = Arc::new(Mutex::new(Vec::new()));
         // `info` for every target, the AWS SDK's too, as the processes

@@ -357,7 +357,9 @@ where
         }
         SdkError::TimeoutError(_) => "timeout".to_string(),
         SdkError::DispatchFailure(d) => {
-            if d.is_timeout() {
+            if let Some(tls) = d.as_connector_error().and_then(|c| tls_failure(c)) {
+                format!("TLS: {tls}")
+            } else if d.is_timeout() {
                 "timeout".to_string()
             } else if d.is_io() {
                 "connection failed".to_string()
@@ -370,6 +372,29 @@ where
         _ => "unknown failure".to_string(),
     };
     FetchError(format!("STS {op}: {class}"))
+}
+
+/// The TLS failure behind a transport error, if one is, in rustls's words
+/// ("invalid peer certificate: UnknownIssuer"): they name a certificate or
+/// the protocol, never a credential. An `io::Error` hides what it wraps from
+/// `source()` (hyper-rustls nests two), so each one met is opened.
+fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = vec![e];
+    // Bounded: a chain is a handful of links.
+    for _ in 0..16 {
+        let e = next.pop()?;
+        if let Some(t) = e.downcast_ref::<rustls::Error>() {
+            return Some(one_line(&t.to_string(), 200));
+        }
+        next.extend(e.source());
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            next.push(inner);
+        }
+    }
+    None
 }
 
 /// `text` on one line, at most `max` characters.

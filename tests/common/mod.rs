@@ -4,7 +4,7 @@
 //! only its HTTP behaviour is under test.
 #![allow(dead_code)]
 
-mod pg_tls;
+pub mod pg_tls;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

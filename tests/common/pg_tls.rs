@@ -22,7 +22,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 /// A throwaway CA in `dir` (`ca.pem`, `ca.key`) and a certificate it signed
 /// for 127.0.0.1 and localhost (`server.crt`, `server.key`).
-fn make_certificates(dir: &Path) {
+pub fn make_certificates(dir: &Path) {
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
     let mut ca = vec!["req", "-x509", "-nodes", "-days", "2"];
     ca.extend(ec);

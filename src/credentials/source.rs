@@ -3,6 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use aws_config::profile::ProfileFileCredentialsProvider;
+use aws_config::provider_config::ProviderConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
@@ -79,6 +80,7 @@ impl CredentialSource {
             SourceSpec::Static { .. } => None,
             source => {
                 let mut loader = aws_config::defaults(BehaviorVersion::latest())
+                    .http_client(super::http::client())
                     .region(aws_config::Region::new(secret.region.clone()))
                     .timeout_config(
                         TimeoutConfig::builder()
@@ -194,6 +196,8 @@ fn base_provider(base: &BaseCredentials) -> SharedCredentialsProvider {
         .build();
     SharedCredentialsProvider::new(Silenced(
         ProfileFileCredentialsProvider::builder()
+            // A profile that assumes a role calls STS with this client.
+            .configure(&ProviderConfig::default().with_http_client(super::http::client()))
             .profile_files(files)
             .profile_name(&base.profile)
             .build(),

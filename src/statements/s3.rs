@@ -89,6 +89,7 @@ impl S3Spool {
         );
         let mut config = aws_sdk_s3::config::Builder::new()
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .http_client(crate::credentials::http::client())
             .region(aws_sdk_s3::config::Region::new(spec.region.clone()))
             .credentials_provider(credentials)
             // Checksums only where S3 requires them: streaming uploads then

@@ -126,7 +126,7 @@ fn db(e: impl std::error::Error) -> SharedError {
     text
 }
 
-/// The TLS of the connections: rustls (with aws-lc-rs, as the AWS SDK's)
+/// The TLS of the connections: rustls (with ring, as the AWS SDK's client)
 /// verifying the server's certificate and host name against the system's
 /// roots plus, if given, the PEM certificates of `ca_file`. Used as the
 /// DSN's `sslmode` says: `disable` never, `prefer` (the default) when the
@@ -164,7 +164,7 @@ fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, SharedError> {
         }
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
+        rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .map_err(|e| format!("TLS: {e}"))?

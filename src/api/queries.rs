@@ -96,7 +96,7 @@ impl QueryInfo {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
-            elapsed_ms: r.started.elapsed().as_secs_f64() * 1000.0,
+            elapsed_ms: crate::engine::queries::elapsed_ms(r.started.elapsed()),
             rows: r.rows.load(Ordering::Relaxed),
             bytes: r.bytes.load(Ordering::Relaxed),
             credential_epoch: r.epoch,

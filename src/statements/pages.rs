@@ -148,7 +148,7 @@ fn encode_page(
             Summary {
                 row_count: total,
                 truncated: result.truncated && ends,
-                elapsed_ms: started.elapsed().as_secs_f64() * 1000.0,
+                elapsed_ms: crate::engine::queries::elapsed_ms(started.elapsed()),
                 retried: false,
             },
             buf,

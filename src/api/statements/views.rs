@@ -143,7 +143,7 @@ pub(super) fn status_of(state: &AppState, s: &Statement) -> StatementStatus {
         submitted_at_ms: millis(r.started_at),
         finished_at_ms: snap.finished_at.map(millis),
         expires_at_ms: snap.expires_at.map(millis),
-        elapsed_ms: snap.elapsed.as_secs_f64() * 1000.0,
+        elapsed_ms: crate::engine::queries::elapsed_ms(snap.elapsed),
         timeout_ms: s.timeout.as_millis() as u64,
         progress,
         rows: result.map_or(r.rows.load(Ordering::Relaxed), |r| r.rows),

@@ -351,7 +351,7 @@ fn write_result(
     let summary = Summary {
         row_count: rows,
         truncated,
-        elapsed_ms: job.started.elapsed().as_secs_f64() * 1000.0,
+        elapsed_ms: crate::engine::queries::elapsed_ms(job.started.elapsed()),
         retried: job.retried,
     };
     encoder.finish(summary, &mut body.buf).map_err(encoding)?;

@@ -66,7 +66,7 @@ pub struct Running {
 }
 
 /// A duration in milliseconds to the microsecond, as logs and answers show
-/// it (`0.097`, not `0.09652000000000001`).
+/// it (`0.096`, not `0.09652000000000001`).
 pub fn elapsed_ms(d: std::time::Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }

@@ -1577,6 +1577,8 @@ impl S3Emulation {
         );
         let config = aws_sdk_sts::Config::builder()
             .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
+            // The gateway's client: the SDK's default one is not compiled.
+            .http_client(duckgate::credentials::http::client())
             .region(aws_sdk_sts::config::Region::new(self.s("region")))
             .endpoint_url(self.s("sts_endpoint"))
             .credentials_provider(base)

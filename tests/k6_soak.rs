@@ -15,6 +15,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The probes' p99 bound in these short runs (see `run_soak_as`).
+const HEALTHZ_P99_MS: u32 = 250;
+
 fn required_env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!(
@@ -87,6 +90,16 @@ fn run_soak_as(
         .env("DUCKGATE_TEST_K6", &k6)
         .env("DUCKGATE_TEST_PYTHON", &python)
         .env("DUCKGATE_EXTENSION_DIR", &ext_dir)
+        // The soak's latency goals (k6/soak.js's defaults: probe p99 25 ms,
+        // local p95 50 ms) are a 20-minute run's; a one-minute run has ~60
+        // probes, so its p99 is its slowest probe, and one stall of this VM
+        // crossed 25 ms (26.9 ms) in CI with nothing queued. Here the bounds
+        // only catch what a wait on the pool would show (a held statement
+        // keeps a connection 3 s): that a probe never waits on the pool is
+        // tests/pool_health.rs's, with a control.
+        .env("SOAK_HEALTHZ_P99_MS", HEALTHZ_P99_MS.to_string())
+        .env("SOAK_LOCAL_P95_MS", "250")
+        .env("SOAK_QUERY_P95_MS", "1000")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
@@ -183,7 +196,10 @@ fn short_soak_crosses_several_expiries_without_a_failed_s3_query() {
         "queries did not see new credential epochs: {summary:#}"
     );
     assert_eq!(num("/emulation/s3_expired_rejections"), 0.0, "{summary:#}");
-    assert!(num("/latency_ms/healthz/p99") < 25.0, "{summary:#}");
+    assert!(
+        num("/latency_ms/healthz/p99") < HEALTHZ_P99_MS as f64,
+        "{summary:#}"
+    );
     assert_eq!(summary["gateway"]["alive_after_run"], true, "{summary:#}");
 
     // A progress line every 10 s while k6 runs, from the gateway's and the

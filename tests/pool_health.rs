@@ -65,6 +65,9 @@ async fn a_full_pool_answers_503_with_retry_after_then_recovers() {
     assert!(h["pool"]["acquire_timeouts"].as_u64().unwrap() >= 1);
 }
 
+/// The probes' p99 bound under saturation.
+const PROBE_BOUND_MS: u64 = 250;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
     let g = Gateway::builder()
@@ -102,7 +105,12 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
         "healthz under saturation: p99 {p99:.2} ms, max {max:.2} ms over {} probes",
         samples.len()
     );
-    assert!(p99 < 50.0, "healthz p99 {p99:.2} ms under saturation");
+    // Generous: probes answer in about a millisecond, and a wait on the pool
+    // here lasts until a 15 s query ends; this VM's stalls reach tens of ms.
+    assert!(
+        p99 < PROBE_BOUND_MS as f64,
+        "healthz p99 {p99:.2} ms under saturation"
+    );
 
     // Control: anything that does wait on the pool is slow right now, so the
     // bound above is one that could have been broken.
@@ -116,7 +124,7 @@ async fn healthz_stays_fast_while_every_connection_is_busy_and_requests_wait() {
     )
     .await;
     assert!(
-        r.is_err() || t.elapsed() > Duration::from_millis(50),
+        r.is_err() || t.elapsed() > Duration::from_millis(PROBE_BOUND_MS),
         "a pool-bound request should wait"
     );
 

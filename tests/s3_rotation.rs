@@ -206,8 +206,10 @@ async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
         "healthz during a 10 s control-connection stall: p99 {p99:.2} ms over {} probes",
         samples.len()
     );
+    // Generous: a probe that waited on the stalled control connection would
+    // wait seconds (the stall is 10 s); this VM's own stalls reach tens of ms.
     assert!(
-        p99 < 50.0,
+        p99 < 250.0,
         "healthz p99 {p99:.1} ms during a stalled rotation ({} probes)",
         samples.len()
     );

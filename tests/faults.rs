@@ -371,3 +371,101 @@ async fn a_sort_that_spills_past_the_cap_is_stopped() {
     // The gateway still serves.
     g.query_ok("SELECT 1").await;
 }
+
+/// The most a process has had resident (VmHWM), in bytes.
+fn peak_resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM in /proc/<pid>/status");
+    let kb: u64 = line
+        .trim_start_matches("VmHWM:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+/// A counter or gauge's value in a Prometheus text answer.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_past_the_memory_ceiling_fail_their_query_not_the_process() {
+    // 40 strings of 20-40 MB in one vector (~1.2 GB): DuckDB's memory_limit
+    // bounds its buffer pool, not the values a query computes.
+    const SQL: &str =
+        "SELECT sum(length(repeat('x', 20000000 + i * 500000))) AS n FROM range(40) t(i)";
+    const MB: u64 = 1 << 20;
+    // The ceiling is per process (DuckDB's allocators are), so each gateway
+    // here is a process of its own.
+    let capped = Gateway::builder()
+        .env("DUCKGATE_MEMORY_LIMIT", "200MB")
+        .env("DUCKGATE_MAX_UNMANAGED_MEMORY", "128MB")
+        .start();
+    let r = capped
+        .query(json!({"sql": SQL, "timeout_ms": 120_000}))
+        .await;
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(status, 507, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:out-of-memory", "{body}");
+    let capped_peak = peak_resident(capped.pid());
+    // The process lives and serves; the refusal is counted.
+    assert_eq!(
+        capped.query_ok("SELECT 42 AS x").await["rows"],
+        json!([[42]])
+    );
+    let metrics = capped
+        .client
+        .get(capped.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metric(&metrics, "duckgate_duckdb_memory_refusals_total") >= 1.0);
+    assert_eq!(
+        metric(&metrics, "duckgate_duckdb_memory_ceiling_bytes"),
+        (200_000_000 + 128_000_000) as f64
+    );
+
+    // Control: with an allowance that does not bind, the same query runs
+    // and the process holds what it computed, far past memory_limit.
+    let open = Gateway::builder()
+        .env("DUCKGATE_MEMORY_LIMIT", "200MB")
+        .env("DUCKGATE_MAX_UNMANAGED_MEMORY", "64GB")
+        .start();
+    let r = open.query(json!({"sql": SQL, "timeout_ms": 120_000})).await;
+    assert_eq!(r.status(), 200);
+    let answer: serde_json::Value = r.json().await.unwrap();
+    // DuckDB's answer to the lengths' sum without building the strings.
+    let expected = duckdb::Connection::open_in_memory()
+        .unwrap()
+        .query_row(
+            "SELECT sum(20000000 + i * 500000)::VARCHAR FROM range(40) t(i)",
+            [],
+            |row| row.get::<_, String>(0),
+        )
+        .unwrap();
+    assert_eq!(
+        answer["rows"][0][0].to_string().trim_matches('"'),
+        expected,
+        "{answer}"
+    );
+    let open_peak = peak_resident(open.pid());
+    eprintln!(
+        "~1.2 GB of values under memory_limit 200MB: peak resident {} MB with a 128MB allowance (507), {} MB without one (200)",
+        capped_peak / MB,
+        open_peak / MB
+    );
+    assert!(open_peak > 1000 * MB, "control: {} MB", open_peak / MB);
+    assert!(capped_peak < 600 * MB, "capped: {} MB", capped_peak / MB);
+}

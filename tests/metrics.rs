@@ -126,6 +126,7 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
         ("duckgate_query_cancellations_total", 0.0),
         ("duckgate_pool_connections_replaced_total", 0.0),
         ("duckgate_spill_cap_interrupts_total", 0.0),
+        ("duckgate_duckdb_memory_refusals_total", 0.0),
         ("duckgate_spool_bytes", 0.0),
         ("duckgate_queries_running", 0.0),
         (

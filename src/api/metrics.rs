@@ -127,6 +127,7 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_pool_shed_total").increment(0);
     metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_spill_cap_interrupts_total").increment(0);
+    metrics::counter!("duckgate_duckdb_memory_refusals_total").increment(0);
     metrics::counter!("duckgate_storage_full_total", "store" => "spool").increment(0);
     metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
@@ -162,6 +163,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!("duckgate_pool_in_use").set(h.pool.in_use.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_pool_waiting").set(h.pool.waiting.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_uptime_seconds").set(h.started.elapsed().as_secs_f64());
+    let (held, refusals) = crate::engine::memory::usage();
+    metrics::gauge!("duckgate_duckdb_memory_bytes").set(held as f64);
+    metrics::counter!("duckgate_duckdb_memory_refusals_total").absolute(refusals);
     let creds = h.credentials.load();
     let now = SystemTime::now();
     metrics::gauge!("duckgate_credential_epoch").set(creds.epoch as f64);

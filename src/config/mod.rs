@@ -324,6 +324,15 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_MEMORY_LIMIT", value_parser = parse_byte_size_setting)]
     pub memory_limit: Option<String>,
 
+    /// The most DuckDB may hold outside its buffer manager (the vectors a
+    /// query computes, which `memory_limit` does not cover), e.g. `2GB`; an
+    /// allocation past it fails the query that asked with 507
+    /// out-of-memory. Default: what is left of 90% of the memory DuckDB
+    /// sees (its cgroup's limit if lower) once its buffer pool is full, at
+    /// least 256MB.
+    #[arg(long, env = "DUCKGATE_MAX_UNMANAGED_MEMORY", value_parser = parse_byte_count)]
+    pub max_unmanaged_memory: Option<u64>,
+
     /// DuckDB's `max_temp_directory_size`, e.g. `20GB`.
     #[arg(long, env = "DUCKGATE_MAX_TEMP_DIRECTORY_SIZE", value_parser = parse_byte_size_setting)]
     pub max_temp_directory_size: Option<String>,

@@ -7,6 +7,7 @@ pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
+pub mod memory;
 pub mod pipe;
 pub mod pool;
 pub mod priority;
@@ -190,6 +191,23 @@ impl Engine {
         // niceness; the threads that run client statements lower theirs too.
         priority::set_query_nice(config.engine.query_nice);
         let db = Arc::new(ffi::RawDatabase::open(config.database_path(), &options)?);
+        let (available, buffer_pool) = memory::budget(&db).ok_or(EngineError::Setup {
+            step: "DUCKGATE_MAX_UNMANAGED_MEMORY",
+            message: "DuckDB did not report its memory".into(),
+        })?;
+        let allowance = config
+            .engine
+            .max_unmanaged_memory
+            .unwrap_or_else(|| memory::default_allowance(available, buffer_pool));
+        let ceiling = buffer_pool.saturating_add(allowance);
+        memory::set_ceiling(ceiling);
+        metrics::gauge!("duckgate_duckdb_memory_ceiling_bytes").set(ceiling as f64);
+        tracing::info!(
+            buffer_pool_bytes = buffer_pool,
+            allowance_bytes = allowance,
+            ceiling_bytes = ceiling,
+            "DuckDB's allocations are capped at its buffer pool's limit plus an allowance"
+        );
         // CSV answers are DuckDB's own COPY, written through this file system.
         if !pipe::register(&db) {
             return Err(EngineError::Setup {

@@ -1,0 +1,96 @@
+//! A ceiling on what DuckDB allocates beyond its buffer pool (the C++ shim in
+//! `memory.cpp`): `memory_limit` bounds DuckDB's buffer pool, not the vectors
+//! a query computes, so `SELECT repeat('x', 1500000000) FROM range(64)` could
+//! take the process past its memory. Everything DuckDB allocates through its
+//! allocators (the pool's blocks too) is counted against the pool's limit
+//! plus an allowance; the allocation that would cross it fails inside DuckDB
+//! with its own out-of-memory error (507 to the client who asked), and
+//! nothing else does.
+
+use std::ffi::c_void;
+
+use crate::engine::ffi::RawDatabase;
+
+extern "C" {
+    fn duckgate_count_unmanaged_memory();
+    fn duckgate_count_database_memory(config: *mut c_void);
+    fn duckgate_set_unmanaged_ceiling(bytes: u64);
+    fn duckgate_unmanaged_memory(bytes: *mut u64, refusals: *mut u64);
+    fn duckgate_memory_budget(
+        database: *mut c_void,
+        available: *mut u64,
+        buffer_pool: *mut u64,
+    ) -> i32;
+}
+
+/// The smallest default ceiling: a machine whose buffer pool takes nearly
+/// all of its memory still computes ordinary vectors.
+const MIN_DEFAULT: u64 = 256 << 20;
+
+/// Counts what DuckDB allocates through its default allocator from now on,
+/// and through the allocator of the database that opens with `config`.
+/// Call before that database opens (it takes both allocators then).
+///
+/// # Safety
+/// `config` is a live `duckdb_config` not yet used to open a database.
+pub unsafe fn count(config: *mut c_void) {
+    // SAFETY: idempotent, and called before any database opens; `config` as
+    // the caller promises.
+    unsafe {
+        duckgate_count_unmanaged_memory();
+        duckgate_count_database_memory(config);
+    }
+}
+
+/// Sets the ceiling on everything counted, in bytes.
+pub fn set_ceiling(bytes: u64) {
+    // SAFETY: stores one atomic.
+    unsafe { duckgate_set_unmanaged_ceiling(bytes) }
+}
+
+/// Bytes DuckDB holds through its allocators now (the buffer pool's blocks
+/// included), and the allocations refused at the ceiling so far.
+pub fn usage() -> (u64, u64) {
+    let (mut bytes, mut refusals) = (0, 0);
+    // SAFETY: both out pointers are valid for the call.
+    unsafe { duckgate_unmanaged_memory(&mut bytes, &mut refusals) };
+    (bytes, refusals)
+}
+
+/// The memory DuckDB sees (its cgroup's limit if lower than the machine's)
+/// and its buffer pool's limit.
+pub fn budget(db: &RawDatabase) -> Option<(u64, u64)> {
+    let (mut available, mut pool) = (0, 0);
+    // SAFETY: `db` is an open database for the call; the out pointers are valid.
+    let rc = unsafe { duckgate_memory_budget(db.as_ptr().cast(), &mut available, &mut pool) };
+    (rc == 0).then_some((available, pool))
+}
+
+/// The default allowance beyond the buffer pool: what is left of 90% of the
+/// memory DuckDB sees once its buffer pool is full (the last 10% for the
+/// gateway's own answers and the rest of the process), and never less than
+/// 256 MiB.
+pub fn default_allowance(available: u64, buffer_pool: u64) -> u64 {
+    (available / 10 * 9)
+        .saturating_sub(buffer_pool)
+        .max(MIN_DEFAULT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_leaves_the_buffer_pool_and_a_tenth() {
+        let gib = 1u64 << 30;
+        // DuckDB's default pool (80%) on 24 GiB leaves 10% of it.
+        let ceiling = default_allowance(24 * gib, 24 * gib / 10 * 8);
+        assert!(ceiling > 2 * gib && ceiling < 3 * gib, "{ceiling}");
+        assert_eq!(
+            default_allowance(24 * gib, 200 << 20),
+            24 * gib / 10 * 9 - (200 << 20)
+        );
+        // A pool as large as the machine still leaves the floor.
+        assert_eq!(default_allowance(gib, gib), MIN_DEFAULT);
+    }
+}

@@ -163,9 +163,10 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!("duckgate_pool_in_use").set(h.pool.in_use.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_pool_waiting").set(h.pool.waiting.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_uptime_seconds").set(h.started.elapsed().as_secs_f64());
-    let (held, refusals) = crate::engine::memory::usage();
-    metrics::gauge!("duckgate_duckdb_memory_bytes").set(held as f64);
-    metrics::counter!("duckgate_duckdb_memory_refusals_total").absolute(refusals);
+    let memory = crate::engine::memory::usage();
+    metrics::gauge!("duckgate_duckdb_memory_bytes").set(memory.bytes as f64);
+    metrics::gauge!("duckgate_duckdb_memory_ceiling_bytes").set(memory.ceiling as f64);
+    metrics::counter!("duckgate_duckdb_memory_refusals_total").absolute(memory.refusals);
     let creds = h.credentials.load();
     let now = SystemTime::now();
     metrics::gauge!("duckgate_credential_epoch").set(creds.epoch as f64);

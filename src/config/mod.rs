@@ -324,9 +324,10 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_MEMORY_LIMIT", value_parser = parse_byte_size_setting)]
     pub memory_limit: Option<String>,
 
-    /// The most DuckDB may hold outside its buffer manager (the vectors a
-    /// query computes, which `memory_limit` does not cover), e.g. `2GB`; an
-    /// allocation past it fails the query that asked with 507
+    /// How much DuckDB may hold beyond its buffer pool's limit (the values a
+    /// query computes, which `memory_limit` does not cover), e.g. `2GB`:
+    /// everything DuckDB allocates is counted against the pool's limit plus
+    /// this, and an allocation past it fails the query that asked with 507
     /// out-of-memory. Default: what is left of 90% of the memory DuckDB
     /// sees (its cgroup's limit if lower) once its buffer pool is full, at
     /// least 256MB.

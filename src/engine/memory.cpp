@@ -122,10 +122,12 @@ void duckgate_set_unmanaged_ceiling(uint64_t bytes) {
 	ceiling.store(limit, std::memory_order_relaxed);
 }
 
-// Bytes held now, and allocations refused so far.
-void duckgate_unmanaged_memory(uint64_t *bytes, uint64_t *refusals) {
+// Bytes held now, the ceiling (0: none), and allocations refused so far.
+void duckgate_unmanaged_memory(uint64_t *bytes, uint64_t *limit, uint64_t *refusals) {
 	auto now = held.load(std::memory_order_relaxed);
 	*bytes = now < 0 ? 0 : static_cast<uint64_t>(now);
+	auto most = ceiling.load(std::memory_order_relaxed);
+	*limit = most == std::numeric_limits<int64_t>::max() ? 0 : static_cast<uint64_t>(most);
 	*refusals = refused.load(std::memory_order_relaxed);
 }
 

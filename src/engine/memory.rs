@@ -15,7 +15,7 @@ extern "C" {
     fn duckgate_count_unmanaged_memory();
     fn duckgate_count_database_memory(config: *mut c_void);
     fn duckgate_set_unmanaged_ceiling(bytes: u64);
-    fn duckgate_unmanaged_memory(bytes: *mut u64, refusals: *mut u64);
+    fn duckgate_unmanaged_memory(bytes: *mut u64, ceiling: *mut u64, refusals: *mut u64);
     fn duckgate_memory_budget(
         database: *mut c_void,
         available: *mut u64,
@@ -48,13 +48,27 @@ pub fn set_ceiling(bytes: u64) {
     unsafe { duckgate_set_unmanaged_ceiling(bytes) }
 }
 
-/// Bytes DuckDB holds through its allocators now (the buffer pool's blocks
-/// included), and the allocations refused at the ceiling so far.
-pub fn usage() -> (u64, u64) {
-    let (mut bytes, mut refusals) = (0, 0);
-    // SAFETY: both out pointers are valid for the call.
-    unsafe { duckgate_unmanaged_memory(&mut bytes, &mut refusals) };
-    (bytes, refusals)
+/// What DuckDB's allocators count now.
+#[derive(Debug, Clone, Copy)]
+pub struct Usage {
+    /// Bytes held (the buffer pool's blocks included).
+    pub bytes: u64,
+    /// The ceiling (0 before one is set).
+    pub ceiling: u64,
+    /// Allocations refused at the ceiling so far.
+    pub refusals: u64,
+}
+
+/// What DuckDB's allocators count now.
+pub fn usage() -> Usage {
+    let (mut bytes, mut ceiling, mut refusals) = (0, 0, 0);
+    // SAFETY: the out pointers are valid for the call.
+    unsafe { duckgate_unmanaged_memory(&mut bytes, &mut ceiling, &mut refusals) };
+    Usage {
+        bytes,
+        ceiling,
+        refusals,
+    }
 }
 
 /// The memory DuckDB sees (its cgroup's limit if lower than the machine's)

@@ -201,7 +201,6 @@ impl Engine {
             .unwrap_or_else(|| memory::default_allowance(available, buffer_pool));
         let ceiling = buffer_pool.saturating_add(allowance);
         memory::set_ceiling(ceiling);
-        metrics::gauge!("duckgate_duckdb_memory_ceiling_bytes").set(ceiling as f64);
         tracing::info!(
             buffer_pool_bytes = buffer_pool,
             allowance_bytes = allowance,

@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <limits>
+#include <mutex>
 
 using namespace duckdb;
 
@@ -92,18 +93,17 @@ extern "C" {
 
 // Makes DuckDB's default allocator the counting one. Call it before any
 // database opens (a database takes the default allocator when it opens);
-// later calls do nothing. The allocator it replaces is kept alive: anything
-// allocated before keeps a reference to it.
+// the first call replaces it, and a concurrent one waits until it has.
+// The allocator it replaces is kept alive: anything allocated before keeps
+// a reference to it.
 void duckgate_count_unmanaged_memory() {
-	static bool installed = false;
+	static std::once_flag once;
 	static shared_ptr<Allocator> previous;
-	if (installed) {
-		return;
-	}
-	installed = true;
-	auto &current = Allocator::DefaultAllocatorReference();
-	previous = current;
-	current = make_shared_ptr<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
+	std::call_once(once, [] {
+		auto &current = Allocator::DefaultAllocatorReference();
+		previous = current;
+		current = make_shared_ptr<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
+	});
 }
 
 // Gives the database that opens with this configuration (a `duckdb_config`,

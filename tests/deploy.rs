@@ -654,7 +654,7 @@ fn statements_are_shared_through_postgres_from_a_secret_and_an_s3_spool_in_scope
 }
 
 #[test]
-fn memory_limit_covers_duckdbs_measured_peak() {
+fn memory_limit_covers_duckdbs_ceiling_and_the_gateway() {
     let resources = &container()["resources"];
     let limit = quantity(resources["limits"]["memory"].as_str().unwrap());
     let request = quantity(resources["requests"]["memory"].as_str().unwrap());
@@ -677,12 +677,19 @@ fn memory_limit_covers_duckdbs_measured_peak() {
             )
         })
         .sum();
-    // Measured: DuckDB peaks at 1.3x memory_limit in a spilling sort; the
-    // gateway itself (HTTP, encoding, STS) takes up to 256 MiB besides.
-    let peak = duck * 1.3 + 256.0 * MIB + tmpfs;
+    // DuckDB holds at most memory_limit plus the allowance beyond it (its
+    // allocators count both), and a spilling sort was measured at 1.3x
+    // memory_limit: the allowance leaves it that. The gateway itself (HTTP,
+    // encoding, STS) takes up to 256 MiB besides.
+    let allowance = quantity(&env_value("DUCKGATE_MAX_UNMANAGED_MEMORY"));
+    assert!(
+        allowance >= duck * 0.3,
+        "DUCKGATE_MAX_UNMANAGED_MEMORY {allowance} leaves a spilling sort less than its measured 1.3x of {duck}"
+    );
+    let peak = duck + allowance + 256.0 * MIB + tmpfs;
     assert!(
         peak < limit,
-        "1.3 x {duck} + 256 MiB + {tmpfs} tmpfs = {:.2} GiB >= limit {:.2} GiB",
+        "{duck} + {allowance} + 256 MiB + {tmpfs} tmpfs = {:.2} GiB >= limit {:.2} GiB",
         peak / GIB,
         limit / GIB
     );

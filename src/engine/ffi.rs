@@ -158,7 +158,11 @@ impl RawDatabase {
             }
         }
         // SAFETY: `config.0` is live and not yet used to open a database.
-        unsafe { crate::engine::memory::count(config.0.cast()) };
+        if !unsafe { crate::engine::memory::count(config.0.cast()) } {
+            return Err(FfiError::Open(
+                "DuckDB's counting allocator could not be made".into(),
+            ));
+        }
         let mut db: ffi::duckdb_database = ptr::null_mut();
         let mut err: *mut std::os::raw::c_char = ptr::null_mut();
         // SAFETY: `c_path` is NUL-terminated; `db` and `err` are valid out

@@ -91,26 +91,29 @@ data_ptr_t CountedReallocate(PrivateAllocatorData *data, data_ptr_t pointer, idx
 
 extern "C" {
 
-// Makes DuckDB's default allocator the counting one. Call it before any
-// database opens (a database takes the default allocator when it opens);
-// the first call replaces it, and a concurrent one waits until it has.
-// The allocator it replaces is kept alive: anything allocated before keeps
-// a reference to it.
-void duckgate_count_unmanaged_memory() {
+// Makes DuckDB's default allocator the counting one, and gives the database
+// that opens with `config` (a `duckdb_config`, which is DuckDB's `DBConfig`)
+// the counting allocator too. Call it before that database opens (a
+// database takes both allocators when it opens). The first call replaces
+// the default allocator, and a concurrent one waits until it has; the one
+// it replaces is kept alive (anything allocated before keeps a reference to
+// it). 0 on success.
+int duckgate_count_memory(void *config) {
 	static std::once_flag once;
 	static shared_ptr<Allocator> previous;
-	std::call_once(once, [] {
-		auto &current = Allocator::DefaultAllocatorReference();
-		previous = current;
-		current = make_shared_ptr<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
-	});
-}
-
-// Gives the database that opens with this configuration (a `duckdb_config`,
-// which is DuckDB's `DBConfig`) the counting allocator.
-void duckgate_count_database_memory(void *config) {
-	static_cast<DBConfig *>(config)->allocator =
-	    make_uniq<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
+	try {
+		std::call_once(once, [] {
+			auto counted = make_shared_ptr<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
+			auto &current = Allocator::DefaultAllocatorReference();
+			previous = current;
+			current = std::move(counted);
+		});
+		static_cast<DBConfig *>(config)->allocator =
+		    make_uniq<Allocator>(CountedAllocate, CountedFree, CountedReallocate, nullptr);
+		return 0;
+	} catch (...) {
+		return 1;
+	}
 }
 
 // The ceiling in bytes (0: none).

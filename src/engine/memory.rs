@@ -12,8 +12,7 @@ use std::ffi::c_void;
 use crate::engine::ffi::RawDatabase;
 
 extern "C" {
-    fn duckgate_count_unmanaged_memory();
-    fn duckgate_count_database_memory(config: *mut c_void);
+    fn duckgate_count_memory(config: *mut c_void) -> i32;
     fn duckgate_set_unmanaged_ceiling(bytes: u64);
     fn duckgate_unmanaged_memory(bytes: *mut u64, ceiling: *mut u64, refusals: *mut u64);
     fn duckgate_memory_budget(
@@ -29,17 +28,15 @@ const MIN_DEFAULT: u64 = 256 << 20;
 
 /// Counts what DuckDB allocates through its default allocator from now on,
 /// and through the allocator of the database that opens with `config`.
-/// Call before that database opens (it takes both allocators then).
+/// Call before that database opens (it takes both allocators then); false
+/// when DuckDB could not make the allocator.
 ///
 /// # Safety
 /// `config` is a live `duckdb_config` not yet used to open a database.
-pub unsafe fn count(config: *mut c_void) {
-    // SAFETY: idempotent, and called before any database opens; `config` as
-    // the caller promises.
-    unsafe {
-        duckgate_count_unmanaged_memory();
-        duckgate_count_database_memory(config);
-    }
+pub unsafe fn count(config: *mut c_void) -> bool {
+    // SAFETY: `config` as the caller promises; the default allocator is
+    // replaced once, before any database of the gateway's opens.
+    unsafe { duckgate_count_memory(config) == 0 }
 }
 
 /// Sets the ceiling on everything counted, in bytes.

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Gateway, S3Server};
+use common::{metric, Gateway, S3Server};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -389,13 +389,6 @@ fn peak_resident(pid: u32) -> u64 {
     kb * 1024
 }
 
-/// A counter or gauge's value in a Prometheus text answer.
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_past_the_memory_ceiling_fail_their_query_not_the_process() {
     // 40 strings of 20-40 MB in one vector (~1.2 GB): DuckDB's memory_limit
@@ -422,15 +415,7 @@ async fn values_past_the_memory_ceiling_fail_their_query_not_the_process() {
         capped.query_ok("SELECT 42 AS x").await["rows"],
         json!([[42]])
     );
-    let metrics = capped
-        .client
-        .get(capped.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = capped.get_text("/metrics").await;
     assert!(metric(&metrics, "duckgate_duckdb_memory_refusals_total") >= 1.0);
     assert_eq!(
         metric(&metrics, "duckgate_duckdb_memory_ceiling_bytes"),

@@ -4,28 +4,20 @@
 
 mod common;
 
-use common::Gateway;
+use common::{metric, Gateway};
 use serde_json::{json, Value};
-
-/// The series value of `name` (no labels) in a scrape.
-fn counter(scrape: &str, name: &str) -> f64 {
-    scrape
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{name} missing from:\n{scrape}"))
-}
 
 /// Inline runs, and inline runs moved for their answer's size and for
 /// their budget.
 async fn counters(g: &common::App) -> [f64; 3] {
     let m = g.get_text("/metrics").await;
     [
-        counter(&m, "duckgate_queries_inline_total"),
-        counter(
+        metric(&m, "duckgate_queries_inline_total"),
+        metric(
             &m,
             "duckgate_queries_inline_moved_total{reason=\"answer_size\"}",
         ),
-        counter(&m, "duckgate_queries_inline_moved_total{reason=\"budget\"}"),
+        metric(&m, "duckgate_queries_inline_moved_total{reason=\"budget\"}"),
     ]
 }
 

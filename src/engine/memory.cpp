@@ -117,7 +117,7 @@ int duckgate_count_memory(void *config) {
 }
 
 // The ceiling in bytes (0: none).
-void duckgate_set_unmanaged_ceiling(uint64_t bytes) {
+void duckgate_set_memory_ceiling(uint64_t bytes) {
 	auto limit = std::numeric_limits<int64_t>::max();
 	if (bytes != 0 && bytes < static_cast<uint64_t>(limit)) {
 		limit = static_cast<int64_t>(bytes);
@@ -126,7 +126,7 @@ void duckgate_set_unmanaged_ceiling(uint64_t bytes) {
 }
 
 // Bytes held now, the ceiling (0: none), and allocations refused so far.
-void duckgate_unmanaged_memory(uint64_t *bytes, uint64_t *limit, uint64_t *refusals) {
+void duckgate_memory_usage(uint64_t *bytes, uint64_t *limit, uint64_t *refusals) {
 	auto now = held.load(std::memory_order_relaxed);
 	*bytes = now < 0 ? 0 : static_cast<uint64_t>(now);
 	auto most = ceiling.load(std::memory_order_relaxed);

@@ -13,8 +13,8 @@ use crate::engine::ffi::RawDatabase;
 
 extern "C" {
     fn duckgate_count_memory(config: *mut c_void) -> i32;
-    fn duckgate_set_unmanaged_ceiling(bytes: u64);
-    fn duckgate_unmanaged_memory(bytes: *mut u64, ceiling: *mut u64, refusals: *mut u64);
+    fn duckgate_set_memory_ceiling(bytes: u64);
+    fn duckgate_memory_usage(bytes: *mut u64, ceiling: *mut u64, refusals: *mut u64);
     fn duckgate_memory_budget(
         database: *mut c_void,
         available: *mut u64,
@@ -22,7 +22,7 @@ extern "C" {
     ) -> i32;
 }
 
-/// The smallest default ceiling: a machine whose buffer pool takes nearly
+/// The smallest default allowance: a machine whose buffer pool takes nearly
 /// all of its memory still computes ordinary vectors.
 const MIN_DEFAULT: u64 = 256 << 20;
 
@@ -42,7 +42,7 @@ pub unsafe fn count(config: *mut c_void) -> bool {
 /// Sets the ceiling on everything counted, in bytes.
 pub fn set_ceiling(bytes: u64) {
     // SAFETY: stores one atomic.
-    unsafe { duckgate_set_unmanaged_ceiling(bytes) }
+    unsafe { duckgate_set_memory_ceiling(bytes) }
 }
 
 /// What DuckDB's allocators count now.
@@ -60,7 +60,7 @@ pub struct Usage {
 pub fn usage() -> Usage {
     let (mut bytes, mut ceiling, mut refusals) = (0, 0, 0);
     // SAFETY: the out pointers are valid for the call.
-    unsafe { duckgate_unmanaged_memory(&mut bytes, &mut ceiling, &mut refusals) };
+    unsafe { duckgate_memory_usage(&mut bytes, &mut ceiling, &mut refusals) };
     Usage {
         bytes,
         ceiling,

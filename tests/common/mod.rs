@@ -677,6 +677,15 @@ pub fn sleeping_sql(d: Duration) -> String {
     format!("SELECT sleep_ms({}) IS NULL AS slept", d.as_millis())
 }
 
+/// The value of series `name` (labels included, as written) in a /metrics
+/// scrape.
+pub fn metric(scrape: &str, name: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing from:\n{scrape}"))
+}
+
 /// p-th percentile of durations, in milliseconds.
 pub fn percentile_ms(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort();

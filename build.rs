@@ -29,9 +29,10 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 5] = [
+const SHIMS: [&str; 6] = [
     "src/engine/guard/describe.cpp",
     "src/engine/memory.cpp",
+    "src/engine/nesting.cpp",
     "src/engine/progress.cpp",
     "src/engine/pipe.cpp",
     "src/engine/secrets.cpp",

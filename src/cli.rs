@@ -11,8 +11,7 @@ use crate::config::{Cli, Command};
 /// Runs the gateway as the command line and the environment say; the exit
 /// code is 2 for a configuration it refuses.
 pub fn main() -> std::process::ExitCode {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
+    crate::runtime_builder()
         .build()
         .expect("the tokio runtime")
         .block_on(serve())

@@ -43,6 +43,21 @@ use crate::credentials::Rotator;
 use crate::engine::Engine;
 use crate::state::Health;
 
+/// A multi-threaded tokio runtime whose threads (workers, which run short
+/// queries inline, and blocking threads, which run the rest and the guard)
+/// have the stack DuckDB's deepest recursion needs
+/// ([`engine::nesting::STACK_BYTES`]; tokio's default of 2 MiB let one
+/// deeply nested JSON document abort the process). A program that serves
+/// the gateway on a runtime of its own builds it from this; the engine
+/// refuses to open on a thread with less.
+pub fn runtime_builder() -> tokio::runtime::Builder {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder
+        .enable_all()
+        .thread_stack_size(engine::nesting::STACK_BYTES);
+    builder
+}
+
 /// Checks the token settings against the listen address and reads the tokens.
 pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigError> {
     let mut query: Vec<SecretString> = config
@@ -271,7 +286,12 @@ async fn serve_until(
                 .filter(|u| u.starts_with("s3://"))
                 .cloned()
                 .collect();
-            engine.lock_down(&prefixes, &dirs, &refused)?;
+            let writable: Vec<String> = catalogs
+                .iter()
+                .filter(|c| !c.read_only)
+                .map(|c| c.name.clone())
+                .collect();
+            engine.lock_down(&prefixes, &dirs, &refused, &writable)?;
             Ok::<_, engine::EngineError>(catalogs)
         })
         .await

@@ -8,6 +8,7 @@ pub mod execute;
 pub mod ffi;
 pub mod guard;
 pub mod memory;
+pub mod nesting;
 pub mod pipe;
 pub mod pool;
 pub mod priority;
@@ -190,6 +191,25 @@ impl Engine {
         // DuckDB's worker threads start now and inherit this thread's
         // niceness; the threads that run client statements lower theirs too.
         priority::set_query_nice(config.engine.query_nice);
+        // DuckDB's scheduler threads start now too, with the process's
+        // default thread attributes: their stacks must fit its recursion as
+        // the gateway's threads do (`nesting`).
+        if !nesting::thread_fits() {
+            return Err(EngineError::Setup {
+                step: "thread stacks",
+                message: format!(
+                    "this thread has {} bytes of stack and DuckDB needs {}: build the runtime with duckgate::runtime_builder()",
+                    nesting::current_thread_stack().unwrap_or(0),
+                    nesting::STACK_BYTES
+                ),
+            });
+        }
+        if !nesting::set_default_thread_stack() {
+            return Err(EngineError::Setup {
+                step: "thread stacks",
+                message: "the C library refused a default thread stack size".into(),
+            });
+        }
         let db = Arc::new(ffi::RawDatabase::open(config.database_path(), &options)?);
         let (available, buffer_pool) = memory::budget(&db).ok_or(EngineError::Setup {
             step: "DUCKGATE_MAX_UNMANAGED_MEMORY",
@@ -299,6 +319,13 @@ impl Engine {
             step: "control connection",
             message: e.to_string(),
         })?;
+        if !nesting::cap_json_depth(&control_raw) {
+            return Err(EngineError::Setup {
+                step: "JSON depth cap",
+                message: "DuckDB's recursive JSON functions were not where DuckDB 1.5.5 has them"
+                    .into(),
+            });
+        }
         let client_schema = match config.engine.policy {
             Policy::ReadOnly => None,
             Policy::ReadWrite => {
@@ -375,6 +402,7 @@ impl Engine {
         s3_prefixes: &[String],
         catalog_dirs: &[String],
         s3_refused: &[String],
+        writable_catalogs: &[String],
     ) -> Result<(), EngineError> {
         let files = format!("{}/", self.files_dir.display());
         let scope: Vec<String> = s3_prefixes
@@ -405,9 +433,16 @@ impl Engine {
             }
             None => None,
         };
+        let writable = match &client_schema {
+            Some(home) => std::iter::once(home.database.clone())
+                .chain(writable_catalogs.iter().cloned())
+                .collect(),
+            None => Vec::new(),
+        };
         let _ = self.rules.set(Arc::new(guard::Rules {
             policy: self.policy,
             client_schema,
+            writable,
             paths: guard::paths::PathRules {
                 files_dir: Some(files.clone()),
                 s3: !scope.is_empty(),

@@ -371,9 +371,8 @@ impl GatewayBuilder {
         std::thread::spawn(move || {
             let _log = tracing::dispatcher::set_default(&dispatch);
             let _metrics = metrics::set_default_local_recorder(recorder);
-            let runtime = tokio::runtime::Builder::new_multi_thread()
+            let runtime = duckgate::runtime_builder()
                 .worker_threads(2)
-                .enable_all()
                 .on_thread_start(move || {
                     // For the thread's whole life.
                     std::mem::forget(tracing::dispatcher::set_default(&dispatch));

@@ -308,7 +308,11 @@ char *CopyOut(const char *data, size_t len) {
 }
 
 // Every function a bound plan calls and every table function it scans, with
-// views and macros expanded (the binder did that).
+// views and macros expanded (the binder did that). Each expression is seen
+// once: DuckDB's visitor walks an expression's children itself after
+// `VisitReplace` answers nullptr, so these record the node and leave the
+// children to it (walking them here too made the walk exponential in the
+// nesting: a 30-term sum visited 2^30 nodes).
 class PlanNames : public LogicalOperatorVisitor {
 public:
 	vector<string> functions;
@@ -326,19 +330,16 @@ public:
 protected:
 	unique_ptr<Expression> VisitReplace(BoundFunctionExpression &expr, unique_ptr<Expression> *) override {
 		functions.push_back(expr.function.name);
-		VisitExpressionChildren(expr);
 		return nullptr;
 	}
 	unique_ptr<Expression> VisitReplace(BoundAggregateExpression &expr, unique_ptr<Expression> *) override {
 		functions.push_back(expr.function.name);
-		VisitExpressionChildren(expr);
 		return nullptr;
 	}
 	unique_ptr<Expression> VisitReplace(BoundWindowExpression &expr, unique_ptr<Expression> *) override {
 		if (expr.aggregate) {
 			functions.push_back(expr.aggregate->name);
 		}
-		VisitExpressionChildren(expr);
 		return nullptr;
 	}
 	unique_ptr<Expression> VisitReplace(BoundSubqueryExpression &expr, unique_ptr<Expression> *) override {
@@ -500,6 +501,8 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		vector<string> types;
 		vector<string> columns;
 		vector<string> json_exprs;
+		vector<string> modified;
+		vector<string> read;
 		context.RunFunctionInTransaction([&]() {
 			Parser parser(context.GetParserOptions());
 			parser.ParseQuery(string(sql));
@@ -510,6 +513,15 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 			planner.CreatePlan(std::move(parser.statements[0]));
 			if (planner.plan) {
 				names.VisitOperator(*planner.plan);
+			}
+			// DuckDB's own account of the databases the statement reads and
+			// changes (what its read-only transactions check): an EXPLAIN
+			// ANALYZE of a write, an INSERT's target, a DROP's catalog.
+			for (auto &entry : planner.properties.modified_databases) {
+				modified.push_back(entry.first);
+			}
+			for (auto &entry : planner.properties.read_databases) {
+				read.push_back(entry.first);
 			}
 			for (idx_t i = 0; i < planner.types.size(); i++) {
 				types.push_back(planner.types[i].ToString());
@@ -523,6 +535,8 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		AddStrings(doc, root, "types", types);
 		AddStrings(doc, root, "names", columns);
 		AddStrings(doc, root, "json_exprs", json_exprs);
+		AddStrings(doc, root, "modified", modified);
+		AddStrings(doc, root, "read", read);
 	} catch (std::exception &ex) {
 		ErrorData error(ex);
 		root = yyjson_mut_obj(doc);

@@ -43,6 +43,14 @@ pub struct PlanNames {
     /// faithfully; empty where the Arrow value needs nothing.
     #[serde(default)]
     pub json_exprs: Vec<String>,
+    /// The databases the statement changes, by DuckDB's own account (what
+    /// its read-only transactions check): a write's target, the catalog a
+    /// CREATE or DROP reaches, an EXPLAIN ANALYZE's inner write.
+    #[serde(default)]
+    pub modified: Vec<String>,
+    /// The databases whose tables the statement reads.
+    #[serde(default)]
+    pub read: Vec<String>,
     /// The binder's error, if binding failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -86,7 +94,58 @@ fn shim_answer<T: serde::de::DeserializeOwned>(
         .into_owned();
     // SAFETY: allocated by the shim, freed exactly once, not used afterwards.
     unsafe { duckgate_describe_free(text) };
-    serde_json::from_str(&json).map_err(|e| DescribeError::Internal(e.to_string()))
+    read_deep(&json)
+}
+
+/// The deepest a document from the shims may nest. DuckDB's parser stops
+/// an expression at depth 1,000 (a level is two or three here); set
+/// operations nest without its limit (a `UNION ALL` of 10,000 queries is
+/// 10,000 levels, and costs DuckDB's binder 6 s and 1.8 GB). Deeper than
+/// this, the statement is refused before the guard reads it: every level
+/// costs the guard's reading a stack frame and DuckDB's binder more.
+pub const MAX_TREE_DEPTH: usize = 20_000;
+
+/// Parses a shim's JSON answer however deep DuckDB's tree is (serde_json
+/// stops at 128 levels by default, which a 60-term sum passes), up to
+/// [`MAX_TREE_DEPTH`]; the thread's stack fits that
+/// ([`crate::engine::nesting::STACK_BYTES`]).
+fn read_deep<T: serde::de::DeserializeOwned>(json: &str) -> Result<T, DescribeError> {
+    let depth = json_depth(json.as_bytes());
+    if depth > MAX_TREE_DEPTH {
+        return Err(DescribeError::TooDeep(depth));
+    }
+    let mut de = serde_json::Deserializer::from_str(json);
+    de.disable_recursion_limit();
+    let value = T::deserialize(&mut de).map_err(|e| DescribeError::Internal(e.to_string()))?;
+    de.end()
+        .map_err(|e| DescribeError::Internal(e.to_string()))?;
+    Ok(value)
+}
+
+/// How deep JSON text nests (brackets and braces outside strings).
+fn json_depth(text: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Binds `sql` on `conn` and lists what its plan calls. Binding may read
@@ -172,6 +231,9 @@ pub enum DescribeError {
     Nul,
     /// The shim's answer was not understood (a bug; refused).
     Internal(String),
+    /// DuckDB's tree of the statement nests deeper than the guard reads
+    /// ([`MAX_TREE_DEPTH`]).
+    TooDeep(usize),
 }
 
 /// Parses `sql` with DuckDB's parser, using `conn`'s parser options.

@@ -35,6 +35,10 @@ pub struct Rules {
     pub paths: PathRules,
     /// Read-write: where client objects live.
     pub client_schema: Option<ClientSchema>,
+    /// Read-write: the databases clients may change, the gateway's and the
+    /// catalogs declared writable (never `system`, `temp` or a lake's
+    /// metadata). Empty under read-only.
+    pub writable: Vec<String>,
 }
 
 /// Under the read-write policy: the gateway's own database, whose `main`
@@ -112,6 +116,7 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     let statements = describe::describe(raw, sql).map_err(|e| match e {
         DescribeError::Parse(msg) => Refusal::Parse(msg),
         DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        DescribeError::TooDeep(depth) => too_deep(depth),
         DescribeError::Internal(msg) => {
             tracing::error!(error.cause = %msg, "the guard's parse shim answered unreadably");
             forbid("statement", "the guard could not read it")
@@ -120,41 +125,77 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     let [statement] = statements.as_slice() else {
         return Err(Refusal::StatementCount(statements.len()));
     };
+    let cost = statement_cost(statement);
+    if cost > MAX_SUBQUERY_COST {
+        return Err(Refusal::Bind(format!(
+            "Binder Error: the statement nests scalar or EXISTS subqueries too deeply: DuckDB's \
+             binder takes time exponential in their nesting (about {:.0} s for this one, which \
+             no interrupt stops); the gateway admits about {:.1} s of it. Use a join or a CTE",
+            cost * 1e-7,
+            MAX_SUBQUERY_COST * 1e-7
+        )));
+    }
     let mut accepted = judge(statement, rules, 0)?;
-    if statement.kind == "SELECT" {
-        let plan = check_plan(raw, sql)?;
-        accepted.result = Some(ResultShape {
-            types: plan.types,
-            names: plan.names,
-            json_exprs: plan.json_exprs,
-            sql: statement.sql.clone(),
-        });
-    } else if statement.kind == "EXPLAIN" {
-        let inner = statement.inner_sql.as_deref().ok_or_else(|| {
-            forbid(
-                "EXPLAIN",
-                "the guard could not read the explained statement",
-            )
-        })?;
-        check_plan(raw, inner).map_err(|r| in_kind(r, &accepted.kind))?;
-    } else {
-        // Writes too: DuckDB binds the whole statement (the query of a CREATE
-        // TABLE AS, INSERT ... SELECT, CREATE TYPE ... AS ENUM (query), an
-        // UPDATE's expressions), views and macros expanded, and the guard
-        // checks every function and table function the plan calls.
-        check_names(raw, statement, &accepted.kind)?;
-        if let Some(home) = &rules.client_schema {
-            check_schema(raw, statement, &accepted.kind, home)?;
+    match statement.kind.as_str() {
+        "SELECT" => {
+            let plan = check_plan(raw, sql, rules)?;
+            accepted.result = Some(ResultShape {
+                types: plan.types,
+                names: plan.names,
+                json_exprs: plan.json_exprs,
+                sql: statement.sql.clone(),
+            });
         }
-        check_plan(raw, sql).map_err(|r| in_kind(r, &accepted.kind))?;
-        if statement.kind == "CREATE" && statement.object.as_deref() == Some("View") {
-            let query = statement.inner_sql.as_deref().ok_or_else(|| {
-                forbid(&accepted.kind, "the guard could not read the view's query")
+        "EXPLAIN" => {
+            // EXPLAIN ANALYZE runs what it explains: the explained statement
+            // is judged as if it were sent alone (its names and where it
+            // creates), and DuckDB binds the whole EXPLAIN, so the plan check
+            // sees what the inner statement calls, scans and changes.
+            let inner = statement.inner.as_deref().ok_or_else(|| {
+                forbid(
+                    "EXPLAIN",
+                    "the guard could not read the explained statement",
+                )
             })?;
-            check_plan(raw, query).map_err(|r| in_kind(r, &accepted.kind))?;
+            check_write(raw, inner, &accepted.kind, rules)?;
+            check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
+        }
+        _ => {
+            // Writes too: DuckDB binds the whole statement (the query of a
+            // CREATE TABLE AS, INSERT ... SELECT, CREATE TYPE ... AS ENUM
+            // (query), an UPDATE's expressions), views and macros expanded,
+            // and the guard checks every function and table function the
+            // plan calls and every database it changes.
+            check_write(raw, statement, &accepted.kind, rules)?;
+            check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
         }
     }
     Ok(accepted)
+}
+
+/// What a write (or the write an EXPLAIN explains) names and where it
+/// creates, before anything is bound; a view's query is bound on its own.
+fn check_write(
+    raw: &RawConnection,
+    s: &Statement,
+    kind: &str,
+    rules: &Rules,
+) -> Result<(), Refusal> {
+    if s.kind == "SELECT" {
+        return Ok(());
+    }
+    check_names(raw, s, kind, rules.client_schema.as_ref())?;
+    if let Some(home) = &rules.client_schema {
+        check_schema(raw, s, kind, home)?;
+    }
+    if s.kind == "CREATE" && s.object.as_deref() == Some("View") {
+        let query = s
+            .inner_sql
+            .as_deref()
+            .ok_or_else(|| forbid(kind, "the guard could not read the view's query"))?;
+        check_plan(raw, query, rules).map_err(|r| in_kind(r, kind))?;
+    }
+    Ok(())
 }
 
 /// Whether `sql` reads S3, by DuckDB's parse of it alone (nothing bound,
@@ -169,6 +210,26 @@ pub fn reads_s3(raw: &RawConnection, sql: &str, lakes: &[String]) -> bool {
             || s.inner.as_deref().is_some_and(|i| statement(i, lakes))
     }
     describe::describe(raw, sql).is_ok_and(|all| all.iter().any(|s| statement(s, lakes)))
+}
+
+/// The most [`tree::subquery_cost`] the guard admits: 2^24 units, about
+/// 1.7 s of DuckDB's binder on the machine it was measured on (23 nested
+/// scalar subqueries in a chain pass, 24 do not).
+const MAX_SUBQUERY_COST: f64 = (1u64 << 24) as f64;
+
+fn statement_cost(s: &Statement) -> f64 {
+    s.parts.iter().map(tree::subquery_cost).sum::<f64>()
+        + s.inner.as_deref().map(statement_cost).unwrap_or(0.0)
+}
+
+/// A statement whose tree nests deeper than the guard reads (a client's
+/// error, like DuckDB's own expression-depth limit).
+fn too_deep(depth: usize) -> Refusal {
+    Refusal::Parse(format!(
+        "Parser Error: the statement nests {depth} levels deep as DuckDB reads it; the gateway \
+         reads at most {} (split a long UNION into several statements)",
+        describe::MAX_TREE_DEPTH
+    ))
 }
 
 /// Names the statement kind in a plan refusal of a write.
@@ -187,9 +248,16 @@ fn in_kind(refusal: Refusal, kind: &str) -> Refusal {
 }
 
 /// A client object may not take a name of DuckDB's own (`duckdb_tables`,
-/// `pg_tables`, the `json` type, ...): it would change what that name means
-/// for every other client.
-fn check_names(raw: &RawConnection, s: &Statement, kind: &str) -> Result<(), Refusal> {
+/// `pg_tables`, the `json` type, ...) nor a database's (`lake`, `memory`,
+/// a lake's metadata): it would change what that name means for every
+/// other client (`lake.events` becomes ambiguous once a schema `lake`
+/// exists).
+fn check_names(
+    raw: &RawConnection,
+    s: &Statement,
+    kind: &str,
+    home: Option<&ClientSchema>,
+) -> Result<(), Refusal> {
     let created = match s.kind.as_str() {
         "CREATE" => s.target.as_ref().map(|t| t.name.as_str()),
         _ => None,
@@ -197,6 +265,23 @@ fn check_names(raw: &RawConnection, s: &Statement, kind: &str) -> Result<(), Ref
     for name in created.into_iter().chain(s.new_name.as_deref()) {
         if name.is_empty() {
             continue;
+        }
+        let databases = home.map(|h| h.databases.as_slice()).unwrap_or(&[]);
+        let database = databases.iter().any(|d| d.eq_ignore_ascii_case(name))
+            || ["memory", "system", "temp"]
+                .iter()
+                .any(|d| d.eq_ignore_ascii_case(name))
+            || name
+                .to_ascii_lowercase()
+                .starts_with(crate::engine::catalogs::HIDDEN_PREFIX);
+        if database {
+            return Err(forbid(
+                format!("name {name}"),
+                format!(
+                    "a database has that name; a client object of that name would make \
+                     `{name}.x` ambiguous for every client (in {kind})"
+                ),
+            ));
         }
         let system = describe::system_name(raw, name).map_err(|e| {
             tracing::error!(error.cause = ?e, "the guard could not read DuckDB's catalog");
@@ -475,11 +560,17 @@ fn select_kind(s: &Statement) -> String {
     }
 }
 
-/// The plan layer: DuckDB binds the query (views and macros expanded) and the
-/// guard checks what it would scan and call. A bind error is the client's.
-fn check_plan(raw: &RawConnection, sql: &str) -> Result<describe::PlanNames, Refusal> {
+/// The plan layer: DuckDB binds the statement (views and macros expanded)
+/// and the guard checks what it would scan and call, and which databases it
+/// would read and change. A bind error is the client's.
+fn check_plan(
+    raw: &RawConnection,
+    sql: &str,
+    rules: &Rules,
+) -> Result<describe::PlanNames, Refusal> {
     let plan = describe::plan_names(raw, sql).map_err(|e| match e {
         DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        DescribeError::TooDeep(depth) => too_deep(depth),
         other => {
             tracing::error!(error.cause = ?other, "the guard's plan shim answered unreadably");
             forbid("SELECT", "the guard could not read its plan")
@@ -493,7 +584,42 @@ fn check_plan(raw: &RawConnection, sql: &str) -> Result<describe::PlanNames, Ref
         return Err(forbid("SELECT", "the guard could not read its whole plan"));
     }
     tree::check_plan_names(&plan.functions, &plan.tables).map_err(|f| forbid(f.what, f.reason))?;
+    check_databases(&plan, rules)?;
     Ok(plan)
+}
+
+/// Every database the plan changes is one clients may change, and none it
+/// reads is a lake's metadata. By DuckDB's own account of the statement, so
+/// whatever form a write takes (an INSERT's target, a DROP, an EXPLAIN
+/// ANALYZE of either, a sequence's `nextval`), its database is judged.
+fn check_databases(plan: &describe::PlanNames, rules: &Rules) -> Result<(), Refusal> {
+    let hidden = |name: &str| {
+        name.to_ascii_lowercase()
+            .starts_with(crate::engine::catalogs::HIDDEN_PREFIX)
+    };
+    if let Some(name) = plan.read.iter().find(|d| hidden(d)) {
+        return Err(forbid(
+            format!("database {name}"),
+            "a lake's metadata is the gateway's; read a lake's tables by their names",
+        ));
+    }
+    for name in &plan.modified {
+        let writable = rules.policy == Policy::ReadWrite
+            && rules.writable.iter().any(|w| w.eq_ignore_ascii_case(name));
+        if !writable {
+            let reason = match rules.policy {
+                Policy::ReadOnly => READ_ONLY.to_string(),
+                Policy::ReadWrite if hidden(name) => {
+                    "a lake's metadata is the gateway's; change a lake through its own name".into()
+                }
+                Policy::ReadWrite => "clients may change the gateway's database and the catalogs \
+                                      declared writable, nothing else"
+                    .into(),
+            };
+            return Err(forbid(format!("database {name}"), reason));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

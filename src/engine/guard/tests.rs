@@ -12,6 +12,10 @@ fn rules(policy: Policy) -> Rules {
             s3_refused: Vec::new(),
         },
         client_schema: None,
+        writable: match policy {
+            Policy::ReadOnly => Vec::new(),
+            Policy::ReadWrite => vec!["memory".into()],
+        },
     }
 }
 

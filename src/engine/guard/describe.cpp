@@ -367,6 +367,46 @@ char *WriteOut(yyjson_mut_doc *doc) {
 }
 
 
+// The type `JsonExpr` would give a value of `type` (VARCHAR where it renders
+// DuckDB's text; map keys that are not VARCHAR become VARCHAR).
+LogicalType JsonType(const LogicalType &type, idx_t depth) {
+	switch (type.id()) {
+	case LogicalTypeId::INTERVAL:
+	case LogicalTypeId::TIME_TZ:
+	case LogicalTypeId::BIT:
+	case LogicalTypeId::BIGNUM:
+	case LogicalTypeId::GEOMETRY:
+	case LogicalTypeId::TYPE:
+		return LogicalType::VARCHAR;
+	case LogicalTypeId::UHUGEINT:
+		return depth == 0 ? type : LogicalType::VARCHAR;
+	case LogicalTypeId::LIST:
+		return LogicalType::LIST(JsonType(ListType::GetChildType(type), depth + 1));
+	case LogicalTypeId::ARRAY:
+		return LogicalType::ARRAY(JsonType(ArrayType::GetChildType(type), depth + 1), ArrayType::GetSize(type));
+	case LogicalTypeId::MAP:
+		return LogicalType::MAP(LogicalType::VARCHAR, JsonType(MapType::ValueType(type), depth + 1));
+	case LogicalTypeId::STRUCT: {
+		child_list_t<LogicalType> children;
+		for (auto &child : StructType::GetChildTypes(type)) {
+			children.emplace_back(child.first, JsonType(child.second, depth + 1));
+		}
+		// Unnamed structs keep their empty names.
+		return LogicalType::STRUCT(std::move(children));
+	}
+	case LogicalTypeId::UNION:
+		for (idx_t i = 0; i < UnionType::GetMemberCount(type); i++) {
+			auto &member = UnionType::GetMemberType(type, i);
+			if (JsonType(member, depth + 1) != member) {
+				return LogicalType::VARCHAR;
+			}
+		}
+		return type;
+	default:
+		return type;
+	}
+}
+
 // JSON from DuckDB's Arrow export is DuckDB's value for most types; for the
 // rest DuckDB renders the value itself. Returns the expression that makes
 // `e` (a value of `type`) JSON-ready, or "" when `e` needs nothing:
@@ -386,6 +426,7 @@ string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
 	case LogicalTypeId::BIT:
 	case LogicalTypeId::BIGNUM:
 	case LogicalTypeId::GEOMETRY:
+	case LogicalTypeId::TYPE:
 		return "CAST(" + e + " AS VARCHAR)";
 	case LogicalTypeId::UHUGEINT:
 		return depth == 0 ? "" : "CAST(" + e + " AS VARCHAR)";
@@ -399,18 +440,16 @@ string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
 		return "list_transform(" + e + ", lambda " + var + ": " + inner + ")";
 	}
 	case LogicalTypeId::MAP: {
-		auto &key = MapType::KeyType(type);
-		auto &value = MapType::ValueType(type);
-		auto key_expr = var + ".key";
-		auto value_expr = var + ".value";
-		auto key_inner = key.id() == LogicalTypeId::VARCHAR ? "" : "CAST(" + key_expr + " AS VARCHAR)";
-		auto value_inner = JsonExpr(value, value_expr, depth + 1);
-		if (key_inner.empty() && value_inner.empty()) {
+		// A cast, not a rebuilt map: DuckDB's map constructors refuse
+		// duplicate keys, which a MAP can hold (TRY_CAST of
+		// MAP(['1','01'], ...) to MAP(INTEGER, ...) gives {1=10, 1=20}),
+		// and a cast of the whole map renders the leaves as the
+		// expressions above would.
+		auto target = JsonType(type, depth);
+		if (target == type) {
 			return "";
 		}
-		return "map_from_entries(list_transform(map_entries(" + e + "), lambda " + var + ": {'key': " +
-		       (key_inner.empty() ? key_expr : key_inner) + ", 'value': " +
-		       (value_inner.empty() ? value_expr : value_inner) + "}))";
+		return "CAST(" + e + " AS " + target.ToString() + ")";
 	}
 	case LogicalTypeId::STRUCT: {
 		auto &children = StructType::GetChildTypes(type);

@@ -92,14 +92,14 @@ fn qualified(schema: &str, catalog: &str) -> bool {
     !(catalog.is_empty() && (schema.is_empty() || schema == "main"))
 }
 
-fn scalar_call(name: &str, schema: &str, catalog: &str) -> Result<(), Finding> {
+/// A scalar, aggregate or window call, judged by its name. DuckDB reads
+/// `x.upper()` as `upper` qualified with `x`, and its binder makes it
+/// `upper(x)` when `x` is a column (method-call syntax); a qualified name
+/// that is a real catalog or schema resolves there. Either way the name
+/// called is `name`, on the allow-list or not, and the bound plan shows
+/// which function it became (a macro expanded, a method bound).
+fn scalar_call(name: &str, _schema: &str, _catalog: &str) -> Result<(), Finding> {
     let what = format!("function {name}()");
-    if qualified(schema, catalog) {
-        return Err(refuse(
-            what,
-            "functions may not be qualified with a catalog or schema",
-        ));
-    }
     match functions::lookup(name) {
         Some(e) if matches!(e.verdict, Verdict::Allow | Verdict::Table) => Ok(()),
         Some(e) if e.verdict == Verdict::Refuse => Err(refuse(what, e.reason.clone())),
@@ -152,17 +152,12 @@ fn reader_arguments(
         .unwrap_or(&[]);
     let positional: Vec<&Value> = children
         .iter()
-        .filter(|c| {
-            c.get("alias")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .is_empty()
-        })
+        .filter(|c| option_name(c).is_none())
         .collect();
     // Options that make a reader create TEMP tables on the pooled connection
     // (CSV rejects), which the next request, of any token, would see.
     for c in children {
-        let option = c.get("alias").and_then(Value::as_str).unwrap_or("");
+        let option = option_name(c).unwrap_or("");
         if CONNECTION_STATE_OPTIONS.contains(&option.to_ascii_lowercase().as_str()) {
             return Err(refuse(
                 format!("option {option} of {name}()"),
@@ -188,6 +183,31 @@ fn reader_arguments(
             .map_err(|reason| refuse(format!("path '{p}'"), reason))?;
     }
     Ok(())
+}
+
+/// The name of a table function's named argument, as DuckDB's binder reads
+/// one (`Binder::BindTableFunctionParameters`): `name := value` (DuckDB
+/// gives the value the alias `name`) or `name = value` (a comparison whose
+/// left side is an unqualified column name). `None`: a positional argument.
+fn option_name(argument: &Value) -> Option<&str> {
+    fn s<'a>(v: &'a Value, k: &str) -> &'a str {
+        v.get(k).and_then(Value::as_str).unwrap_or("")
+    }
+    if s(argument, "type") == "COMPARE_EQUAL" {
+        let left = argument.get("left")?;
+        if s(left, "class") != "COLUMN_REF" {
+            return None;
+        }
+        return match left
+            .get("column_names")
+            .and_then(Value::as_array)?
+            .as_slice()
+        {
+            [name] => name.as_str(),
+            _ => None,
+        };
+    }
+    Some(s(argument, "alias")).filter(|a| !a.is_empty())
 }
 
 fn literal_paths(v: &Value) -> Option<Vec<&str>> {

@@ -29,10 +29,11 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 6] = [
+const SHIMS: [&str; 7] = [
     "src/engine/guard/describe.cpp",
     "src/engine/memory.cpp",
     "src/engine/nesting.cpp",
+    "src/engine/s3_paths.cpp",
     "src/engine/progress.cpp",
     "src/engine/pipe.cpp",
     "src/engine/secrets.cpp",

@@ -14,6 +14,7 @@ pub mod pool;
 pub mod priority;
 pub mod progress;
 pub mod queries;
+pub mod s3_paths;
 pub mod secrets;
 pub mod sink;
 pub mod spill;
@@ -269,8 +270,11 @@ impl Engine {
             // environment into global settings that any query could read;
             // the gateway's credentials live only in its secrets. URL query
             // parameters (`?s3_endpoint=`) would let a path redirect signed
-            // requests: compatibility mode turns them off (and globs with
-            // them; the guard refuses `?` in paths as a second wall).
+            // requests: no path with a `?` reaches httpfs (the guard refuses
+            // it in what clients write, `s3_paths` in every path httpfs is
+            // asked for, a glob's listed keys included), so httpfs's
+            // URL-compatibility mode, which would also make glob characters
+            // literal, stays off.
             // A hung S3 read does not see DuckDB's interrupt: bound it by
             // httpfs's own inactivity timeout and retries, derived from the
             // default query limit (the pool replaces a connection that stays
@@ -283,8 +287,15 @@ impl Engine {
             setup(
                 "httpfs lockdown",
                 "SET GLOBAL s3_access_key_id = ''; SET GLOBAL s3_secret_access_key = ''; \
-                 SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = true",
+                 SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = false",
             )?;
+            if !s3_paths::guard(&db) {
+                return Err(EngineError::Setup {
+                    step: "S3 path guard",
+                    message: "httpfs's S3 file system was not where DuckDB 1.5.5's httpfs has it"
+                        .into(),
+                });
+            }
             extensions.push("httpfs");
         }
         // Time zones: ICU ships like httpfs; without it TIMESTAMPTZ still

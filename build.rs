@@ -85,6 +85,11 @@ fn main() {
         // fetched (cargo run, the tests).
         println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
         println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dir.display());
+        // The depth guard on DuckDB's JSON structure extraction
+        // (src/engine/nesting.cpp) takes the place of the library's own
+        // function, whose every call (its recursive ones too) goes through
+        // the library's PLT: the binary must export it.
+        println!("cargo:rustc-link-arg=-Wl,--export-dynamic-symbol={EXTRACT_STRUCTURE}");
         ensure_headers(&lib_dir)
     };
 
@@ -117,8 +122,17 @@ fn main() {
     if !debug || !bundled {
         build.define("NDEBUG", None);
     }
+    if !bundled {
+        build.define("DUCKGATE_INTERPOSE_JSON_STRUCTURE", None);
+    }
     build.compile("duckgate_shims");
 }
+
+/// `duckdb::JSONStructure::ExtractStructure(yyjson_val*, JSONStructureNode&,
+/// bool)`, mangled: exported by the binary so that it interposes on the
+/// library's (see `src/engine/nesting.cpp`).
+const EXTRACT_STRUCTURE: &str =
+    "_ZN6duckdb13JSONStructure16ExtractStructureEPN13duckdb_yyjson10yyjson_valERNS_17JSONStructureNodeEb";
 
 /// Makes sure `lib_dir/libduckdb.so` is the pinned official build, fetching
 /// it when it is missing or differs.

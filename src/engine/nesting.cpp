@@ -14,7 +14,7 @@
 //    document is a string a query can build for a few bytes of SQL
 //    (`repeat('[', 1000000)`), so no stack is deep enough for every
 //    document: `json_structure` of 100,000 levels overflows DuckDB's own
-//    8 MiB main thread, a JSON -> VARIANT cast of 30,000 does. The
+//    8 MiB main thread, a JSON -> VARIANT cast of 10,000 objects does. The
 //    functions whose C++ recurses on the document (measured, see
 //    tests/nesting.rs) are wrapped in the system catalog so that every
 //    string argument is scanned first (one pass over its bytes, no
@@ -38,6 +38,9 @@
 #include "duckdb/main/config.hpp"
 #include "duckdb/main/connection.hpp"
 
+#include "json_structure.hpp"
+
+#include <dlfcn.h>
 #include <pthread.h>
 
 using namespace duckdb;
@@ -105,7 +108,7 @@ void CheckDepth(Vector &input, idx_t count, const string &function) {
 			continue;
 		}
 		auto &s = strings[index];
-		if (JsonDepth(s.GetData(), s.GetSize(), max_json_depth) > max_json_depth) {
+		if (max_json_depth != 0 && JsonDepth(s.GetData(), s.GetSize(), max_json_depth) > max_json_depth) {
 			throw InvalidInputException("%s: a JSON document nests deeper than %llu levels, the most this gateway "
 			                            "reads (DuckDB walks such documents recursively)",
 			                            function, max_json_depth);
@@ -157,6 +160,49 @@ unique_ptr<FunctionLocalState> CappedCastInit(CastLocalStateParameters &paramete
 }
 
 } // namespace
+
+#ifdef DUCKGATE_INTERPOSE_JSON_STRUCTURE
+// DuckDB's JSON structure extraction (json_structure, json_group_structure
+// and read_json's schema detection, over any file the gateway may read)
+// recurses once per level of a document and has no limit of its own: a
+// file of 1,000,000 nested brackets overflowed a 64 MiB stack in
+// read_json, even with `maximum_depth` set. The official library calls this
+// function through its PLT, its recursive calls too, so the binary's
+// definition (exported, see build.rs) takes their place: it counts the
+// levels on this thread and refuses past the cap with DuckDB's own
+// InvalidInputException, then calls the library's. (A DuckDB built from
+// source is linked statically: no PLT, no interposition; the catalog
+// wrappers above still cap the scalar functions.)
+namespace duckdb {
+
+void JSONStructure::ExtractStructure(yyjson_val *val, JSONStructureNode &node, const bool ignore_errors) {
+	using extract_t = void (*)(yyjson_val *, JSONStructureNode &, bool);
+	static extract_t library = reinterpret_cast<extract_t>(dlsym(
+	    RTLD_NEXT,
+	    "_ZN6duckdb13JSONStructure16ExtractStructureEPN13duckdb_yyjson10yyjson_valERNS_17JSONStructureNodeEb"));
+	thread_local idx_t depth = 0;
+	if (!library) {
+		throw InternalException("duckgate: DuckDB's JSON structure extraction was not found");
+	}
+	if (max_json_depth != 0 && depth >= max_json_depth) {
+		throw InvalidInputException("a JSON document nests deeper than %llu levels, the most this gateway reads "
+		                            "(DuckDB walks such documents recursively)",
+		                            max_json_depth);
+	}
+	struct Level {
+		idx_t &d;
+		explicit Level(idx_t &d_p) : d(d_p) {
+			d++;
+		}
+		~Level() {
+			d--;
+		}
+	} level(depth);
+	library(val, node, ignore_errors);
+}
+
+} // namespace duckdb
+#endif
 
 extern "C" {
 

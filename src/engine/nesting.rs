@@ -7,8 +7,8 @@
 //! of 20,000 nested brackets overflowed the stack and aborted the process;
 //! Python's DuckDB on its 8 MiB main thread survives 50,000 and fails at
 //! 100,000. So every thread that runs DuckDB or the guard gets
-//! [`STACK_BYTES`], and the JSON functions that recurse on a document's
-//! depth refuse documents deeper than [`MAX_JSON_DEPTH`] (400) instead of
+//! [`STACK_BYTES`], and DuckDB's JSON code that recurses on a document's
+//! depth refuses documents deeper than [`MAX_JSON_DEPTH`] (400) instead of
 //! walking them.
 
 use std::ffi::c_void;
@@ -28,11 +28,14 @@ extern "C" {
 /// levels and the guard's deepest reading fit in it with room to spare.
 pub const STACK_BYTES: usize = 64 << 20;
 
-/// The deepest JSON document that DuckDB's recursive JSON functions
-/// (`json_structure`, `json_merge_patch`, `json_contains`, the transforms,
-/// a cast to VARIANT) read: twice what DuckDB itself survives on an 8 MiB
-/// thread, half of what fits in [`STACK_BYTES`].
-pub const MAX_JSON_DEPTH: u64 = 100_000;
+/// The deepest JSON document that DuckDB's recursive JSON code reads
+/// (`json_structure` and `read_json`'s schema detection, `json_merge_patch`,
+/// `json_contains`, the transforms, a cast to VARIANT). The costliest level
+/// is a cast of nested objects to VARIANT, about 1 KiB of stack each: at
+/// [`STACK_BYTES`] 50,000 levels fit and 75,000 did not, so the cap leaves
+/// more than twice the room. DuckDB itself, on an 8 MiB thread, fails that
+/// cast before 10,000 levels and `json_structure` between 50,000 and 100,000.
+pub const MAX_JSON_DEPTH: u64 = 20_000;
 
 /// Threads created from now on with default attributes (DuckDB's scheduler
 /// threads, which start when the database opens) get [`STACK_BYTES`].

@@ -346,6 +346,10 @@ async fn serve_until(
                 max_timeout: config.max_statement_timeout(),
                 max_wait: Duration::from_millis(s.max_statement_wait_ms),
                 share: statements::Settings::share_of(config.pool_size(), s.statement_pool_share),
+                token_share: statements::Settings::token_share_of(
+                    statements::Settings::share_of(config.pool_size(), s.statement_pool_share),
+                    tokens.query.len(),
+                ),
             },
             shared.clone(),
             s3_spool,

@@ -640,3 +640,63 @@ async fn one_token_cannot_take_the_places_or_the_spool_from_another() {
         assert_eq!(r.status(), if id == "x" { 200 } else { 429 }, "{id}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_tokens_long_statements_leave_another_token_its_part_of_the_share() {
+    // Issue 36: with a pool of 4 (statements' share 2) and two tokens,
+    // alice's two long statements held the whole share and bob's `SELECT 1`
+    // was still queued 15 s later (the console sends everything there).
+    let g = builder()
+        .env("DUCKGATE_POOL_SIZE", 4)
+        .env("DUCKGATE_STATEMENT_POOL_SHARE", "0.5")
+        .spawn_app()
+        .await;
+    for id in ["a1", "a2", "a3"] {
+        let r = submit(&g, ALICE, Some(id), json!({"sql": LONG, "wait_ms": 0})).await;
+        assert_eq!(r.status(), 202);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Alice holds her part (one of the two), the rest of hers queue.
+    let mut alice = Vec::new();
+    for id in ["a1", "a2", "a3"] {
+        alice.push(g.get(&format!("/statements/{id}"), ALICE).await.1["state"].clone());
+    }
+    assert_eq!(
+        alice.iter().filter(|s| *s == "running").count(),
+        1,
+        "{alice:?}"
+    );
+    let started = Instant::now();
+    let r = submit(
+        &g,
+        BOB,
+        Some("b1"),
+        json!({"sql": "SELECT 1 AS x", "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let s = finished(&g, BOB, "b1", Duration::from_secs(10)).await;
+    assert_eq!(s["state"], "succeeded", "{s}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Control: the same three long statements of alice and one of bob's
+    // own: bob's second waits behind his first, so the bound is per token.
+    let r = submit(&g, BOB, Some("b2"), json!({"sql": LONG, "wait_ms": 0})).await;
+    assert_eq!(r.status(), 202);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = submit(
+        &g,
+        BOB,
+        Some("b3"),
+        json!({"sql": "SELECT 1 AS x", "wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (_, s) = g.get("/statements/b3", BOB).await;
+    assert_eq!(s["state"], "queued", "{s}");
+    for (token, id) in [(ALICE, "a1"), (ALICE, "a2"), (ALICE, "a3"), (BOB, "b2")] {
+        g.delete(&format!("/statements/{id}"), token).await;
+    }
+    let s = finished(&g, BOB, "b3", Duration::from_secs(20)).await;
+    assert_eq!(s["state"], "succeeded", "{s}");
+}

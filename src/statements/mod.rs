@@ -41,6 +41,10 @@ pub struct Settings {
     pub max_wait: Duration,
     /// Pool connections statements may hold at once.
     pub share: usize,
+    /// Of those, how many one token's statements may hold at once (`None`:
+    /// no bound, a single token or none), so that one token's long
+    /// statements never keep another token's from starting.
+    pub token_share: Option<usize>,
 }
 
 impl Settings {
@@ -53,6 +57,13 @@ impl Settings {
         } else {
             1
         }
+    }
+
+    /// One token's part of `share` among `tokens` tokens: a fair share
+    /// (rounded up), never all of a share of two or more, at least one;
+    /// `None` with fewer than two tokens.
+    pub fn token_share_of(share: usize, tokens: usize) -> Option<usize> {
+        (tokens >= 2).then(|| share.div_ceil(tokens).min(share.saturating_sub(1)).max(1))
     }
 }
 
@@ -200,6 +211,9 @@ type Key = (Arc<str>, String);
 pub struct Statements {
     map: Mutex<HashMap<Key, Arc<Statement>>>,
     share: Arc<Semaphore>,
+    /// Each token's part of `share` ([`Settings::token_share`]), waited for
+    /// first, in the token's own queue.
+    token_gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
     /// Where results are kept.
     pub spool: Arc<Spool>,
     /// How statements are bounded.
@@ -230,6 +244,7 @@ impl Statements {
         Arc::new(Statements {
             map: Mutex::new(HashMap::new()),
             share: Arc::new(Semaphore::new(settings.share)),
+            token_gates: Mutex::new(HashMap::new()),
             spool,
             settings,
             files: Default::default(),
@@ -428,14 +443,17 @@ impl Statements {
         job: QueryJob,
         runner: &Runner,
     ) -> Result<bool, QueryError> {
-        let cancel = statement.running.cancel.clone();
         let deadline = job.started + job.timeout;
-        let _permit = tokio::select! {
-            p = self.share.clone().acquire_owned() => p.map_err(|_| QueryError::ShuttingDown)?,
-            _ = cancel.cancelled() => return Err(QueryError::CancelledByRequest),
-            _ = runner.shutdown.cancelled() => return Err(QueryError::ShuttingDown),
-            _ = tokio::time::sleep_until(deadline.into()) => return Err(QueryError::Timeout(job.timeout)),
+        // The token's part first, then the statements' share: a token
+        // whose statements hold its part waits in its own queue, never in
+        // front of another token's.
+        let _token = match self.token_gate(&statement.running.owner) {
+            Some(gate) => Some(self.permit(gate, statement, &job, runner).await?),
+            None => None,
         };
+        let _permit = self
+            .permit(self.share.clone(), statement, &job, runner)
+            .await?;
         statement.set_state(State::Running);
         Self::publish(&self.lock());
         // The engine waits for a connection as long as the deadline allows
@@ -455,6 +473,36 @@ impl Statements {
             }
         }
         Ok(retried)
+    }
+
+    /// `owner`'s gate, when statements are bounded per token.
+    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
+        let permits = self.settings.token_share?;
+        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            gates
+                .entry(owner.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(permits)))
+                .clone(),
+        )
+    }
+
+    /// A permit of `gate` for `statement`, unless it is cancelled, the
+    /// gateway stops, or its time limit passes first.
+    async fn permit(
+        &self,
+        gate: Arc<Semaphore>,
+        statement: &Statement,
+        job: &QueryJob,
+        runner: &Runner,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, QueryError> {
+        let deadline = job.started + job.timeout;
+        tokio::select! {
+            p = gate.acquire_owned() => p.map_err(|_| QueryError::ShuttingDown),
+            _ = statement.running.cancel.cancelled() => Err(QueryError::CancelledByRequest),
+            _ = runner.shutdown.cancelled() => Err(QueryError::ShuttingDown),
+            _ = tokio::time::sleep_until(deadline.into()) => Err(QueryError::Timeout(job.timeout)),
+        }
     }
 
     /// The statements with this id: of `owner` only, or of every owner

@@ -188,3 +188,53 @@ else:
     assert!(out.contains("polars 20000"), "{out}");
     eprintln!("{out}");
 }
+
+#[tokio::test]
+async fn a_signed_url_does_not_follow_its_id_to_a_later_statement() {
+    // Issue 36: delete `st-a1`, submit a new `st-a1`, and the old link read
+    // the new result.
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKENS)
+        .start();
+    statement(&g, ALICE, "st-a1", "SELECT 'first' AS x").await;
+    let (status, link) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    assert_eq!(status, 201, "{link}");
+    let old = link["url"].as_str().unwrap().to_string();
+    let (status, body) = get(&g, &old).await;
+    assert_eq!((status, body.as_str()), (200, "x\nfirst\n"));
+    let r = g
+        .client
+        .delete(g.url("/statements/st-a1"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    statement(&g, ALICE, "st-a1", "SELECT 'second' AS x").await;
+    let (status, body) = get(&g, &old).await;
+    assert_eq!(status, 404, "the old link read the new statement: {body}");
+    // A link minted for the new statement reads it.
+    let (_, link) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    let (status, body) = get(&g, link["url"].as_str().unwrap()).await;
+    assert_eq!((status, body.as_str()), (200, "x\nsecond\n"));
+    // The instance is part of what is signed.
+    let (_, other) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    let forged = old.replace(
+        old.split("instance=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap(),
+        other["url"]
+            .as_str()
+            .unwrap()
+            .split("instance=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap(),
+    );
+    assert_eq!(get(&g, &forged).await.0, 401);
+}

@@ -2,8 +2,10 @@
 //! header (polars, a browser link, a BI tool), the owner of a statement
 //! mints a URL for its result pages that needs no header until it expires.
 //!
-//! The URL carries its expiry, the owner token's *name* and an HMAC-SHA256
-//! over the method, path, expiry and name, keyed by the gateway's URL key
+//! The URL carries its expiry, the owner token's *name*, the statement's
+//! instance (a random value of the statement it was minted for, so a later
+//! statement that takes the id does not inherit it) and an HMAC-SHA256 over
+//! the method, path, expiry, name and instance, keyed by the gateway's URL key
 //! (`DUCKGATE_URL_SIGNING_KEY_FILE`, shared by every replica; a random key
 //! per process when unset). Never the token itself: a leaked URL reads one
 //! statement's result until it expires, nothing else. A signature is checked
@@ -52,13 +54,13 @@ impl UrlSigner {
         Self::new(key)
     }
 
-    fn mac(&self, path: &str, expires: u64, owner: &str) -> HmacSha256 {
+    fn mac(&self, path: &str, expires: u64, owner: &str, instance: &str) -> HmacSha256 {
         let mut mac = <HmacSha256 as KeyInit>::new_from_slice(self.key.expose_secret())
             .expect("HMAC takes keys of any length");
         // Each field after its length: no field can slide into the next,
         // whatever bytes it holds (an owner name from a query string may
         // hold a decoded newline).
-        for part in ["GET", path, &expires.to_string(), owner] {
+        for part in ["GET", path, &expires.to_string(), owner, instance] {
             mac.update(&(part.len() as u64).to_be_bytes());
             mac.update(part.as_bytes());
         }
@@ -66,18 +68,23 @@ impl UrlSigner {
     }
 
     /// The signature of a `GET` of `path` by `owner`'s name until `expires`
-    /// (Unix seconds), URL-safe base64.
-    pub fn sign(&self, path: &str, expires: u64, owner: &str) -> String {
-        let tag = self.mac(path, expires, owner).finalize().into_bytes();
+    /// (Unix seconds), of the statement `instance`, URL-safe base64.
+    pub fn sign(&self, path: &str, expires: u64, owner: &str, instance: &str) -> String {
+        let tag = self
+            .mac(path, expires, owner, instance)
+            .finalize()
+            .into_bytes();
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag)
     }
 
     /// Whether `sig` is this key's signature (compared in constant time).
-    fn verify(&self, path: &str, expires: u64, owner: &str, sig: &str) -> bool {
+    fn verify(&self, path: &str, expires: u64, owner: &str, instance: &str, sig: &str) -> bool {
         let Ok(tag) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(sig) else {
             return false;
         };
-        self.mac(path, expires, owner).verify_slice(&tag).is_ok()
+        self.mac(path, expires, owner, instance)
+            .verify_slice(&tag)
+            .is_ok()
     }
 }
 
@@ -86,6 +93,7 @@ impl UrlSigner {
 struct Signed {
     expires: Option<String>,
     owner: Option<String>,
+    instance: Option<String>,
     sig: Option<String>,
 }
 
@@ -95,9 +103,18 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The statement instance a signed URL was minted for (a request
+/// extension): the result handler reads only that statement.
+#[derive(Debug, Clone)]
+pub struct SignedInstance(pub String);
+
 /// The caller a signed URL stands for: `None` when the request carries no
-/// signature; an error when it carries one that does not hold.
-pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Caller, ApiError>> {
+/// signature; an error when it carries one that does not hold. A URL that
+/// holds leaves its statement instance in the request's extensions.
+pub(crate) fn signed_caller(
+    parts: &mut Parts,
+    state: &AppState,
+) -> Option<Result<Caller, ApiError>> {
     let signed: Signed = serde_urlencoded::from_str(parts.uri.query()?).ok()?;
     let sig = signed.sig?;
     let refuse = |detail: &'static str| {
@@ -110,8 +127,10 @@ pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Ca
         );
         Some(Err(ApiError::Unauthorized { detail }))
     };
-    let (Some(expires), Some(owner)) = (signed.expires, signed.owner) else {
-        return refuse("a signed URL needs expires, owner and sig");
+    let (Some(expires), Some(owner), Some(instance)) =
+        (signed.expires, signed.owner, signed.instance)
+    else {
+        return refuse("a signed URL needs expires, owner, instance and sig");
     };
     let Ok(expires) = expires.parse::<u64>() else {
         return refuse("the signed URL's expiry is not a number");
@@ -122,7 +141,7 @@ pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Ca
     if !state
         .tokens
         .signer
-        .verify(parts.uri.path(), expires, &owner, &sig)
+        .verify(parts.uri.path(), expires, &owner, &instance, &sig)
     {
         return refuse("the URL's signature does not hold for this path");
     }
@@ -140,6 +159,7 @@ pub(crate) fn signed_caller(parts: &Parts, state: &AppState) -> Option<Result<Ca
             .find(|t| t.name.as_ref() == owner)
             .map(|t| t.name.clone())
     };
+    parts.extensions.insert(SignedInstance(instance));
     match current {
         Some(name) => Some(Ok(Caller::Owner(name))),
         None => refuse("the signed URL's token is no longer configured"),
@@ -223,12 +243,12 @@ pub async fn mint(
             )
         })?),
     };
-    let (owner, id) = crate::api::statements::visible(&state, &caller, &id)
-        .await?
-        .owner_and_id();
+    let found = crate::api::statements::visible(&state, &caller, &id).await?;
+    let instance = found.instance();
+    let (owner, id) = found.owner_and_id();
     let path = format!("/statements/{id}/result");
     let expires = now_secs() + ttl.as_secs();
-    let sig = state.tokens.signer.sign(&path, expires, &owner);
+    let sig = state.tokens.signer.sign(&path, expires, &owner, &instance);
     let mut query = form_urlencoded::Serializer::new(String::new());
     if let Some(f) = format {
         query.append_pair("format", f.name());
@@ -236,6 +256,7 @@ pub async fn mint(
     query
         .append_pair("expires", &expires.to_string())
         .append_pair("owner", &owner)
+        .append_pair("instance", &instance)
         .append_pair("sig", &sig);
     let path = format!("{path}?{}", query.finish());
     let host = headers
@@ -264,16 +285,23 @@ mod tests {
     #[test]
     fn a_signature_holds_for_its_path_expiry_and_owner_only() {
         let s = UrlSigner::new(vec![7; 32]);
-        let sig = s.sign("/statements/a/result", 100, "alice");
-        assert!(s.verify("/statements/a/result", 100, "alice", &sig));
-        assert!(!s.verify("/statements/b/result", 100, "alice", &sig));
-        assert!(!s.verify("/statements/a/result", 101, "alice", &sig));
-        assert!(!s.verify("/statements/a/result", 100, "bob", &sig));
-        assert!(!s.verify("/statements/a/result", 100, "alice", "x"));
+        let sig = s.sign("/statements/a/result", 100, "alice", "i1");
+        assert!(s.verify("/statements/a/result", 100, "alice", "i1", &sig));
+        assert!(!s.verify("/statements/b/result", 100, "alice", "i1", &sig));
+        assert!(!s.verify("/statements/a/result", 101, "alice", "i1", &sig));
+        assert!(!s.verify("/statements/a/result", 100, "bob", "i1", &sig));
+        assert!(!s.verify("/statements/a/result", 100, "alice", "i2", &sig));
+        assert!(!s.verify("/statements/a/result", 100, "alice", "i1", "x"));
         // Another key signs differently.
-        assert!(!UrlSigner::new(vec![8; 32]).verify("/statements/a/result", 100, "alice", &sig));
+        assert!(!UrlSigner::new(vec![8; 32]).verify(
+            "/statements/a/result",
+            100,
+            "alice",
+            "i1",
+            &sig
+        ));
         // Fields cannot slide into each other.
-        let joined = s.sign("/p", 1, "2\nx");
-        assert!(!s.verify("/p\n1", 2, "x", &joined));
+        let joined = s.sign("/p", 1, "2\nx", "i");
+        assert!(!s.verify("/p\n1", 2, "x", "i", &joined));
     }
 }

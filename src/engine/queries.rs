@@ -46,6 +46,9 @@ pub struct Running {
     pub kind: OnceLock<String>,
     /// When it was registered, on the wall clock (for listings).
     pub started_at: SystemTime,
+    /// A random value that tells this query apart from an earlier one
+    /// with the same id and owner (a signed link names it).
+    pub instance: String,
     /// When it was registered, for elapsed times and ordering.
     pub started: Instant,
     /// The credential epoch it started under.
@@ -289,6 +292,7 @@ impl Registry {
             sql_hash: sql_hash(sql),
             kind: OnceLock::new(),
             started_at: SystemTime::now(),
+            instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
             started: Instant::now(),
             epoch,
             state: AtomicU8::new(0),

@@ -487,6 +487,14 @@ pub(crate) enum Found {
 }
 
 impl Found {
+    /// The statement's instance (see [`views::StatementStatus::instance`]).
+    pub(crate) fn instance(&self) -> String {
+        match self {
+            Found::Local(s) => s.running.instance.clone(),
+            Found::Remote(row) => row.status["instance"].as_str().unwrap_or("").to_string(),
+        }
+    }
+
     /// The statement's owner (token name) and id.
     pub(crate) fn owner_and_id(&self) -> (Arc<str>, String) {
         match self {
@@ -669,12 +677,22 @@ pub async fn show(
 pub async fn result(
     State(state): State<AppState>,
     caller: Caller,
+    signed: Option<axum::Extension<crate::api::links::SignedInstance>>,
     Path(id): Path<String>,
     options: Result<Query<PageOptions>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let options = crate::api::request::query_options(options)?;
     let found = visible(&state, &caller, &id).await?;
+    // A signed link reads the statement it was minted for, not a later one
+    // that took its id.
+    if let Some(axum::Extension(signed)) = &signed {
+        if signed.0 != found.instance() {
+            return Err(ApiError::NotFound(format!(
+                "the signed URL was made for an earlier statement with id {id}, which is gone"
+            )));
+        }
+    }
     let format = crate::api::negotiate::choose_format(options.format.as_deref(), &headers)?;
     let offset = match options.offset {
         Some(o) if o < 0 => {

@@ -30,6 +30,10 @@ pub struct StatementStatus {
     pub sql_truncated: bool,
     /// When it was submitted, milliseconds since the Unix epoch.
     pub submitted_at_ms: u64,
+    /// A random value that tells this statement apart from an earlier one
+    /// with the same id (deleted, then the id used again); a signed link
+    /// reads only the statement it was minted for.
+    pub instance: String,
     /// When it finished.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finished_at_ms: Option<u64>,
@@ -141,6 +145,7 @@ pub(super) fn status_of(state: &AppState, s: &Statement) -> StatementStatus {
         sql: r.sql.clone(),
         sql_truncated: r.sql.len() < r.sql_len,
         submitted_at_ms: millis(r.started_at),
+        instance: r.instance.clone(),
         finished_at_ms: snap.finished_at.map(millis),
         expires_at_ms: snap.expires_at.map(millis),
         elapsed_ms: crate::engine::queries::elapsed_ms(snap.elapsed),

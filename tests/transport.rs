@@ -329,7 +329,8 @@ async fn cors_answers_allowed_origins_only() {
         assert!(exposed.contains(name), "{name} in {exposed}");
     }
 
-    // Another origin gets nothing of CORS: its page cannot read answers.
+    // Another origin gets nothing of CORS: its page cannot read answers,
+    // and on this anonymous gateway its request does not run (site.rs).
     let r = preflight(&g, "https://evil.example").await;
     assert_eq!(cors_headers(&r), Vec::<String>::new());
     let r = g
@@ -340,7 +341,7 @@ async fn cors_answers_allowed_origins_only() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), 403);
     assert_eq!(cors_headers(&r), Vec::<String>::new());
 }
 
@@ -350,14 +351,138 @@ async fn cors_is_off_by_default() {
     let r = preflight(&g, "https://app.example.com").await;
     assert_eq!(cors_headers(&r), Vec::<String>::new());
     assert_eq!(r.status(), 405, "no route answers OPTIONS");
+    // With a token, another origin's request runs (its page could not add
+    // the header without a preflight, which gets no CORS answer).
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "alice:alice-token-0123456789")
+        .spawn_app()
+        .await;
     let r = g
         .client
         .post(g.url("/query"))
         .header("origin", "https://app.example.com")
+        .bearer_auth("alice-token-0123456789")
         .json(&json!({"sql": "SELECT 1 AS one"}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(cors_headers(&r), Vec::<String>::new());
+}
+
+/// `POST /query` with a CORS-simple body (no preflight) and `headers`.
+async fn simple_post(g: &common::Endpoint, sql: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut r = g
+        .client
+        .post(g.url("/query"))
+        .header("content-type", "text/plain")
+        .body(sql.to_string());
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn anonymous_gateways_refuse_other_sites_and_foreign_host_names() {
+    // Issue 36: with no tokens, a page on another localhost port wrote a
+    // table with a CORS-simple POST, and any Host was answered (what DNS
+    // rebinding needs).
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .spawn_app()
+        .await;
+    let host = g.base.trim_start_matches("http://").to_string();
+    let own = format!("http://{host}");
+    let write = "CREATE TABLE pwned AS SELECT 1 AS x";
+    for headers in [
+        vec![
+            ("origin", "http://localhost:3000"),
+            ("sec-fetch-site", "same-site"),
+        ],
+        vec![
+            ("origin", "https://attacker.example"),
+            ("sec-fetch-site", "cross-site"),
+        ],
+        vec![("origin", "https://attacker.example")],
+        vec![("sec-fetch-site", "cross-site")],
+        vec![("origin", "null")],
+    ] {
+        let (status, body) = simple_post(&g, write, &headers).await;
+        assert_eq!(status, 403, "{headers:?}: {body}");
+        assert_eq!(body["type"], "urn:duckgate:problem:cross-site-request");
+    }
+    // A cross-site GET of /query runs nothing either.
+    let r = g
+        .client
+        .get(g.url("/query?sql=SELECT%201"))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v = g
+        .query_ok("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'pwned'")
+        .await;
+    assert_eq!(v["rows"], json!([[0]]), "a refused request wrote");
+    // curl and programs (no Origin), the console (same origin), and a
+    // top-level navigation to the console still work.
+    assert_eq!(simple_post(&g, "SELECT 1", &[]).await.0, 200);
+    let same = [("origin", own.as_str()), ("sec-fetch-site", "same-origin")];
+    assert_eq!(simple_post(&g, "SELECT 1", &same).await.0, 200);
+    let r = g
+        .client
+        .get(g.url("/ui"))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // DNS rebinding: a name that is not loopback, the listen address or
+    // listed is refused, whatever route.
+    for bad in [
+        "attacker.example",
+        "localhost.attacker.example",
+        "127.0.0.1.nip.io",
+    ] {
+        let (status, body) = simple_post(&g, "SELECT 1", &[("host", bad)]).await;
+        assert_eq!(status, 403, "{bad}: {body}");
+        assert_eq!(body["type"], "urn:duckgate:problem:host-not-allowed");
+    }
+    for good in ["localhost", "app.localhost", "127.0.0.1", "[::1]"] {
+        let port = host.rsplit(':').next().unwrap();
+        let h = format!("{good}:{port}");
+        assert_eq!(
+            simple_post(&g, "SELECT 1", &[("host", &h)]).await.0,
+            200,
+            "{h}"
+        );
+    }
+    // The probes answer any Host (orchestrators probe by pod IP).
+    let r = g
+        .client
+        .get(g.url("/healthz"))
+        .header("host", "10.9.8.7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Listed names are answered; tokens turn the origin check off and,
+    // with no list, the Host check too.
+    let g = Gateway::builder()
+        .env("DUCKGATE_ALLOWED_HOSTS", "duckgate.example.com")
+        .spawn_app()
+        .await;
+    let (status, _) = simple_post(&g, "SELECT 1", &[("host", "duckgate.example.com")]).await;
+    assert_eq!(status, 200);
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "alice:alice-token-0123456789")
+        .spawn_app()
+        .await;
+    let auth = [
+        ("host", "any.example"),
+        ("authorization", "Bearer alice-token-0123456789"),
+    ];
+    assert_eq!(simple_post(&g, "SELECT 1", &auth).await.0, 200);
 }

@@ -913,3 +913,124 @@ async fn the_console_has_strict_headers_and_can_be_turned_off() {
     let r = off.client.get(off.url("/docs")).send().await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Serves `html` at `/` on a loopback port of its own: another site's page.
+async fn serve_page(html: String) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let html = html.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                    html.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn no_page_writes_through_an_anonymous_gateway_unasked() {
+    // Issue 36: with no tokens, a page on another localhost port wrote a
+    // table (a CORS-simple POST needs no preflight), and `/ui#sql=<write>`
+    // ran the write on load.
+    let downloads = tempfile::tempdir().unwrap();
+    let Some(b) = Browser::start(downloads.path()).await else {
+        return;
+    };
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .start();
+    let tables = |name: &'static str| {
+        let g = &g;
+        async move {
+            g.query_ok(&format!(
+                "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = '{name}'"
+            ))
+            .await["rows"][0][0]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    // Another site's page fires every kind of request a page may send
+    // without a preflight, as a form and as fetch.
+    let target = g.url("/query");
+    let page = format!(
+        r#"<!doctype html><form id="f" method="POST" action="{target}" enctype="text/plain">
+<input name="CREATE TABLE pwned_form AS SELECT 1 AS x --" value=""></form>
+<script>
+fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": "text/plain"}}, body: "CREATE TABLE pwned_fetch AS SELECT 1 AS x"}})
+  .finally(() => {{ document.title = "sent"; document.getElementById("f").submit(); }});
+</script>"#
+    );
+    let port = serve_page(page).await;
+    b.goto(&format!("http://127.0.0.1:{port}/")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(tables("pwned_fetch").await, 0, "the page's fetch wrote");
+    assert_eq!(tables("pwned_form").await, 0, "the page's form wrote");
+    // Control: the gateway writes what the same statement asks of it
+    // directly, so the refusal above is the origin's.
+    g.query_ok("CREATE TABLE direct AS SELECT 1 AS x").await;
+    assert_eq!(tables("direct").await, 1);
+
+    // A shared link that writes asks first; declined, nothing runs.
+    let link = |sql: &str| {
+        format!(
+            "{}#sql={}",
+            g.url("/ui"),
+            form_urlencoded::byte_serialize(sql.as_bytes()).collect::<String>()
+        )
+    };
+    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
+        .await;
+    b.wait_for(
+        "the token dialog",
+        "return document.getElementById('login').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    b.click("#connect").await;
+    let kind = b
+        .wait_for(
+            "the confirmation",
+            "const d = document.getElementById('confirm-write'); return d.open && document.getElementById('confirm-write-kind').textContent",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(kind, "CREATE TABLE");
+    assert_eq!(tables("shared_write").await, 0, "it ran before the answer");
+    b.click("#confirm-write-cancel").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tables("shared_write").await, 0, "declined, it ran");
+    // Accepted, it runs.
+    b.goto("about:blank").await;
+    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
+        .await;
+    b.wait_for(
+        "the confirmation again",
+        "return document.getElementById('confirm-write').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    b.click("#confirm-write-run").await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    assert_eq!(tables("shared_write").await, 1);
+    // A shared read runs at once, no question asked.
+    b.goto("about:blank").await;
+    b.goto(&link("SELECT 42 AS answer")).await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    let open = b
+        .js(
+            "return document.getElementById('confirm-write').open",
+            json!([]),
+        )
+        .await;
+    assert_eq!(open, json!(false));
+}

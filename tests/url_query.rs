@@ -169,6 +169,57 @@ async fn get_runs_only_statements_that_read_whatever_the_policy() {
 }
 
 #[tokio::test]
+async fn a_write_a_connection_accepted_for_post_is_refused_to_get_and_to_read_only() {
+    // The guard's verdicts are kept per connection and text: a write
+    // accepted for a POST was answered from that cache to a GET of the same
+    // text on the same connection, and ran.
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_POOL_SIZE", 1)
+        .spawn_app()
+        .await;
+    let write = "INSERT INTO t SELECT 1";
+    let r = g
+        .query(serde_json::json!({"sql": "CREATE TABLE t (a INT)"}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        g.query(serde_json::json!({ "sql": write })).await.status(),
+        200
+    );
+    let r = g
+        .client
+        .get(url(&g.base, write, None))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "{}", r.text().await.unwrap());
+    // A request may ask for reads only, in its body or its query string.
+    let r = g
+        .query(serde_json::json!({ "sql": write, "read_only": true }))
+        .await;
+    assert_eq!(r.status(), 403);
+    let r = g
+        .client
+        .post(g.url("/query?read_only=true"))
+        .body(write)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = g
+        .query(serde_json::json!({ "sql": "SELECT count(*) AS n FROM t", "read_only": true }))
+        .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["rows"],
+        serde_json::json!([[1]]),
+        "only the first INSERT ran"
+    );
+}
+
+#[tokio::test]
 async fn head_checks_the_request_without_running_it() {
     let g = Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", TOKEN)

@@ -55,12 +55,15 @@ export async function getJson(path, init = {}) {
 }
 
 /** Submit SQL as an async statement; answers its status document. */
-export async function submit(sql, signal) {
+/** Submits `sql` as a statement; `readOnly`: the gateway refuses it if it writes. */
+export async function submit(sql, signal, readOnly = false) {
+  const body = { sql, wait_ms: 0 };
+  if (readOnly) body.read_only = true;
   const r = await call('/statements', {
     method: 'POST',
     signal,
     headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
-    body: JSON.stringify({ sql, wait_ms: 0 }),
+    body: JSON.stringify(body),
   });
   const id = r.headers.get('duckgate-query-id');
   if (r.status === 200) {

@@ -92,14 +92,17 @@ function showProblem(doc, status) {
 
 // ---------------------------------------------------------------- running
 
-async function run() {
+// A shared link's SQL runs only if it reads; one that writes (the gateway
+// refuses it as such under `read_only`) runs after the user says so.
+async function run(opts) {
   if (ui.run) return;
+  const shared = opts !== null && typeof opts === 'object' && opts.shared === true;
   const sql = ui.editor.value;
   if (!sql.trim()) return;
   clearProblem();
   resetResult();
   const started = performance.now();
-  const run = { id: null, started, sql, done: false };
+  const run = { id: null, started, sql, shared, done: false };
   ui.run = run;
   $('run').disabled = true;
   $('cancel').disabled = false;
@@ -108,9 +111,14 @@ async function run() {
   run.timer = setInterval(() => tick(run), 100);
   let status;
   try {
-    status = await api.submit(sql);
+    status = await api.submit(sql, undefined, shared);
   } catch (e) {
     finish(run, 'failed');
+    if (shared && e instanceof api.Problem && writesRefused(e.doc)) {
+      setStatus('idle', 'Shared statement not run');
+      if (await confirmWrite(e.doc.statement_kind, sql)) runAgain();
+      return;
+    }
     if (e instanceof api.Problem) {
       showProblem(e.doc, e.status);
       remember(run, 'failed', 0);
@@ -182,6 +190,11 @@ async function watch(run, status) {
     finish(run, 'cancelled', status);
     remember(run, 'cancelled', status.rows, elapsed);
     setStatus('cancelled', `Cancelled after ${fmtMs(elapsed)}`);
+  } else if (run.shared && writesRefused(status.problem)) {
+    // A shared link's statement that writes: refused as asked, not failed.
+    finish(run, 'idle', status);
+    setStatus('idle', 'Shared statement not run');
+    if (await confirmWrite(status.problem.statement_kind, run.sql)) runAgain();
   } else {
     finish(run, status.state, status);
     remember(run, status.state, 0, elapsed);
@@ -478,6 +491,30 @@ function renderHistory() {
 
 // ---------------------------------------------------------------- sharing
 
+/** `run` by its module-level name (inside `run`, `run` is the run itself). */
+function runAgain() {
+  return run();
+}
+
+/** Whether a problem is the refusal of a write under `read_only`. */
+function writesRefused(doc) {
+  return doc && doc.type === 'urn:duckgate:problem:statement-forbidden'
+    && typeof doc.detail === 'string' && doc.detail.includes('read-only policy');
+}
+
+/** Asks whether to run a shared statement of `kind` that writes. */
+function confirmWrite(kind, sql) {
+  const d = $('confirm-write');
+  $('confirm-write-kind').textContent = kind || 'statement';
+  $('confirm-write-sql').textContent = sql;
+  d.returnValue = '';
+  return new Promise((resolve) => {
+    d.addEventListener('close', () => resolve(d.returnValue === 'run'), { once: true });
+    d.showModal();
+    $('confirm-write-cancel').focus();
+  });
+}
+
 function sqlFromHash() {
   const h = location.hash.replace(/^#/, '');
   for (const part of h.split('&')) {
@@ -522,7 +559,7 @@ async function start() {
   });
   window.addEventListener('hashchange', () => {
     const sql = sqlFromHash();
-    if (sql !== null) { ui.editor.value = sql; run(); }
+    if (sql !== null) { ui.editor.value = sql; run({ shared: true }); }
   });
   renderHistory();
   fetch('/healthz', { cache: 'no-store' }).then((r) => r.json()).then((h) => {
@@ -539,7 +576,7 @@ async function start() {
 function runShared() {
   if (sqlFromHash() !== null && !ui.run && !ui.sharedRan) {
     ui.sharedRan = true;
-    run();
+    run({ shared: true });
   }
 }
 

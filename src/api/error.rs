@@ -54,6 +54,17 @@ pub enum ApiError {
         /// Which token the route needs, or why the one given was refused.
         detail: &'static str,
     },
+    /// The request is refused for where it comes from: a web page of
+    /// another site, or a `Host` the gateway does not answer (403).
+    #[error("{detail}")]
+    Forbidden {
+        /// The problem type's last part (`urn:duckgate:problem:<slug>`).
+        slug: &'static str,
+        /// The problem's short title.
+        title: &'static str,
+        /// Why.
+        detail: String,
+    },
     /// An admin route was called while no admin token is configured (403).
     #[error("admin API disabled")]
     AdminDisabled,
@@ -473,6 +484,9 @@ impl ApiError {
                 (problem(StatusCode::BAD_REQUEST, slug, title, detail.clone()), None)
             }
             ApiError::Query(e) => query_problem(e),
+            ApiError::Forbidden { slug, title, detail } => {
+                (problem(StatusCode::FORBIDDEN, slug, title, detail.clone()), None)
+            }
             ApiError::Unauthorized { detail } => (
                 problem(StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized", *detail),
                 Some((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),

@@ -15,6 +15,7 @@ pub mod query;
 pub mod replicas;
 pub mod request;
 pub mod server;
+pub mod site;
 pub mod statements;
 pub mod transport;
 pub mod ui;
@@ -263,7 +264,21 @@ pub fn router(state: AppState) -> Router {
                     ApiError::Internal("a handler panicked".into()).into_response()
                 })),
         )
-        .with_state(state);
+        .with_state(state.clone());
+    let site = site::SiteRules {
+        anonymous: state.tokens.query.is_empty(),
+        allowed_hosts: state
+            .config
+            .server
+            .allowed_hosts
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        listen_ip: Some(state.config.server.listen.ip()).filter(|ip| !ip.is_unspecified()),
+        cors_origins: state.config.server.cors_origins.clone(),
+    };
+    let router = router.layer(axum::middleware::from_fn_with_state(site, site::guard));
     // Outermost: a preflight is answered before anything else looks at it.
     match cors {
         Some(cors) => router.layer(axum::middleware::from_fn_with_state(cors, transport::cors)),

@@ -288,6 +288,7 @@ async fn run_query(
         format,
         timeout_ms,
         max_rows,
+        read_only: reads_only,
         ..
     } = request;
     let timeout_ms = timeout_ms.map_or(limits.default_query_timeout_ms(), |t| {
@@ -327,8 +328,9 @@ async fn run_query(
         sink: None,
     };
     // A GET runs only statements that read, whatever the policy: proxies,
-    // browsers and tools repeat GETs.
-    let job = if by_url {
+    // browsers and tools repeat GETs (its request says `read_only`); so
+    // does a request that asks for it.
+    let job = if by_url || reads_only {
         QueryJob {
             rules: read_only(job.rules.clone()),
             ..job
@@ -376,7 +378,7 @@ async fn run_query(
 }
 
 /// `rules` with the read-only policy, whatever the configured one.
-fn read_only(
+pub(crate) fn read_only(
     rules: std::sync::Arc<crate::engine::guard::Rules>,
 ) -> std::sync::Arc<crate::engine::guard::Rules> {
     if rules.policy == crate::config::Policy::ReadOnly {

@@ -46,6 +46,11 @@ pub struct QueryRequest {
     #[serde(default)]
     #[schema(minimum = 0)]
     pub wait_ms: Option<i64>,
+    /// Run the statement only if it reads: a write is refused (403), as
+    /// under the read-only policy, whatever the gateway's policy. For
+    /// tools that must not change data, and for the console's shared links.
+    #[serde(default)]
+    pub read_only: Option<bool>,
 }
 
 /// A positional parameter: null, a boolean, a number or a string (the
@@ -79,6 +84,8 @@ pub struct QueryOptions {
     /// `POST /statements` only: how long to wait for the result.
     #[param(minimum = 0)]
     pub wait_ms: Option<i64>,
+    /// Refuse a statement that writes (403), whatever the policy.
+    pub read_only: Option<bool>,
 }
 
 /// `GET /query` (and `HEAD`): the statement and its options in the URL, so
@@ -110,6 +117,8 @@ pub(crate) struct RequestParts {
     pub timeout_ms: Option<u64>,
     pub max_rows: Option<u64>,
     pub wait_ms: Option<u64>,
+    /// Only statements that read may run.
+    pub read_only: bool,
 }
 
 /// The request's query id: the client's `duckgate-query-id` (validated),
@@ -219,6 +228,7 @@ pub(crate) fn read_url_request(
         timeout_ms: url.timeout_ms,
         max_rows: url.max_rows,
         wait_ms: None,
+        read_only: Some(true),
     };
     checked(state, request, headers)
 }
@@ -287,6 +297,7 @@ fn checked(
         timeout_ms,
         max_rows,
         wait_ms,
+        read_only: request.read_only.unwrap_or(false),
     })
 }
 
@@ -334,6 +345,7 @@ fn parse_body(
         request.timeout_ms = request.timeout_ms.or(options.timeout_ms);
         request.max_rows = request.max_rows.or(options.max_rows);
         request.wait_ms = request.wait_ms.or(options.wait_ms);
+        request.read_only = request.read_only.or(options.read_only);
         Ok(request)
     } else {
         let sql = std::str::from_utf8(bytes).map_err(|_| {
@@ -350,6 +362,7 @@ fn parse_body(
             timeout_ms: options.timeout_ms,
             max_rows: options.max_rows,
             wait_ms: options.wait_ms,
+            read_only: options.read_only,
         })
     }
 }

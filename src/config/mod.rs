@@ -204,6 +204,15 @@ pub struct ServerConfig {
     #[arg(long, env = "DUCKGATE_CORS_ORIGINS", value_delimiter = ',', value_parser = parse_origin)]
     pub cors_origins: Vec<String>,
 
+    /// Host names (the `Host` header, port aside) the gateway answers
+    /// besides loopback ones (`localhost`, `*.localhost`, 127.0.0.0/8,
+    /// `::1`) and the listen address, comma-separated; `*.example.com`
+    /// takes every subdomain. Checked when the gateway serves anonymous
+    /// queries (no query tokens), where a DNS-rebinding page could
+    /// otherwise reach it by a name of its own, and whenever it is set.
+    #[arg(long, env = "DUCKGATE_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+
     /// How long a browser may cache a CORS preflight answer, in seconds.
     #[arg(long, env = "DUCKGATE_CORS_MAX_AGE_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     pub cors_max_age_secs: u64,

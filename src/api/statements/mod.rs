@@ -116,6 +116,7 @@ async fn submit_inner(
         timeout_ms,
         max_rows,
         wait_ms,
+        read_only,
     } = read_request(state, options, &headers, body).await?;
     let settings = &state.statements.settings;
     let limits = &state.config.limits;
@@ -196,7 +197,11 @@ async fn submit_inner(
         max_rows,
         rows_asked,
         max_bytes: u64::MAX,
-        rules: state.engine.rules(),
+        rules: if read_only {
+            crate::api::query::read_only(state.engine.rules())
+        } else {
+            state.engine.rules()
+        },
         started,
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),

@@ -100,7 +100,14 @@ pub(super) fn work_inner(
         slot.conn.flush_prepared_statement_cache();
         slot.prepared_epoch = epoch;
     }
-    let accepted = match slot.verdict(&job.sql, epoch) {
+    // A verdict is kept per text, not per policy: a write accepted for a
+    // read-write request is judged again for a read-only one (a GET of the
+    // same text, a request that asked for `read_only`), which refuses it.
+    let reads_only = job.rules.policy == crate::config::Policy::ReadOnly;
+    let cached = slot
+        .verdict(&job.sql, epoch)
+        .filter(|v| v.accepted.read_only || !reads_only);
+    let accepted = match cached {
         Some(v) => v.accepted.clone(),
         None => match guard::check(&slot.raw, &job.sql, &job.rules) {
             Ok(a) => {

@@ -134,6 +134,19 @@ async fn client_objects_live_in_their_schema_and_main_stays_the_operators() {
         "CREATE TABLE temp.main.evil (a INTEGER)".to_string(),
         "CREATE TABLE system.main.evil (a INTEGER)".to_string(),
         "CREATE TABLE __ducklake_metadata_lake.main.evil (a INTEGER)".to_string(),
+        // Issue 36: EXPLAIN ANALYZE runs what it explains; each is judged
+        // as if sent alone.
+        "EXPLAIN ANALYZE CREATE TABLE client.orders AS SELECT -1 AS id".to_string(),
+        "EXPLAIN ANALYZE DROP TABLE main.orders".to_string(),
+        "EXPLAIN ANALYZE DROP TABLE orders".to_string(),
+        "EXPLAIN ANALYZE CREATE TYPE json AS INTEGER".to_string(),
+        "EXPLAIN ANALYZE CREATE VIEW duckdb_tables AS SELECT 1".to_string(),
+        "EXPLAIN ANALYZE DROP SCHEMA client CASCADE".to_string(),
+        "EXPLAIN ANALYZE CREATE TABLE main.evil (a INTEGER)".to_string(),
+        "EXPLAIN ANALYZE ALTER TABLE orders ADD COLUMN evil INTEGER".to_string(),
+        "EXPLAIN ANALYZE CREATE SCHEMA operator".to_string(),
+        "CREATE SCHEMA operator".to_string(),
+        "CREATE SCHEMA system".to_string(),
     ];
     let mut wrong = Vec::new();
     for sql in &refused {

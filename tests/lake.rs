@@ -693,3 +693,64 @@ async fn an_iceberg_table_on_s3_reads_like_duckdb_and_shows_new_snapshots() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["database_kind"], "iceberg");
 }
+
+#[tokio::test]
+async fn a_writable_lakes_metadata_and_name_are_nobodys_to_change() {
+    // Issue 36: on a writable DuckLake, `INSERT INTO
+    // __ducklake_metadata_lakew.public.ducklake_snapshot ...` answered 200
+    // and moved everyone's current snapshot (an INSERT target is not a table
+    // reference to the parse walk; EXPLAIN ANALYZE reached CREATE/ALTER/DROP
+    // too), and `CREATE SCHEMA lake` made every `lake.events` ambiguous.
+    let s3 = S3Server::start(&[]);
+    let pg = Postgres::start(PASSWORD, "lake");
+    duckdb_answer(&s3, &pg, DATA, &[SEED, "SELECT 1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = lake_config(dir.path(), &pg, DATA);
+    let text = std::fs::read_to_string(&config).unwrap() + "read_only = false\n";
+    std::fs::write(&config, text).unwrap();
+    let g = s3
+        .app(3600)
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_POLICY", "read-write")
+        .spawn_app()
+        .await;
+    let mut seen = Seen::default();
+    let snapshot = "SELECT id FROM ducklake_current_snapshot('lake')";
+    let (status, before) = rows(&g, &mut seen, snapshot).await;
+    assert_eq!(status, 200, "{before}");
+    let meta = "__ducklake_metadata_lake";
+    for sql in [
+        format!("INSERT INTO {meta}.public.ducklake_snapshot VALUES (999999, now(), 999999, 999999, 999999)"),
+        format!("EXPLAIN ANALYZE INSERT INTO {meta}.public.ducklake_snapshot VALUES (999998, now(), 1, 1, 1)"),
+        format!("UPDATE {meta}.public.ducklake_snapshot SET schema_version = 7"),
+        format!("DELETE FROM {meta}.public.ducklake_snapshot"),
+        format!("EXPLAIN ANALYZE DELETE FROM {meta}.public.ducklake_snapshot"),
+        format!("CREATE TABLE {meta}.public.planted (a INT)"),
+        format!("EXPLAIN ANALYZE CREATE TABLE {meta}.public.planted (a INT)"),
+        format!("EXPLAIN ANALYZE DROP TABLE {meta}.public.ducklake_snapshot"),
+        format!("EXPLAIN ANALYZE ALTER TABLE {meta}.public.ducklake_snapshot ADD COLUMN x INT"),
+        format!("CREATE TABLE copied AS SELECT * FROM {meta}.public.ducklake_snapshot"),
+        format!("SELECT * FROM {meta}.public.ducklake_snapshot"),
+        "CREATE SCHEMA lake".to_string(),
+        "EXPLAIN ANALYZE CREATE SCHEMA lake".to_string(),
+        "CREATE SCHEMA LAKE".to_string(),
+        "CREATE TABLE lake (a INT)".to_string(),
+        format!("CREATE SCHEMA {meta}"),
+        "CREATE SCHEMA memory".to_string(),
+    ] {
+        let (status, v) = rows(&g, &mut seen, &sql).await;
+        assert_eq!(status, 403, "{sql}: {v}");
+    }
+    let (_, after) = rows(&g, &mut seen, snapshot).await;
+    assert_eq!(after["rows"], before["rows"], "the lake's snapshot moved");
+    // The lake itself stays writable through its own name, and readable.
+    let (status, v) = rows(
+        &g,
+        &mut seen,
+        "INSERT INTO lake.events SELECT 5000, 'gateway', 1.0",
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = rows(&g, &mut seen, "SELECT count(*) AS n FROM lake.events").await;
+    assert_eq!((status, v["rows"].clone()), (200, json!([[1001]])), "{v}");
+}

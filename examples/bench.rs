@@ -14,7 +14,7 @@
 //! (data and logs; default a temporary directory), `--clients N` (concurrent
 //! clients = pool connections = in-process connections; default 4),
 //! `--threads T` (DuckDB threads on both sides; default the number of cores),
-//! `--only small,large,memory,health,s3,rotation,statements,lake`.
+//! `--only small,guard,large,memory,health,s3,rotation,statements,lake`.
 //!
 //! Load generators: small queries use `wrk` (C, one event-loop thread), not a
 //! tokio/reqwest loop in this process. On a two-core machine the client shares
@@ -96,7 +96,7 @@ impl Opts {
                 "-h" | "--help" => {
                     eprintln!(
                         "usage: bench --gateway PATH [--quick] [--work DIR] [--clients N] \
-                         [--threads T] [--only small,large,memory,health,s3,rotation,statements,lake]"
+                         [--threads T] [--only small,guard,large,memory,health,s3,rotation,statements,lake]"
                     );
                     std::process::exit(0);
                 }
@@ -756,6 +756,89 @@ fn bench_small(opts: &Opts, table: &mut Table) -> Result<()> {
             table.failed("1", name, &e);
         }
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 9. the guard's own cost
+
+/// The guard's work on a statement it has not seen (DuckDB's parse, its
+/// serialized tree walked, the plan bound and walked) against DuckDB's own
+/// time for the same statement in-process (prepare, execute, fetch), on the
+/// same thread kind the gateway gives both (its 64 MiB stack). Medians of
+/// `reps` cold runs each; the guard keeps no cache at this level.
+fn bench_guard(opts: &Opts, table: &mut Table) -> Result<()> {
+    let sum = |n: usize| {
+        format!(
+            "SELECT {}",
+            (0..n)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        )
+    };
+    let nest = |open: &str, close: &str, n: usize| {
+        format!("SELECT {}1{}", open.repeat(n), close.repeat(n))
+    };
+    let cases: Vec<(String, String)> = vec![
+        ("10-term sum".into(), sum(10)),
+        ("30-term sum".into(), sum(30)),
+        ("100-term sum".into(), sum(100)),
+        ("500-term sum".into(), sum(500)),
+        ("100-level parentheses".into(), nest("(", ")", 100)),
+        ("100-level abs()".into(), nest("abs(", ")", 100)),
+        (
+            "100-level CASE".into(),
+            nest("CASE WHEN true THEN ", " END", 100),
+        ),
+        ("100-level lists".into(), nest("[", "]", 100)),
+    ];
+    let reps = if opts.quick { 3 } else { 7 };
+    std::thread::Builder::new()
+        .stack_size(duckgate::engine::nesting::STACK_BYTES)
+        .spawn(move || -> Result<Vec<(String, f64, f64)>> {
+            let db = std::sync::Arc::new(duckgate::engine::ffi::RawDatabase::open(None, &[])?);
+            let raw = db.connect_raw()?;
+            let conn = db.connect()?;
+            let rules = duckgate::engine::guard::Rules {
+                policy: duckgate::config::Policy::ReadOnly,
+                paths: Default::default(),
+                client_schema: None,
+                writable: Vec::new(),
+            };
+            let mut out = Vec::new();
+            for (label, sql) in cases {
+                let mut guard = Vec::new();
+                let mut own = Vec::new();
+                for _ in 0..reps {
+                    let t = Instant::now();
+                    duckgate::engine::guard::check(&raw, &sql, &rules)
+                        .map_err(|r| anyhow::anyhow!("the guard refused {label}: {r:?}"))?;
+                    guard.push(t.elapsed().as_secs_f64());
+                    let t = Instant::now();
+                    let mut stmt = conn.prepare(&sql)?;
+                    let mut rows = stmt.query([])?;
+                    while rows.next()?.is_some() {}
+                    own.push(t.elapsed().as_secs_f64());
+                }
+                out.push((label, median(guard), median(own)));
+            }
+            Ok(out)
+        })?
+        .join()
+        .map_err(|_| anyhow::anyhow!("the guard benchmark's thread panicked"))??
+        .into_iter()
+        .for_each(|(label, guard, own)| {
+            let ratio = guard / own;
+            table.add(
+                "9",
+                format!("guard, cold: {label}"),
+                ms(guard * 1000.0),
+                ms(own * 1000.0),
+                format!("{ratio:.2}"),
+                "≤ 2.0 (guard / DuckDB)",
+                Some(ratio <= 2.0),
+            );
+        });
     Ok(())
 }
 
@@ -1972,6 +2055,11 @@ async fn run(opts: Opts) -> Result<()> {
     }
     if opts.wants("small") {
         bench_small(&opts, &mut table)?;
+    }
+    if opts.wants("guard") {
+        if let Err(e) = bench_guard(&opts, &mut table) {
+            table.failed("9", "guard", &e);
+        }
     }
     if opts.wants("large") {
         if let Err(e) = bench_large(&opts, &mut table).await {

@@ -335,3 +335,20 @@ fn bind_errors_keep_their_class() {
         Err(Refusal::Parse(_))
     ));
 }
+
+#[test]
+fn long_set_operation_chains_and_deep_scalar_subqueries_are_refused_before_binding() {
+    let union = |n: usize| vec!["SELECT 1"; n].join(" UNION ALL ");
+    assert!(verdict(Policy::ReadOnly, "", &union(100)).is_ok());
+    assert!(verdict(Policy::ReadOnly, "", &union(4001)).is_ok());
+    match verdict(Policy::ReadOnly, "", &union(4002)) {
+        Err(Refusal::Bind(m)) => assert!(m.contains("4001 set operations"), "{m}"),
+        other => panic!("{:.200}", format!("{other:?}")),
+    }
+    let nested = |d: usize| format!("SELECT {}1{}", "(SELECT ".repeat(d), ")".repeat(d));
+    assert!(verdict(Policy::ReadOnly, "", &nested(10)).is_ok());
+    match verdict(Policy::ReadOnly, "", &nested(30)) {
+        Err(Refusal::Bind(m)) => assert!(m.contains("exponential"), "{m}"),
+        other => panic!("{:.200}", format!("{other:?}")),
+    }
+}

@@ -252,14 +252,14 @@ async fn slow_and_idle_clients_are_closed() {
     let mut held = Vec::new();
     for _ in 0..50 {
         let mut s = TcpStream::connect(&addr).await.unwrap();
-        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n")
             .await
             .unwrap();
         held.push(s);
     }
     // An idle keep-alive connection after one answered request.
     let mut idle = TcpStream::connect(&addr).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut buf = vec![0u8; 8192];
@@ -295,7 +295,7 @@ async fn slow_and_idle_clients_are_closed() {
 
     // A body sent too slowly: 408, not a held slot.
     let mut s = TcpStream::connect(&addr).await.unwrap();
-    s.write_all(b"POST /query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"sql\":")
+    s.write_all(b"POST /query HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"sql\":")
         .await
         .unwrap();
     let mut answer = Vec::new();

@@ -16,7 +16,7 @@
 //    document: `json_structure` of 100,000 levels overflows DuckDB's own
 //    8 MiB main thread, a JSON -> VARIANT cast of 10,000 objects does. The
 //    functions whose C++ recurses on the document (measured, see
-//    tests/nesting.rs) are wrapped in the system catalog so that every
+//    tests/it/venv/nesting.rs) are wrapped in the system catalog so that every
 //    string argument is scanned first (one pass over its bytes, no
 //    recursion) and a document deeper than the cap fails the query with
 //    DuckDB's own InvalidInputException, which the gateway answers with

@@ -1,0 +1,3 @@
+//! The console in headless Chromium: `scripts/test --tier browser`.
+
+mod ui;

@@ -1,0 +1,1039 @@
+//! The browser console (`/ui`) driven in a real headless Chromium against
+//! the real binary, through chromedriver's WebDriver HTTP API (spoken here
+//! with reqwest): enter a token, run a query and compare the table's cells
+//! with DuckDB in-process, watch a long query's progress and cancel it,
+//! see a bad query's problem, download a result and compare it with
+//! `/query`'s answer, chart, and check that the page asked nothing of any
+//! origin but the gateway. Screenshots go to `docs/screenshots/`.
+//!
+//! `scripts/test-env` installs Debian's `chromium` and `chromium-driver`
+//! where it may; where neither is found the browser test prints why and
+//! passes (the HTTP checks of the console's headers still run).
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "ui-test-token-9f3c";
+
+/// Column names and DuckDB types.
+type Head = Vec<(String, String)>;
+/// DuckDB's rows, each value as its VARCHAR cast (`None`: NULL).
+type Reference = Vec<Vec<Option<String>>>;
+/// Rows on the page: index, cell texts, which cells show the NULL marker.
+type Rendered = Vec<(u64, Vec<String>, Vec<bool>)>;
+
+/// A chromedriver process and one browser session.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn find_binary(env: &str, names: &[&str]) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for n in names {
+            let p = dir.join(n);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Browser {
+    /// Starts chromedriver and a headless Chromium that saves downloads in
+    /// `downloads`; `None` (with the reason printed) when there is none.
+    async fn start(downloads: &Path) -> Option<Browser> {
+        let chromium = find_binary("DUCKGATE_CHROMIUM", &["chromium", "chromium-browser"]);
+        let driver = find_binary("DUCKGATE_CHROMEDRIVER", &["chromedriver"]);
+        let (Some(chromium), Some(driver)) = (chromium, driver) else {
+            eprintln!(
+                "SKIPPED tests/ui.rs browser checks: no chromium and chromedriver on PATH \
+                 (scripts/test-env installs Debian's chromium and chromium-driver as root; \
+                 or set DUCKGATE_CHROMIUM and DUCKGATE_CHROMEDRIVER to their paths)"
+            );
+            return None;
+        };
+        let port = free_port();
+        let child = Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start chromedriver");
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .unwrap();
+        let base = format!("http://127.0.0.1:{port}");
+        let mut b = Browser {
+            driver: child,
+            base,
+            session: String::new(),
+            http,
+        };
+        common::eventually("chromedriver is ready", Duration::from_secs(30), || {
+            let http = b.http.clone();
+            let url = format!("{}/status", b.base);
+            async move {
+                match http.get(url).send().await {
+                    Ok(r) if r.status() == 200 => Ok(()),
+                    Ok(r) => Err(format!("status {}", r.status())),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await;
+        let caps = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"performance": "ALL", "browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu",
+                    "--disable-dev-shm-usage", "--window-size=1440,900",
+                    "--force-device-scale-factor=1",
+                    // Every name resolves to nothing: the page can reach
+                    // the gateway (an IP address) and no other host.
+                    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                ],
+                "prefs": {
+                    "download.default_directory": downloads,
+                    "download.prompt_for_download": false,
+                },
+            },
+        }}});
+        let r: Value = b
+            .http
+            .post(format!("{}/session", b.base))
+            .json(&caps)
+            .send()
+            .await
+            .expect("new session")
+            .json()
+            .await
+            .unwrap();
+        b.session = r["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {r}"))
+            .to_string();
+        // Downloads in headless Chromium: allowed into `downloads`.
+        let _ = b
+            .cmd(
+                "POST",
+                "/goog/cdp/execute",
+                json!({"cmd": "Browser.setDownloadBehavior",
+                       "params": {"behavior": "allow", "downloadPath": downloads}}),
+            )
+            .await;
+        Some(b)
+    }
+
+    async fn cmd(&self, method: &str, path: &str, body: Value) -> Result<Value, String> {
+        let url = format!("{}/session/{}{}", self.base, self.session, path);
+        let req = match method {
+            "GET" => self.http.get(url),
+            "DELETE" => self.http.delete(url),
+            _ => self.http.post(url).json(&body),
+        };
+        let r = req.send().await.map_err(|e| e.to_string())?;
+        let status = r.status();
+        let v: Value = r.json().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(v["value"].clone())
+        } else {
+            Err(format!("{method} {path}: {status} {v}"))
+        }
+    }
+
+    async fn goto(&self, url: &str) {
+        self.cmd("POST", "/url", json!({ "url": url }))
+            .await
+            .unwrap();
+    }
+
+    /// Runs `script` (a function body; `arguments` are `args`) in the page.
+    async fn js(&self, script: &str, args: Value) -> Value {
+        self.cmd(
+            "POST",
+            "/execute/sync",
+            json!({"script": script, "args": args}),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("script failed: {e}\n{script}"))
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let v = self
+            .cmd(
+                "POST",
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        v["element-6066-11e4-a52e-4f735466cecf"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.cmd("POST", &format!("/element/{id}/click"), json!({}))
+            .await
+            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+    }
+
+    /// Types `text` into the element (WebDriver key codes allowed).
+    async fn keys(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.cmd(
+            "POST",
+            &format!("/element/{id}/value"),
+            json!({ "text": text }),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("keys {css}: {e}"));
+    }
+
+    /// Waits until `script` returns something truthy; returns it.
+    async fn wait_for(&self, what: &str, script: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let v = self.js(script, json!([])).await;
+            let truthy = !(v.is_null() || v == json!(false) || v == json!("") || v == json!(0));
+            if truthy {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let status = self
+                    .js("return document.getElementById('status').textContent + ' | ' + document.getElementById('problem').textContent", json!([]))
+                    .await;
+                panic!("{what}: not within {within:?} (page status: {status})");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let v = self.cmd("GET", "/screenshot", json!({})).await.unwrap();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap())
+            .unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+
+    /// Log entries of `kind` (`performance`: DevTools events; `browser`:
+    /// the console, CSP violations included) since the last call.
+    async fn log(&self, kind: &str) -> Vec<Value> {
+        self.cmd("POST", "/se/log", json!({ "type": kind }))
+            .await
+            .map(|v| v.as_array().cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Puts `sql` in the editor as typed text would.
+    async fn set_sql(&self, sql: &str) {
+        self.js(
+            "const t = document.getElementById('sql'); t.value = arguments[0]; \
+             t.dispatchEvent(new Event('input')); t.focus();",
+            json!([sql]),
+        )
+        .await;
+    }
+
+    /// Runs the editor's SQL with the Run button and waits for an end state.
+    async fn run(&self, sql: &str) -> String {
+        self.set_sql(sql).await;
+        self.click("#run").await;
+        self.wait_end().await
+    }
+
+    async fn wait_end(&self) -> String {
+        let s = self
+            .wait_for(
+                "the statement ends",
+                "const s = document.getElementById('status').dataset.state; \
+                 return ['succeeded','failed','cancelled'].includes(s) ? s : null",
+                Duration::from_secs(120),
+            )
+            .await;
+        let s = s.as_str().unwrap().to_string();
+        if s == "succeeded" {
+            // And its result is paged in.
+            self.wait_for(
+                "the result is loaded",
+                "return document.getElementById('table-pane').dataset.loaded",
+                Duration::from_secs(120),
+            )
+            .await;
+        }
+        s
+    }
+
+    /// The header (name, type) and the rendered rows: (row index, cells,
+    /// which cells show NULL).
+    async fn table(&self) -> (Head, Rendered) {
+        let v = self
+            .js(
+                "const head = [...document.querySelectorAll('.grid-head .cell')].slice(1)
+                   .map(h => [h.querySelector('.col-name').textContent, h.querySelector('.col-type').textContent]);
+                 const rows = [...document.querySelectorAll('.grid-row')].map(r => {
+                   const cells = [...r.querySelectorAll('.cell')].slice(1);
+                   return [Number(r.dataset.row), cells.map(c => c.textContent), cells.map(c => c.classList.contains('cell-null'))];
+                 });
+                 return [head, rows];",
+                json!([]),
+            )
+            .await;
+        let head = v[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h[0].as_str().unwrap().to_string(),
+                    h[1].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let rows = v[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r[0].as_u64().unwrap(),
+                    r[1].as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c.as_str().unwrap().to_string())
+                        .collect(),
+                    r[2].as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|c| c.as_bool().unwrap())
+                        .collect(),
+                )
+            })
+            .collect();
+        (head, rows)
+    }
+}
+
+/// DuckDB in-process: the column names and types of `sql`, and each value
+/// as DuckDB prints it (its VARCHAR cast), `None` for NULL.
+fn duckdb_reference(sql: &str) -> (Head, Reference) {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let mut stmt = conn.prepare(&format!("DESCRIBE {sql}")).unwrap();
+    let head: Head = stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let casts = (1..=head.len())
+        .map(|i| format!("CAST(#{i} AS VARCHAR)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut stmt = conn
+        .prepare(&format!("SELECT {casts} FROM ({sql})"))
+        .unwrap();
+    let n = head.len();
+    let rows = stmt
+        .query_map([], |r| {
+            (0..n)
+                .map(|i| r.get::<_, Option<String>>(i))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (head, rows)
+}
+
+/// Waits for Chromium to finish the download that ends in `ext`.
+async fn downloaded(dir: &Path, ext: &str) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let done: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == ext))
+            .collect();
+        if let Some(p) = done.first() {
+            let bytes = std::fs::read(p).unwrap();
+            std::fs::remove_file(p).unwrap();
+            return bytes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no .{ext} download in {}",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn query_bytes(g: &common::Gateway, sql: &str, format: &str) -> Vec<u8> {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "sql": sql, "format": format }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap().to_vec()
+}
+
+const TYPED_SQL: &str = "SELECT i AS id, 'name ' || i AS label, \
+    CASE WHEN i % 3 = 0 THEN NULL ELSE i / 4 END AS score, \
+    CASE WHEN i = 2 THEN 'NULL' WHEN i % 4 = 0 THEN NULL ELSE 'x' || i END AS note, \
+    (DATE '2024-01-30' + i::INTEGER) AS day, i % 2 = 0 AS even, \
+    (i * 1.25)::DECIMAL(9,2) AS amount \
+    FROM range(1, 41) t(i) ORDER BY i";
+
+/// Compares the rendered rows with DuckDB's; answers how many it compared.
+fn compare_rows(reference: &Reference, rows: &Rendered) -> usize {
+    for (i, cells, nulls) in rows {
+        let want = &reference[*i as usize];
+        assert_eq!(cells.len(), want.len(), "row {i}");
+        for (c, w) in want.iter().enumerate() {
+            match w {
+                None => assert!(
+                    nulls[c],
+                    "row {i} col {c}: DuckDB has NULL, the page shows {:?}",
+                    cells[c]
+                ),
+                Some(w) => {
+                    assert!(
+                        !nulls[c],
+                        "row {i} col {c}: DuckDB has {w:?}, the page shows a NULL"
+                    );
+                    assert_eq!(&cells[c], w, "row {i} col {c}");
+                }
+            }
+        }
+    }
+    rows.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
+async fn the_console_in_a_real_browser() {
+    let downloads = tempfile::tempdir().unwrap();
+    let Some(b) = Browser::start(downloads.path()).await else {
+        return;
+    };
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKEN)
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .start();
+    // A table DuckDB reports scan progress for (as tests/statements.rs).
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"sql": "CREATE TABLE big AS SELECT range AS i FROM range(60000000)", "timeout_ms": 120_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    // `/` leads to the console, which asks for a token first.
+    b.goto(&g.url("/")).await;
+    let url = b.js("return location.pathname", json!([])).await;
+    assert_eq!(url, "/ui");
+    b.wait_for(
+        "the token dialog",
+        "return document.getElementById('login').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    // A wrong token is refused at once.
+    b.keys("#token", "not-the-token").await;
+    b.click("#connect").await;
+    let msg = b
+        .wait_for(
+            "the refusal",
+            "const e = document.getElementById('login-error'); return !e.hidden && e.textContent",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(!msg.as_str().unwrap().contains("not-the-token"), "{msg}");
+    b.keys("#token", TOKEN).await;
+    b.click("#connect").await;
+    b.wait_for(
+        "the dialog closes",
+        "return !document.getElementById('login').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    // The token lives in the tab's session storage, not in the URL.
+    let stored = b
+        .js(
+            "return [sessionStorage.getItem('duckgate.token'), location.href]",
+            json!([]),
+        )
+        .await;
+    assert_eq!(stored[0], TOKEN);
+    assert!(!stored[1].as_str().unwrap().contains(TOKEN));
+    // The catalog panel lists the table made above.
+    b.wait_for(
+        "the catalog shows table big",
+        "return [...document.querySelectorAll('#catalog summary')].some(s => s.textContent.trim() === 'big')",
+        Duration::from_secs(30),
+    )
+    .await;
+
+    // A query run with Ctrl+Enter; the table's cells equal DuckDB's.
+    b.set_sql(TYPED_SQL).await;
+    b.keys("#sql", "\u{E009}\u{E007}\u{E000}").await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    let stmt = b
+        .js(
+            "return document.getElementById('stmt-id').textContent",
+            json!([]),
+        )
+        .await;
+    assert!(stmt.as_str().unwrap().starts_with("statement "), "{stmt}");
+    let (want_head, want_rows) = duckdb_reference(TYPED_SQL);
+    let (head, rows) = b.table().await;
+    assert_eq!(head, want_head, "names and DuckDB types in the header");
+    let mut compared = compare_rows(&want_rows, &rows);
+    b.screenshot("result-table").await;
+    // Scroll to the end: the last rows render and equal DuckDB's too.
+    b.js(
+        "const v = document.querySelector('.grid-viewport'); v.scrollTop = v.scrollHeight;",
+        json!([]),
+    )
+    .await;
+    b.wait_for(
+        "the last row renders",
+        &format!(
+            "return !!document.querySelector('.grid-row[data-row=\"{}\"]')",
+            want_rows.len() - 1
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    compared += compare_rows(&want_rows, &b.table().await.1);
+    assert!(compared >= want_rows.len(), "compared {compared} rows");
+    // The string 'NULL' (row 2) and a NULL (row 4) look different: the
+    // comparisons above checked the marker class both ways; the reference
+    // must hold both for that to mean anything.
+    assert_eq!(want_rows[1][3].as_deref(), Some("NULL"));
+    assert_eq!(want_rows[3][3], None);
+
+    // Downloads: each format fetched with the token and saved; the file
+    // equals /query's answer (JSON but its elapsed_ms; Parquet as DuckDB
+    // reads it back: the same columns, types and values as the query).
+    for (format, ext) in [
+        ("csv", "csv"),
+        ("ndjson", "ndjson"),
+        ("arrow", "arrow"),
+        ("json", "json"),
+        ("parquet", "parquet"),
+    ] {
+        b.click(&format!("#downloads button[data-format=\"{format}\"]"))
+            .await;
+        let got = downloaded(downloads.path(), ext).await;
+        if format == "parquet" {
+            let file = downloads.path().join("read-back.parquet");
+            std::fs::write(&file, &got).unwrap();
+            let back =
+                duckdb_reference(&format!("SELECT * FROM read_parquet('{}')", file.display()));
+            assert_eq!(
+                back,
+                duckdb_reference(TYPED_SQL),
+                "Parquet download read back"
+            );
+            continue;
+        }
+        let want = query_bytes(&g, TYPED_SQL, format).await;
+        if format == "json" {
+            let mut a: Value = serde_json::from_slice(&got).unwrap();
+            let mut w: Value = serde_json::from_slice(&want).unwrap();
+            a.as_object_mut().unwrap().remove("elapsed_ms");
+            w.as_object_mut().unwrap().remove("elapsed_ms");
+            assert_eq!(a, w, "JSON download");
+        } else {
+            assert_eq!(got, want, "{format} download differs from /query's answer");
+        }
+    }
+
+    // 100,000 rows: all paged in, a bounded number of rows in the DOM, and
+    // a jump to the middle renders that row.
+    let t = Instant::now();
+    assert_eq!(
+        b.run("SELECT i, i * 2 AS twice, 'row ' || i AS s FROM range(100000) t(i)")
+            .await,
+        "succeeded"
+    );
+    let load = t.elapsed();
+    let loaded = b
+        .js(
+            "return document.getElementById('table-pane').dataset.loaded",
+            json!([]),
+        )
+        .await;
+    assert_eq!(loaded, "100000");
+    let timing = b
+        .js(
+            "const v = document.querySelector('.grid-viewport');
+             const t0 = performance.now();
+             for (let k = 0; k < 50; k++) { v.scrollTop = (k * 1999 % 100000) * 24; v.dispatchEvent(new Event('scroll')); }
+             v.scrollTop = 50000 * 24;
+             return performance.now() - t0;",
+            json!([]),
+        )
+        .await;
+    b.wait_for(
+        "row 50000 renders",
+        "const r = document.querySelector('.grid-row[data-row=\"50000\"]'); return r && r.querySelectorAll('.cell')[1].textContent === '50000'",
+        Duration::from_secs(10),
+    )
+    .await;
+    let dom_rows = b
+        .js(
+            "return document.querySelectorAll('.grid-row').length",
+            json!([]),
+        )
+        .await;
+    assert!(
+        dom_rows.as_u64().unwrap() < 200,
+        "virtual scrolling keeps the DOM small: {dom_rows} rows"
+    );
+    eprintln!(
+        "100,000 rows: run and paged in {load:?}; 50 scroll jumps {timing} ms; {dom_rows} rows in the DOM"
+    );
+
+    // A chart of one category and two numbers.
+    assert_eq!(
+        b.run("SELECT 'region ' || (i % 7) AS region, sum(i * (i % 7 + 1)) AS total, sum(i * (7 - i % 7)) AS other FROM range(7000) t(i) GROUP BY 1 ORDER BY 1")
+            .await,
+        "succeeded"
+    );
+    b.click(".tab[data-tab=\"chart\"]").await;
+    let painted = b
+        .wait_for(
+            "the chart is drawn",
+            "const c = document.getElementById('chart'); const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+             let n = 0; for (let k = 0; k < d.length; k += 4) if (d[k + 3] && (d[k] !== d[k + 1] || d[k + 1] !== d[k + 2])) n++; return n",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(
+        painted.as_u64().unwrap() > 1000,
+        "coloured pixels: {painted}"
+    );
+    b.screenshot("chart").await;
+    b.click(".tab[data-tab=\"table\"]").await;
+
+    // A bad query: the problem's title and DuckDB's class, as /query says
+    // them, and the name marked in the SQL.
+    let bad = "SELECT nope FROM range(3)";
+    assert_eq!(b.run(bad).await, "failed");
+    let shown = b
+        .js(
+            "return [document.getElementById('problem-title').textContent, document.getElementById('problem-class').textContent, document.getElementById('problem-detail').textContent, (document.getElementById('sql-error-mark') || {}).textContent]",
+            json!([]),
+        )
+        .await;
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "sql": bad }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(shown[0], problem["title"]);
+    assert_eq!(
+        shown[1],
+        format!("{} Error", problem["error_class"].as_str().unwrap())
+    );
+    assert_eq!(shown[2], problem["detail"]);
+    assert_eq!(shown[3], "nope", "the unknown column is marked");
+    b.screenshot("error").await;
+
+    // A long query: progress moves, Cancel stops it, the connection is back.
+    b.set_sql("SELECT sum(hash(i::VARCHAR || 'x')) FROM big")
+        .await;
+    b.click("#run").await;
+    let mut seen: Vec<f64> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while seen.len() < 2 {
+        let text = b
+            .js("return [document.getElementById('status').dataset.state, document.getElementById('progress-text').textContent]", json!([]))
+            .await;
+        assert!(
+            ["submitting", "queued", "running"].contains(&text[0].as_str().unwrap()),
+            "the scan ended ({}) before progress rose twice: {seen:?}",
+            text[0]
+        );
+        let pct = text[1]
+            .as_str()
+            .unwrap()
+            .split('%')
+            .next()
+            .and_then(|p| p.trim().parse::<f64>().ok());
+        if let Some(p) = pct {
+            if p > 0.0 && seen.last().is_none_or(|&l| p > l) {
+                seen.push(p);
+                if seen.len() == 1 {
+                    b.screenshot("progress").await;
+                }
+            }
+        }
+        assert!(Instant::now() < deadline, "no rising progress on the page");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    let id = b
+        .js(
+            "return document.getElementById('stmt-id').textContent.replace('statement ', '')",
+            json!([]),
+        )
+        .await;
+    let id = id.as_str().unwrap().to_string();
+    b.click("#cancel").await;
+    assert_eq!(b.wait_end().await, "cancelled");
+    let (status, s) = g.get(&format!("/statements/{id}"), TOKEN).await;
+    assert_eq!(status, 200);
+    assert_eq!(s["state"], "cancelled", "{s}");
+    g.health_until(
+        "the cancelled statement's connection is back in the pool",
+        |h| h["pool"]["in_use"] == 0,
+        Duration::from_secs(30),
+    )
+    .await;
+    eprintln!("progress seen on the page: {seen:?}");
+
+    // A shared link opens with its SQL and runs it (the token from this tab).
+    let shared = "SELECT 'shared' AS how, 7 AS n";
+    let link = format!(
+        "{}#sql={}",
+        g.url("/ui"),
+        shared
+            .bytes()
+            .map(|c| if c.is_ascii_alphanumeric() {
+                (c as char).to_string()
+            } else {
+                format!("%{c:02X}")
+            })
+            .collect::<String>()
+    );
+    b.goto("about:blank").await;
+    b.goto(&link).await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    let (_, rows) = b.table().await;
+    assert_eq!(rows[0].1, vec!["shared".to_string(), "7".to_string()]);
+    // This tab's history lists what ran.
+    let hist = b
+        .js(
+            "return [...document.querySelectorAll('#history li .mono')].map(e => e.textContent)",
+            json!([]),
+        )
+        .await;
+    assert!(
+        hist.as_array().unwrap().iter().any(|h| h == bad),
+        "history: {hist}"
+    );
+
+    // The API docs render from the embedded document.
+    b.goto(&g.url("/docs")).await;
+    b.wait_for(
+        "the docs render",
+        "return document.querySelectorAll('section.op').length > 20 && !!document.getElementById('schema-QueryRequest')",
+        Duration::from_secs(20),
+    )
+    .await;
+    b.screenshot("docs").await;
+
+    // Nothing but the gateway was asked for anything, and nothing broke
+    // the CSP or threw.
+    let mut urls = Vec::new();
+    for e in b.log("performance").await {
+        let m: Value =
+            serde_json::from_str(e["message"].as_str().unwrap_or("{}")).unwrap_or_default();
+        if m["message"]["method"] == "Network.requestWillBeSent" {
+            urls.push(
+                m["message"]["params"]["request"]["url"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+    }
+    assert!(
+        urls.len() > 10,
+        "the DevTools log saw the page's requests: {urls:?}"
+    );
+    for u in &urls {
+        assert!(
+            u.starts_with(&g.base) || u.starts_with("blob:") || u.starts_with("data:"),
+            "the page asked another origin: {u}"
+        );
+    }
+    let entries = b
+        .js(
+            "return performance.getEntriesByType('resource').map(e => e.name)",
+            json!([]),
+        )
+        .await;
+    for u in entries.as_array().unwrap() {
+        assert!(u.as_str().unwrap().starts_with(&g.base), "{u}");
+    }
+    let severe: Vec<Value> = b
+        .log("browser")
+        .await
+        .into_iter()
+        .filter(|e| e["level"] == "SEVERE")
+        // The wrong token above is a 401 the console logs as a failed load.
+        .filter(|e| !e["message"].as_str().unwrap_or("").contains("401"))
+        .filter(|e| {
+            !e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("400 (Bad Request)")
+        })
+        .filter(|e| {
+            !e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("404 (Not Found)")
+        })
+        .collect();
+    assert!(severe.is_empty(), "console errors: {severe:?}");
+    let _ = b.cmd("DELETE", "", json!({})).await;
+}
+
+#[tokio::test]
+#[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
+async fn the_console_has_strict_headers_and_can_be_turned_off() {
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKEN)
+        .start();
+    let r = g.client.get(g.url("/ui")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    for part in [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(part), "{csp}");
+    }
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
+    assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    let html = r.text().await.unwrap();
+    // Every script and style the page loads is served, from this origin.
+    for asset in [
+        "/ui/console.js",
+        "/ui/api.js",
+        "/ui/editor.js",
+        "/ui/grid.js",
+        "/ui/chart.js",
+        "/ui/console.css",
+        "/docs/docs.js",
+        "/docs/docs.css",
+    ] {
+        let r = g.client.get(g.url(asset)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{asset}");
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+    }
+    assert!(
+        !html.contains("http://") && !html.contains("https://"),
+        "no absolute URL in the page"
+    );
+    // `/` redirects to the console; the files hold no token.
+    let r = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(g.url("/"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_redirection());
+    assert_eq!(r.headers()["location"], "/ui");
+
+    let off = common::Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKEN)
+        .env("DUCKGATE_UI", "false")
+        .start();
+    for path in ["/", "/ui", "/ui/console.js"] {
+        let r = off.client.get(off.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 404, "{path} with DUCKGATE_UI=false");
+    }
+    // The API docs stay.
+    let r = off.client.get(off.url("/docs")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+/// Serves `html` at `/` on a loopback port of its own: another site's page.
+async fn serve_page(html: String) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let html = html.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf).await;
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{html}",
+                    html.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+#[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
+async fn no_page_writes_through_an_anonymous_gateway_unasked() {
+    // Issue 36: with no tokens, a page on another localhost port wrote a
+    // table (a CORS-simple POST needs no preflight), and `/ui#sql=<write>`
+    // ran the write on load.
+    let downloads = tempfile::tempdir().unwrap();
+    let Some(b) = Browser::start(downloads.path()).await else {
+        return;
+    };
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .start();
+    let tables = |name: &'static str| {
+        let g = &g;
+        async move {
+            g.query_ok(&format!(
+                "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = '{name}'"
+            ))
+            .await["rows"][0][0]
+                .as_i64()
+                .unwrap()
+        }
+    };
+    // Another site's page fires every kind of request a page may send
+    // without a preflight, as a form and as fetch.
+    let target = g.url("/query");
+    let page = format!(
+        r#"<!doctype html><form id="f" method="POST" action="{target}" enctype="text/plain">
+<input name="CREATE TABLE pwned_form AS SELECT 1 AS x --" value=""></form>
+<script>
+fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": "text/plain"}}, body: "CREATE TABLE pwned_fetch AS SELECT 1 AS x"}})
+  .finally(() => {{ document.title = "sent"; document.getElementById("f").submit(); }});
+</script>"#
+    );
+    let port = serve_page(page).await;
+    b.goto(&format!("http://127.0.0.1:{port}/")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(tables("pwned_fetch").await, 0, "the page's fetch wrote");
+    assert_eq!(tables("pwned_form").await, 0, "the page's form wrote");
+    // Control: the gateway writes what the same statement asks of it
+    // directly, so the refusal above is the origin's.
+    g.query_ok("CREATE TABLE direct AS SELECT 1 AS x").await;
+    assert_eq!(tables("direct").await, 1);
+
+    // A shared link that writes asks first; declined, nothing runs.
+    let link = |sql: &str| {
+        format!(
+            "{}#sql={}",
+            g.url("/ui"),
+            form_urlencoded::byte_serialize(sql.as_bytes()).collect::<String>()
+        )
+    };
+    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
+        .await;
+    b.wait_for(
+        "the token dialog",
+        "return document.getElementById('login').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    b.click("#connect").await;
+    let kind = b
+        .wait_for(
+            "the confirmation",
+            "const d = document.getElementById('confirm-write'); return d.open && document.getElementById('confirm-write-kind').textContent",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert_eq!(kind, "CREATE TABLE");
+    assert_eq!(tables("shared_write").await, 0, "it ran before the answer");
+    b.click("#confirm-write-cancel").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tables("shared_write").await, 0, "declined, it ran");
+    // Accepted, it runs.
+    b.goto("about:blank").await;
+    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
+        .await;
+    b.wait_for(
+        "the confirmation again",
+        "return document.getElementById('confirm-write').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    b.click("#confirm-write-run").await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    assert_eq!(tables("shared_write").await, 1);
+    // A shared read runs at once, no question asked.
+    b.goto("about:blank").await;
+    b.goto(&link("SELECT 42 AS answer")).await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    let open = b
+        .js(
+            "return document.getElementById('confirm-write').open",
+            json!([]),
+        )
+        .await;
+    assert_eq!(open, json!(false));
+}

@@ -1,0 +1,134 @@
+//! A short read runs on the request's own thread; one that turns out long
+//! or large moves to a blocking thread and still answers in full, with
+//! DuckDB's values.
+
+use crate::common;
+
+use crate::common::{metric, Gateway};
+use serde_json::{json, Value};
+
+/// Inline runs, and inline runs moved for their answer's size and for
+/// their budget.
+async fn counters(g: &common::App) -> [f64; 3] {
+    let m = g.get_text("/metrics").await;
+    [
+        metric(&m, "duckgate_queries_inline_total"),
+        metric(
+            &m,
+            "duckgate_queries_inline_moved_total{reason=\"answer_size\"}",
+        ),
+        metric(&m, "duckgate_queries_inline_moved_total{reason=\"budget\"}"),
+    ]
+}
+
+/// `sql` with `params` in-process: DuckDB's own rows, as JSON values.
+fn duckdb_rows(sql: &str, param: i64) -> Vec<Vec<Value>> {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let mut rows = stmt.query([param]).unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().unwrap() {
+        let n = r.as_ref().column_count();
+        out.push(
+            (0..n)
+                .map(|i| match r.get_ref(i).unwrap() {
+                    duckdb::types::ValueRef::Text(t) => json!(std::str::from_utf8(t).unwrap()),
+                    _ => json!(r.get::<_, i64>(i).unwrap()),
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+/// The rows of an NDJSON answer, each as its array of values.
+fn ndjson_rows(body: &str) -> Vec<Vec<Value>> {
+    body.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| match v {
+            Value::Array(a) => a,
+            Value::Object(o) => o.into_iter().map(|(_, v)| v).collect(),
+            other => panic!("not a row: {other}"),
+        })
+        .collect()
+}
+
+async fn ndjson(g: &common::App, sql: &str, param: i64) -> String {
+    let r = g
+        .query(json!({"sql": sql, "params": [param], "format": "ndjson", "max_rows": 10_000_000}))
+        .await;
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
+/// Runs `sql` with `small`, then with `big`, until a big run was inline
+/// and moved for `reason` (1: `answer_size`, 2: `budget`): the small run
+/// makes the text quick unless it was slow itself (a busy moment), and
+/// then the big one runs on a blocking thread. Every answer equals
+/// DuckDB's. The counters after the move.
+async fn moves(g: &common::App, sql: &str, small: i64, big: i64, reason: usize) -> [f64; 3] {
+    let small_rows = duckdb_rows(sql, small);
+    let big_rows = duckdb_rows(sql, big);
+    for _ in 0..20 {
+        assert_eq!(ndjson_rows(&ndjson(g, sql, small).await), small_rows);
+        let before = counters(g).await;
+        assert_eq!(ndjson_rows(&ndjson(g, sql, big).await), big_rows);
+        let after = counters(g).await;
+        // A busy moment can move a run for the other reason, or make
+        // either run slow: only this reason's move ends the tries.
+        if after[reason] > before[reason] {
+            return after;
+        }
+    }
+    panic!("20 tries, no inline run of {sql} moved");
+}
+
+/// One test at a time: "quick" is a measured time, and the other test's
+/// long query would slow this one's short ones.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test]
+async fn a_short_read_runs_inline_and_a_grown_answer_moves_whole() {
+    let _serial = SERIAL.lock().await;
+    // One connection: every run of the text meets its own verdict.
+    let g = Gateway::builder()
+        .env("DUCKGATE_POOL_SIZE", 1)
+        .spawn_app()
+        .await;
+    // Rows that are long, quick to make and to encode; none for the short
+    // runs.
+    let sql = "SELECT i, length(repeat('x', 50000) || i) AS n, repeat('x', 50000) AS s \
+               FROM range(CAST($1 AS BIGINT)) t(i)";
+    // The same text, an answer of 2 MB (40 rows): it outgrows the channel,
+    // stops before any byte left, and runs again on a blocking thread.
+    let n = 40;
+    let after = moves(&g, sql, 0, n, 1).await;
+    // Now known to be large: it stays on a blocking thread.
+    let body = ndjson(&g, sql, n).await;
+    assert_eq!(ndjson_rows(&body), duckdb_rows(sql, n));
+    assert_eq!(counters(&g).await, after);
+    // A short answer again: the text is quick again after a run that was.
+    let none = duckdb_rows(sql, 0);
+    for _ in 0..20 {
+        assert_eq!(ndjson_rows(&ndjson(&g, sql, 0).await), none);
+    }
+    let now = counters(&g).await;
+    assert!(now[0] > after[0], "20 short runs, none inline: {now:?}");
+}
+
+#[tokio::test]
+async fn a_read_that_outruns_its_budget_moves_and_answers() {
+    let _serial = SERIAL.lock().await;
+    let g = Gateway::builder()
+        .env("DUCKGATE_POOL_SIZE", 1)
+        .env("DUCKGATE_THREADS", 1)
+        .spawn_app()
+        .await;
+    let sql =
+        "SELECT count(*) AS a, max(i) AS b FROM range(CAST($1 AS BIGINT)) t(i) WHERE i % 7 = 3";
+    // The same text over many rows takes far longer than an inline run may
+    // hold the thread: the sentinel stops it and it runs again elsewhere.
+    moves(&g, sql, 10, 200_000_000, 2).await;
+}

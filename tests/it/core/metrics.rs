@@ -1,0 +1,150 @@
+//! /metrics exposes what an operator alerts on, read without the pool; each
+//! gateway counts its own work, even beside others in one process.
+
+use std::time::Duration;
+
+use crate::common::{eventually, Gateway};
+use serde_json::json;
+
+#[tokio::test]
+async fn prometheus_text_has_the_operational_series() {
+    let g = Gateway::builder().spawn_app().await;
+    g.query_ok("SELECT 1").await;
+    let _ = g.query(json!({"sql": "SELEC 1"})).await;
+    let _ = g.query(json!({"sql": "CREATE TABLE t (a INT)"})).await;
+    // Outcomes are counted as the worker finishes, a moment after the
+    // answer: wait until the pool has drained.
+    g.health_until(
+        "drained pool",
+        |h| h["pool"]["in_use"] == 0,
+        Duration::from_secs(5),
+    )
+    .await;
+    let r = g.client.get(g.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let m = r.text().await.unwrap();
+    for series in [
+        "duckgate_http_requests_total{",
+        "duckgate_http_request_duration_seconds_bucket{",
+        "duckgate_queries_total{outcome=\"ok\"}",
+        "duckgate_queries_total{outcome=\"sql_error\"}",
+        "duckgate_queries_total{outcome=\"refused\"}",
+        "duckgate_query_duration_seconds_bucket{",
+        "duckgate_pool_size ",
+        "duckgate_pool_in_use ",
+        "duckgate_pool_waiting ",
+    ] {
+        assert!(m.contains(series), "missing {series} in:\n{m}");
+    }
+    assert!(m.contains("route=\"/query\"") && m.contains("status=\"200\""));
+}
+
+/// The series value of `line_start` (e.g. `name{labels}`) in a scrape.
+fn value_of(scrape: &str, line_start: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn gateways_in_one_process_count_only_their_own_queries() {
+    let a = Gateway::builder().spawn_app().await;
+    let b = Gateway::builder().spawn_app().await;
+    for i in 0..3 {
+        a.query_ok(&format!("SELECT {i}")).await;
+    }
+    b.query_ok("SELECT 1").await;
+    let ok = "duckgate_queries_total{outcome=\"ok\"}";
+    // Outcomes are counted as the worker finishes, a moment after the answer.
+    eventually("own counts (a 3, b 1)", Duration::from_secs(5), || async {
+        let (ma, mb) = (a.get_text("/metrics").await, b.get_text("/metrics").await);
+        match (value_of(&ma, ok), value_of(&mb, ok)) {
+            (Some(3.0), Some(1.0)) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+}
+
+/// Every series name the gateway's source records (`metrics::counter!`,
+/// `gauge!`, `histogram!`).
+fn recorded_series() -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for kind in ["counter!(", "gauge!(", "histogram!("] {
+                    for (i, _) in text.match_indices(kind) {
+                        let rest = text[i + kind.len()..].trim_start();
+                        if let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next())
+                        {
+                            out.push(name.to_string());
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut out,
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[tokio::test]
+async fn a_fresh_gateway_shows_every_series_at_zero() {
+    let g = Gateway::builder().spawn_app().await;
+    // Nothing but the harness's readiness polls has happened.
+    let m = g.get_text("/metrics").await;
+    let series = recorded_series();
+    assert!(series.len() >= 15, "{series:?}");
+    for name in &series {
+        // One series per S3 secret: this gateway has none.
+        if name.starts_with("duckgate_credentials_") || name == "duckgate_rotations_total" {
+            continue;
+        }
+        assert!(
+            m.lines().any(|l| l.starts_with(name.as_str())),
+            "{name} missing from a fresh scrape:\n{m}"
+        );
+    }
+    for (series, value) in [
+        ("duckgate_pool_acquire_timeouts_total", 0.0),
+        ("duckgate_query_cancellations_total", 0.0),
+        ("duckgate_pool_connections_replaced_total", 0.0),
+        ("duckgate_spill_cap_interrupts_total", 0.0),
+        ("duckgate_duckdb_memory_refusals_total", 0.0),
+        ("duckgate_spool_bytes", 0.0),
+        ("duckgate_queries_running", 0.0),
+        (
+            "duckgate_auth_failures_total{route=\"query\",reason=\"missing\"}",
+            0.0,
+        ),
+        (
+            "duckgate_auth_failures_total{route=\"admin\",reason=\"wrong\"}",
+            0.0,
+        ),
+        ("duckgate_queries_total{outcome=\"timeout\"}", 0.0),
+        ("duckgate_statements_total{outcome=\"ok\"}", 0.0),
+        ("duckgate_statements{state=\"running\"}", 0.0),
+        ("duckgate_query_duration_seconds_count{outcome=\"ok\"}", 0.0),
+        ("duckgate_rotation_duration_seconds_count", 0.0),
+    ] {
+        assert_eq!(
+            value_of(&m, &format!("{series} ")),
+            Some(value),
+            "{series} in:\n{m}"
+        );
+    }
+}

@@ -1,0 +1,18 @@
+//! Suites that need nothing installed: plain `cargo test` runs them.
+
+mod auth;
+mod client_schema;
+mod dockerfile;
+mod guard_kinds;
+mod inline;
+mod metrics;
+mod openapi;
+mod pool_health;
+mod probe_listener;
+mod queries;
+mod query_api;
+mod shedding;
+mod statements;
+mod storage_faults;
+mod token_share;
+mod transport;

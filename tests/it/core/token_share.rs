@@ -1,0 +1,153 @@
+//! Fair shares of the pool (issue 20): one token cannot hold every pooled
+//! connection. With two tokens and a pool of two, each token's share is one
+//! connection: alice's second query waits in her own queue and gets 429
+//! `token-concurrency`, while bob's query runs at once. The control case
+//! gives every token the whole pool (`DUCKGATE_MAX_QUERIES_PER_TOKEN=2`):
+//! then alice holds both connections and bob gets 503.
+
+use std::time::Duration;
+
+use crate::common::{eventually, App, Endpoint, Gateway};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-share-token-000001";
+const BOB: &str = "bob-share-token-00000002";
+const ADMIN: &str = "admin-share-token-000003";
+/// Runs until its time limit.
+const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
+
+async fn gateway(per_token: Option<u32>) -> App {
+    let mut b = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .env("DUCKGATE_POOL_SPARES", 0)
+        .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 1500);
+    if let Some(n) = per_token {
+        b = b.env("DUCKGATE_MAX_QUERIES_PER_TOKEN", n);
+    }
+    b.spawn_app().await
+}
+
+async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(token)
+        .json(&json!({"sql": sql, "timeout_ms": timeout_ms}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Starts one long query of alice's and waits until it holds a connection.
+async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+    let h = {
+        let e = Endpoint {
+            base: g.base.clone(),
+            client: g.client.clone(),
+        };
+        tokio::spawn(async move { call(&e, ALICE, LONG, 8_000).await })
+    };
+    eventually(
+        "alice's query holding a connection",
+        Duration::from_secs(20),
+        || async {
+            let h = g.health().await;
+            if h["pool"]["in_use"].as_u64() == Some(running) {
+                Ok(())
+            } else {
+                Err(h["pool"].clone())
+            }
+        },
+    )
+    .await;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_cannot_take_the_whole_pool() {
+    let g = gateway(None).await;
+    let first = alice_runs(&g, 1).await;
+    // Her second query waits for her own share, not for the pool.
+    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:token-concurrency");
+    // Bob is served while alice's query runs.
+    let (status, body) = call(&g, BOB, "SELECT 42 AS x", 30_000).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"], json!([[42]]));
+    assert_eq!(first.await.unwrap().0, 504);
+    // Her share comes back with her connection.
+    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_a_token_allowed_the_whole_pool_starves_the_others() {
+    let g = gateway(Some(2)).await;
+    let first = alice_runs(&g, 1).await;
+    let second = alice_runs(&g, 2).await;
+    let (status, body) = call(&g, BOB, "SELECT 42 AS x", 30_000).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:pool-exhausted");
+    assert_eq!(first.await.unwrap().0, 504);
+    assert_eq!(second.await.unwrap().0, 504);
+}
+
+/// Whose work pinned the spares (issue 20): a query DuckDB cannot interrupt
+/// inside one call (levenshtein of two 60,000-character strings, ~15 s of
+/// one core) outlives its 500 ms limit; after the stuck grace its connection
+/// is replaced by the one spare, and health says degraded, with the number
+/// of tokens that hold it, while the other token is still served. The
+/// probes answer anyone, so they name no token; `GET /admin/pool` (admin
+/// token only) does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_names_the_token_whose_stuck_query_pinned_the_spares() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .env("DUCKGATE_POOL_SPARES", 1)
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .start();
+    let h = g.health().await;
+    assert_eq!(h["pool"]["stuck_tokens"], 0, "{h}");
+    let (status, v) = call(
+        &g,
+        ALICE,
+        "SELECT levenshtein(repeat('a', 60000), repeat('b', 60000)) AS d",
+        500,
+    )
+    .await;
+    assert_eq!(status, 504, "{v}");
+    let h = g
+        .health_until(
+            "alice's connection stuck and replaced",
+            |h| h["pool"]["stuck"] == 1,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(h["pool"]["stuck_tokens"], 1, "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+    let reasons = h["reasons"].to_string();
+    assert!(
+        reasons.contains("spare") && reasons.contains("held by the queries of 1 token"),
+        "{h}"
+    );
+    // Neither probe names a client, whoever asks.
+    for probe in ["/healthz", "/readyz"] {
+        let body = g.get_text(probe).await;
+        assert!(!body.contains("alice"), "{probe} names a token: {body}");
+    }
+    // The admin sees whose work it is; a query token may not look.
+    let (status, pool) = g.get("/admin/pool", ADMIN).await;
+    assert_eq!(status, 200, "{pool}");
+    assert_eq!(pool["stuck_by_token"], json!({"alice": 1}), "{pool}");
+    assert_eq!(pool["stuck"], 1, "{pool}");
+    let (status, _) = g.get("/admin/pool", ALICE).await;
+    assert_eq!(status, 401);
+    // Capacity is whole: bob is served meanwhile.
+    let (status, v) = call(&g, BOB, "SELECT 42 AS x", 5_000).await;
+    assert_eq!(status, 200, "{v}");
+}

@@ -1,0 +1,7 @@
+//! Suites that need PostgreSQL 15 (shared state, lake catalogs) and the test venv: `scripts/test --tier pg`.
+
+mod lake;
+mod query_ids;
+mod replicas;
+mod state_tls;
+mod statement_handoff;

@@ -1,0 +1,389 @@
+//! Three gateway processes behind no load balancer at all, sharing one
+//! PostgreSQL state (DUCKGATE_STATE_DSN) and one S3 spool
+//! (DUCKGATE_SPOOL_URL): a statement submitted on one is polled, paged,
+//! listed and cancelled through the others; a replica killed with SIGKILL
+//! mid-statement leaves that statement `statement-lost` (410) and its
+//! finished results served by the others; credentials rotate on every
+//! replica meanwhile.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use crate::common::{eventually, Gateway, Postgres, S3Server};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-token-0123456789";
+const BOB: &str = "bob-token-0123456789ab";
+const ADMIN: &str = "admin-token-0123456789";
+const PASSWORD: &str = "state-pw-7c1e4a";
+/// Runs until cancelled or killed.
+const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
+
+/// The connection string of the state database in `pg`.
+fn dsn(pg: &Postgres) -> String {
+    format!(
+        "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
+        pg.port
+    )
+}
+
+fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
+    s3.app(20)
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
+        .env("DUCKGATE_STATE_DSN", dsn(pg))
+        .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
+        .env("DUCKGATE_REPLICA_STALE_MS", 2000)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 3000)
+        .env("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", 8000)
+        .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
+        .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
+        .env("DUCKGATE_POOL_SIZE", 4)
+        .start()
+}
+
+async fn submit(g: &Gateway, token: &str, id: &str, sql: &str, wait_ms: u64) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(token)
+        .header("duckgate-query-id", id)
+        .json(&json!({"sql": sql, "wait_ms": wait_ms}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The rows `/query` gives for `sql` on `g`: DuckDB's own answer.
+async fn reference(g: &Gateway, sql: &str) -> Value {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(ALICE)
+        .json(&json!({ "sql": sql }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.json::<Value>().await.unwrap()["rows"].clone()
+}
+
+async fn state_of(g: &Gateway, id: &str) -> (u16, Value) {
+    g.get(&format!("/statements/{id}"), ALICE).await
+}
+
+async fn rotations(g: &Gateway) -> u64 {
+    let (status, v) = g.get("/admin/secrets", ADMIN).await;
+    assert_eq!(status, 200, "{v}");
+    v["secrets"][0]["rotations"].as_u64().unwrap_or(0)
+}
+
+fn sql_for(i: usize) -> String {
+    format!(
+        "SELECT i, i * {} AS v, 'r' || i AS s FROM range(10000) t(i) ORDER BY i",
+        i + 2
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs PostgreSQL 15 and the test venv; scripts/test installs it"]
+async fn statements_any_replica_serves() {
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let mut g: Vec<Gateway> = (0..3).map(|_| replica(&s3, &pg)).collect();
+    let started = Instant::now();
+
+    // Submitted on each replica, polled through the next, paged through
+    // the one after.
+    for i in 0..3 {
+        let id = format!("each-{i}");
+        let sql = sql_for(i);
+        let (status, v) = submit(&g[i], ALICE, &id, &sql, 0).await;
+        assert!(status == 202 || status == 200, "{status} {v}");
+        let poller = &g[(i + 1) % 3];
+        let done = eventually(
+            "the statement succeeded, seen on another replica",
+            Duration::from_secs(30),
+            || async {
+                let (status, v) = state_of(poller, &id).await;
+                match (status, v["state"].as_str()) {
+                    (200, Some("succeeded")) => Ok(v),
+                    _ => Err(format!("{status} {v}")),
+                }
+            },
+        )
+        .await;
+        assert_eq!(done["rows"], 10000, "{done}");
+        assert_eq!(done["token"], "alice");
+        let pager = &g[(i + 2) % 3];
+        let (status, page) = pager
+            .get(
+                &format!("/statements/{id}/result?format=json&offset=4000&limit=3000"),
+                ALICE,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let want = reference(pager, &format!("{sql} LIMIT 3000 OFFSET 4000")).await;
+        assert_eq!(
+            page["rows"],
+            want,
+            "page of each-{i} through replica {}",
+            (i + 2) % 3
+        );
+        // The same token rules as one process: another token sees nothing.
+        let (status, _) = pager.get(&format!("/statements/{id}"), BOB).await;
+        assert_eq!(status, 404);
+        let (status, _) = pager.get(&format!("/statements/{id}/result"), BOB).await;
+        assert_eq!(status, 404);
+    }
+    // Every replica lists every statement of the token.
+    for gw in &g {
+        let (status, v) = gw.get("/statements", ALICE).await;
+        assert_eq!(status, 200);
+        let ids: Vec<&str> = v["statements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|s| s["id"].as_str())
+            .collect();
+        for i in 0..3 {
+            assert!(ids.contains(&format!("each-{i}").as_str()), "{ids:?}");
+        }
+        let (_, v) = gw.get("/statements", BOB).await;
+        assert_eq!(v["statements"], json!([]));
+    }
+    // Never existed: 404 on all.
+    let (status, v) = state_of(&g[1], "never-was").await;
+    assert_eq!(status, 404, "{v}");
+
+    // The S3 spool holds every token's results: no query reads it.
+    for sql in [
+        "SELECT count(*) FROM read_blob('s3://duckgate-test/spool/*/*')",
+        "SELECT count(*) FROM read_blob('s3://duckgate-test/*/*/*.arrow')",
+    ] {
+        let r = g[1]
+            .client
+            .post(g[1].url("/query"))
+            .bearer_auth(BOB)
+            .json(&json!({ "sql": sql }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{sql}: {}", r.text().await.unwrap());
+    }
+
+    // Ids are unique across replicas.
+    let (status, v) = submit(&g[0], ALICE, "dup", "SELECT 1", 20_000).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = submit(&g[1], ALICE, "dup", "SELECT 2", 20_000).await;
+    assert_eq!(status, 409, "{v}");
+    assert!(
+        v["type"].as_str().unwrap().ends_with("query-id-taken"),
+        "{v}"
+    );
+
+    // A running statement is listed among the queries of every replica and
+    // cancelled through another (DELETE /queries/{id}).
+    let (status, v) = submit(&g[1], ALICE, "long-1", LONG, 0).await;
+    assert_eq!(status, 202, "{v}");
+    let listed = eventually(
+        "long-1 listed on replica 2",
+        Duration::from_secs(10),
+        || async {
+            let (_, v) = g[2].get("/queries", ALICE).await;
+            v["queries"]
+                .as_array()
+                .and_then(|q| q.iter().find(|q| q["id"] == "long-1").cloned())
+                .ok_or(v.to_string())
+        },
+    )
+    .await;
+    assert_eq!(listed["token"], "alice");
+    let (_, v) = g[2].get("/queries", BOB).await;
+    assert!(!v.to_string().contains("long-1"), "{v}");
+    let (status, _) = g[2].delete("/queries/long-1", BOB).await;
+    assert_eq!(status, 404, "another token cannot cancel it");
+    let asked = Instant::now();
+    let (status, v) = g[2].delete("/queries/long-1", ALICE).await;
+    assert_eq!(status, 200, "{v}");
+    eventually(
+        "long-1 cancelled, seen on replica 0",
+        Duration::from_secs(10),
+        || async {
+            let (status, v) = state_of(&g[0], "long-1").await;
+            match v["state"].as_str() {
+                Some("cancelled") => Ok(()),
+                _ => Err(format!("{status} {v}")),
+            }
+        },
+    )
+    .await;
+    eprintln!("cancel through another replica took {:?}", asked.elapsed());
+
+    // DELETE /statements/{id} through another replica stops it on its owner.
+    let (status, v) = submit(&g[2], ALICE, "long-2", LONG, 0).await;
+    assert_eq!(status, 202, "{v}");
+    eventually("long-2 running", Duration::from_secs(10), || async {
+        let (_, v) = state_of(&g[0], "long-2").await;
+        (v["state"] == "running").then_some(()).ok_or(v.to_string())
+    })
+    .await;
+    let (status, v) = g[0].delete("/statements/long-2", ALICE).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["cancelled"], true, "{v}");
+    eventually(
+        "long-2 gone from its owner's queries",
+        Duration::from_secs(5),
+        || async {
+            let (_, v) = g[2].get("/queries", ADMIN).await;
+            (!v.to_string().contains("long-2"))
+                .then_some(())
+                .ok_or(v.to_string())
+        },
+    )
+    .await;
+    let (status, _) = state_of(&g[1], "long-2").await;
+    assert_eq!(status, 404);
+
+    // Credentials rotate on every replica meanwhile.
+    for (i, gw) in g.iter().enumerate() {
+        let mut n = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            n = rotations(gw).await;
+            if n >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(n >= 3, "replica {i}: start-up plus two rotations, saw {n}");
+    }
+
+    // Replica 0 is killed with SIGKILL: its finished statement stays
+    // served, its running one is lost.
+    let kept_sql = sql_for(7);
+    let (status, v) = submit(&g[0], ALICE, "kept", &kept_sql, 20_000).await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = submit(&g[0], ALICE, "doomed", LONG, 0).await;
+    assert_eq!(status, 202, "{v}");
+    eventually(
+        "doomed running, seen on replica 1",
+        Duration::from_secs(10),
+        || async {
+            let (_, v) = state_of(&g[1], "doomed").await;
+            (v["state"] == "running").then_some(()).ok_or(v.to_string())
+        },
+    )
+    .await;
+    // Its published status: the end of "kept" is published before the
+    // next submission's answer.
+    eventually("kept published", Duration::from_secs(5), || async {
+        let (_, v) = state_of(&g[1], "kept").await;
+        (v["state"] == "succeeded")
+            .then_some(())
+            .ok_or(v.to_string())
+    })
+    .await;
+    g[0].child.kill().unwrap();
+    g[0].child.wait().unwrap();
+    let killed = Instant::now();
+    let lost = eventually("doomed lost", Duration::from_secs(20), || async {
+        let (status, v) = state_of(&g[1], "doomed").await;
+        (status == 410)
+            .then_some(v.clone())
+            .ok_or(format!("{status} {v}"))
+    })
+    .await;
+    assert!(
+        lost["type"].as_str().unwrap().ends_with("statement-lost"),
+        "{lost}"
+    );
+    eprintln!(
+        "a killed replica's statement was lost after {:?}",
+        killed.elapsed()
+    );
+    let (status, v) = g[2].get("/statements/doomed/result", ALICE).await;
+    assert_eq!(status, 410, "{v}");
+    let (status, v) = g[2].get("/statements", ALICE).await;
+    assert_eq!(status, 200);
+    let doomed = v["statements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "doomed")
+        .cloned()
+        .unwrap();
+    assert_eq!(doomed["state"], "lost", "{doomed}");
+    // The finished result of the dead replica, served by both others.
+    for gw in &g[1..] {
+        let (status, page) = gw
+            .get("/statements/kept/result?format=json&offset=9000", ALICE)
+            .await;
+        assert_eq!(status, 200, "{page}");
+        let want = reference(gw, &format!("{kept_sql} OFFSET 9000")).await;
+        assert_eq!(page["rows"], want);
+    }
+    // Never existed stays 404, lost or not.
+    let (status, _) = state_of(&g[2], "never-was").await;
+    assert_eq!(status, 404);
+    eprintln!("three replicas: {:?} in all", started.elapsed());
+}
+
+/// A full disk under a replica's spool (issue 21): fetching another
+/// replica's result there is 507 `spool-full` with Retry-After, the server's
+/// storage, and leaves no partial copy behind to keep the disk full; once
+/// there is room the same page is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs PostgreSQL 15 and the test venv; scripts/test installs it"]
+async fn a_full_disk_under_a_result_copy_is_507_and_leaves_nothing() {
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let a = replica(&s3, &pg);
+    let b = replica(&s3, &pg);
+    // About 2 MB of Arrow: more than the 64 KiB disk below.
+    let sql = "SELECT i, 'row ' || i AS s FROM range(100000) t(i) ORDER BY i";
+    let (status, _) = submit(&a, ALICE, "big", sql, 30_000).await;
+    assert_eq!(status, 200);
+    let (status, v) = state_of(&a, "big").await;
+    assert_eq!(
+        (status, v["state"].as_str()),
+        (200, Some("succeeded")),
+        "{v}"
+    );
+
+    let copies = b.data_dir.path().join("data").join("spool").join("copies");
+    let Some(disk) = common::Tmpfs::mount(&copies, "64k") else {
+        return;
+    };
+    let page = "/statements/big/result?format=json&offset=500&limit=10";
+    let r = b
+        .client
+        .get(b.url(page))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry_after = r.headers().get("retry-after").cloned();
+    let problem: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 507, "{problem}");
+    assert_eq!(
+        problem["type"], "urn:duckgate:problem:spool-full",
+        "{problem}"
+    );
+    assert!(retry_after.is_some(), "no Retry-After: {problem}");
+    let left = common::files_in(&copies);
+    assert!(
+        left.is_empty(),
+        "a failed copy stayed on the full disk: {left:?}"
+    );
+
+    drop(disk);
+    let (status, got) = b.get(page, ALICE).await;
+    assert_eq!(status, 200, "{got}");
+    let want = reference(&b, &format!("{sql} LIMIT 10 OFFSET 500")).await;
+    assert_eq!(got["rows"], want);
+}

@@ -1,0 +1,241 @@
+//! Signed result URLs (`POST /statements/{id}/links`): a statement's owner
+//! mints a URL for its result pages that needs no header until it expires,
+//! for readers that cannot send one (polars, a browser link). The URL holds
+//! for exactly its statement, until its expiry, and never carries the token.
+
+use std::time::Duration;
+
+use crate::common::{python, Gateway};
+use serde_json::{json, Value};
+
+const TOKENS: &str = "alice:alice-secret-9d2c,bob:bob-secret-41f7";
+const ALICE: &str = "alice-secret-9d2c";
+const BOB: &str = "bob-secret-41f7";
+
+/// A finished statement of `token` with id `id`.
+async fn statement(g: &Gateway, token: &str, id: &str, sql: &str) {
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(token)
+        .header("duckgate-query-id", id)
+        .json(&json!({"sql": sql, "wait_ms": 30_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
+async fn mint(g: &Gateway, token: &str, id: &str, query: &str) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url(&format!("/statements/{id}/links{query}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+async fn get(g: &Gateway, url: &str) -> (u16, String) {
+    let r = g.client.get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
+async fn a_signed_url_reads_its_statement_without_a_header_and_nothing_else() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKENS)
+        .start();
+    let sql = "SELECT i, 'v' || i AS s FROM range(2500) t(i) ORDER BY i";
+    statement(&g, ALICE, "report-1", sql).await;
+    statement(&g, ALICE, "report-2", "SELECT 'other' AS x").await;
+    statement(&g, BOB, "bobs", "SELECT 'bob' AS x").await;
+
+    // Without a header and without a signature: 401.
+    let (status, _) = get(&g, &g.url("/statements/report-1/result?format=csv")).await;
+    assert_eq!(status, 401);
+
+    let (status, link) = mint(&g, ALICE, "report-1", "?format=csv&expires_in_s=600").await;
+    assert_eq!(status, 201, "{link}");
+    let url = link["url"].as_str().unwrap().to_string();
+    assert!(url.starts_with(&g.base), "{url}");
+    assert!(!url.contains(ALICE), "the token must never be in the URL");
+    assert!(link["expires_at"].as_u64().unwrap() > 0);
+    // The signed URL answers as the owner's header would.
+    let (status, body) = get(&g, &url).await;
+    assert_eq!(status, 200, "{body}");
+    let with_header = g
+        .client
+        .get(g.url("/statements/report-1/result?format=csv"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, with_header);
+    assert_eq!(body.lines().count(), 2501);
+    // Pages and other formats of the same result are the reader's choice.
+    let (status, page) = get(&g, &format!("{url}&offset=10&limit=5")).await;
+    assert_eq!(status, 200);
+    assert_eq!(page.lines().count(), 6);
+
+    // The same signature on another statement, another owner, a later
+    // expiry, another route or method: refused.
+    let other = url.replace("report-1", "report-2");
+    assert_eq!(get(&g, &other).await.0, 401);
+    let as_bob = url.replace("owner=alice", "owner=bob");
+    assert_eq!(get(&g, &as_bob).await.0, 401);
+    let expires = link["expires_at"].as_u64().unwrap();
+    let later = url.replace(
+        &format!("expires={expires}"),
+        &format!("expires={}", expires + 3600),
+    );
+    assert_eq!(get(&g, &later).await.0, 401);
+    let status_route = url.replace("/result?", "?");
+    assert_eq!(get(&g, &status_route).await.0, 401);
+    let r = g.client.delete(&status_route).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = g.client.delete(&url).send().await.unwrap();
+    assert!(r.status().is_client_error());
+    // The statement is still there for its owner.
+    assert_eq!(get(&g, &url).await.0, 200);
+
+    // Only the owner (or the admin) mints: bob's token sees no report-1.
+    assert_eq!(mint(&g, BOB, "report-1", "").await.0, 404);
+    assert_eq!(mint(&g, ALICE, "bobs", "").await.0, 404);
+    // Bad options are problems.
+    assert_eq!(mint(&g, ALICE, "report-1", "?expires_in_s=0").await.0, 400);
+    assert_eq!(
+        mint(&g, ALICE, "report-1", "?expires_in_s=999999").await.0,
+        400
+    );
+    assert_eq!(mint(&g, ALICE, "report-1", "?format=xml").await.0, 400);
+
+    // It stops at its expiry.
+    let (_, short) = mint(&g, ALICE, "report-1", "?expires_in_s=1").await;
+    let short = short["url"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (status, body) = get(&g, &short).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("expired"), "{body}");
+
+    // Failed signatures are counted.
+    let metrics = g.get_text("/metrics").await;
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("duckgate_auth_failures_total") && l.contains("reason=\"signature\"")
+        })
+        .expect("the signature failures counter");
+    let n: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 6.0, "{line}");
+
+    // Neither signatures nor tokens reach the log.
+    let sig = url.split("sig=").nth(1).unwrap();
+    let log = g.log_text();
+    for secret in [sig, ALICE, BOB] {
+        assert!(!log.contains(secret), "{secret} reached the log");
+    }
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
+async fn readers_that_send_no_header_read_a_signed_url() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKENS)
+        .start();
+    let sql = "SELECT i, i / 3 AS x, 'row ' || i AS s, DATE '2024-01-01' + (i % 400)::INT AS d FROM range(20000) t(i) ORDER BY i";
+    statement(&g, ALICE, "for-tools", sql).await;
+    let (_, csv) = mint(&g, ALICE, "for-tools", "?format=csv").await;
+    let (_, arrow) = mint(&g, ALICE, "for-tools", "?format=arrow").await;
+    // pandas, pyarrow and polars with no header at all.
+    // The reference: DuckDB in-process, the same query.
+    let out = python(
+        r#"
+import io, sys, urllib.request
+import duckdb, pandas as pd, pyarrow.ipc
+csv_url, arrow_url, sql = sys.argv[1], sys.argv[2], sys.argv[3]
+ref = duckdb.sql(sql).df()
+got = pd.read_csv(csv_url, parse_dates=["d"])
+got["d"] = got["d"].astype(ref["d"].dtype)
+pd.testing.assert_frame_equal(got, ref, check_dtype=False)
+print("pandas", len(got))
+table = pyarrow.ipc.open_stream(urllib.request.urlopen(arrow_url).read()).read_all()
+assert table.equals(duckdb.sql(sql).arrow().read_all() if hasattr(duckdb.sql(sql).arrow(), "read_all") else duckdb.sql(sql).arrow()), "arrow differs"
+print("pyarrow", table.num_rows)
+try:
+    import polars as pl
+except ImportError:
+    print("polars not installed")
+else:
+    got = pl.read_csv(csv_url, try_parse_dates=True)
+    want = pl.from_arrow(duckdb.sql(sql).arrow())
+    assert got.height == want.height and got["i"].to_list() == want["i"].to_list() and got["s"].to_list() == want["s"].to_list()
+    print("polars", got.height)
+"#,
+        &[
+            csv["url"].as_str().unwrap(),
+            arrow["url"].as_str().unwrap(),
+            sql,
+        ],
+    );
+    assert!(out.contains("pandas 20000"), "{out}");
+    assert!(out.contains("pyarrow 20000"), "{out}");
+    assert!(out.contains("polars 20000"), "{out}");
+    eprintln!("{out}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
+async fn a_signed_url_does_not_follow_its_id_to_a_later_statement() {
+    // Issue 36: delete `st-a1`, submit a new `st-a1`, and the old link read
+    // the new result.
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKENS)
+        .start();
+    statement(&g, ALICE, "st-a1", "SELECT 'first' AS x").await;
+    let (status, link) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    assert_eq!(status, 201, "{link}");
+    let old = link["url"].as_str().unwrap().to_string();
+    let (status, body) = get(&g, &old).await;
+    assert_eq!((status, body.as_str()), (200, "x\nfirst\n"));
+    let r = g
+        .client
+        .delete(g.url("/statements/st-a1"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    statement(&g, ALICE, "st-a1", "SELECT 'second' AS x").await;
+    let (status, body) = get(&g, &old).await;
+    assert_eq!(status, 404, "the old link read the new statement: {body}");
+    // A link minted for the new statement reads it.
+    let (_, link) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    let (status, body) = get(&g, link["url"].as_str().unwrap()).await;
+    assert_eq!((status, body.as_str()), (200, "x\nsecond\n"));
+    // The instance is part of what is signed.
+    let (_, other) = mint(&g, ALICE, "st-a1", "?format=csv").await;
+    let forged = old.replace(
+        old.split("instance=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap(),
+        other["url"]
+            .as_str()
+            .unwrap()
+            .split("instance=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap(),
+    );
+    assert_eq!(get(&g, &forged).await.0, 401);
+}

@@ -1,3 +1,3 @@
 //! The container image, built with buildah and run with podman: `scripts/test --tier image`.
 
-mod image;
+mod container;

@@ -32,11 +32,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::auth::{NamedToken, Tokens};
+use crate::api::auth::Tokens;
 use crate::api::AppState;
 use crate::config::{Config, ConfigError};
 use crate::credentials::Rotator;
@@ -58,86 +58,11 @@ pub fn runtime_builder() -> tokio::runtime::Builder {
     builder
 }
 
-/// Checks the token settings against the listen address and reads the tokens.
+/// Checks the token settings against the listen address and reads the
+/// tokens, their files included (read again by a reload; see
+/// [`api::auth::reload`]).
 pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigError> {
-    let mut query: Vec<SecretString> = config
-        .auth
-        .query_tokens
-        .iter()
-        .map(|t| t.expose_secret().trim())
-        .filter(|t| !t.is_empty())
-        .map(|t| SecretString::from(t.to_string()))
-        .collect();
-    if let Some(path) = &config.auth.query_tokens_file {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            ConfigError::new(
-                "DUCKGATE_QUERY_TOKENS_FILE",
-                format!("cannot read {}: {}", path.display(), e.kind()),
-            )
-        })?;
-        query.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(|l| SecretString::from(l.to_string())),
-        );
-    }
-    if query.is_empty() && !addr.ip().is_loopback() && !config.auth.allow_anonymous {
-        return Err(ConfigError::new(
-            "DUCKGATE_QUERY_TOKENS",
-            format!(
-                "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
-            ),
-        ));
-    }
-    let query: Vec<NamedToken> = query
-        .iter()
-        .enumerate()
-        .map(|(i, t)| NamedToken::parse(t.expose_secret(), i + 1))
-        .collect();
-    let mut names: Vec<&str> = query.iter().map(|t| t.name.as_ref()).collect();
-    names.sort_unstable();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        return Err(ConfigError::new(
-            "DUCKGATE_QUERY_TOKENS",
-            format!("two query tokens are named {}: names must be unique", w[0]),
-        ));
-    }
-    let admin = config
-        .auth
-        .admin_token
-        .as_ref()
-        .map(|t| t.expose_secret().trim())
-        .filter(|t| !t.is_empty())
-        .map(|t| SecretString::from(t.to_string()));
-    let signer = match &config.auth.url_signing_key_file {
-        None => crate::api::links::UrlSigner::random(),
-        Some(path) => {
-            let key = std::fs::read(path).map_err(|e| {
-                ConfigError::new(
-                    "DUCKGATE_URL_SIGNING_KEY_FILE",
-                    format!("cannot read {}: {}", path.display(), e.kind()),
-                )
-            })?;
-            let key = key.trim_ascii().to_vec();
-            if key.len() < 32 {
-                return Err(ConfigError::new(
-                    "DUCKGATE_URL_SIGNING_KEY_FILE",
-                    format!(
-                        "{} holds {} bytes; a URL signing key needs at least 32",
-                        path.display(),
-                        key.len()
-                    ),
-                ));
-            }
-            crate::api::links::UrlSigner::new(key)
-        }
-    };
-    Ok(Tokens {
-        query,
-        admin,
-        signer,
-    })
+    api::auth::load(&config.auth, addr)
 }
 
 /// The registry of running queries, with the audit file if one is set.
@@ -303,7 +228,7 @@ async fn serve_until(
         .await
         .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
 
-    let shared = match &config.statements.state_dsn {
+    let shared = match &config.statements.state_dsn()? {
         None => None,
         Some(dsn) => Some(Arc::new(
             statements::shared::Shared::connect(
@@ -371,7 +296,7 @@ async fn serve_until(
         engine: engine.clone(),
         health: health.clone(),
         rotator: rotator.clone(),
-        tokens: Arc::new(tokens),
+        tokens: Arc::new(arc_swap::ArcSwap::from_pointee(tokens)),
         config: config.clone(),
         metrics,
         shutdown: drain.clone(),
@@ -379,6 +304,12 @@ async fn serve_until(
         statements: statements.clone(),
         catalogs: Arc::new(catalogs),
     });
+    let reload_task = tokio::spawn(api::auth::watch(
+        state.tokens.clone(),
+        config.auth.clone(),
+        addr,
+        rotator_stop.clone(),
+    ));
     let replicas_task = shared.clone().map(|shared| {
         tokio::spawn(api::replicas::run(
             state.clone(),
@@ -470,6 +401,7 @@ async fn serve_until(
     drain.cancel();
     rotator_stop.cancel();
     let _ = rotator_task.await;
+    let _ = reload_task.await;
     let _ = sweep_task.await;
     if let Some(t) = replicas_task {
         let _ = t.await;

@@ -23,22 +23,296 @@ pub struct NamedToken {
 
 impl NamedToken {
     /// `name:token` names a token (a name is 1-64 of `A-Za-z0-9._-`); a bare
-    /// token is named by its place in the configured list (`token-1`,
-    /// `token-2`, ...). Not by a hash of it: query tokens have no minimum
-    /// length, and a hash in every log line would let anyone who reads the
-    /// logs test guesses of a short token offline.
-    pub fn parse(text: &str, position: usize) -> Self {
-        if let Some((name, secret)) = text.split_once(':') {
-            if crate::engine::queries::valid_id(name) && name.len() <= 64 && !secret.is_empty() {
-                return Self {
+    /// token (no `:`) is named by its place in the configured list
+    /// (`token-1`, `token-2`, ...). Not by a hash of it: a hash in every
+    /// log line would let anyone who reads the logs test guesses of a short
+    /// token offline. An entry with a `:` whose name is not a name is
+    /// refused rather than taken for a bare token (`bad name:abc` meant a
+    /// name, and `bad name:abc` as the token would be a surprise).
+    pub fn parse(text: &str, position: usize) -> Result<Self, String> {
+        match text.split_once(':') {
+            Some((name, secret)) => {
+                if !(crate::engine::queries::valid_id(name) && name.len() <= 64) {
+                    return Err(format!(
+                        "entry {position} has the form name:token, and its name is not 1-64 of A-Za-z0-9._-"
+                    ));
+                }
+                if secret.is_empty() {
+                    return Err(format!(
+                        "entry {position} ({name}) has no token after its name"
+                    ));
+                }
+                Ok(Self {
                     name: name.into(),
                     secret: SecretString::from(secret.to_string()),
-                };
+                })
+            }
+            None => Ok(Self {
+                name: format!("token-{position}").into(),
+                secret: SecretString::from(text.to_string()),
+            }),
+        }
+    }
+}
+
+/// The shortest token the gateway accepts where it listens beyond
+/// loopback (query tokens and the admin token).
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Reads and checks the token settings for a gateway listening on `addr`:
+/// the tokens (`DUCKGATE_QUERY_TOKENS` and its file), the admin token (or
+/// its file) and the URL signing key (its file, or a random one). Every
+/// file is read now, so a reload calls this again.
+pub fn load(
+    auth: &crate::config::AuthConfig,
+    addr: std::net::SocketAddr,
+) -> Result<Tokens, crate::config::ConfigError> {
+    use crate::config::ConfigError;
+    let read = |setting: &'static str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            ConfigError::new(
+                setting,
+                format!("cannot read {}: {}", path.display(), e.kind()),
+            )
+        })
+    };
+    let mut entries: Vec<(&'static str, String)> = auth
+        .query_tokens
+        .iter()
+        .map(|t| t.expose_secret().trim().to_string())
+        .filter(|t| !t.is_empty())
+        .map(|t| ("DUCKGATE_QUERY_TOKENS", t))
+        .collect();
+    if let Some(path) = &auth.query_tokens_file {
+        let text = String::from_utf8(read("DUCKGATE_QUERY_TOKENS_FILE", path)?).map_err(|_| {
+            ConfigError::new(
+                "DUCKGATE_QUERY_TOKENS_FILE",
+                format!("{} is not UTF-8 text", path.display()),
+            )
+        })?;
+        entries.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| ("DUCKGATE_QUERY_TOKENS_FILE", l.to_string())),
+        );
+    }
+    let loopback = addr.ip().is_loopback();
+    if entries.is_empty() && !loopback && !auth.allow_anonymous {
+        return Err(ConfigError::new(
+            "DUCKGATE_QUERY_TOKENS",
+            format!(
+                "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
+            ),
+        ));
+    }
+    let mut query = Vec::with_capacity(entries.len());
+    for (i, (setting, text)) in entries.iter().enumerate() {
+        let token = NamedToken::parse(text, i + 1).map_err(|e| ConfigError::new(setting, e))?;
+        if !loopback && token.secret.expose_secret().chars().count() < MIN_TOKEN_CHARS {
+            return Err(ConfigError::new(
+                setting,
+                format!(
+                    "token {} is shorter than {MIN_TOKEN_CHARS} characters, too easy to guess on {addr}",
+                    token.name
+                ),
+            ));
+        }
+        query.push(token);
+    }
+    let mut names: Vec<&str> = query.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(ConfigError::new(
+            "DUCKGATE_QUERY_TOKENS",
+            format!("two query tokens are named {}: names must be unique", w[0]),
+        ));
+    }
+    let admin = match &auth.admin_token_file {
+        Some(path) => {
+            let text =
+                String::from_utf8(read("DUCKGATE_ADMIN_TOKEN_FILE", path)?).map_err(|_| {
+                    ConfigError::new(
+                        "DUCKGATE_ADMIN_TOKEN_FILE",
+                        format!("{} is not UTF-8 text", path.display()),
+                    )
+                })?;
+            Some(("DUCKGATE_ADMIN_TOKEN_FILE", text.trim().to_string()))
+        }
+        None => auth
+            .admin_token
+            .as_ref()
+            .map(|t| ("DUCKGATE_ADMIN_TOKEN", t.expose_secret().trim().to_string())),
+    }
+    .filter(|(_, t)| !t.is_empty());
+    if let Some((setting, t)) = &admin {
+        if t.chars().count() < MIN_TOKEN_CHARS {
+            return Err(ConfigError::new(
+                setting,
+                format!("must be at least {MIN_TOKEN_CHARS} characters"),
+            ));
+        }
+    }
+    let signer = match &auth.url_signing_key_file {
+        None => crate::api::links::UrlSigner::random(),
+        Some(path) => {
+            let key = read("DUCKGATE_URL_SIGNING_KEY_FILE", path)?;
+            // A key written as text (`openssl rand -base64 32 > key`) ends
+            // in a newline that is not part of it; raw random bytes are
+            // the key as they are (trimming them cut ~4% of random 32-byte
+            // keys to 31 bytes, which then refused to start).
+            let text = key
+                .iter()
+                .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace());
+            let key = if text { key.trim_ascii().to_vec() } else { key };
+            if key.len() < 32 {
+                return Err(ConfigError::new(
+                    "DUCKGATE_URL_SIGNING_KEY_FILE",
+                    format!(
+                        "{} holds {} bytes; a URL signing key needs at least 32",
+                        path.display(),
+                        key.len()
+                    ),
+                ));
+            }
+            crate::api::links::UrlSigner::new(key)
+        }
+    };
+    Ok(Tokens {
+        query,
+        admin: admin.map(|(_, t)| SecretString::from(t)),
+        signer,
+    })
+}
+
+/// Reloads the tokens on `SIGHUP` and when a token or key file changes
+/// (checked every 2 s: a Kubernetes Secret's volume is updated in place),
+/// until `stop`.
+pub async fn watch(
+    tokens: Arc<arc_swap::ArcSwap<Tokens>>,
+    auth: crate::config::AuthConfig,
+    addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let files: Vec<std::path::PathBuf> = [
+        &auth.query_tokens_file,
+        &auth.admin_token_file,
+        &auth.url_signing_key_file,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned()
+    .collect();
+    // What a change looks like from outside: modification time and size.
+    let stamp = || -> Vec<Option<(std::time::SystemTime, u64)>> {
+        files
+            .iter()
+            .map(|f| {
+                std::fs::metadata(f)
+                    .ok()
+                    .and_then(|m| m.modified().ok().map(|t| (t, m.len())))
+            })
+            .collect()
+    };
+    let mut last = stamp();
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(2));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<()>();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = hup => {
+                reload(&tokens, &auth, addr, "SIGHUP");
+                last = stamp();
+            }
+            _ = every.tick() => {
+                let now = stamp();
+                if now != last {
+                    last = now;
+                    reload(&tokens, &auth, addr, "file changed");
+                }
             }
         }
-        Self {
-            name: format!("token-{position}").into(),
-            secret: SecretString::from(text.to_string()),
+    }
+}
+
+/// Reads the token settings again (`SIGHUP`, or a token or key file that
+/// changed) and puts them in place at once: a request sees the old set or
+/// the new one, never half of each. A reload that fails, or that would
+/// switch the gateway between anonymous and token access, keeps the
+/// current tokens. URLs signed with the previous key keep holding until
+/// they expire. Logs names and what changed, never a token.
+pub fn reload(
+    current: &arc_swap::ArcSwap<Tokens>,
+    auth: &crate::config::AuthConfig,
+    addr: std::net::SocketAddr,
+    why: &'static str,
+) -> bool {
+    let old = current.load_full();
+    let outcome = load(auth, addr).and_then(|new| {
+        if new.query.is_empty() != old.query.is_empty() {
+            return Err(crate::config::ConfigError::new(
+                "DUCKGATE_QUERY_TOKENS",
+                "a reload cannot switch between anonymous and token access; restart for that",
+            ));
+        }
+        Ok(new)
+    });
+    match outcome {
+        Ok(mut new) => {
+            let names = |t: &Tokens| -> Vec<String> {
+                t.query.iter().map(|q| q.name.to_string()).collect()
+            };
+            let (before, after) = (names(&old), names(&new));
+            let added: Vec<&String> = after.iter().filter(|n| !before.contains(n)).collect();
+            let removed: Vec<&String> = before.iter().filter(|n| !after.contains(n)).collect();
+            let changed: Vec<&str> = old
+                .query
+                .iter()
+                .filter(|o| {
+                    new.query.iter().any(|n| {
+                        n.name == o.name && n.secret.expose_secret() != o.secret.expose_secret()
+                    })
+                })
+                .map(|o| o.name.as_ref())
+                .collect();
+            let admin_changed = old.admin.as_ref().map(|a| a.expose_secret().to_string())
+                != new.admin.as_ref().map(|a| a.expose_secret().to_string());
+            let key_changed = !new.signer.same_key(&old.signer);
+            if key_changed {
+                new.signer.keep_verifying(&old.signer);
+            } else {
+                new.signer = old.signer.clone();
+            }
+            current.store(Arc::new(new));
+            metrics::counter!("duckgate_config_reloads_total", "outcome" => "ok").increment(1);
+            tracing::info!(
+                trigger = why,
+                tokens_added = ?added,
+                tokens_removed = ?removed,
+                tokens_changed = ?changed,
+                admin_token_changed = admin_changed,
+                signing_key_changed = key_changed,
+                "tokens reloaded"
+            );
+            true
+        }
+        Err(e) => {
+            metrics::counter!("duckgate_config_reloads_total", "outcome" => "refused").increment(1);
+            tracing::error!(trigger = why, error = %e, "reload refused: the current tokens stay");
+            false
         }
     }
 }
@@ -104,7 +378,8 @@ impl FromRequestParts<AppState> for QueryAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let tokens = &state.tokens.query;
+        let all = state.tokens.load();
+        let tokens = &all.query;
         if tokens.is_empty() {
             return Ok(QueryAuth {
                 name: "anonymous".into(),
@@ -162,7 +437,7 @@ impl FromRequestParts<AppState> for Caller {
                 return signed;
             }
         }
-        if let (Some(admin), Some(given)) = (&state.tokens.admin, bearer(parts)) {
+        if let (Some(admin), Some(given)) = (&state.tokens.load().admin, bearer(parts)) {
             if matches_any(given, std::slice::from_ref(admin)) {
                 return Ok(Caller::Admin);
             }
@@ -181,7 +456,8 @@ impl FromRequestParts<AppState> for AdminAuth {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let Some(admin) = &state.tokens.admin else {
+        let tokens = state.tokens.load();
+        let Some(admin) = &tokens.admin else {
             return Err(ApiError::AdminDisabled);
         };
         match bearer(parts) {

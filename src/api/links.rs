@@ -34,17 +34,38 @@ pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// A signed URL's lifetime when the request names none.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
 
-/// The key that signs result URLs.
+/// The key that signs result URLs, and the keys it replaced, which still
+/// verify the URLs they signed until those expire.
+#[derive(Clone)]
 pub struct UrlSigner {
-    key: SecretBox<Vec<u8>>,
+    key: Arc<SecretBox<Vec<u8>>>,
+    /// Keys this one replaced (a reload), with when they stop verifying.
+    previous: Vec<(Arc<SecretBox<Vec<u8>>>, SystemTime)>,
 }
 
 impl UrlSigner {
     /// A signer with `key` (at least 32 bytes; start-up checks).
     pub fn new(key: Vec<u8>) -> Self {
         Self {
-            key: SecretBox::new(Box::new(key)),
+            key: Arc::new(SecretBox::new(Box::new(key))),
+            previous: Vec::new(),
         }
+    }
+
+    /// Whether `other` signs with the same key.
+    pub fn same_key(&self, other: &UrlSigner) -> bool {
+        use subtle::ConstantTimeEq;
+        bool::from(self.key.expose_secret().ct_eq(other.key.expose_secret()))
+    }
+
+    /// Keeps verifying what `old` signed (its key and its own previous
+    /// ones) for as long as a URL may live.
+    pub fn keep_verifying(&mut self, old: &UrlSigner) {
+        let now = SystemTime::now();
+        self.previous = std::iter::once((old.key.clone(), now + MAX_TTL))
+            .chain(old.previous.iter().cloned())
+            .filter(|(_, until)| *until > now)
+            .collect();
     }
 
     /// A signer with a random key: URLs it signs hold on this process only.
@@ -55,7 +76,17 @@ impl UrlSigner {
     }
 
     fn mac(&self, path: &str, expires: u64, owner: &str, instance: &str) -> HmacSha256 {
-        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(self.key.expose_secret())
+        Self::mac_with(&self.key, path, expires, owner, instance)
+    }
+
+    fn mac_with(
+        key: &SecretBox<Vec<u8>>,
+        path: &str,
+        expires: u64,
+        owner: &str,
+        instance: &str,
+    ) -> HmacSha256 {
+        let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key.expose_secret())
             .expect("HMAC takes keys of any length");
         // Each field after its length: no field can slide into the next,
         // whatever bytes it holds (an owner name from a query string may
@@ -82,9 +113,19 @@ impl UrlSigner {
         let Ok(tag) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(sig) else {
             return false;
         };
-        self.mac(path, expires, owner, instance)
-            .verify_slice(&tag)
-            .is_ok()
+        let now = SystemTime::now();
+        std::iter::once(&self.key)
+            .chain(
+                self.previous
+                    .iter()
+                    .filter(|(_, until)| *until > now)
+                    .map(|(k, _)| k),
+            )
+            .any(|key| {
+                Self::mac_with(key, path, expires, owner, instance)
+                    .verify_slice(&tag)
+                    .is_ok()
+            })
     }
 }
 
@@ -138,8 +179,8 @@ pub(crate) fn signed_caller(
     if parts.method != Method::GET && parts.method != Method::HEAD {
         return refuse("a signed URL is for GET only");
     }
-    if !state
-        .tokens
+    let tokens = state.tokens.load();
+    if !tokens
         .signer
         .verify(parts.uri.path(), expires, &owner, &instance, &sig)
     {
@@ -149,11 +190,10 @@ pub(crate) fn signed_caller(
         return refuse("the signed URL has expired; mint another with POST /statements/{id}/links");
     }
     // The owner must still hold a token: removing it revokes its URLs.
-    let current = if state.tokens.query.is_empty() {
+    let current = if tokens.query.is_empty() {
         (owner == "anonymous").then(|| Arc::<str>::from("anonymous"))
     } else {
-        state
-            .tokens
+        tokens
             .query
             .iter()
             .find(|t| t.name.as_ref() == owner)
@@ -248,7 +288,11 @@ pub async fn mint(
     let (owner, id) = found.owner_and_id();
     let path = format!("/statements/{id}/result");
     let expires = now_secs() + ttl.as_secs();
-    let sig = state.tokens.signer.sign(&path, expires, &owner, &instance);
+    let sig = state
+        .tokens
+        .load()
+        .signer
+        .sign(&path, expires, &owner, &instance);
     let mut query = form_urlencoded::Serializer::new(String::new());
     if let Some(f) = format {
         query.append_pair("format", f.name());

@@ -76,7 +76,8 @@ pub struct Shared {
     /// The credential lifecycle.
     pub rotator: Arc<Rotator>,
     /// Who may call what.
-    pub tokens: Arc<Tokens>,
+    /// Who may call what; replaced whole by a reload ([`auth::reload`]).
+    pub tokens: Arc<arc_swap::ArcSwap<Tokens>>,
     /// Every setting.
     pub config: Arc<Config>,
     /// Prometheus renderer.
@@ -266,7 +267,8 @@ pub fn router(state: AppState) -> Router {
         )
         .with_state(state.clone());
     let site = site::SiteRules {
-        anonymous: state.tokens.query.is_empty(),
+        // A reload never switches between anonymous and token access.
+        anonymous: state.tokens.load().query.is_empty(),
         allowed_hosts: state
             .config
             .server

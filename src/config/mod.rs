@@ -134,6 +134,11 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_STATE_DSN", hide_env_values = true, value_parser = s3::parse_secret)]
     pub state_dsn: Option<SecretString>,
 
+    /// File holding DUCKGATE_STATE_DSN (it carries the password): a
+    /// Kubernetes Secret mounted as a file.
+    #[arg(long, env = "DUCKGATE_STATE_DSN_FILE", conflicts_with = "state_dsn")]
+    pub state_dsn_file: Option<PathBuf>,
+
     /// PEM file of CA certificates trusted for the shared state's TLS, on
     /// top of the system's roots (a private CA). Needs DUCKGATE_STATE_DSN.
     #[arg(long, env = "DUCKGATE_STATE_CA_FILE")]
@@ -465,13 +470,23 @@ pub struct AuthConfig {
     )]
     pub query_tokens: Vec<SecretString>,
 
-    /// File with one query token per line (blank lines and `#` comments skipped).
+    /// File with one query token per line (blank lines and `#` comments
+    /// skipped); read again on SIGHUP or when it changes.
     #[arg(long, env = "DUCKGATE_QUERY_TOKENS_FILE")]
     pub query_tokens_file: Option<PathBuf>,
 
     /// Bearer token for `/admin/...`. Unset: the admin API is off.
     #[arg(long, env = "DUCKGATE_ADMIN_TOKEN", hide_env_values = true, value_parser = s3::parse_secret)]
     pub admin_token: Option<SecretString>,
+
+    /// File holding the admin token (instead of DUCKGATE_ADMIN_TOKEN); read
+    /// again on SIGHUP or when it changes.
+    #[arg(
+        long,
+        env = "DUCKGATE_ADMIN_TOKEN_FILE",
+        conflicts_with = "admin_token"
+    )]
+    pub admin_token_file: Option<PathBuf>,
 
     /// File holding the key (at least 32 bytes) that signs result URLs
     /// (`POST /statements/{id}/links`); every replica needs the same one.
@@ -483,6 +498,26 @@ pub struct AuthConfig {
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
     pub allow_anonymous: bool,
+}
+
+impl StatementsConfig {
+    /// The shared state's connection string, from DUCKGATE_STATE_DSN or its
+    /// file; `None`: this process alone.
+    pub fn state_dsn(&self) -> Result<Option<SecretString>, ConfigError> {
+        match (&self.state_dsn, &self.state_dsn_file) {
+            (Some(dsn), _) => Ok(Some(dsn.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new(
+                        "DUCKGATE_STATE_DSN_FILE",
+                        format!("cannot read {}: {}", path.display(), e.kind()),
+                    )
+                })?;
+                Ok(Some(SecretString::from(text.trim().to_string())))
+            }
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 impl LimitsConfig {
@@ -563,7 +598,9 @@ impl Config {
                 "must be at least 16 characters",
             ));
         }
-        if self.statements.state_ca_file.is_some() && self.statements.state_dsn.is_none() {
+        let shared_state =
+            self.statements.state_dsn.is_some() || self.statements.state_dsn_file.is_some();
+        if self.statements.state_ca_file.is_some() && !shared_state {
             return Err(ConfigError::new(
                 "DUCKGATE_STATE_CA_FILE",
                 "trusts CAs for the shared state's TLS, and DUCKGATE_STATE_DSN is not set",
@@ -571,7 +608,7 @@ impl Config {
         }
         if let Some(url) = &self.statements.spool_url {
             if url.starts_with("s3://") {
-                if self.statements.state_dsn.is_none() {
+                if !shared_state {
                     return Err(ConfigError::new(
                         "DUCKGATE_SPOOL_URL",
                         "an S3 spool serves other replicas, which find its results through DUCKGATE_STATE_DSN: set it too",

@@ -3,6 +3,7 @@
 mod auth;
 mod client_schema;
 mod dockerfile;
+mod docs;
 mod guard_kinds;
 mod inline;
 mod metrics;
@@ -11,6 +12,7 @@ mod pool_health;
 mod probe_listener;
 mod queries;
 mod query_api;
+mod reload;
 mod shedding;
 mod statements;
 mod storage_faults;

@@ -312,9 +312,39 @@ fn credentials_come_from_irsa_and_tokens_from_a_secret() {
         env("DUCKGATE_S3_WEB_IDENTITY_TOKEN_FILE").as_deref(),
         Some("/var/run/secrets/eks.amazonaws.com/serviceaccount/token")
     );
-    for name in ["DUCKGATE_QUERY_TOKENS", "DUCKGATE_ADMIN_TOKEN"] {
-        assert!(env_from_secret(name), "{name} is not read from a Secret");
-        assert!(env(name).is_none(), "{name} has a literal value");
+    // Tokens and the DSN are files of mounted Secrets (the gateway reloads
+    // token files in place), never literals or environment values.
+    for name in [
+        "DUCKGATE_QUERY_TOKENS",
+        "DUCKGATE_ADMIN_TOKEN",
+        "DUCKGATE_STATE_DSN",
+    ] {
+        assert!(
+            env(name).is_none() && !env_from_secret(name),
+            "{name} is set directly"
+        );
+    }
+    let mounts = container()["volumeMounts"].clone();
+    let volumes = pod_spec()["volumes"].clone();
+    for (name, secret) in [
+        ("DUCKGATE_QUERY_TOKENS_FILE", "duckgate-tokens"),
+        ("DUCKGATE_ADMIN_TOKEN_FILE", "duckgate-tokens"),
+        ("DUCKGATE_STATE_DSN_FILE", "duckgate-state"),
+    ] {
+        let path = env(name).unwrap_or_else(|| panic!("{name} unset"));
+        let mount = mounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+            .unwrap_or_else(|| panic!("{path} is on no mount"));
+        let volume = volumes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(volume["secret"]["secretName"], secret, "{name}");
     }
     // No static AWS keys in the manifests.
     for doc in manifests() {
@@ -426,6 +456,10 @@ fn hpa_min_replicas() -> u64 {
     manifest("HorizontalPodAutoscaler")["spec"]["minReplicas"]
         .as_u64()
         .expect("minReplicas")
+}
+
+fn pod_spec() -> Value {
+    manifest("Deployment")["spec"]["template"]["spec"].clone()
 }
 
 fn container() -> Value {
@@ -646,13 +680,12 @@ fn statements_are_shared_through_postgres_from_a_secret_and_an_s3_spool_in_scope
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"] == "DUCKGATE_STATE_DSN")
-        .expect("DUCKGATE_STATE_DSN set");
+        .find(|e| e["name"] == "DUCKGATE_STATE_DSN_FILE")
+        .expect("DUCKGATE_STATE_DSN_FILE set");
     assert!(
-        dsn.get("value").is_none(),
-        "the DSN (a password) is a literal"
+        dsn["value"].as_str().unwrap().starts_with("/run/secrets/"),
+        "the DSN (a password) is not a Secret's file"
     );
-    assert!(dsn["valueFrom"]["secretKeyRef"]["name"].is_string());
     let spool = env_value("DUCKGATE_SPOOL_URL");
     assert!(
         spool.starts_with("s3://") && spool.ends_with('/'),

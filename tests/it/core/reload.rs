@@ -1,0 +1,197 @@
+//! Tokens change without a restart (issue 37): SIGHUP, or a token or key
+//! file that changed, reloads the query tokens, the admin token and the URL
+//! signing key at once; a request in flight keeps running; a reload that
+//! fails keeps the tokens there were; the log names what changed and never
+//! a token. SIGHUP used to kill the process (exit 129, no drain).
+
+use std::time::{Duration, Instant};
+
+use crate::common::{self, Gateway};
+use serde_json::json;
+
+const ALICE: &str = "alice-token-aaaaaaaaaaaa";
+const BOB: &str = "bob-token-bbbbbbbbbbbbbb";
+const CAROL: &str = "carol-token-cccccccccccc";
+const ADMIN_1: &str = "admin-one-0123456789abcdef";
+const ADMIN_2: &str = "admin-two-0123456789abcdef";
+
+async fn status(g: &Gateway, token: &str, path: &str) -> u16 {
+    g.client
+        .get(g.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+fn hangup(g: &Gateway) {
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &g.pid().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}
+
+async fn until(what: &str, within: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_admin_token_and_signing_key_reload_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = common::write_file(dir.path(), "tokens", &format!("alice:{ALICE}\nbob:{BOB}\n"));
+    let admin = common::write_file(dir.path(), "admin", &format!("{ADMIN_1}\n"));
+    let key = common::write_file(dir.path(), "key", &"k".repeat(40));
+    let mut g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS_FILE", tokens.display())
+        .env("DUCKGATE_ADMIN_TOKEN_FILE", admin.display())
+        .env("DUCKGATE_URL_SIGNING_KEY_FILE", key.display())
+        .start();
+    assert_eq!(status(&g, ALICE, "/queries").await, 200);
+    assert_eq!(status(&g, ADMIN_1, "/admin/pool").await, 200);
+    // A statement and a link signed with the first key.
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(ALICE)
+        .header("duckgate-query-id", "kept")
+        .json(&json!({"sql": "SELECT 42 AS x", "wait_ms": 30_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let link: serde_json::Value = g
+        .client
+        .post(g.url("/statements/kept/links?format=csv"))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let link = link["url"].as_str().unwrap().to_string();
+    // A query in flight across the reload.
+    let inflight = {
+        let (client, url) = (g.client.clone(), g.url("/query"));
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(BOB)
+                .json(&json!({"sql": common::sleeping_sql(Duration::from_secs(2))}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Bob out, carol in, a new admin token and signing key; SIGHUP.
+    std::fs::write(&tokens, format!("alice:{ALICE}\ncarol:{CAROL}\n")).unwrap();
+    std::fs::write(&admin, format!("{ADMIN_2}\n")).unwrap();
+    std::fs::write(&key, "n".repeat(40)).unwrap();
+    hangup(&g);
+    until("carol's token works", Duration::from_secs(10), async || {
+        status(&g, CAROL, "/queries").await == 200
+    })
+    .await;
+    assert_eq!(status(&g, BOB, "/queries").await, 401);
+    assert_eq!(status(&g, ALICE, "/queries").await, 200);
+    assert_eq!(status(&g, ADMIN_1, "/admin/pool").await, 401);
+    assert_eq!(status(&g, ADMIN_2, "/admin/pool").await, 200);
+    assert_eq!(
+        inflight.await.unwrap(),
+        200,
+        "the request in flight was cut"
+    );
+    // The link signed with the previous key still reads its statement.
+    let r = g.client.get(&link).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "x\n42\n");
+    // The process lives, and said what changed without any token.
+    assert!(
+        g.child.try_wait().unwrap().is_none(),
+        "SIGHUP ended the process"
+    );
+    let log = g.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("tokens reloaded"))
+        .unwrap_or_else(|| panic!("no reload line:\n{log}"));
+    assert!(line.contains("carol") && line.contains("bob"), "{line}");
+    for secret in [ALICE, BOB, CAROL, ADMIN_1, ADMIN_2] {
+        assert!(!log.contains(secret), "a token reached the log");
+    }
+
+    // A file changed without a signal is picked up too.
+    std::fs::write(&tokens, format!("alice:{ALICE}\n")).unwrap();
+    until("carol's token goes", Duration::from_secs(10), async || {
+        status(&g, CAROL, "/queries").await == 401
+    })
+    .await;
+
+    // A broken file keeps the tokens there were.
+    std::fs::write(&tokens, "bad name:short\n").unwrap();
+    hangup(&g);
+    until(
+        "the refusal is logged",
+        Duration::from_secs(10),
+        async || g.log_text().contains("reload refused"),
+    )
+    .await;
+    assert_eq!(status(&g, ALICE, "/queries").await, 200);
+    let scrape = g.get_text("/metrics").await;
+    assert!(
+        common::metric(
+            &scrape,
+            "duckgate_config_reloads_total{outcome=\"refused\"}"
+        ) >= 1.0
+    );
+    assert!(common::metric(&scrape, "duckgate_config_reloads_total{outcome=\"ok\"}") >= 2.0);
+    // And SIGTERM still drains and exits cleanly.
+    assert_eq!(g.terminate(Duration::from_secs(30)), Some(0));
+}
+
+#[test]
+fn malformed_and_weak_tokens_are_refused_beyond_loopback() {
+    for (tokens, listen, wanted) in [
+        (
+            "bad name:abcdefghijklmnopqrst",
+            "127.0.0.1:0",
+            "name is not",
+        ),
+        ("alice:", "127.0.0.1:0", "no token after"),
+        ("x", "0.0.0.0:0", "shorter than 16"),
+        ("alice:short", "0.0.0.0:0", "shorter than 16"),
+    ] {
+        let (code, log) = match Gateway::builder()
+            .env("DUCKGATE_QUERY_TOKENS", tokens)
+            .env("DUCKGATE_LISTEN", listen)
+            .try_start()
+        {
+            Ok(_) => panic!("{tokens} on {listen} started"),
+            Err(e) => e,
+        };
+        assert_eq!(code, Some(2), "{tokens}");
+        let text = log.join("\n");
+        assert!(text.contains(wanted), "{tokens}: {text}");
+        assert!(
+            !text.contains("abcdefghijklmnopqrst"),
+            "the token was printed"
+        );
+    }
+    // A short token on loopback is the developer's choice.
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "x")
+        .try_start();
+    assert!(g.is_ok());
+}

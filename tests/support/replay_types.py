@@ -12,7 +12,7 @@ typed by hand.
 - CSV: the gateway's bytes must equal DuckDB's `COPY (q) TO ... (FORMAT csv,
   HEADER)` bytes (rows compared as a multiset when the query has no ORDER BY).
 - JSON / NDJSON: every cell is compared with DuckDB's value under the
-  conventions of README "JSON values": integers as numbers up to 2^53, beyond
+  conventions of docs/api.md "JSON values": integers as numbers up to 2^53, beyond
   as strings; DECIMAL exact; NaN/Infinity as strings; DATE/TIME/TIMESTAMP as
   ISO 8601 (fraction digits and `+00` vs `+00:00` are not significant),
   `infinity`/`-infinity` as DuckDB writes them; UUID, ENUM as text; BLOB as

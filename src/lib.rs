@@ -235,6 +235,7 @@ async fn serve_until(
                 dsn.expose_secret(),
                 config.statements.state_ca_file.as_deref(),
                 Duration::from_millis(config.statements.replica_stale_ms),
+                health.dependency("shared_state"),
             )
             .await
             .map_err(|e| {

@@ -153,6 +153,82 @@ pub struct CredentialsView {
     pub any_expired: bool,
 }
 
+/// One service the gateway depends on (the shared state, the S3 spool, a
+/// lake's catalog), as the code that talks to it last found it: written on
+/// every success and failure, read by the probes and `/metrics` with
+/// atomic loads.
+#[derive(Debug)]
+pub struct Dependency {
+    /// What it is, e.g. `shared_state`, `spool`, `catalog:lake`.
+    pub name: String,
+    /// Whether its last use succeeded.
+    up: AtomicBool,
+    /// When it last went up or down, in milliseconds since the Unix epoch.
+    since_ms: AtomicU64,
+    /// Failed uses since start.
+    failures: AtomicU64,
+    /// The last failure, while down (no connection string, no secret: the
+    /// callers pass their scrubbed error text).
+    last_error: ArcSwap<Option<String>>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Dependency {
+    fn new(name: String) -> Self {
+        Self {
+            name,
+            up: AtomicBool::new(true),
+            since_ms: AtomicU64::new(unix_ms()),
+            failures: AtomicU64::new(0),
+            last_error: ArcSwap::from_pointee(None),
+        }
+    }
+
+    /// A use succeeded.
+    pub fn ok(&self) {
+        if !self.up.swap(true, Ordering::Relaxed) {
+            self.since_ms.store(unix_ms(), Ordering::Relaxed);
+            self.last_error.store(Arc::new(None));
+            tracing::info!(dependency = %self.name, "dependency is back");
+        }
+    }
+
+    /// A use failed, for `why`.
+    pub fn failed(&self, why: &str) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        self.last_error.store(Arc::new(Some(why.to_string())));
+        if self.up.swap(false, Ordering::Relaxed) {
+            self.since_ms.store(unix_ms(), Ordering::Relaxed);
+            tracing::warn!(dependency = %self.name, error.cause = %why, "dependency is failing");
+        }
+    }
+
+    /// Whether its last use succeeded.
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// When it last went up or down (ms since the Unix epoch).
+    pub fn since_ms(&self) -> u64 {
+        self.since_ms.load(Ordering::Relaxed)
+    }
+
+    /// Failed uses since start.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// The last failure, while down.
+    pub fn last_error(&self) -> Option<String> {
+        Option::clone(&self.last_error.load())
+    }
+}
+
 /// The process-wide health snapshot.
 pub struct Health {
     /// When the snapshot was made at start-up; uptime counts from it.
@@ -169,6 +245,8 @@ pub struct Health {
     pub shutting_down: AtomicBool,
     /// What the rotator last published.
     pub credentials: ArcSwap<CredentialsView>,
+    /// The services the gateway depends on, registered at start-up.
+    pub dependencies: ArcSwap<Vec<Arc<Dependency>>>,
 }
 
 impl Health {
@@ -182,7 +260,20 @@ impl Health {
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             credentials: ArcSwap::from_pointee(CredentialsView::default()),
+            dependencies: ArcSwap::from_pointee(Vec::new()),
         }
+    }
+
+    /// Registers a dependency named `name` (once, at start-up) and hands
+    /// its state to the code that uses it.
+    pub fn dependency(&self, name: impl Into<String>) -> Arc<Dependency> {
+        let d = Arc::new(Dependency::new(name.into()));
+        self.dependencies.rcu(|all| {
+            let mut all = Vec::clone(all);
+            all.push(d.clone());
+            all
+        });
+        d
     }
 
     /// The credential epoch a query runs under: one atomic load.

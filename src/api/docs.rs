@@ -54,6 +54,7 @@ use crate::api::{
         health::PoolHealth,
         health::SecretHealth,
         health::AuditHealth,
+        health::DependencyHealth,
         admin::SecretsReport,
         admin::SecretInfo,
         admin::CatalogInfo,

@@ -102,6 +102,23 @@ pub struct AuditHealth {
     pub last_error: Option<String>,
 }
 
+/// A service the gateway depends on (the shared state, the S3 spool, a
+/// lake's catalog), as its last use found it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DependencyHealth {
+    /// `shared_state`, `spool`, or `catalog:<name>`.
+    pub name: String,
+    /// Whether its last use succeeded.
+    pub up: bool,
+    /// When it last went up or down, milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// Failed uses since start.
+    pub failures: u64,
+    /// Why its last use failed, while it is down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
 /// The health answer.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HealthReport {
@@ -123,6 +140,12 @@ pub struct HealthReport {
     /// The audit file's state, when `DUCKGATE_AUDIT_LOG` is set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditHealth>,
+    /// The services it depends on, when configured: each is `degraded`
+    /// while down, and none takes readiness away (what fails without it
+    /// fails the same on every replica; docs/operations.md says per
+    /// dependency what stops working).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<DependencyHealth>,
     /// Why the status is not `ok`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub reasons: Vec<String>,
@@ -221,6 +244,25 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             a.last_error.as_deref().unwrap_or("unknown error")
         ));
     }
+    let dependencies: Vec<DependencyHealth> = h
+        .dependencies
+        .load()
+        .iter()
+        .map(|d| DependencyHealth {
+            name: d.name.clone(),
+            up: d.is_up(),
+            since_ms: d.since_ms(),
+            failures: d.failures(),
+            last_error: d.last_error(),
+        })
+        .collect();
+    for d in dependencies.iter().filter(|d| !d.up) {
+        reasons.push(format!(
+            "{}: failing: {}",
+            d.name,
+            d.last_error.as_deref().unwrap_or("unknown error")
+        ));
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"
@@ -241,6 +283,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             credential_epoch: creds.epoch,
             secrets,
             audit,
+            dependencies,
             reasons,
         },
         ready,

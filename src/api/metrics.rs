@@ -132,6 +132,9 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
+    for outcome in ["ok", "refused"] {
+        metrics::counter!("duckgate_config_reloads_total", "outcome" => outcome).increment(0);
+    }
     metrics::gauge!("duckgate_queries_running").set(0.0);
     metrics::gauge!("duckgate_spool_bytes").set(0.0);
 }
@@ -177,6 +180,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         }
         metrics::gauge!("duckgate_credentials_consecutive_failures", "secret" => s.name.clone())
             .set(s.consecutive_failures as f64);
+    }
+    for d in h.dependencies.load().iter() {
+        metrics::gauge!("duckgate_dependency_up", "dependency" => d.name.clone())
+            .set(if d.is_up() { 1.0 } else { 0.0 });
+        metrics::counter!("duckgate_dependency_failures_total", "dependency" => d.name.clone())
+            .absolute(d.failures());
     }
     let body = state.metrics.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)

@@ -31,40 +31,69 @@ pub fn interval(shared: &Shared) -> Duration {
     (shared.stale / 5).clamp(Duration::from_millis(100), Duration::from_millis(500))
 }
 
-/// Runs until `stop`, then leaves the shared state.
+/// Runs until `stop`, then leaves the shared state: holds this replica's
+/// liveness lock, beats its heartbeat, and runs the rounds (what others
+/// asked of it, its statements' status, the shared housekeeping). The
+/// heartbeat has a loop of its own: a round slowed by a slow PostgreSQL
+/// (publishing many statements at 1.5 s a query) no longer made the
+/// replica look dead to the others.
 pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) {
     let every = interval(&shared);
+    let lock = tokio::spawn(shared.clone().hold_lock(stop.clone()));
+    let beat = {
+        let (state, shared, stop) = (state.clone(), shared.clone(), stop.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let queries: Vec<QueryInfo> = state
+                    .queries
+                    .list()
+                    .iter()
+                    .map(|r| QueryInfo::of(r, &state.engine.db))
+                    .collect();
+                let json = serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into());
+                match shared.heartbeat(&json).await {
+                    Ok(()) => shared.dependency.ok(),
+                    Err(e) => {
+                        shared.dependency.failed(&e);
+                        tracing::warn!(error.cause = %e, "the heartbeat failed");
+                    }
+                }
+            }
+        })
+    };
     let mut last_sweep = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(every) => {}
         }
-        if let Err(e) = tick(&state, &shared).await {
-            tracing::warn!(error.cause = %e, "updating the shared state failed");
+        match tick(&state, &shared).await {
+            Ok(()) => shared.dependency.ok(),
+            Err(e) => {
+                shared.dependency.failed(&e);
+                tracing::warn!(error.cause = %e, "updating the shared state failed");
+            }
         }
         if last_sweep.elapsed() >= Duration::from_secs(2) {
             last_sweep = Instant::now();
             sweep(&state, &shared).await;
         }
     }
+    let _ = beat.await;
+    let _ = lock.await;
     if let Err(e) = shared.leave().await {
         tracing::warn!(error.cause = %e, "leaving the shared state failed");
     }
 }
 
-/// One round: heartbeat (with the queries running here), cancels asked of
-/// this replica, statements deleted elsewhere, status of running ones.
+/// One round: cancels asked of this replica, statements deleted elsewhere,
+/// the status of running ones, and the repair of any row whose statement
+/// ended here but whose end did not reach it.
 pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> {
-    let queries: Vec<QueryInfo> = state
-        .queries
-        .list()
-        .iter()
-        .map(|r| QueryInfo::of(r, &state.engine.db))
-        .collect();
-    shared
-        .heartbeat(&serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into()))
-        .await?;
     shared.release_pending().await;
     for (token, id) in shared.take_cancels().await? {
         for r in state.queries.find(Some(&token), &id) {
@@ -85,11 +114,17 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
     let rows = shared.mine().await?;
     for s in local {
         let key = (s.running.owner.to_string(), s.running.id.clone());
-        if !rows.contains(&key) {
+        let Some(row_state) = rows.get(&key) else {
             // Deleted through another replica: stop it and forget it.
             state.queries.cancel(&s.running);
             state.statements.discard(&s);
             continue;
+        };
+        // Its end is published once; a row still `queued` or `running`
+        // for a statement that ended here is published again (repaired).
+        if s.done.is_cancelled() && matches!(row_state.as_str(), "queued" | "running") {
+            s.published
+                .store(false, std::sync::atomic::Ordering::SeqCst);
         }
         publish(state, shared, &s).await?;
     }

@@ -151,8 +151,11 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_SPOOL_URL")]
     pub spool_url: Option<String>,
 
-    /// A replica whose heartbeat in the shared state is older than this is
-    /// taken for dead: its running statements answer 410 statement-lost.
+    /// A replica whose heartbeat in the shared state is older than this,
+    /// and whose liveness lock no session holds, is taken for dead: its
+    /// running statements answer 410 statement-lost. (The lock is evidence
+    /// a slow or locked PostgreSQL cannot fake; the heartbeat bridges a
+    /// PostgreSQL restart.)
     #[arg(long, env = "DUCKGATE_REPLICA_STALE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1_000..=600_000))]
     pub replica_stale_ms: u64,
 }

@@ -14,10 +14,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-/// The schema, created idempotently at start under an advisory lock (two
-/// replicas starting at once would otherwise race in `CREATE ... IF NOT
-/// EXISTS`).
-const SCHEMA: &str = "
+/// Schema version 1: the tables as the first releases created them (with
+/// `CREATE ... IF NOT EXISTS`, before the schema had versions).
+const SCHEMA_V1: &str = "
 CREATE TABLE IF NOT EXISTS duckgate_replicas (
     replica text PRIMARY KEY,
     heartbeat timestamptz NOT NULL,
@@ -51,6 +50,67 @@ CREATE TABLE IF NOT EXISTS duckgate_cancels (
     PRIMARY KEY (replica, token, id)
 );
 ";
+
+/// The migrations, in order: version `i + 1` is `MIGRATIONS[i]`. Each runs
+/// once, in the transaction that records it, under an advisory lock (two
+/// replicas starting at once would otherwise race). Additive only (new
+/// tables, new nullable columns) so that, during a rolling upgrade, the
+/// replicas of the older release keep working beside the newer ones; a
+/// migration that is not must raise [`MIN_COMPATIBLE`] (docs/operations.md).
+const MIGRATIONS: &[&str] = &[
+    SCHEMA_V1,
+    // 2: each replica's liveness lock and release, for evidence of life
+    // that slow or locked PostgreSQL cannot fake (`ALIVE`).
+    "ALTER TABLE duckgate_replicas ADD COLUMN IF NOT EXISTS lock_key integer;
+     ALTER TABLE duckgate_replicas ADD COLUMN IF NOT EXISTS release text;",
+];
+
+/// The oldest schema version a replica must know to run against a
+/// database this release migrated: older replicas refuse to start on it.
+const MIN_COMPATIBLE: i32 = 1;
+
+/// Columns this release reads and writes: a table changed by hand is named
+/// at start-up rather than failing some query later.
+const COLUMNS: &[(&str, &[&str])] = &[
+    (
+        "duckgate_replicas",
+        &["replica", "heartbeat", "queries", "lock_key", "release"],
+    ),
+    (
+        "duckgate_statements",
+        &[
+            "token",
+            "id",
+            "replica",
+            "state",
+            "status",
+            "result",
+            "expires_at",
+        ],
+    ),
+    (
+        "duckgate_query_ids",
+        &["token", "id", "replica", "nonce", "started"],
+    ),
+    (
+        "duckgate_cancels",
+        &["replica", "token", "id", "requested_at"],
+    ),
+];
+
+/// The first key of every replica's advisory lock ("duck").
+const LOCK_SPACE: i32 = 0x6475_636b;
+
+/// A replica is alive while the session that holds its advisory lock is
+/// (PostgreSQL releases it the moment that connection goes), or while its
+/// heartbeat is fresh by the database's clock at the time of asking
+/// (`clock_timestamp()`, not the transaction's start: a query that waited
+/// on a lock sees the time it reads). Slow or locked PostgreSQL delays both
+/// but fakes neither: the lock stays held however slow the server is.
+/// `$1`: the staleness in seconds; `r`: the replica's row.
+const ALIVE: &str = "(r.heartbeat > clock_timestamp() - make_interval(secs => $1::float8)
+    OR EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+        AND l.classid = 1685414763::oid AND l.objid = r.lock_key::oid AND l.objsubid = 2))";
 
 /// A statement's row, as another replica reads it.
 #[derive(Debug, Clone)]
@@ -92,8 +152,16 @@ pub struct Shared {
     /// This replica's id (new for every process, so a restarted replica
     /// never claims the statements its predecessor lost).
     pub replica: String,
-    /// A heartbeat older than this means its replica is gone.
+    /// A heartbeat older than this (and no liveness lock) means its
+    /// replica is gone.
     pub stale: Duration,
+    /// The second key of this replica's advisory lock (the first is
+    /// [`LOCK_SPACE`]), held by [`Shared::hold_lock`]'s session.
+    pub lock_key: i32,
+    /// How to open the session that holds the lock.
+    connect: (tokio_postgres::Config, MakeRustlsConnect),
+    /// Whether the shared state answers, for the probes.
+    pub dependency: Arc<crate::state::Dependency>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -173,10 +241,15 @@ fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, SharedError> {
     Ok(MakeRustlsConnect::new(config))
 }
 
-const ROW: &str = "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
-        coalesce(r.heartbeat > now() - make_interval(secs => $1::float8), false),
-        coalesce(s.expires_at < now(), false)
-    FROM duckgate_statements s LEFT JOIN duckgate_replicas r ON r.replica = s.replica";
+/// A statement row and whether its owner lives ([`ALIVE`]).
+fn row_sql() -> String {
+    format!(
+        "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
+            coalesce(r.replica IS NOT NULL AND {ALIVE}, false),
+            coalesce(s.expires_at < now(), false)
+        FROM duckgate_statements s LEFT JOIN duckgate_replicas r ON r.replica = s.replica"
+    )
+}
 
 fn row(r: &tokio_postgres::Row) -> Row {
     Row {
@@ -199,6 +272,7 @@ impl Shared {
         dsn: &str,
         ca_file: Option<&Path>,
         stale: Duration,
+        dependency: Arc<crate::state::Dependency>,
     ) -> Result<Self, SharedError> {
         // The parser's error could quote the string: it is not passed on.
         let mut config: tokio_postgres::Config = dsn.parse().map_err(|_| {
@@ -224,9 +298,16 @@ impl Shared {
             ca_file = ca_file.map(|p| p.display().to_string()).unwrap_or_default(),
             "connecting to the shared state"
         );
+        // A dead replica's session, and so its lock, must go: keepalives
+        // find a peer that vanished without closing.
+        config.keepalives(true);
+        config.keepalives_idle(Duration::from_secs(10));
+        config.keepalives_interval(Duration::from_secs(5));
+        config.keepalives_retries(3);
+        config.connect_timeout(Duration::from_secs(5));
         let manager = Manager::from_config(
-            config,
-            tls,
+            config.clone(),
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -243,17 +324,160 @@ impl Shared {
             unreleased: std::sync::Mutex::new(Vec::new()),
             replica: uuid::Uuid::new_v4().to_string(),
             stale,
+            lock_key: 1 + fastrand::i32(0..i32::MAX - 1),
+            connect: (config, tls),
+            dependency,
         };
-        let mut client = shared.client().await?;
+        shared.migrate().await?;
+        shared.heartbeat("[]").await?;
+        Ok(shared)
+    }
+
+    /// Brings the schema to this release's version, once, under a lock;
+    /// refuses a database a newer, incompatible release migrated, and one
+    /// whose tables were changed by hand.
+    async fn migrate(&self) -> Result<(), SharedError> {
+        let latest = MIGRATIONS.len() as i32;
+        let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
         tx.execute("SELECT pg_advisory_xact_lock(7226348713)", &[])
             .await
             .map_err(db)?;
-        tx.batch_execute(SCHEMA).await.map_err(db)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS duckgate_schema (
+                version integer PRIMARY KEY,
+                min_compatible integer NOT NULL,
+                release text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )",
+        )
+        .await
+        .map_err(db)?;
+        let row = tx
+            .query_one(
+                "SELECT coalesce(max(version), 0), coalesce(max(min_compatible), 0) FROM duckgate_schema",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+        let (version, needs): (i32, i32) = (row.get(0), row.get(1));
+        if needs > latest {
+            return Err(format!(
+                "the shared state's schema is version {version}, migrated by a newer release that \
+                 needs replicas knowing version {needs}; this release knows up to {latest}: run the \
+                 newer release"
+            ));
+        }
+        for v in version + 1..=latest {
+            tx.batch_execute(MIGRATIONS[(v - 1) as usize])
+                .await
+                .map_err(|e| format!("migrating the shared state to version {v}: {}", db(e)))?;
+            tx.execute(
+                "INSERT INTO duckgate_schema (version, min_compatible, release) VALUES ($1, $2, $3)",
+                &[&v, &MIN_COMPATIBLE, &env!("CARGO_PKG_VERSION")],
+            )
+            .await
+            .map_err(db)?;
+            tracing::info!(version = v, "shared state migrated");
+        }
+        // Every column this release uses is there (a table changed by hand
+        // stopped start-up with `column "replica" does not exist`).
+        let present = tx
+            .query(
+                "SELECT table_name::text, column_name::text FROM information_schema.columns
+                 WHERE table_schema = current_schema() AND table_name LIKE 'duckgate%'",
+                &[],
+            )
+            .await
+            .map_err(db)?;
+        let present: HashSet<(String, String)> =
+            present.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let missing: Vec<String> = COLUMNS
+            .iter()
+            .flat_map(|(t, cols)| cols.iter().map(move |c| (*t, *c)))
+            .filter(|(t, c)| !present.contains(&(t.to_string(), c.to_string())))
+            .map(|(t, c)| format!("{t}.{c}"))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "the shared state's schema (version {}) lacks {}: its tables were changed outside \
+                 duckgate; restore them, or point DUCKGATE_STATE_DSN at a database of its own",
+                version.max(latest),
+                missing.join(", ")
+            ));
+        }
         tx.commit().await.map_err(db)?;
-        drop(client);
-        shared.heartbeat("[]").await?;
-        Ok(shared)
+        Ok(())
+    }
+
+    /// Holds this replica's liveness lock for as long as `stop` allows: a
+    /// session of its own takes `pg_advisory_lock(LOCK_SPACE, lock_key)`
+    /// and keeps it; when the session ends (PostgreSQL restarted, the
+    /// network broke), a new one takes it again. Other replicas read the
+    /// lock in `pg_locks` ([`ALIVE`]).
+    pub async fn hold_lock(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let (config, tls) = &self.connect;
+            let session = async {
+                let (client, connection) = config.connect(tls.clone()).await.map_err(db)?;
+                let running = tokio::spawn(connection);
+                client
+                    .execute(
+                        "SELECT pg_advisory_lock($1, $2)",
+                        &[&LOCK_SPACE, &self.lock_key],
+                    )
+                    .await
+                    .map_err(db)?;
+                self.register_lock(&client).await?;
+                Ok::<_, SharedError>((client, running))
+            };
+            match tokio::select! {
+                _ = stop.cancelled() => return,
+                s = session => s,
+            } {
+                Ok((client, running)) => {
+                    backoff = Duration::from_millis(200);
+                    tokio::select! {
+                        _ = stop.cancelled() => {
+                            drop(client);
+                            return;
+                        }
+                        ended = running => {
+                            let why = match ended {
+                                Ok(Err(e)) => db(e),
+                                _ => "the session ended".to_string(),
+                            };
+                            tracing::warn!(error.cause = %why, "the shared state's liveness session ended; taking the lock again");
+                            self.dependency.failed(&why);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error.cause = %e, "taking the liveness lock failed; retried");
+                    self.dependency.failed(&e);
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    /// Records the lock's key in this replica's row (created if missing).
+    async fn register_lock(&self, client: &tokio_postgres::Client) -> Result<(), SharedError> {
+        client
+            .execute(
+                "INSERT INTO duckgate_replicas (replica, heartbeat, lock_key, release)
+                 VALUES ($1, clock_timestamp(), $2, $3)
+                 ON CONFLICT (replica) DO UPDATE SET lock_key = excluded.lock_key, release = excluded.release",
+                &[&self.replica, &self.lock_key, &env!("CARGO_PKG_VERSION")],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SharedError> {
@@ -269,9 +493,10 @@ impl Shared {
         self.client()
             .await?
             .execute(
-                "INSERT INTO duckgate_replicas (replica, heartbeat, queries) VALUES ($1, now(), $2::text::jsonb)
-                 ON CONFLICT (replica) DO UPDATE SET heartbeat = now(), queries = excluded.queries",
-                &[&self.replica, &queries],
+                "INSERT INTO duckgate_replicas (replica, heartbeat, queries, lock_key, release)
+                 VALUES ($1, clock_timestamp(), $2::text::jsonb, $3, $4)
+                 ON CONFLICT (replica) DO UPDATE SET heartbeat = clock_timestamp(), queries = excluded.queries",
+                &[&self.replica, &queries, &self.lock_key, &env!("CARGO_PKG_VERSION")],
             )
             .await
             .map_err(db)?;
@@ -309,10 +534,13 @@ impl Shared {
         self.client()
             .await?
             .execute(
+                // A row already final stays so: a status read while the
+                // statement ran, sent after its end was, must not put the
+                // row back to `running` (that left rows stuck for good).
                 "UPDATE duckgate_statements SET state = $4, status = $5::text::jsonb,
                     result = $6::text::jsonb,
                     expires_at = now() + make_interval(secs => $7::float8)
-                 WHERE token = $1 AND id = $2 AND replica = $3",
+                 WHERE token = $1 AND id = $2 AND replica = $3 AND state IN ('queued', 'running')",
                 &[&token, &id, &self.replica, &state, &status, &result, &ttl],
             )
             .await
@@ -327,7 +555,8 @@ impl Shared {
             .await?
             .query(
                 &format!(
-                    "{ROW} WHERE s.id = $2 AND ($3::text IS NULL OR s.token = $3) ORDER BY s.token"
+                    "{} WHERE s.id = $2 AND ($3::text IS NULL OR s.token = $3) ORDER BY s.token",
+                    row_sql()
                 ),
                 &[&self.stale_secs(), &id, &token],
             )
@@ -342,7 +571,7 @@ impl Shared {
             .client()
             .await?
             .query(
-                &format!("{ROW} WHERE ($2::text IS NULL OR s.token = $2)"),
+                &format!("{} WHERE ($2::text IS NULL OR s.token = $2)", row_sql()),
                 &[&self.stale_secs(), &token],
             )
             .await
@@ -366,18 +595,24 @@ impl Shared {
         Ok(rows.first().and_then(|r| r.get(0)))
     }
 
-    /// The (token, id) of every statement row this replica owns.
-    pub async fn mine(&self) -> Result<HashSet<(String, String)>, SharedError> {
+    /// The (token, id) of every statement row this replica owns, with its
+    /// state there.
+    pub async fn mine(
+        &self,
+    ) -> Result<std::collections::HashMap<(String, String), String>, SharedError> {
         let rows = self
             .client()
             .await?
             .query(
-                "SELECT token, id FROM duckgate_statements WHERE replica = $1",
+                "SELECT token, id, state FROM duckgate_statements WHERE replica = $1",
                 &[&self.replica],
             )
             .await
             .map_err(db)?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        Ok(rows
+            .iter()
+            .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+            .collect())
     }
 
     /// Reserves a client-chosen query id of `token` for a query this
@@ -390,14 +625,15 @@ impl Shared {
             .client()
             .await?
             .execute(
-                "INSERT INTO duckgate_query_ids AS q (token, id, replica, nonce)
-                 VALUES ($1, $2, $3, $4)
+                &format!(
+                    "INSERT INTO duckgate_query_ids AS q (token, id, replica, nonce)
+                 VALUES ($2, $3, $4, $5)
                  ON CONFLICT (token, id) DO UPDATE
                     SET replica = excluded.replica, nonce = excluded.nonce, started = now()
                  WHERE q.replica = $3 OR NOT EXISTS (
-                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
-                    AND r.heartbeat > now() - make_interval(secs => $5::float8))",
-                &[&token, &id, &self.replica, &nonce, &self.stale_secs()],
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica AND {ALIVE})"
+                ),
+                &[&self.stale_secs(), &token, &id, &self.replica, &nonce],
             )
             .await
             .map_err(db)?;
@@ -474,10 +710,11 @@ impl Shared {
             .client()
             .await?
             .query(
-                "SELECT replica, queries::text FROM duckgate_replicas
-                 WHERE replica <> $1 AND heartbeat > now() - make_interval(secs => $2::float8)
-                 ORDER BY replica",
-                &[&self.replica, &self.stale_secs()],
+                &format!(
+                    "SELECT r.replica, r.queries::text FROM duckgate_replicas r
+                     WHERE r.replica <> $2 AND {ALIVE} ORDER BY r.replica"
+                ),
+                &[&self.stale_secs(), &self.replica],
             )
             .await
             .map_err(db)?;
@@ -496,12 +733,13 @@ impl Shared {
         let stale = self.stale_secs();
         let ttl = ttl.as_secs_f64();
         tx.execute(
-            "UPDATE duckgate_statements s SET state = 'lost',
-                status = jsonb_set(s.status, '{state}', '\"lost\"'),
-                expires_at = now() + make_interval(secs => $2::float8)
-             WHERE s.state IN ('queued', 'running') AND NOT EXISTS (
-                SELECT 1 FROM duckgate_replicas r WHERE r.replica = s.replica
-                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &format!(
+                "UPDATE duckgate_statements s SET state = 'lost',
+                    status = jsonb_set(s.status, '{{state}}', '\"lost\"'),
+                    expires_at = now() + make_interval(secs => $2::float8)
+                 WHERE s.state IN ('queued', 'running') AND NOT EXISTS (
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = s.replica AND {ALIVE})"
+            ),
             &[&stale, &ttl],
         )
         .await
@@ -524,17 +762,19 @@ impl Shared {
         .await
         .map_err(db)?;
         tx.execute(
-            "DELETE FROM duckgate_cancels c WHERE NOT EXISTS (
-                SELECT 1 FROM duckgate_replicas r WHERE r.replica = c.replica
-                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &format!(
+                "DELETE FROM duckgate_cancels c WHERE NOT EXISTS (
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = c.replica AND {ALIVE})"
+            ),
             &[&stale],
         )
         .await
         .map_err(db)?;
         tx.execute(
-            "DELETE FROM duckgate_query_ids q WHERE NOT EXISTS (
-                SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica
-                AND r.heartbeat > now() - make_interval(secs => $1::float8))",
+            &format!(
+                "DELETE FROM duckgate_query_ids q WHERE NOT EXISTS (
+                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica AND {ALIVE})"
+            ),
             &[&stale],
         )
         .await

@@ -876,6 +876,53 @@ impl Postgres {
         pg
     }
 
+    /// Stops the server at once (`-m immediate`: every session cut, as a
+    /// crash or a failover would).
+    pub fn stop(&self) {
+        run_pg(
+            self.command("pg_ctl")
+                .arg("-D")
+                .arg(self.dir.path().join("data"))
+                .args(["-m", "immediate", "-w", "stop"]),
+        );
+    }
+
+    /// Starts the stopped server again on the same port.
+    pub fn restart(&self) {
+        run_pg(
+            self.command("pg_ctl")
+                .arg("-D")
+                .arg(self.dir.path().join("data"))
+                .arg("-o")
+                .arg(format!(
+                    "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+                    self.port,
+                    self.dir.path().display()
+                ))
+                .arg("-l")
+                .arg(self.dir.path().join("log"))
+                .args(["-w", "start"]),
+        );
+    }
+
+    /// psql for `database` as `duckgate` with `password`, to read SQL
+    /// from its standard input (a session a test holds open).
+    pub fn psql_session(&self, password: &str, database: &str) -> Command {
+        let mut c = Command::new(Path::new(PG_BIN).join("psql"));
+        c.env("PGPASSWORD", password)
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args([
+                "-U",
+                "duckgate",
+                "-d",
+                database,
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ]);
+        c
+    }
+
     fn command(&self, tool: &str) -> Command {
         let bin = Path::new(PG_BIN).join(tool);
         if self.as_postgres {

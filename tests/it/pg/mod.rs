@@ -3,5 +3,6 @@
 mod lake;
 mod query_ids;
 mod replicas;
+mod shared_state;
 mod state_tls;
 mod statement_handoff;

@@ -108,3 +108,63 @@ async fn a_statement_seen_finished_on_its_owner_is_finished_on_every_replica() {
         stale.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs PostgreSQL 15 and the test venv; scripts/test installs it"]
+async fn thousands_of_handoffs_leave_no_row_stuck_running() {
+    // Issue 37: 1,000 hand-offs (submit on A, poll and page on B) left 3
+    // statements whose owner said succeeded `running` in the shared row
+    // for good (a status read while one ran, written after its end was,
+    // put the row back), so B answered `running` and pages 409 forever.
+    let rounds: usize = std::env::var("DUCKGATE_HANDOFF_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let a = replica(&s3, &pg);
+    let b = replica(&s3, &pg);
+    let started = Instant::now();
+    let mut stuck = Vec::new();
+    for i in 0..rounds {
+        let r = a
+            .client
+            .post(a.url("/statements"))
+            .bearer_auth(ALICE)
+            .json(&json!({ "sql": format!("SELECT {i} AS i"), "wait_ms": 0 }))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status() == 202 || r.status() == 200, "{}", r.status());
+        let id = r.headers()["duckgate-query-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let finished = loop {
+            let (_, v) = b.get(&format!("/statements/{id}"), ALICE).await;
+            match v["state"].as_str() {
+                Some("succeeded") => break true,
+                Some("queued" | "running") if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await
+                }
+                _ => break false,
+            }
+        };
+        let (page, v) = b
+            .get(&format!("/statements/{id}/result?format=json"), ALICE)
+            .await;
+        if !finished || page != 200 || v["rows"] != json!([[i]]) {
+            let (_, owner) = a.get(&format!("/statements/{id}"), ALICE).await;
+            stuck.push(format!("{id}: page {page}, owner says {}", owner["state"]));
+        }
+        assert_eq!(b.delete(&format!("/statements/{id}"), ALICE).await.0, 200);
+    }
+    eprintln!("{rounds} hand-offs in {:?}", started.elapsed());
+    assert!(
+        stuck.is_empty(),
+        "{} of {rounds} statements stuck on the other replica:\n{}",
+        stuck.len(),
+        stuck.join("\n")
+    );
+}

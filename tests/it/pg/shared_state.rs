@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Gateway, Postgres, S3Server};
+use crate::common::{self, Postgres, S3Server};
 use serde_json::json;
 
 const ALICE: &str = "alice-token-0123456789";

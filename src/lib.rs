@@ -247,7 +247,7 @@ async fn serve_until(
         Some(url) if url.starts_with("s3://") => (
             engine.data_dir.join("spool"),
             Some(Arc::new(
-                statements::s3::S3Spool::new(url, rotator.clone())
+                statements::s3::S3Spool::new(url, rotator.clone(), health.dependency("spool"))
                     .map_err(|e| ConfigError::new("DUCKGATE_SPOOL_URL", e))?,
             )),
         ),

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::engine::guard::Refusal;
 use crate::engine::QueryError;
+use crate::engine::execute::StoreFault;
 
 /// An RFC 9457 problem details body.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -332,6 +333,35 @@ fn query_problem(e: &QueryError) -> (Problem, Option<(header::HeaderName, Header
             ),
             Some((header::RETRY_AFTER, HeaderValue::from_static("30"))),
         ),
+        QueryError::RemoteStore { store, fault, .. } => match fault {
+            StoreFault::Missing => (
+                problem(
+                    StatusCode::GONE,
+                    "result-missing",
+                    "Result missing",
+                    format!("the statement's result is no longer in the S3 {store}: it was removed there (by hand or by a lifecycle rule); run the statement again"),
+                ),
+                None,
+            ),
+            StoreFault::Unavailable => (
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("{store}-unavailable"),
+                    "Spool unavailable",
+                    format!("the S3 {store} did not answer in time or failed (the server's storage, not the request); the cause is in the gateway's log, retry later"),
+                ),
+                Some((header::RETRY_AFTER, HeaderValue::from_static("5"))),
+            ),
+            StoreFault::Refused => (
+                problem(
+                    StatusCode::BAD_GATEWAY,
+                    &format!("{store}-refused"),
+                    "Spool refused",
+                    format!("the S3 {store} refused the gateway's request (its bucket, or the rights of the gateway's credentials: the operator's to fix); the cause is in the gateway's log"),
+                ),
+                Some((header::RETRY_AFTER, HeaderValue::from_static("30"))),
+            ),
+        },
         QueryError::ClientStalled => (
             problem(
                 StatusCode::REQUEST_TIMEOUT,

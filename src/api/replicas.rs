@@ -66,6 +66,9 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
         })
     };
     let mut last_sweep = Instant::now();
+    let grace = Duration::from_millis(state.config.statements.spool_orphan_grace_ms);
+    let orphan_every = (grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let mut last_orphans = Instant::now();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -81,6 +84,10 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
         if last_sweep.elapsed() >= Duration::from_secs(2) {
             last_sweep = Instant::now();
             sweep(&state, &shared).await;
+        }
+        if last_orphans.elapsed() >= orphan_every {
+            last_orphans = Instant::now();
+            sweep_orphans(&state, &shared, grace).await;
         }
     }
     let _ = beat.await;
@@ -214,6 +221,49 @@ async fn sweep(state: &AppState, shared: &Shared) {
     drop(idle);
 }
 
+/// Removes the S3 spool's orphans: objects older than `grace` that no kept
+/// statement names. Any replica may do it (a removal is idempotent); each
+/// also reports the spool's objects and bytes.
+async fn sweep_orphans(state: &AppState, shared: &Shared, grace: Duration) {
+    let Some(s3) = &state.statements.s3 else {
+        return;
+    };
+    let objects = match s3.list().await {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::warn!(error.cause = %e, "listing the S3 spool failed");
+            return;
+        }
+    };
+    metrics::gauge!("duckgate_spool_s3_objects").set(objects.len() as f64);
+    metrics::gauge!("duckgate_spool_s3_bytes").set(objects.iter().map(|o| o.bytes).sum::<u64>() as f64);
+    let now = std::time::SystemTime::now();
+    let old: Vec<String> = objects
+        .iter()
+        .filter(|o| now.duration_since(o.modified).is_ok_and(|age| age >= grace))
+        .map(|o| o.url.clone())
+        .collect();
+    if old.is_empty() {
+        return;
+    }
+    let kept = match shared.referenced(&old).await {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(error.cause = %e, "finding the spool's orphans failed");
+            return;
+        }
+    };
+    for url in old.iter().filter(|u| !kept.contains(*u)) {
+        match s3.delete(url).await {
+            Ok(()) => {
+                tracing::info!(spool.url = %url, "removed an orphaned spool object");
+                metrics::counter!("duckgate_spool_orphans_removed_total").increment(1);
+            }
+            Err(e) => tracing::warn!(error.cause = %e, "removing an orphaned spool object failed"),
+        }
+    }
+}
+
 /// Removes a result from the S3 spool (and its local copy).
 pub async fn remove_result(state: &AppState, url: &str) {
     let copy = state
@@ -254,17 +304,16 @@ pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, Ap
         ApiError::Internal("another replica's result, and no S3 spool is configured here".into())
     })?;
     // A full disk under the local spool is the server's storage: 507
-    // spool-full with Retry-After, like a statement's own result.
-    let storage = |e: SinkError| match e {
-        SinkError::Io(m) => ApiError::Internal(m),
-        full => ApiError::Query(QueryError::from(full)),
-    };
+    // spool-full with Retry-After, like a statement's own result; the S3
+    // spool's faults are its own (410 missing, 503 unavailable, 502
+    // refused), bounded by the limit a query gets by default.
     let dir = state.statements.spool.dir().join("copies");
     tokio::fs::create_dir_all(&dir)
         .await
-        .map_err(|e| storage(SinkError::from_io(&e)))?;
+        .map_err(|e| ApiError::Query(QueryError::from(SinkError::from_io(&e))))?;
     let path = dir.join(format!("{}.arrow", uuid::Uuid::new_v4()));
-    s3.download(&url, &path).await.map_err(storage)?;
+    let limit = Duration::from_millis(state.config.limits.default_query_timeout_ms());
+    s3.download(&url, &path, limit).await?;
     let spool = state.statements.spool.clone();
     let token: Arc<str> = row.token.as_str().into();
     let result = {

@@ -158,6 +158,14 @@ pub struct StatementsConfig {
     /// PostgreSQL restart.)
     #[arg(long, env = "DUCKGATE_REPLICA_STALE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1_000..=600_000))]
     pub replica_stale_ms: u64,
+
+    /// An object in the S3 spool that no kept statement names (its
+    /// statement was deleted while it uploaded, or expired, or was lost
+    /// with its replica) is removed once it is this old. Longer than an
+    /// upload takes to be published: a younger object may be one whose
+    /// statement is about to name it.
+    #[arg(long, env = "DUCKGATE_SPOOL_ORPHAN_GRACE_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
+    pub spool_orphan_grace_ms: u64,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {

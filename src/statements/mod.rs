@@ -357,18 +357,23 @@ impl Statements {
         runner: Runner,
     ) {
         let this = self.clone();
+        let deadline = job.started + job.timeout;
+        let limit = job.timeout;
         tokio::spawn(async move {
             let outcome = this.drive(&statement, job, &runner).await;
             let (state, result, error) = match outcome {
                 Ok(retried) => {
                     statement.lock().retried = retried;
                     match writer.take_result() {
-                        Some(r) => match this.upload(&r).await {
+                        Some(r) => match this.upload(&r, deadline, limit, &statement.running.cancel).await {
                             Ok(meta) => {
                                 statement.lock().shared_result = meta;
                                 (State::Succeeded, Some(Arc::new(r)), None)
                             }
-                            Err(e) => (State::Failed, None, Some(QueryError::Internal(e))),
+                            Err(QueryError::CancelledByRequest) => {
+                                (State::Cancelled, None, Some(QueryError::CancelledByRequest))
+                            }
+                            Err(e) => (State::Failed, None, Some(e)),
                         },
                         None => (
                             State::Failed,
@@ -419,7 +424,15 @@ impl Statements {
     /// Uploads a finished result to the S3 spool, if there is one, before
     /// the statement is seen to succeed: other replicas page it from there.
     /// Returns its metadata for them.
-    async fn upload(&self, result: &SpoolResult) -> Result<Option<String>, String> {
+    /// The upload ends by the statement's `deadline`: a stalled store
+    /// fails it as timed out, never lets it succeed late.
+    async fn upload(
+        &self,
+        result: &SpoolResult,
+        deadline: Instant,
+        limit: std::time::Duration,
+        cancel: &CancellationToken,
+    ) -> Result<Option<String>, QueryError> {
         let (Some(s3), Some(shared)) = (&self.s3, &self.shared) else {
             return Ok(None);
         };
@@ -427,12 +440,24 @@ impl Statements {
             .path
             .file_name()
             .and_then(|n| n.to_str())
-            .ok_or("a spool file without a name")?;
+            .ok_or_else(|| QueryError::Internal("a spool file without a name".into()))?;
         let url = s3.url_of(&format!("{}/{name}", shared.replica));
-        s3.upload(&result.path, &url).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(QueryError::Timeout(limit));
+        }
+        s3.upload(&result.path, &url, left).await?;
+        if cancel.is_cancelled() {
+            // Deleted (or cancelled) while it uploaded: nobody will name
+            // the object, so it goes now rather than at the orphan sweep.
+            if let Err(e) = s3.delete(&url).await {
+                tracing::warn!(error.cause = %e, "removing a discarded statement's result failed");
+            }
+            return Err(QueryError::CancelledByRequest);
+        }
         serde_json::to_string(&result.meta(url))
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(|e| QueryError::Internal(e.to_string()))
     }
 
     /// Waits for a share of the pool, then runs the statement. `Ok(retried)`

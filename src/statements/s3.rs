@@ -14,13 +14,64 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use aws_sdk_s3::error::DisplayErrorContext;
+use std::time::Duration;
+
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::config::http::HttpResponse;
 use tokio::io::AsyncWriteExt;
 
 use crate::credentials::source::expose;
 use crate::credentials::Rotator;
+use crate::engine::execute::{QueryError, StoreFault};
 use crate::engine::sink::SinkError;
+use crate::state::Dependency;
+
+/// A failure of the S3 spool, classified: whose it is decides the status a
+/// client sees (410 missing, 503 unavailable, 502 refused).
+fn fault<E>(what: &str, e: &SdkError<E, HttpResponse>) -> QueryError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    let status = e.raw_response().map(|r| r.status().as_u16());
+    let code = e.as_service_error().and_then(|s| s.code()).unwrap_or("");
+    let fault = match (status, code) {
+        (_, "NoSuchBucket" | "AccessDenied" | "InvalidAccessKeyId" | "SignatureDoesNotMatch") => {
+            StoreFault::Refused
+        }
+        (Some(404), _) | (_, "NoSuchKey") => StoreFault::Missing,
+        (_, "SlowDown" | "RequestTimeout" | "ExpiredToken") => StoreFault::Unavailable,
+        (Some(408 | 429), _) => StoreFault::Unavailable,
+        (Some(s), _) if s >= 500 => StoreFault::Unavailable,
+        (Some(_), _) => StoreFault::Refused,
+        // No answer: a timeout, a reset, a refused connection.
+        (None, _) => StoreFault::Unavailable,
+    };
+    QueryError::RemoteStore {
+        store: "spool",
+        fault,
+        cause: format!("{what}: {}", DisplayErrorContext(e)),
+    }
+}
+
+fn unavailable(cause: String) -> QueryError {
+    QueryError::RemoteStore {
+        store: "spool",
+        fault: StoreFault::Unavailable,
+        cause,
+    }
+}
+
+/// One object in the S3 spool.
+#[derive(Debug, Clone)]
+pub struct SpoolObject {
+    /// Its `s3://` URL.
+    pub url: String,
+    /// Its size.
+    pub bytes: u64,
+    /// When it was written.
+    pub modified: std::time::SystemTime,
+}
 
 /// An `s3://bucket/prefix/` spool.
 pub struct S3Spool {
@@ -29,6 +80,8 @@ pub struct S3Spool {
     bucket: String,
     prefix: String,
     rotator: Arc<Rotator>,
+    /// Its state for the probes: every upload, copy and removal reports.
+    pub dependency: Arc<Dependency>,
 }
 
 impl std::fmt::Debug for S3Spool {
@@ -39,7 +92,11 @@ impl std::fmt::Debug for S3Spool {
 
 impl S3Spool {
     /// The spool at `url`, which a configured secret's scope must hold.
-    pub fn new(url: &str, rotator: Arc<Rotator>) -> Result<Self, String> {
+    pub fn new(
+        url: &str,
+        rotator: Arc<Rotator>,
+        dependency: Arc<Dependency>,
+    ) -> Result<Self, String> {
         let rest = url
             .strip_prefix("s3://")
             .ok_or_else(|| format!("{url} is not an s3:// URL"))?;
@@ -57,6 +114,7 @@ impl S3Spool {
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
             rotator,
+            dependency,
         })
     }
 
@@ -110,59 +168,96 @@ impl S3Spool {
         Ok(aws_sdk_s3::Client::from_conf(config.build()))
     }
 
-    /// Uploads the local file `path` to `url`.
-    pub async fn upload(&self, path: &Path, url: &str) -> Result<(), String> {
-        let key = self.key_of(url)?;
-        let body = ByteStream::from_path(path)
-            .await
-            .map_err(|e| format!("reading the spool file: {e}"))?;
-        self.client()?
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| format!("uploading to the S3 spool: {}", DisplayErrorContext(&e)))?;
-        Ok(())
+    /// Records how a use of the store went: the probes see only
+    /// unavailability (a missing object is a statement's fault, not the
+    /// store's).
+    fn report<T>(&self, r: Result<T, QueryError>) -> Result<T, QueryError> {
+        match &r {
+            Ok(_) => self.dependency.ok(),
+            Err(QueryError::RemoteStore { fault, cause, .. }) => {
+                if *fault == StoreFault::Missing {
+                    self.dependency.ok();
+                } else {
+                    self.dependency.failed(cause);
+                }
+                tracing::warn!(store = "spool", fault = ?fault, error.cause = %cause, "the S3 spool failed");
+            }
+            Err(_) => {}
+        }
+        r
     }
 
-    /// Fetches `url` into the local file `dest` (written beside it, then
-    /// renamed, so a half-fetched file is never read). A failed fetch
-    /// leaves nothing behind: on a full disk the partial file would keep
-    /// the disk full.
-    pub async fn download(&self, url: &str, dest: &Path) -> Result<(), SinkError> {
+    /// Uploads the local file `path` to `url` within `limit`: a stalled
+    /// store ends the upload at the statement's deadline, never after it.
+    pub async fn upload(&self, path: &Path, url: &str, limit: Duration) -> Result<(), QueryError> {
+        let upload = async {
+            let key = self.key_of(url).map_err(QueryError::Internal)?;
+            let body = ByteStream::from_path(path)
+                .await
+                .map_err(|e| QueryError::Internal(format!("reading the spool file: {e}")))?;
+            self.client()
+                .map_err(unavailable)?
+                .put_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| fault("uploading to the S3 spool", &e))?;
+            Ok(())
+        };
+        let r = match tokio::time::timeout(limit, upload).await {
+            Ok(r) => r,
+            Err(_) => Err(unavailable(format!(
+                "uploading to the S3 spool took longer than the statement's remaining {} ms",
+                limit.as_millis()
+            ))),
+        };
+        self.report(r)
+    }
+
+    /// Fetches `url` into the local file `dest` within `limit` (written
+    /// beside it, then renamed, so a half-fetched file is never read). A
+    /// failed fetch leaves nothing behind: on a full disk the partial file
+    /// would keep the disk full.
+    pub async fn download(&self, url: &str, dest: &Path, limit: Duration) -> Result<(), QueryError> {
         let partial = dest.with_extension("part");
-        let fetched = self.fetch(url, &partial, dest).await;
+        let fetched = match tokio::time::timeout(limit, self.fetch(url, &partial, dest)).await {
+            Ok(r) => r,
+            Err(_) => Err(unavailable(format!(
+                "reading the S3 spool took longer than {} ms",
+                limit.as_millis()
+            ))),
+        };
         if fetched.is_err() {
             let _ = tokio::fs::remove_file(&partial).await;
         }
-        fetched
+        self.report(fetched)
     }
 
-    async fn fetch(&self, url: &str, partial: &Path, dest: &Path) -> Result<(), SinkError> {
-        let key = self.key_of(url).map_err(SinkError::Io)?;
+    async fn fetch(&self, url: &str, partial: &Path, dest: &Path) -> Result<(), QueryError> {
+        let key = self.key_of(url).map_err(QueryError::Internal)?;
         let mut object = self
             .client()
-            .map_err(SinkError::Io)?
+            .map_err(unavailable)?
             .get_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| {
-                SinkError::Io(format!("reading the S3 spool: {}", DisplayErrorContext(&e)))
-            })?;
-        let written = |e: std::io::Error| match SinkError::from_io(&e) {
-            SinkError::Io(m) => SinkError::Io(format!("writing the spool copy: {m}")),
-            other => other,
+            .map_err(|e| fault("reading the S3 spool", &e))?;
+        let written = |e: std::io::Error| {
+            QueryError::from(match SinkError::from_io(&e) {
+                SinkError::Io(m) => SinkError::Io(format!("writing the spool copy: {m}")),
+                other => other,
+            })
         };
         let mut file = tokio::fs::File::create(partial).await.map_err(written)?;
         while let Some(chunk) = object
             .body
             .try_next()
             .await
-            .map_err(|e| SinkError::Io(format!("reading the S3 spool: {e}")))?
+            .map_err(|e| unavailable(format!("reading the S3 spool: {e}")))?
         {
             file.write_all(&chunk).await.map_err(written)?;
         }
@@ -171,16 +266,57 @@ impl S3Spool {
         tokio::fs::rename(partial, dest).await.map_err(written)
     }
 
+    /// Every object under the prefix: its URL, size and when it was
+    /// written (for the orphan sweep and the bytes gauge).
+    pub async fn list(&self) -> Result<Vec<SpoolObject>, QueryError> {
+        let listed = async {
+            let client = self.client().map_err(unavailable)?;
+            let mut pages = client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&self.prefix)
+                .into_paginator()
+                .send();
+            let mut all = Vec::new();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| fault("listing the S3 spool", &e))?;
+                for o in page.contents() {
+                    let (Some(key), Some(modified)) = (o.key(), o.last_modified()) else {
+                        continue;
+                    };
+                    let Some(name) = key.strip_prefix(self.prefix.as_str()) else {
+                        continue;
+                    };
+                    all.push(SpoolObject {
+                        url: self.url_of(name),
+                        bytes: o.size().unwrap_or(0).max(0) as u64,
+                        modified: std::time::SystemTime::try_from(*modified)
+                            .unwrap_or(std::time::UNIX_EPOCH),
+                    });
+                }
+            }
+            Ok(all)
+        };
+        let r = match tokio::time::timeout(Duration::from_secs(60), listed).await {
+            Ok(r) => r,
+            Err(_) => Err(unavailable("listing the S3 spool took over 60 s".into())),
+        };
+        self.report(r)
+    }
+
     /// Removes `url` (expiry, DELETE); a missing object is no error.
-    pub async fn delete(&self, url: &str) -> Result<(), String> {
-        let key = self.key_of(url)?;
-        self.client()?
+    pub async fn delete(&self, url: &str) -> Result<(), QueryError> {
+        let key = self.key_of(url).map_err(QueryError::Internal)?;
+        let r = self
+            .client()
+            .map_err(unavailable)?
             .delete_object()
             .bucket(&self.bucket)
             .key(key)
             .send()
             .await
-            .map_err(|e| format!("removing from the S3 spool: {}", DisplayErrorContext(&e)))?;
-        Ok(())
+            .map(|_| ())
+            .map_err(|e| fault("removing from the S3 spool", &e));
+        self.report(r)
     }
 }

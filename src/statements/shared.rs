@@ -789,6 +789,24 @@ impl Shared {
         Ok(expired.iter().filter_map(|r| r.get(0)).collect())
     }
 
+    /// Which of `urls` a kept statement's result names (the rest are
+    /// orphans: their statement was deleted, expired, or lost with its
+    /// replica).
+    pub async fn referenced(
+        &self,
+        urls: &[String],
+    ) -> Result<std::collections::HashSet<String>, SharedError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT result->>'url' FROM duckgate_statements WHERE result->>'url' = ANY($1)",
+                &[&urls],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().filter_map(|r| r.get(0)).collect())
+    }
+
     /// This replica stops: its row goes, so its statements are lost at once
     /// rather than after the heartbeat goes stale, and so do the query ids
     /// it reserved.

@@ -67,7 +67,12 @@ no signature needed; every answer is JSON):
   POST /__control/sts?delay_ms=N     every STS request is delayed N ms (0 = off)
   POST /__control/s3?delay_ms=N      every S3 request is delayed N ms before it is
                                      answered (a slow or stalled S3; 0 = off)
+  POST /__control/s3?fail_status=N&match=S   every S3 request whose path holds S
+                                     answers N (503 SlowDown, 500 InternalError,
+                                     403 AccessDenied; 0 = off)
   POST /__control/put?bucket=B&key=K body = object bytes; puts it without signing
+  GET  /__control/objects?bucket=B&prefix=P   the keys under P (unsigned)
+  POST /__control/delete?bucket=B&key=K      removes one object (unsigned)
   POST /__control/expire             expire every assumed-role session now
   POST /__control/expire?access_key_id=ASIA...   expire that session only
   POST /__control/reset-stats        zero the counters
@@ -120,6 +125,10 @@ class State:
         self.sts_malformed = False
         self.sts_delay_ms = 0
         self.s3_delay_ms = 0
+        # Requests whose path holds s3_fail_match answer s3_fail_status
+        # (503 SlowDown, 500 InternalError, 403 AccessDenied); 0 = off.
+        self.s3_fail_status = 0
+        self.s3_fail_match = ""
         self.counters: dict[str, int] = {}
         self.rejected_keys: set[str] = set()
         self.reset()
@@ -368,6 +377,23 @@ class Middleware:
         self.state.bump("s3_requests")
         if self.state.s3_delay_ms > 0:
             time.sleep(self.state.s3_delay_ms / 1000.0)
+        fail = self.state.s3_fail_status
+        if fail and self.state.s3_fail_match in environ.get("PATH_INFO", ""):
+            _read_body(environ)
+            self.state.bump("s3_5xx" if fail >= 500 else "s3_4xx")
+            code, status = {
+                503: ("SlowDown", "503 Service Unavailable"),
+                500: ("InternalError", "500 Internal Server Error"),
+                403: ("AccessDenied", "403 Forbidden"),
+            }[fail]
+            rid = uuid.uuid4().hex[:16].upper()
+            return _xml(
+                status,
+                '<?xml version="1.0" encoding="UTF-8"?>\n'
+                f"<Error><Code>{code}</Code><Message>injected</Message>"
+                f"<RequestId>{rid}</RequestId></Error>",
+                start_response,
+            )
         token = environ.get("HTTP_X_AMZ_SECURITY_TOKEN") or (
             query.get("X-Amz-Security-Token") or [None]
         )[0]
@@ -447,8 +473,20 @@ class Middleware:
             if what == "s3" and method == "POST":
                 if "delay_ms" in query:
                     self.state.s3_delay_ms = max(0, int(query["delay_ms"]))
-                log.info("control: s3 delay_ms=%s", self.state.s3_delay_ms)
-                return _json("200 OK", {"s3_delay_ms": self.state.s3_delay_ms}, start_response)
+                if "fail_status" in query:
+                    self.state.s3_fail_status = int(query["fail_status"])
+                    self.state.s3_fail_match = query.get("match", "")
+                log.info(
+                    "control: s3 delay_ms=%s fail_status=%s match=%r",
+                    self.state.s3_delay_ms,
+                    self.state.s3_fail_status,
+                    self.state.s3_fail_match,
+                )
+                return _json(
+                    "200 OK",
+                    {"s3_delay_ms": self.state.s3_delay_ms, "s3_fail_status": self.state.s3_fail_status},
+                    start_response,
+                )
             if what == "put" and method == "POST":
                 bucket, key = query.get("bucket"), query.get("key")
                 if not bucket or not key:
@@ -456,6 +494,15 @@ class Middleware:
                 body = _read_body(environ)
                 put_object(bucket, key, body)
                 return _json("200 OK", {"bucket": bucket, "key": key, "size": len(body)}, start_response)
+            if what == "objects" and method == "GET":
+                keys = list_objects(query.get("bucket", ""), query.get("prefix", ""))
+                return _json("200 OK", {"keys": keys}, start_response)
+            if what == "delete" and method == "POST":
+                bucket, key = query.get("bucket"), query.get("key")
+                if not bucket or not key:
+                    return _json("400 Bad Request", {"error": "bucket and key are required"}, start_response)
+                delete_object(bucket, key)
+                return _json("200 OK", {"bucket": bucket, "key": key}, start_response)
             if what == "expire" and method == "POST":
                 wanted = query.get("access_key_id")
                 # A second in the past, so "expiration <= now" holds at once.
@@ -496,6 +543,19 @@ class Middleware:
             log.exception("control %s failed", what)
             return _json("500 Internal Server Error", {"error": str(exc)}, start_response)
         return _json("404 Not Found", {"error": f"no control endpoint {method} {what}"}, start_response)
+
+
+def list_objects(bucket: str, prefix: str) -> list[str]:
+    from moto.s3.models import s3_backends
+
+    b = s3_backends[ACCOUNT_ID]["aws"].get_bucket(bucket)
+    return sorted(k for k in b.keys.keys() if k.startswith(prefix))
+
+
+def delete_object(bucket: str, key: str) -> None:
+    from moto.s3.models import s3_backends
+
+    s3_backends[ACCOUNT_ID]["aws"].delete_object(bucket, key)
 
 
 def put_object(bucket: str, key: str, body: bytes) -> None:

@@ -122,6 +122,17 @@ pub enum QueryError {
         /// The I/O error, for the log.
         cause: String,
     },
+    /// The S3 spool (`store`) failed; `fault` says whose it is, `cause`
+    /// is logged, never sent.
+    #[error("the {store} failed ({fault:?}): {cause}")]
+    RemoteStore {
+        /// The store: `spool`.
+        store: &'static str,
+        /// Missing, unavailable or refusing.
+        fault: StoreFault,
+        /// The SDK's error, for the log.
+        cause: String,
+    },
     /// The statement has no answer in the format asked for (a statement
     /// that returns no rows, asked for Parquet); the text says why.
     #[error("{0}")]
@@ -129,6 +140,20 @@ pub enum QueryError {
     /// A failure of the gateway itself (encoding, the spool's I/O, ...).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// How a remote store failed: the status a client sees follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFault {
+    /// The object is not there (removed underneath, or by a lifecycle
+    /// rule): 410, a retry cannot bring it back.
+    Missing,
+    /// No answer, a timeout, a server error or throttling: 503 with
+    /// Retry-After.
+    Unavailable,
+    /// The store refused the request (access denied, no such bucket): the
+    /// operator's configuration, 502.
+    Refused,
 }
 
 impl QueryError {
@@ -156,7 +181,7 @@ impl QueryError {
             QueryError::CredentialsExpired => "credentials_expired",
             QueryError::SpoolFull { .. } => "spool_full",
             QueryError::StorageFull { .. } => "storage_full",
-            QueryError::Storage { .. } => "storage_error",
+            QueryError::Storage { .. } | QueryError::RemoteStore { .. } => "storage_error",
             QueryError::Internal(_) => "internal_error",
         }
     }

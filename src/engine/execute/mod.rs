@@ -26,7 +26,7 @@ mod stream;
 mod worker;
 mod wrap;
 
-pub use error::{sql_error, QueryError};
+pub use error::{sql_error, QueryError, StoreFault};
 pub use job::{Param, QueryJob, QueryOutput};
 
 use std::sync::Arc;

@@ -29,6 +29,10 @@ fn dsn(pg: &Postgres) -> String {
 }
 
 fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
+    replica_builder(s3, pg).start()
+}
+
+fn replica_builder(s3: &S3Server, pg: &Postgres) -> common::GatewayBuilder {
     s3.app(20)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
@@ -40,7 +44,6 @@ fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
         .env("DUCKGATE_S3_REFRESH_LEAD_SECS", 1)
         .env("DUCKGATE_S3_CHECK_INTERVAL_MS", 200)
         .env("DUCKGATE_POOL_SIZE", 4)
-        .start()
 }
 
 async fn submit(g: &Gateway, token: &str, id: &str, sql: &str, wait_ms: u64) -> (u16, Value) {
@@ -386,4 +389,220 @@ async fn a_full_disk_under_a_result_copy_is_507_and_leaves_nothing() {
     assert_eq!(status, 200, "{got}");
     let want = reference(&b, &format!("{sql} LIMIT 10 OFFSET 500")).await;
     assert_eq!(got["rows"], want);
+}
+
+/// The keys under the spool's prefix, as the store itself lists them.
+async fn spool_keys(s3: &S3Server) -> Vec<String> {
+    let v = s3
+        .control("GET", "objects?bucket=duckgate-test&prefix=spool/")
+        .await;
+    v["keys"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no keys: {v}"))
+        .iter()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn page(g: &Gateway, id: &str) -> (u16, Option<String>, Value) {
+    let r = g
+        .client
+        .get(g.url(&format!("/statements/{id}/result?format=json&limit=5")))
+        .bearer_auth(ALICE)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    (status, retry, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Issue 37: the S3 spool's faults are the spool's. An upload S3 answers
+/// with 503 fails the statement as `spool-unavailable` (never `internal`)
+/// and /healthz names the spool; a copy to another replica answers 503 with
+/// Retry-After for 500s, 502 `spool-refused` for AccessDenied, and 410
+/// `result-missing` once the object was removed underneath; an upload
+/// stalled past the statement's limit ends at the limit. And no object
+/// outlives its statement: deleted while uploading, expired, or orphaned
+/// (an object no statement names), each is gone from the bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs PostgreSQL 15 and the test venv; scripts/test installs it"]
+async fn spool_faults_are_the_spools_and_no_object_outlives_its_statement() {
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let a = replica_builder(&s3, &pg)
+        .env("DUCKGATE_SPOOL_ORPHAN_GRACE_MS", 2000)
+        .env("DUCKGATE_STATEMENT_TTL_MS", 60_000)
+        .start();
+    let b = replica_builder(&s3, &pg)
+        .env("DUCKGATE_SPOOL_ORPHAN_GRACE_MS", 2000)
+        .env("DUCKGATE_STATEMENT_TTL_MS", 60_000)
+        .start();
+    let sql = sql_for(1);
+
+    // An upload answered 503: the statement fails as the spool's fault.
+    s3.control("POST", "s3?fail_status=503&match=/spool/").await;
+    submit(&a, ALICE, "up503", &sql, 20_000).await;
+    let (_, v) = state_of(&a, "up503").await;
+    assert_eq!(v["state"], "failed", "{v}");
+    assert_eq!(
+        v["problem"]["type"], "urn:duckgate:problem:spool-unavailable",
+        "{v}"
+    );
+    let h = a.health().await;
+    let spool = h["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "spool")
+        .cloned()
+        .unwrap_or_else(|| panic!("no spool dependency: {h}"));
+    assert_eq!(spool["up"], false, "{h}");
+    assert_eq!(h["status"], "degraded", "{h}");
+    s3.control("POST", "s3?fail_status=0").await;
+
+    // A result on A, copied by B through failures of each kind.
+    let (status, v) = submit(&a, ALICE, "ok", &sql, 20_000).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(state_of(&a, "ok").await.1["state"], "succeeded");
+    for (fail, want, retry) in [
+        (500, (503, "spool-unavailable"), true),
+        (503, (503, "spool-unavailable"), true),
+        (403, (502, "spool-refused"), true),
+    ] {
+        s3.control("POST", &format!("s3?fail_status={fail}&match=/spool/"))
+            .await;
+        let (status, retry_after, p) = page(&b, "ok").await;
+        assert_eq!(
+            (status, p["type"].as_str()),
+            (want.0, Some(&*format!("urn:duckgate:problem:{}", want.1))),
+            "S3 answering {fail}: {p}"
+        );
+        assert_eq!(retry_after.is_some(), retry, "{p}");
+    }
+    s3.control("POST", "s3?fail_status=0").await;
+    let (status, _, p) = page(&b, "ok").await;
+    assert_eq!(status, 200, "{p}");
+
+    // Removed underneath: 410 on a replica without a copy.
+    let before = spool_keys(&s3).await;
+    let (status, v) = submit(&a, ALICE, "gone", &sql, 20_000).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(state_of(&a, "gone").await.1["state"], "succeeded");
+    let keys: Vec<String> = spool_keys(&s3)
+        .await
+        .into_iter()
+        .filter(|k| !before.contains(k))
+        .collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (_, row) = b.get("/statements/gone", ALICE).await;
+    assert_eq!(row["state"], "succeeded", "{row}");
+    for k in &keys {
+        s3.control("POST", &format!("delete?bucket=duckgate-test&key={k}"))
+            .await;
+    }
+    let (status, _, p) = page(&b, "gone").await;
+    assert_eq!(
+        (status, p["type"].as_str()),
+        (410, Some("urn:duckgate:problem:result-missing")),
+        "{p}"
+    );
+
+    // An upload stalled past the statement's limit ends at the limit.
+    s3.control("POST", "s3?delay_ms=6000").await;
+    let started = Instant::now();
+    let r = a
+        .client
+        .post(a.url("/statements"))
+        .bearer_auth(ALICE)
+        .header("duckgate-query-id", "stalled")
+        .json(&json!({"sql": sql, "wait_ms": 0, "timeout_ms": 2000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let v = eventually(
+        "the stalled upload to end",
+        Duration::from_secs(30),
+        || async {
+            let (_, v) = state_of(&a, "stalled").await;
+            match v["state"].as_str() {
+                Some("queued" | "running") => Err(format!("{v}")),
+                _ => Ok(v),
+            }
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    s3.control("POST", "s3?delay_ms=0").await;
+    assert_eq!(v["state"], "failed", "{v}");
+    assert_eq!(
+        v["problem"]["type"], "urn:duckgate:problem:spool-unavailable",
+        "{v}"
+    );
+    // The limit is 2 s; S3 answers after 6 s per request. Generous: the
+    // upload ended well before S3 would have answered.
+    assert!(took < Duration::from_millis(5500), "ended after {took:?}");
+
+    // Deleted while it uploads: its object goes with it.
+    s3.control("POST", "s3?delay_ms=1500").await;
+    let r = a
+        .client
+        .post(a.url("/statements"))
+        .bearer_auth(ALICE)
+        .header("duckgate-query-id", "deleted")
+        .json(&json!({"sql": sql, "wait_ms": 0, "timeout_ms": 8000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, v) = a.delete("/statements/deleted", ALICE).await;
+    assert_eq!(status, 200, "{v}");
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    s3.control("POST", "s3?delay_ms=0").await;
+
+    // An orphan (a dead replica's object nobody names) goes after the
+    // grace; the one a kept statement names stays.
+    s3.control(
+        "POST",
+        "put?bucket=duckgate-test&key=spool/dead-replica/7.arrow",
+    )
+    .await;
+    let (status, v) = submit(&a, ALICE, "kept", &sql, 20_000).await;
+    assert_eq!(status, 200, "{v}");
+    // Left: ok's and kept's objects (the stalled upload's object, which S3
+    // stored after the gateway gave up on it, and the deleted statement's,
+    // go too).
+    eventually(
+        "only named objects left",
+        Duration::from_secs(20),
+        || async {
+            let keys = spool_keys(&s3).await;
+            if keys.len() == 2 && !keys.iter().any(|k| k.contains("dead-replica")) {
+                Ok(())
+            } else {
+                Err(format!("{keys:?}"))
+            }
+        },
+    )
+    .await;
+    let (status, _, p) = page(&b, "kept").await;
+    assert_eq!(status, 200, "{p}");
+    let scrape = a.get_text("/metrics").await;
+    assert!(
+        common::metric(&scrape, "duckgate_spool_orphans_removed_total") >= 1.0,
+        "{scrape:.2000}"
+    );
+
+    // Deleting the rest empties the bucket.
+    for id in ["ok", "kept"] {
+        let (status, v) = b.delete(&format!("/statements/{id}"), ALICE).await;
+        assert_eq!(status, 200, "{v}");
+    }
+    let keys = spool_keys(&s3).await;
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }

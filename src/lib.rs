@@ -318,6 +318,12 @@ async fn serve_until(
             rotator_stop.clone(),
         ))
     });
+    let catalog_task = tokio::spawn(engine::catalogs::watch(
+        engine.db.clone(),
+        state.catalogs.to_vec(),
+        health.clone(),
+        rotator_stop.clone(),
+    ));
     let probe_app = api::probe_router(state.clone());
     let app = api::router(state);
 
@@ -404,6 +410,7 @@ async fn serve_until(
     let _ = rotator_task.await;
     let _ = reload_task.await;
     let _ = sweep_task.await;
+    let _ = catalog_task.await;
     if let Some(t) = replicas_task {
         let _ = t.await;
     }

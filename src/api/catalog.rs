@@ -129,7 +129,9 @@ async fn on_pooled<T: Send + 'static>(
     })
     .await
     .map_err(|e| ApiError::Internal(format!("catalog worker: {e}")))?
-    .map_err(|e| ApiError::Internal(format!("reading the catalog: {e}")))
+    // DuckDB's error, read as a query's: a catalog whose database is down
+    // is 502 upstream-error (its connection string withheld), not 500.
+    .map_err(|e| ApiError::Query(crate::engine::execute::sql_error(&e)))
 }
 
 /// Lists databases, schemas and tables.
@@ -137,6 +139,7 @@ async fn on_pooled<T: Send + 'static>(
     responses(
         (status = 200, description = "Every database clients can query, with its schemas and tables", body = CatalogList),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 502, description = "A catalog's database could not be reached", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "No pooled connection within the acquire timeout", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]

@@ -6,9 +6,9 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::engine::execute::StoreFault;
 use crate::engine::guard::Refusal;
 use crate::engine::QueryError;
-use crate::engine::execute::StoreFault;
 
 /// An RFC 9457 problem details body.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -199,6 +199,12 @@ fn sql_problem(
             None,
         ),
         _ => (StatusCode::BAD_REQUEST, "sql-error", "SQL error", None),
+    };
+    // An upstream's message may quote a catalog's connection string.
+    let message = if status == StatusCode::BAD_GATEWAY || status == StatusCode::FORBIDDEN {
+        crate::engine::errors::scrub_dsn(&message)
+    } else {
+        message
     };
     let mut p = problem(status, slug, title, message);
     p.error_class = Some(class);

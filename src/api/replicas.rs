@@ -236,7 +236,8 @@ async fn sweep_orphans(state: &AppState, shared: &Shared, grace: Duration) {
         }
     };
     metrics::gauge!("duckgate_spool_s3_objects").set(objects.len() as f64);
-    metrics::gauge!("duckgate_spool_s3_bytes").set(objects.iter().map(|o| o.bytes).sum::<u64>() as f64);
+    metrics::gauge!("duckgate_spool_s3_bytes")
+        .set(objects.iter().map(|o| o.bytes).sum::<u64>() as f64);
     let now = std::time::SystemTime::now();
     let old: Vec<String> = objects
         .iter()

@@ -26,6 +26,67 @@ pub fn split_class(text: &str) -> (String, String) {
     ("Unknown".to_string(), text.trim().to_string())
 }
 
+/// libpq's connection-string keywords.
+const DSN_KEYS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "user",
+    "dbname",
+    "password",
+    "passfile",
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+    "sslpassword",
+    "application_name",
+    "options",
+    "service",
+    "connect_timeout",
+    "target_session_attrs",
+];
+
+/// `message` without the connection strings an extension quotes in its
+/// errors (the postgres scanner says "Unable to connect to Postgres at
+/// dbname=lake host=... user=..."): they name the operator's database and
+/// user to every token, and reach `/healthz`.
+pub fn scrub_dsn(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut withheld = false;
+    for piece in message.split_inclusive(char::is_whitespace) {
+        let word = piece
+            .trim()
+            .trim_start_matches(['"', '\'', '(', '['])
+            .to_ascii_lowercase();
+        let dsn_part = word
+            .split_once('=')
+            .is_some_and(|(k, _)| DSN_KEYS.contains(&k))
+            || word.starts_with("postgres://")
+            || word.starts_with("postgresql://")
+            || word.starts_with("ducklake:postgres:");
+        if dsn_part {
+            if !withheld {
+                out.push_str("[connection string withheld] ");
+                withheld = true;
+            }
+        } else {
+            withheld = false;
+            out.push_str(piece);
+        }
+    }
+    // libpq's own "connection to server at \"host\" (addr), port N failed".
+    let marker = "connection to server at ";
+    while let Some(start) = out.find(marker) {
+        let from = start + marker.len();
+        let Some(len) = out[from..].find(" failed") else {
+            break;
+        };
+        out.replace_range(start..from + len, "connection to the server");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,5 +107,21 @@ mod tests {
         );
         let (c, _) = split_class("something odd");
         assert_eq!(c, "Unknown");
+    }
+
+    #[test]
+    fn connection_strings_are_withheld() {
+        let m = "Unable to connect to Postgres at \"dbname=lake host=10.0.0.7 port=5433 user=lakeadmin\": connection refused";
+        let s = super::scrub_dsn(m);
+        for leak in ["dbname", "lakeadmin", "10.0.0.7", "5433"] {
+            assert!(!s.contains(leak), "{s}");
+        }
+        assert!(s.contains("connection refused"), "{s}");
+        let s =
+            super::scrub_dsn("x: connection to server at \"10.0.0.7\", port 5433 failed: refused");
+        assert_eq!(s, "x: connection to the server failed: refused");
+        let u = super::scrub_dsn("failed: postgresql://u:pw@db/lake refused");
+        assert!(!u.contains("pw@db"), "{u}");
+        assert_eq!(super::scrub_dsn("a = b and x=1"), "a = b and x=1");
     }
 }

@@ -365,7 +365,10 @@ impl Statements {
                 Ok(retried) => {
                     statement.lock().retried = retried;
                     match writer.take_result() {
-                        Some(r) => match this.upload(&r, deadline, limit, &statement.running.cancel).await {
+                        Some(r) => match this
+                            .upload(&r, deadline, limit, &statement.running.cancel)
+                            .await
+                        {
                             Ok(meta) => {
                                 statement.lock().shared_result = meta;
                                 (State::Succeeded, Some(Arc::new(r)), None)

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::config::http::HttpResponse;
 use tokio::io::AsyncWriteExt;
 
 use crate::credentials::source::expose;
@@ -220,7 +220,12 @@ impl S3Spool {
     /// beside it, then renamed, so a half-fetched file is never read). A
     /// failed fetch leaves nothing behind: on a full disk the partial file
     /// would keep the disk full.
-    pub async fn download(&self, url: &str, dest: &Path, limit: Duration) -> Result<(), QueryError> {
+    pub async fn download(
+        &self,
+        url: &str,
+        dest: &Path,
+        limit: Duration,
+    ) -> Result<(), QueryError> {
         let partial = dest.with_extension("part");
         let fetched = match tokio::time::timeout(limit, self.fetch(url, &partial, dest)).await {
             Ok(r) => r,

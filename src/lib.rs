@@ -236,6 +236,7 @@ async fn serve_until(
                 config.statements.state_ca_file.as_deref(),
                 Duration::from_millis(config.statements.replica_stale_ms),
                 health.dependency("shared_state"),
+                health.replica.clone(),
             )
             .await
             .map_err(|e| {
@@ -304,6 +305,7 @@ async fn serve_until(
         queries: Arc::new(audit_registry(&config)?),
         statements: statements.clone(),
         catalogs: Arc::new(catalogs),
+        addr,
     });
     let reload_task = tokio::spawn(api::auth::watch(
         state.tokens.clone(),

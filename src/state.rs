@@ -229,6 +229,18 @@ impl Dependency {
     }
 }
 
+/// `<host name>-<8 random hex digits>`.
+fn replica_name() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty() && h.len() <= 63)
+        .unwrap_or_else(|| "duckgate".into());
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}", &random[..8])
+}
+
 /// The process-wide health snapshot.
 pub struct Health {
     /// When the snapshot was made at start-up; uptime counts from it.
@@ -237,6 +249,10 @@ pub struct Health {
     pub version: &'static str,
     /// The embedded DuckDB's version.
     pub duckdb_version: String,
+    /// This process among the replicas: its host name (a pod's name) and
+    /// a random part, so a restarted pod is a new replica. Every access
+    /// line, `/healthz` and the shared state name it.
+    pub replica: String,
     /// Pool figures.
     pub pool: PoolCounters,
     /// Serving: set after start-up, cleared when shutdown begins.
@@ -256,6 +272,7 @@ impl Health {
             started: Instant::now(),
             version: env!("CARGO_PKG_VERSION"),
             duckdb_version,
+            replica: replica_name(),
             pool: PoolCounters::default(),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),

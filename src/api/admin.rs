@@ -97,6 +97,142 @@ pub struct SecretsReport {
     /// Per-secret errors of this rotation (rotate only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// What each replica answered (rotate only): this one first, then
+    /// every other live replica sharing DUCKGATE_STATE_DSN.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<ReplicaAnswer>>,
+}
+
+/// One replica's answer to a command asked of every replica.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReplicaAnswer {
+    /// The replica (its host name and a random part, as in `/healthz`).
+    pub replica: String,
+    /// `ok`, `failed`, or `no_answer` (it did not answer within 30 s).
+    pub outcome: &'static str,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+/// The answer of `POST /admin/reload`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ReloadReport {
+    /// What each replica answered: this one first.
+    pub replicas: Vec<ReplicaAnswer>,
+}
+
+/// How long a command asked of every replica waits for their answers.
+const FLEET_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Carries out `command` here (a rotation of every secret or of
+/// `argument`, a reload of the tokens and keys); its errors, none when done.
+pub async fn carry_out(state: &AppState, command: &str, argument: Option<&str>) -> Vec<String> {
+    match command {
+        "rotate" => match state.rotator.rotate_now(argument).await {
+            Err(e) => vec![e.to_string()],
+            Ok(results) => {
+                let names: Vec<String> = match argument {
+                    Some(n) => vec![n.to_string()],
+                    None => state.rotator.names(),
+                };
+                names
+                    .iter()
+                    .zip(results)
+                    .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
+                    .collect()
+            }
+        },
+        "reload" => {
+            if crate::api::auth::reload(
+                &state.tokens,
+                &state.config.auth,
+                state.addr,
+                "admin request",
+            ) {
+                Vec::new()
+            } else {
+                vec!["the reload failed and the previous tokens stay; the reason is in the replica's log".into()]
+            }
+        }
+        other => vec![format!("unknown command {other}")],
+    }
+}
+
+/// Asks every other live replica (through the shared state) to carry out
+/// `command` as this one did (`here`: its errors), and gathers their
+/// answers for up to 30 s. One replica with no shared state answers alone.
+async fn everywhere(
+    state: &AppState,
+    command: &str,
+    argument: Option<&str>,
+    here: Vec<String>,
+) -> Result<Vec<ReplicaAnswer>, ApiError> {
+    let answer = |replica: String, errors: Vec<String>| ReplicaAnswer {
+        replica,
+        outcome: if errors.is_empty() { "ok" } else { "failed" },
+        errors,
+    };
+    let mut answers = vec![answer(state.health.replica.clone(), here)];
+    let Some(shared) = &state.statements.shared else {
+        return Ok(answers);
+    };
+    let (id, asked) = shared
+        .broadcast(command, argument)
+        .await
+        .map_err(ApiError::SharedState)?;
+    tracing::info!(command, replicas = asked.len(), "asked every replica");
+    let deadline = tokio::time::Instant::now() + FLEET_WAIT;
+    let got = loop {
+        let got = shared
+            .command_answers(&id)
+            .await
+            .map_err(ApiError::SharedState)?;
+        if got.iter().all(|(_, a)| a.is_some()) || tokio::time::Instant::now() >= deadline {
+            break got;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    for (replica, result) in got {
+        answers.push(match result {
+            None => ReplicaAnswer {
+                replica,
+                outcome: "no_answer",
+                errors: Vec::new(),
+            },
+            Some(v) => answer(
+                replica,
+                v["errors"]
+                    .as_array()
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(|x| x.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+        });
+    }
+    Ok(answers)
+}
+
+/// Reloads the query tokens, the admin token and the URL signing key on
+/// every replica, as SIGHUP does on one.
+#[utoipa::path(post, path = "/admin/reload", tag = "admin",
+    responses(
+        (status = 200, description = "Each replica's answer; a failed reload keeps that replica's tokens", body = ReloadReport),
+        (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The shared state could not be reached", body = Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = [])))]
+pub async fn reload(
+    State(state): State<AppState>,
+    _auth: AdminAuth,
+) -> Result<Json<ReloadReport>, ApiError> {
+    let here = carry_out(&state, "reload", None).await;
+    let replicas = everywhere(&state, "reload", None, here).await?;
+    Ok(Json(ReloadReport { replicas }))
 }
 
 /// The query string of `POST /admin/secrets/rotate`.
@@ -134,6 +270,7 @@ fn report(state: &AppState, only: Option<&str>, errors: Vec<String>) -> SecretsR
             .collect(),
         catalogs: None,
         errors,
+        replicas: None,
     }
 }
 
@@ -290,19 +427,17 @@ pub async fn rotate(
     params: Result<Query<RotateParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SecretsReport>, ApiError> {
     let params = crate::api::request::query_options(params)?;
-    let results = state
-        .rotator
-        .rotate_now(params.name.as_deref())
-        .await
-        .map_err(|e| ApiError::NotFound(e.to_string()))?;
-    let names: Vec<String> = match &params.name {
-        Some(n) => vec![n.clone()],
-        None => state.rotator.names(),
-    };
-    let errors = names
-        .iter()
-        .zip(results)
-        .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
-        .collect();
-    Ok(Json(report(&state, params.name.as_deref(), errors)))
+    // An unknown name is the request's error, found before any replica acts.
+    if let Some(name) = &params.name {
+        if !state.rotator.names().contains(name) {
+            return Err(ApiError::NotFound(
+                crate::credentials::rotator::RotationError::UnknownSecret(name.clone()).to_string(),
+            ));
+        }
+    }
+    let errors = carry_out(&state, "rotate", params.name.as_deref()).await;
+    let replicas = everywhere(&state, "rotate", params.name.as_deref(), errors.clone()).await?;
+    let mut report = report(&state, params.name.as_deref(), errors);
+    report.replicas = Some(replicas);
+    Ok(Json(report))
 }

@@ -381,6 +381,7 @@ impl FromRequestParts<AppState> for QueryAuth {
         let all = state.tokens.load();
         let tokens = &all.query;
         if tokens.is_empty() {
+            tracing::Span::current().record("identity", "anonymous");
             return Ok(QueryAuth {
                 name: "anonymous".into(),
             });
@@ -393,9 +394,11 @@ impl FromRequestParts<AppState> for QueryAuth {
                 })
             }
             Some(given) => match which_token(given, tokens) {
-                Some(i) => Ok(QueryAuth {
-                    name: tokens[i].name.clone(),
-                }),
+                Some(i) => {
+                    let name = tokens[i].name.clone();
+                    tracing::Span::current().record("identity", &*name);
+                    Ok(QueryAuth { name })
+                }
                 None => {
                     failed("query", "wrong");
                     Err(ApiError::Unauthorized {
@@ -439,6 +442,7 @@ impl FromRequestParts<AppState> for Caller {
         }
         if let (Some(admin), Some(given)) = (&state.tokens.load().admin, bearer(parts)) {
             if matches_any(given, std::slice::from_ref(admin)) {
+                tracing::Span::current().record("identity", "admin");
                 return Ok(Caller::Admin);
             }
         }
@@ -467,7 +471,10 @@ impl FromRequestParts<AppState> for AdminAuth {
                     detail: "the admin API needs Authorization: Bearer <DUCKGATE_ADMIN_TOKEN>",
                 })
             }
-            Some(given) if matches_any(given, std::slice::from_ref(admin)) => Ok(AdminAuth),
+            Some(given) if matches_any(given, std::slice::from_ref(admin)) => {
+                tracing::Span::current().record("identity", "admin");
+                Ok(AdminAuth)
+            }
             Some(_) => {
                 failed("admin", "wrong");
                 Err(ApiError::Unauthorized {

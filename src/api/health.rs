@@ -129,6 +129,9 @@ pub struct HealthReport {
     pub version: &'static str,
     /// The embedded DuckDB's version, e.g. `v1.5.5`.
     pub duckdb_version: String,
+    /// Which replica answered: its host name and a random part (the name
+    /// its access lines and the shared state use).
+    pub replica: String,
     /// Seconds since the gateway started.
     pub uptime_seconds: f64,
     /// The query pool's counters.
@@ -278,6 +281,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             status,
             version: h.version,
             duckdb_version: h.duckdb_version.clone(),
+            replica: h.replica.clone(),
             uptime_seconds: (h.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
             pool,
             credential_epoch: creds.epoch,

@@ -201,7 +201,10 @@ pub(crate) fn signed_caller(
     };
     parts.extensions.insert(SignedInstance(instance));
     match current {
-        Some(name) => Some(Ok(Caller::Owner(name))),
+        Some(name) => {
+            tracing::Span::current().record("identity", format!("{name} (signed link)"));
+            Some(Ok(Caller::Owner(name)))
+        }
         None => refuse("the signed URL's token is no longer configured"),
     }
 }

@@ -48,6 +48,168 @@ pub fn recorder() -> PrometheusHandle {
         .clone()
 }
 
+/// HELP text for every metric (a test checks that every series scraped
+/// has it), and the process metrics' own.
+pub fn describe() {
+    metrics::describe_counter!(
+        "duckgate_audit_records_lost_total",
+        "Audit records that could not be written (the audit log's disk full or failing)."
+    );
+    metrics::describe_counter!(
+        "duckgate_auth_failures_total",
+        "Requests refused for their token, by route and reason (missing, wrong, signature)."
+    );
+    metrics::describe_counter!("duckgate_config_reloads_total", "Reloads of the tokens, admin token and signing key (SIGHUP or a changed file), by outcome.");
+    metrics::describe_counter!(
+        "duckgate_dependency_failures_total",
+        "Failed uses of a dependency (shared_state, spool, catalog:<name>) since start."
+    );
+    metrics::describe_counter!(
+        "duckgate_duckdb_memory_refusals_total",
+        "Allocations DuckDB was refused at the memory ceiling."
+    );
+    metrics::describe_counter!(
+        "duckgate_http_requests_total",
+        "HTTP requests answered, by route, method and status."
+    );
+    metrics::describe_counter!(
+        "duckgate_pool_acquire_timeouts_total",
+        "Requests that found no pooled connection within the acquire timeout."
+    );
+    metrics::describe_counter!(
+        "duckgate_pool_connections_replaced_total",
+        "Pooled connections closed and opened again after a fault."
+    );
+    metrics::describe_counter!(
+        "duckgate_pool_shed_total",
+        "Requests refused at once because the expected wait passed the acquire timeout."
+    );
+    metrics::describe_counter!(
+        "duckgate_pool_s3_share_timeouts_total",
+        "Queries that read S3 and found the S3 share of the pool taken for the acquire timeout."
+    );
+    metrics::describe_counter!(
+        "duckgate_queries_inline_moved_total",
+        "Inline queries moved to a pooled thread, by reason."
+    );
+    metrics::describe_counter!(
+        "duckgate_queries_inline_total",
+        "Queries run inline on the request's worker."
+    );
+    metrics::describe_counter!(
+        "duckgate_queries_total",
+        "Queries (POST /query) ended, by outcome."
+    );
+    metrics::describe_counter!(
+        "duckgate_query_cancellations_total",
+        "Queries cancelled on request (DELETE /queries/{id})."
+    );
+    metrics::describe_counter!(
+        "duckgate_rotations_total",
+        "Credential rotations of each S3 secret, by outcome."
+    );
+    metrics::describe_counter!(
+        "duckgate_spill_cap_interrupts_total",
+        "Queries interrupted because the spill directory passed its cap."
+    );
+    metrics::describe_counter!(
+        "duckgate_spool_orphans_removed_total",
+        "S3 spool objects no kept statement named, removed by the orphan sweep."
+    );
+    metrics::describe_counter!(
+        "duckgate_statements_total",
+        "Async statements (POST /statements) ended, by outcome."
+    );
+    metrics::describe_counter!(
+        "duckgate_storage_full_total",
+        "Writes refused because the disk under a store (spool) was full."
+    );
+    metrics::describe_counter!(
+        "duckgate_sts_unusable_answers_total",
+        "STS answers whose credentials could not be used."
+    );
+    metrics::describe_counter!(
+        "duckgate_token_share_timeouts_total",
+        "Queries that waited the acquire timeout for their token's share of the pool."
+    );
+    metrics::describe_gauge!(
+        "duckgate_build_info",
+        "Always 1; the labels say the gateway's and DuckDB's versions."
+    );
+    metrics::describe_gauge!(
+        "duckgate_credential_epoch",
+        "The credential epoch: bumped at every installed rotation."
+    );
+    metrics::describe_gauge!(
+        "duckgate_credentials_consecutive_failures",
+        "Failed refreshes in a row of each S3 secret."
+    );
+    metrics::describe_gauge!(
+        "duckgate_credentials_seconds_to_expiry",
+        "Seconds until each S3 secret's installed credentials expire."
+    );
+    metrics::describe_gauge!(
+        "duckgate_dependency_up",
+        "1 while a dependency's last use succeeded, else 0."
+    );
+    metrics::describe_gauge!(
+        "duckgate_duckdb_memory_bytes",
+        metrics::Unit::Bytes,
+        "Bytes DuckDB holds now."
+    );
+    metrics::describe_gauge!(
+        "duckgate_duckdb_memory_ceiling_bytes",
+        metrics::Unit::Bytes,
+        "The memory ceiling DuckDB's allocations are held under."
+    );
+    metrics::describe_gauge!("duckgate_pool_in_use", "Pooled connections in use.");
+    metrics::describe_gauge!("duckgate_pool_size", "Pooled connections that exist.");
+    metrics::describe_gauge!(
+        "duckgate_pool_waiting",
+        "Requests waiting for a pooled connection."
+    );
+    metrics::describe_gauge!(
+        "duckgate_queries_running",
+        "Queries and statements running now."
+    );
+    metrics::describe_gauge!(
+        "duckgate_spool_bytes",
+        metrics::Unit::Bytes,
+        "Bytes of results in the local spool."
+    );
+    metrics::describe_gauge!(
+        "duckgate_spool_s3_bytes",
+        metrics::Unit::Bytes,
+        "Bytes under the S3 spool's prefix at the last orphan sweep."
+    );
+    metrics::describe_gauge!(
+        "duckgate_spool_s3_objects",
+        "Objects under the S3 spool's prefix at the last orphan sweep."
+    );
+    metrics::describe_gauge!("duckgate_statements", "Kept async statements, by state.");
+    metrics::describe_gauge!(
+        "duckgate_uptime_seconds",
+        metrics::Unit::Seconds,
+        "Seconds since the gateway started."
+    );
+    metrics::describe_histogram!(
+        "duckgate_http_request_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time to answer an HTTP request (to its response head), by route."
+    );
+    metrics::describe_histogram!(
+        "duckgate_query_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time a query ran, by outcome."
+    );
+    metrics::describe_histogram!(
+        "duckgate_rotation_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time a credential rotation took."
+    );
+    metrics_process::Collector::default().describe();
+}
+
 /// The `outcome` labels of `duckgate_queries_total` and
 /// `duckgate_statements_total` (`QueryError::outcome`, and `ok`).
 const OUTCOMES: [&str; 16] = [
@@ -93,6 +255,13 @@ const STATEMENT_STATES: [&str; 7] = [
 /// with the first request of each kind; the credential gauges are set at
 /// every scrape, one per secret.
 pub fn register_zeroes(secrets: &[String]) {
+    describe();
+    metrics::gauge!(
+        "duckgate_build_info",
+        "version" => env!("CARGO_PKG_VERSION"),
+        "duckdb_version" => crate::engine::Engine::duckdb_version()
+    )
+    .set(1.0);
     for outcome in OUTCOMES {
         metrics::counter!("duckgate_queries_total", "outcome" => outcome).increment(0);
         metrics::counter!("duckgate_statements_total", "outcome" => outcome).increment(0);
@@ -187,6 +356,8 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         metrics::counter!("duckgate_dependency_failures_total", "dependency" => d.name.clone())
             .absolute(d.failures());
     }
+    // The process's CPU, memory, threads and file descriptors.
+    metrics_process::Collector::default().collect();
     let body = state.metrics.render();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -90,6 +90,9 @@ pub struct Shared {
     pub statements: Arc<crate::statements::Statements>,
     /// The operator-declared catalogs attached at start.
     pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
+    /// The address the API listens on (a reload refuses short tokens
+    /// beyond loopback, as start-up does).
+    pub addr: std::net::SocketAddr,
 }
 
 /// `routes` with at most `limit` requests at once; more are shed at once
@@ -125,6 +128,7 @@ pub fn probe_router(state: AppState) -> Router {
 /// The whole API.
 pub fn router(state: AppState) -> Router {
     let limits = &state.config.limits;
+    let replica = state.health.replica.clone();
     // Queries are bounded by the pool and their own deadline; this is the
     // backstop for everything else that could hang before the body starts.
     // Reading the request body counts in it: a body sent slowly ends at its
@@ -188,6 +192,7 @@ pub fn router(state: AppState) -> Router {
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))
+        .route("/admin/reload", post(admin::reload))
         .route("/admin/pool", get(admin::pool))
         .layer(TimeoutLayer::with_status_code(
             axum::http::StatusCode::GATEWAY_TIMEOUT,
@@ -246,7 +251,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(
                     TraceLayer::new_for_http()
                         .on_failure(tower_http::trace::DefaultOnFailure::new().level(tracing::Level::WARN))
-                        .make_span_with(|req: &Request<_>| {
+                        .make_span_with(move |req: &Request<_>| {
                         let id = req
                             .extensions()
                             .get::<RequestId>()
@@ -257,8 +262,28 @@ pub fn router(state: AppState) -> Router {
                             .get::<axum::extract::MatchedPath>()
                             .map(|p| p.as_str())
                             .unwrap_or(req.uri().path());
-                        tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
-                    }),
+                        tracing::info_span!(
+                            "request",
+                            method = %req.method(),
+                            route = %route,
+                            request_id = %id,
+                            replica = %replica,
+                            identity = tracing::field::Empty,
+                        )
+                    })
+                    // The access line: every route, one line, with the
+                    // status and the latency as a number (the identity is
+                    // recorded on the span by the extractor that checked
+                    // the token; never the token itself).
+                    .on_response(
+                        |res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
+                            tracing::info!(
+                                status = res.status().as_u16(),
+                                latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
+                                "access"
+                            );
+                        },
+                    ),
                 )
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(CatchPanicLayer::custom(|_| {

@@ -102,6 +102,21 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
 /// ended here but whose end did not reach it.
 pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> {
     shared.release_pending().await;
+    // Commands asked of every replica through another one: each runs in a
+    // task of its own (a rotation waits for STS) and writes its answer.
+    for (id, command, argument) in shared.take_commands().await? {
+        let state = state.clone();
+        tokio::spawn(async move {
+            tracing::info!(command = %command, "carrying out a command asked through another replica");
+            let errors = crate::api::admin::carry_out(&state, &command, argument.as_deref()).await;
+            let answer = serde_json::json!({ "errors": errors });
+            if let Some(shared) = &state.statements.shared {
+                if let Err(e) = shared.answer_command(&id, &answer).await {
+                    tracing::warn!(error.cause = %e, "answering a command failed");
+                }
+            }
+        });
+    }
     for (token, id) in shared.take_cancels().await? {
         for r in state.queries.find(Some(&token), &id) {
             tracing::info!(query_id = %r.id, owner = %r.owner, by = "another replica", "cancel requested");

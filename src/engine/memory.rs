@@ -87,9 +87,37 @@ pub fn default_allowance(available: u64, buffer_pool: u64) -> u64 {
         .max(MIN_DEFAULT)
 }
 
+/// A smaller buffer pool when `buffer_pool` and `allowance` together pass
+/// 90% of the memory DuckDB sees (the default pool in a small container):
+/// what is left of 90% after the allowance, at least 64 MiB.
+pub fn fitted_pool(available: u64, buffer_pool: u64, allowance: u64) -> Option<u64> {
+    let room = available / 10 * 9;
+    (buffer_pool.saturating_add(allowance) > room)
+        .then(|| room.saturating_sub(allowance).max(64 << 20))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_container_keeps_the_ceiling_inside_it() {
+        let gib = 1u64 << 30;
+        let pool = gib / 10 * 8;
+        let allowance = default_allowance(gib, pool);
+        assert!(pool + allowance > gib, "the case issue 37 found");
+        let fitted = fitted_pool(gib, pool, allowance).unwrap();
+        assert!(fitted + allowance <= gib / 10 * 9, "{fitted}");
+        // 24 GiB with the default pool already fits.
+        assert_eq!(
+            fitted_pool(
+                24 * gib,
+                24 * gib / 10 * 8,
+                default_allowance(24 * gib, 24 * gib / 10 * 8)
+            ),
+            None
+        );
+    }
 
     #[test]
     fn the_default_leaves_the_buffer_pool_and_a_tenth() {

@@ -220,6 +220,26 @@ impl Engine {
             .engine
             .max_unmanaged_memory
             .unwrap_or_else(|| memory::default_allowance(available, buffer_pool));
+        // With DuckDB's default buffer pool (80%) in a small container
+        // (its cgroup limit is what DuckDB sees), the allowance's floor put
+        // the ceiling past the container (1.13 GB in 1 GiB): unless the
+        // operator chose the pool, it shrinks so both fit in 90%.
+        let buffer_pool = match memory::fitted_pool(available, buffer_pool, allowance) {
+            Some(pool) if config.engine.memory_limit.is_none() => {
+                let conn = db.connect().map_err(|e| EngineError::Setup {
+                    step: "memory_limit",
+                    message: e.to_string(),
+                })?;
+                conn.execute_batch(&format!("SET GLOBAL memory_limit = '{}MiB'", pool >> 20))
+                    .map_err(|e| EngineError::Setup {
+                        step: "memory_limit",
+                        message: e.to_string(),
+                    })?;
+                drop(conn);
+                memory::budget(&db).map_or(pool, |(_, p)| p)
+            }
+            _ => buffer_pool,
+        };
         let ceiling = buffer_pool.saturating_add(allowance);
         memory::set_ceiling(ceiling);
         tracing::info!(

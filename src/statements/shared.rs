@@ -63,6 +63,19 @@ const MIGRATIONS: &[&str] = &[
     // that slow or locked PostgreSQL cannot fake (`ALIVE`).
     "ALTER TABLE duckgate_replicas ADD COLUMN IF NOT EXISTS lock_key integer;
      ALTER TABLE duckgate_replicas ADD COLUMN IF NOT EXISTS release text;",
+    // 3: commands for every replica (a rotation, a reload asked of one),
+    // one row per replica, its answer written back.
+    "CREATE TABLE IF NOT EXISTS duckgate_commands (
+        id text NOT NULL,
+        replica text NOT NULL,
+        command text NOT NULL,
+        argument text,
+        requested_at timestamptz NOT NULL DEFAULT now(),
+        taken_at timestamptz,
+        done_at timestamptz,
+        result jsonb,
+        PRIMARY KEY (id, replica)
+     );",
 ];
 
 /// The oldest schema version a replica must know to run against a
@@ -95,6 +108,19 @@ const COLUMNS: &[(&str, &[&str])] = &[
     (
         "duckgate_cancels",
         &["replica", "token", "id", "requested_at"],
+    ),
+    (
+        "duckgate_commands",
+        &[
+            "id",
+            "replica",
+            "command",
+            "argument",
+            "requested_at",
+            "taken_at",
+            "done_at",
+            "result",
+        ],
     ),
 ];
 
@@ -273,6 +299,7 @@ impl Shared {
         ca_file: Option<&Path>,
         stale: Duration,
         dependency: Arc<crate::state::Dependency>,
+        replica: String,
     ) -> Result<Self, SharedError> {
         // The parser's error could quote the string: it is not passed on.
         let mut config: tokio_postgres::Config = dsn.parse().map_err(|_| {
@@ -322,7 +349,7 @@ impl Shared {
         let shared = Shared {
             pool,
             unreleased: std::sync::Mutex::new(Vec::new()),
-            replica: uuid::Uuid::new_v4().to_string(),
+            replica,
             stale,
             lock_key: 1 + fastrand::i32(0..i32::MAX - 1),
             connect: (config, tls),
@@ -780,6 +807,12 @@ impl Shared {
         .await
         .map_err(db)?;
         tx.execute(
+            "DELETE FROM duckgate_commands WHERE requested_at < now() - interval '1 hour'",
+            &[],
+        )
+        .await
+        .map_err(db)?;
+        tx.execute(
             "DELETE FROM duckgate_replicas WHERE heartbeat < now() - interval '1 day'",
             &[],
         )
@@ -787,6 +820,92 @@ impl Shared {
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(expired.iter().filter_map(|r| r.get(0)).collect())
+    }
+
+    /// Asks every other live replica to carry out `command` (with
+    /// `argument`); returns the command's id and the replicas asked.
+    pub async fn broadcast(
+        &self,
+        command: &str,
+        argument: Option<&str>,
+    ) -> Result<(String, Vec<String>), SharedError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "INSERT INTO duckgate_commands (id, replica, command, argument)
+                     SELECT $2, r.replica, $3, $4 FROM duckgate_replicas r
+                     WHERE r.replica <> $5 AND {ALIVE}
+                     RETURNING replica"
+                ),
+                &[&self.stale_secs(), &id, &command, &argument, &self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok((id, rows.iter().map(|r| r.get(0)).collect()))
+    }
+
+    /// The commands other replicas asked of this one and nobody took yet
+    /// (taken now: each runs once): id, command, argument.
+    pub async fn take_commands(
+        &self,
+    ) -> Result<Vec<(String, String, Option<String>)>, SharedError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "UPDATE duckgate_commands SET taken_at = now()
+                 WHERE replica = $1 AND taken_at IS NULL
+                 RETURNING id, command, argument",
+                &[&self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    /// This replica's answer to command `id`.
+    pub async fn answer_command(
+        &self,
+        id: &str,
+        result: &serde_json::Value,
+    ) -> Result<(), SharedError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE duckgate_commands SET done_at = now(), result = $3::text::jsonb
+                 WHERE id = $1 AND replica = $2",
+                &[&id, &self.replica, &result.to_string()],
+            )
+            .await
+            .map_err(db)?;
+        Ok(())
+    }
+
+    /// The answers to command `id` so far: replica, answer (`None` while
+    /// it has not answered).
+    pub async fn command_answers(
+        &self,
+        id: &str,
+    ) -> Result<Vec<(String, Option<serde_json::Value>)>, SharedError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT replica, result::text FROM duckgate_commands WHERE id = $1 ORDER BY replica",
+                &[&id],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let text: Option<String> = r.get(1);
+                (r.get(0), text.and_then(|t| serde_json::from_str(&t).ok()))
+            })
+            .collect())
     }
 
     /// Which of `urls` a kept statement's result names (the rest are

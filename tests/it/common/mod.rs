@@ -207,12 +207,11 @@ impl GatewayBuilder {
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     if let Some(i) = line.find("listening on http://") {
-                        let addr = line[i + "listening on http://".len()..]
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or("")
-                            .trim_end_matches(['"', ',', '}'])
-                            .to_string();
+                        // Text or JSON lines: the address ends at a space or a quote.
+                        let addr: String = line[i + "listening on http://".len()..]
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && !matches!(c, '"' | ',' | '}'))
+                            .collect();
                         let _ = tx.send(addr);
                     }
                     if std::env::var_os("DUCKGATE_TEST_ECHO").is_some() {

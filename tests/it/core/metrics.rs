@@ -111,10 +111,12 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
     assert!(series.len() >= 15, "{series:?}");
     for name in &series {
         // One series per S3 secret, and per dependency (shared state,
-        // spool, lake): this gateway has none.
+        // spool, lake), and the S3 spool's: this gateway has none.
         if name.starts_with("duckgate_credentials_")
             || name == "duckgate_rotations_total"
             || name.starts_with("duckgate_dependency_")
+            || name.starts_with("duckgate_spool_s3_")
+            || name == "duckgate_spool_orphans_removed_total"
         {
             continue;
         }
@@ -151,4 +153,81 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
             "{series} in:\n{m}"
         );
     }
+}
+
+/// Issue 37's on-call kit: every series has HELP (there were none), the
+/// build and the process are described (`duckgate_build_info`,
+/// `process_*`), and every route leaves one access line naming the replica,
+/// the identity (never its token), the status and the latency as a number.
+#[tokio::test]
+async fn every_series_has_help_and_every_route_an_access_line() {
+    const TOKEN: &str = "alice-token-0123456789";
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{TOKEN}"))
+        .env("DUCKGATE_LOG_FORMAT", "json")
+        .start();
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"sql": "SELECT 1", "wait_ms": 5000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, _) = g.get("/statements/nope", TOKEN).await;
+    assert_eq!(status, 404);
+    let (status, _) = g.get("/statements", "wrong-token-0123456789").await;
+    assert_eq!(status, 401);
+    let m = g.get_text("/metrics").await;
+    let typed: Vec<&str> = m
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(typed.len() > 30, "{m:.2000}");
+    for name in &typed {
+        assert!(m.contains(&format!("# HELP {name} ")), "no HELP for {name}");
+    }
+    for series in [
+        "duckgate_build_info{",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+    ] {
+        assert!(m.contains(series), "missing {series}");
+    }
+    let health = g.health().await;
+    let replica = health["replica"].as_str().unwrap().to_string();
+    let log = eventually("the access lines", Duration::from_secs(5), || async {
+        let log = g.log_text();
+        let lines: Vec<serde_json::Value> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|v: &serde_json::Value| v["message"] == "access")
+            .collect();
+        if lines.len() >= 4 {
+            Ok(lines)
+        } else {
+            Err(log)
+        }
+    })
+    .await;
+    let line_of = |route: &str, status: u64| {
+        log.iter()
+            .find(|v| v["span"]["route"] == route && v["status"] == status)
+            .unwrap_or_else(|| panic!("no access line for {route} {status}: {log:?}"))
+    };
+    for (route, status, identity) in [
+        ("/statements", 200, Some("alice")),
+        ("/statements/{id}", 404, Some("alice")),
+        ("/statements", 401, None),
+    ] {
+        let v = line_of(route, status);
+        assert_eq!(v["span"]["replica"], replica.as_str(), "{v}");
+        assert_eq!(v["span"]["identity"].as_str(), identity, "{v}");
+        assert!(v["latency_ms"].as_f64().is_some(), "{v}");
+    }
+    let text = g.log_text();
+    assert!(!text.contains(TOKEN) && !text.contains("wrong-token"));
 }

@@ -1,6 +1,7 @@
 //! Suites that need PostgreSQL 15 (shared state, lake catalogs) and the test venv: `scripts/test --tier pg`.
 
 mod lake;
+mod monitoring;
 mod query_ids;
 mod replicas;
 mod shared_state;

@@ -606,3 +606,77 @@ async fn spool_faults_are_the_spools_and_no_object_outlives_its_statement() {
     let keys = spool_keys(&s3).await;
     assert!(keys.is_empty(), "left behind: {keys:?}");
 }
+
+/// Issue 37: `POST /admin/secrets/rotate` asked of one replica rotated that
+/// one only. Now every live replica rotates (through the shared state) and
+/// the answer names each with its outcome; a reload reaches them the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs PostgreSQL 15 and the test venv; scripts/test installs it"]
+async fn one_admin_call_reaches_every_replica() {
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let a = replica(&s3, &pg);
+    let b = replica(&s3, &pg);
+    let c = replica(&s3, &pg);
+    let mut names = Vec::new();
+    for g in [&a, &b, &c] {
+        names.push(g.health().await["replica"].as_str().unwrap().to_string());
+    }
+    // Each replica has joined the shared state once its heartbeat ran.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = [
+        rotations(&a).await,
+        rotations(&b).await,
+        rotations(&c).await,
+    ];
+    let (status, v) = a
+        .call(reqwest::Method::POST, "/admin/secrets/rotate", ADMIN)
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let answered: Vec<(String, String)> = v["replicas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no replicas: {v}"))
+        .iter()
+        .map(|r| {
+            (
+                r["replica"].as_str().unwrap().to_string(),
+                r["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(answered.len(), 3, "{v}");
+    assert_eq!(answered[0].0, names[0], "this replica first: {v}");
+    for name in &names {
+        assert!(
+            answered.iter().any(|(r, o)| r == name && o == "ok"),
+            "{name} did not answer ok: {v}"
+        );
+    }
+    let after = [
+        rotations(&a).await,
+        rotations(&b).await,
+        rotations(&c).await,
+    ];
+    for i in 0..3 {
+        assert!(
+            after[i] > before[i],
+            "replica {i} did not rotate: {before:?} -> {after:?}"
+        );
+    }
+
+    let (status, v) = b.call(reqwest::Method::POST, "/admin/reload", ADMIN).await;
+    assert_eq!(status, 200, "{v}");
+    let ok = v["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"] == "ok")
+        .count();
+    assert_eq!(ok, 3, "{v}");
+    for g in [&a, &b, &c] {
+        assert!(
+            g.log_text().contains("carrying out a command"),
+            "no command line in a replica's log"
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! The on-call kit in deploy/monitoring: Prometheus's own `promtool` checks
+//! the alert rules and runs their unit tests, checks every expression of the
+//! Grafana dashboard, and every series either names is one a running
+//! gateway (with S3, shared state and an S3 spool) exposes, with HELP.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{self, Postgres, S3Server};
+
+const MONITORING: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/monitoring");
+const PASSWORD: &str = "state-pw-7c1e4a";
+
+fn promtool(args: &[&str], dir: &Path) {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("promtool: scripts/test-env pg installs Debian's prometheus");
+    assert!(
+        out.status.success(),
+        "promtool {args:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The metric names (`duckgate_*`, `process_*`) an expression reads.
+fn names_in(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in expr.match_indices(['d', 'p']) {
+        let rest = &expr[i..];
+        if !(rest.starts_with("duckgate_") || rest.starts_with("process_")) {
+            continue;
+        }
+        if i > 0 && expr[..i].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let name = name
+            .strip_suffix("_bucket")
+            .map(str::to_string)
+            .unwrap_or(name);
+        out.push(name);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier pg: needs Debian's prometheus (promtool), PostgreSQL 15 and the test venv; scripts/test installs them"]
+async fn alert_rules_and_dashboard_check_and_name_real_series() {
+    let dir = PathBuf::from(MONITORING);
+    promtool(&["check", "rules", "alerts.yml"], &dir);
+    promtool(&["test", "rules", "alerts_test.yml"], &dir);
+
+    // Every dashboard expression, with Grafana's variables filled in, as a
+    // recording rule promtool parses.
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("dashboard.json")).unwrap())
+            .unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().clone())
+        .map(|t| t["expr"].as_str().unwrap().to_string())
+        .collect();
+    assert!(exprs.len() >= 16, "{exprs:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, e) in exprs.iter().enumerate() {
+        let e = e
+            .replace("$__rate_interval", "5m")
+            .replace("$__range", "1h")
+            .replace("$instance", ".*");
+        rules.push_str(&format!(
+            "      - record: dashboard:panel{i}\n        expr: {}\n",
+            serde_json::to_string(&e).unwrap()
+        ));
+    }
+    common::write_file(tmp.path(), "dashboard-rules.yml", &rules);
+    promtool(&["check", "rules", "dashboard-rules.yml"], tmp.path());
+
+    // Every series they read exists on a gateway with every dependency.
+    let alerts = std::fs::read_to_string(dir.join("alerts.yml")).unwrap();
+    let mut wanted: Vec<String> = exprs.iter().flat_map(|e| names_in(e)).collect();
+    wanted.extend(names_in(&alerts));
+    wanted.sort();
+    wanted.dedup();
+    let pg = Postgres::start(PASSWORD, "state");
+    let s3 = S3Server::start(&[]);
+    let g = s3
+        .app(900)
+        .env(
+            "DUCKGATE_STATE_DSN",
+            format!(
+                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
+                pg.port
+            ),
+        )
+        .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
+        .env("DUCKGATE_SPOOL_ORPHAN_GRACE_MS", 4000)
+        .start();
+    g.query_ok("SELECT 1").await;
+    let _ = g.query(serde_json::json!({"sql": "SELEC 1"})).await;
+    let scrape = common::eventually("every series", Duration::from_secs(30), || async {
+        let m = g.get_text("/metrics").await;
+        let missing: Vec<&String> = wanted
+            .iter()
+            .filter(|n| !m.contains(&format!("# HELP {n} ")))
+            .collect();
+        if missing.is_empty() {
+            Ok(m)
+        } else {
+            Err(format!("{missing:?}"))
+        }
+    })
+    .await;
+    assert!(scrape.contains("duckgate_dependency_up{dependency=\"spool\"}"));
+}

@@ -292,11 +292,13 @@ impl S3Spool {
                     let Some(name) = key.strip_prefix(self.prefix.as_str()) else {
                         continue;
                     };
+                    // A time that does not convert is taken as now: an
+                    // object is removed only once it is known to be old.
                     all.push(SpoolObject {
                         url: self.url_of(name),
                         bytes: o.size().unwrap_or(0).max(0) as u64,
                         modified: std::time::SystemTime::try_from(*modified)
-                            .unwrap_or(std::time::UNIX_EPOCH),
+                            .unwrap_or_else(|_| std::time::SystemTime::now()),
                     });
                 }
             }

@@ -674,7 +674,8 @@ async fn one_tokens_long_statements_leave_another_token_its_part_of_the_share() 
         json!({"sql": "SELECT 1 AS x", "wait_ms": 0}),
     )
     .await;
-    assert_eq!(r.status(), 202);
+    // 202, or 200 when it finished before the answer was made.
+    assert!(r.status() == 202 || r.status() == 200, "{}", r.status());
     let s = finished(&g, BOB, "b1", Duration::from_secs(10)).await;
     assert_eq!(s["state"], "succeeded", "{s}");
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -141,14 +141,14 @@ async fn thousands_of_handoffs_leave_no_row_stuck_running() {
             .unwrap()
             .to_string();
         let deadline = Instant::now() + Duration::from_secs(10);
-        let finished = loop {
+        let (finished, seen) = loop {
             let (_, v) = b.get(&format!("/statements/{id}"), ALICE).await;
             match v["state"].as_str() {
-                Some("succeeded") => break true,
+                Some("succeeded") => break (true, v),
                 Some("queued" | "running") if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(5)).await
                 }
-                _ => break false,
+                _ => break (false, v),
             }
         };
         let (page, v) = b
@@ -156,7 +156,10 @@ async fn thousands_of_handoffs_leave_no_row_stuck_running() {
             .await;
         if !finished || page != 200 || v["rows"] != json!([[i]]) {
             let (_, owner) = a.get(&format!("/statements/{id}"), ALICE).await;
-            stuck.push(format!("{id}: page {page}, owner says {}", owner["state"]));
+            stuck.push(format!(
+                "{id}: other replica says {}, page {page} {}, owner says {}",
+                seen["state"], v["type"], owner["state"]
+            ));
         }
         assert_eq!(b.delete(&format!("/statements/{id}"), ALICE).await.0, 200);
     }

@@ -27,7 +27,8 @@ async fn serve() -> std::process::ExitCode {
     crate::telemetry::init(config.server.log_format);
     // Refuse a bad configuration before binding anything.
     if let Err(e) = config
-        .validate()
+        .clone()
+        .resolve()
         .and_then(|_| crate::load_tokens(&config, config.server.listen).map(|_| ()))
     {
         eprintln!("duckgate: {e}");

@@ -210,27 +210,6 @@ pub fn describe() {
     metrics_process::Collector::default().describe();
 }
 
-/// The `outcome` labels of `duckgate_queries_total` and
-/// `duckgate_statements_total` (`QueryError::outcome`, and `ok`).
-const OUTCOMES: [&str; 16] = [
-    "ok",
-    "refused",
-    "sql_error",
-    "timeout",
-    "cancelled",
-    "client_stalled",
-    "temp_space",
-    "value_too_large",
-    "pool_exhausted",
-    "credentials_expired",
-    "spool_full",
-    "storage_full",
-    "storage_error",
-    "internal_error",
-    "token_share",
-    "result_cap",
-];
-
 /// The `state` labels of `duckgate_statements`.
 const STATEMENT_STATES: [&str; 7] = [
     "queued",
@@ -262,7 +241,7 @@ pub fn register_zeroes(secrets: &[String]) {
         "duckdb_version" => crate::engine::Engine::duckdb_version()
     )
     .set(1.0);
-    for outcome in OUTCOMES {
+    for outcome in crate::problems::outcomes() {
         metrics::counter!("duckgate_queries_total", "outcome" => outcome).increment(0);
         metrics::counter!("duckgate_statements_total", "outcome" => outcome).increment(0);
     }

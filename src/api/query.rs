@@ -323,7 +323,6 @@ async fn run_query(
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
         max_value_bytes: limits.max_value_bytes,
-        render_error: crate::api::error::problem_json_for_stream,
         tracker: Some(tracker.clone()),
         sink: None,
     };

@@ -158,16 +158,26 @@ impl super::Config {
         let Some(path) = &self.s3.config_file else {
             return Ok(Vec::new());
         };
-        let mut prefixes = Vec::new();
-        for s in self.s3.secrets()? {
-            if s.scope.is_empty() {
-                prefixes.push("s3://".to_string());
-            } else {
-                prefixes.extend(s.scope);
-            }
-        }
-        load(path, &prefixes)
+        let file = super::ConfigFile::read(path)?;
+        catalogs_in(&file, &self.s3.secrets_in(Some(&file))?)
     }
+}
+
+/// The `[[attach]]` tables of `file`, checked against the S3 prefixes
+/// `secrets` serve.
+pub fn catalogs_in(
+    file: &super::ConfigFile,
+    secrets: &[super::s3::SecretSpec],
+) -> Result<Vec<AttachSpec>, ConfigError> {
+    let mut prefixes = Vec::new();
+    for s in secrets {
+        if s.scope.is_empty() {
+            prefixes.push("s3://".to_string());
+        } else {
+            prefixes.extend(s.scope.iter().cloned());
+        }
+    }
+    parse(file, &prefixes)
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,18 +215,14 @@ fn reserved(name: &str) -> bool {
 /// Reads the `[[attach]]` tables of `path` and checks each against the S3
 /// prefixes the configured secrets serve (`s3://` alone: any bucket).
 pub fn load(path: &Path, s3_prefixes: &[String]) -> Result<Vec<AttachSpec>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(
-            "DUCKGATE_CONFIG",
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
-    let file: FileConfig = toml::from_str(&text).map_err(|e| {
-        ConfigError::new(
-            "DUCKGATE_CONFIG",
-            format!("{}: {}", path.display(), e.message()),
-        )
-    })?;
+    parse(&super::ConfigFile::read(path)?, s3_prefixes)
+}
+
+fn parse(
+    config: &super::ConfigFile,
+    s3_prefixes: &[String],
+) -> Result<Vec<AttachSpec>, ConfigError> {
+    let file: FileConfig = config.parse()?;
     let mut out: Vec<AttachSpec> = Vec::new();
     for f in file.attach {
         let err =

@@ -567,6 +567,58 @@ impl ConfigError {
     }
 }
 
+/// The TOML file named by `DUCKGATE_CONFIG`, read once.
+#[derive(Debug)]
+pub struct ConfigFile {
+    path: PathBuf,
+    text: String,
+}
+
+impl ConfigFile {
+    /// Reads `path`; the error names it.
+    pub fn read(path: &std::path::Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(
+                "DUCKGATE_CONFIG",
+                format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            text,
+        })
+    }
+
+    /// The file as `T` (each part of the configuration reads its tables).
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        toml::from_str(&self.text).map_err(|e| {
+            ConfigError::new(
+                "DUCKGATE_CONFIG",
+                format!("{}: {}", self.path.display(), e.message()),
+            )
+        })
+    }
+}
+
+/// The configuration start-up runs on ([`Config::resolve`]).
+#[derive(Debug)]
+pub struct Resolved {
+    /// Every setting.
+    pub config: std::sync::Arc<Config>,
+    /// Every S3 secret, with the prefixes the gateway itself writes.
+    pub secrets: Vec<s3::SecretSpec>,
+    /// The declared catalogs.
+    pub catalogs: Vec<attach::AttachSpec>,
+    /// When credentials are refreshed.
+    pub timing: s3::RotationTiming,
+    /// The largest time limit of an async statement.
+    pub max_statement_timeout: Duration,
+    /// The shared state's connection string, if replicas share state.
+    pub state_dsn: Option<SecretString>,
+    /// The number of pooled connections.
+    pub pool_size: usize,
+}
+
 impl Config {
     /// Checks what clap's per-field parsers cannot: relations between settings.
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -657,12 +709,61 @@ impl Config {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The configuration resolved once: the flags checked ([`Config::validate`]),
+    /// the TOML file read once, its secrets and catalogs checked against
+    /// each other and the time limits, and what start-up derives from them
+    /// computed here, so no later step reads a file or re-derives a value.
+    pub fn resolve(self) -> Result<Resolved, ConfigError> {
+        self.validate()?;
+        let file = match &self.s3.config_file {
+            Some(path) => Some(ConfigFile::read(path)?),
+            None => None,
+        };
+        let mut secrets = self.s3.secrets_in(file.as_ref())?;
+        let catalogs = match &file {
+            Some(f) => attach::catalogs_in(f, &secrets)?,
+            None => Vec::new(),
+        };
+        let max_statement_timeout = self.statement_limit(&secrets);
+        let longest = self.max_query_timeout().max(max_statement_timeout);
         self.s3.validate(
-            self.longest_time_limit(),
+            &secrets,
+            longest,
             self.statements.max_statement_timeout_ms.is_some(),
         )?;
-        self.catalogs()?;
-        Ok(())
+        // What the gateway writes to S3 itself: the data of catalogs
+        // declared read-write, and the shared result spool when it is on
+        // S3. Each secret's STS session policy allows writes there only.
+        let writes: Vec<String> = catalogs
+            .iter()
+            .filter(|c| !c.read_only)
+            .flat_map(|c| c.s3_locations().into_iter().map(str::to_string))
+            .chain(self.s3_spool().map(str::to_string))
+            .collect();
+        for secret in &mut secrets {
+            secret.write_scope = writes.clone();
+        }
+        let state_dsn = self.statements.state_dsn()?;
+        Ok(Resolved {
+            timing: self.s3.timing(longest),
+            secrets,
+            catalogs,
+            max_statement_timeout,
+            state_dsn,
+            pool_size: self.pool_size(),
+            config: std::sync::Arc::new(self),
+        })
+    }
+
+    /// The spool's URL when it is on S3.
+    pub fn s3_spool(&self) -> Option<&str> {
+        self.statements
+            .spool_url
+            .as_deref()
+            .filter(|u| u.starts_with("s3://"))
     }
 
     /// The number of pooled connections: the setting, else the number of
@@ -691,14 +792,14 @@ impl Config {
     /// The largest time limit of an async statement: the setting, else an
     /// hour or what the shortest STS session covers (80% of it minus the
     /// refresh lead), whichever is less, never below the query maximum.
-    pub fn max_statement_timeout(&self) -> Duration {
+    fn statement_limit(&self, secrets: &[s3::SecretSpec]) -> Duration {
         if let Some(ms) = self.statements.max_statement_timeout_ms {
             return Duration::from_millis(ms);
         }
         let mut limit = Duration::from_secs(3600);
         let timing = self.s3.timing(self.max_query_timeout());
         if timing.enabled {
-            for s in self.s3.secrets().unwrap_or_default() {
+            for s in secrets {
                 if let Some(lifetime) = s.source.duration() {
                     let covered = Duration::from_millis(lifetime.as_millis() as u64 * 4 / 5);
                     limit = limit.min(covered.saturating_sub(timing.lead));
@@ -706,13 +807,6 @@ impl Config {
             }
         }
         limit.max(self.max_query_timeout())
-    }
-
-    /// The longest time limit of any kind of work (queries, statements):
-    /// the credential rotator's refresh rule and the start-up check use it,
-    /// so no work meets an expired token within its limit.
-    pub fn longest_time_limit(&self) -> Duration {
-        self.max_query_timeout().max(self.max_statement_timeout())
     }
 
     /// The database path, or `None` for an in-memory database.

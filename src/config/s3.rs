@@ -303,9 +303,22 @@ impl S3Settings {
     /// Every configured secret: the TOML file's, then the one from
     /// `DUCKGATE_S3_*` if a source is selected there.
     pub fn secrets(&self) -> Result<Vec<SecretSpec>, ConfigError> {
+        let file = match &self.config_file {
+            Some(path) => Some(super::ConfigFile::read(path)?),
+            None => None,
+        };
+        self.secrets_in(file.as_ref())
+    }
+
+    /// Every configured secret, the TOML file's read from `file` (read
+    /// once at start: [`super::Config::resolve`]).
+    pub fn secrets_in(
+        &self,
+        file: Option<&super::ConfigFile>,
+    ) -> Result<Vec<SecretSpec>, ConfigError> {
         let mut out = Vec::new();
-        if let Some(path) = &self.config_file {
-            out.extend(load_file(path)?);
+        if let Some(file) = file {
+            out.extend(parse_file(file)?);
         }
         if let Some(source) = self.env_source()? {
             out.push(SecretSpec {
@@ -420,15 +433,15 @@ impl S3Settings {
     /// setting (the error then names it).
     pub fn validate(
         &self,
+        secrets: &[SecretSpec],
         max_query_timeout: Duration,
         statement_limit_set: bool,
     ) -> Result<(), ConfigError> {
-        let secrets = self.secrets()?;
         let timing = self.timing(max_query_timeout);
         if !timing.enabled {
             return Ok(());
         }
-        for s in &secrets {
+        for s in secrets {
             let Some(lifetime) = s.source.duration() else {
                 continue;
             };
@@ -504,19 +517,8 @@ fn check_readable(path: &Path) -> std::io::Result<()> {
     std::fs::read(path).map(|_| ())
 }
 
-fn load_file(path: &Path) -> Result<Vec<SecretSpec>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::new(
-            "DUCKGATE_CONFIG",
-            format!("cannot read {}: {e}", path.display()),
-        )
-    })?;
-    let file: FileConfig = toml::from_str(&text).map_err(|e| {
-        ConfigError::new(
-            "DUCKGATE_CONFIG",
-            format!("{}: {}", path.display(), e.message()),
-        )
-    })?;
+fn parse_file(config: &super::ConfigFile) -> Result<Vec<SecretSpec>, ConfigError> {
+    let file: FileConfig = config.parse()?;
     file.secrets
         .into_iter()
         .map(|f| {
@@ -682,7 +684,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        let specs = load_file(&path).unwrap();
+        let specs = parse_file(&crate::config::ConfigFile::read(&path).unwrap()).unwrap();
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].source.kind(), "assume-role");
         assert_eq!(specs[1].source.kind(), "static");

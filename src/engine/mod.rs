@@ -126,6 +126,7 @@ impl Engine {
         config: &Config,
         health: Arc<Health>,
         needs_httpfs: bool,
+        shares: pool::Shares,
     ) -> Result<Self, EngineError> {
         let data_dir = prepare_data_dir(&config.engine.data_dir)?;
         // Nothing in the directory is touched before this lock is held: two
@@ -396,6 +397,7 @@ impl Engine {
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
                 shed_early: config.engine.shed_early,
                 search_path: client_schema.as_ref().map(|c| format!("{},main", c.schema)),
+                shares,
             },
             health,
         )?;

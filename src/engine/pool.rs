@@ -30,7 +30,7 @@ use crate::engine::guard::Accepted;
 use crate::state::{CounterGuard, Health, OwnedCounterGuard};
 
 /// The share of the pool that queries reading S3 may use, and what tells
-/// such queries apart (set once at start, see [`QueryPool::set_s3_share`]).
+/// such queries apart (fixed at start, see [`Shares`]).
 struct S3Share {
     /// `share` permits: S3 queries that may hold a connection at once.
     gate: Arc<Semaphore>,
@@ -219,14 +219,14 @@ pub struct QueryPool {
     csv_copies: Arc<Semaphore>,
     /// Queries one token may run at once (its share of the pool), or
     /// `None`: no per-token bound (anonymous access, or one token).
-    token_share: Arc<std::sync::OnceLock<Option<usize>>>,
+    token_share: Option<usize>,
     /// Each token's share, as a semaphore: its own work waits here, in its
     /// own queue, never in front of another token's.
     token_gates: Arc<Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>>,
     /// Requests waiting for a permit now (background work included).
     queued: Arc<AtomicU64>,
-    /// The share of S3 queries, once set.
-    s3: Arc<std::sync::OnceLock<S3Share>>,
+    /// The share of S3 queries.
+    s3: Arc<S3Share>,
     /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
     /// queries apart before they take a connection.
     classifier: Arc<Mutex<Classifier>>,
@@ -436,6 +436,48 @@ pub struct PoolOptions {
     pub shed_early: bool,
     /// Set on every connection (read-write: `client,main`).
     pub search_path: Option<String>,
+    /// How the pool is shared between tokens and S3 reads.
+    pub shares: Shares,
+}
+
+/// How the pool is shared, as configured: known before the pool exists
+/// (no setting after construction).
+#[derive(Debug, Clone, Default)]
+pub struct Shares {
+    /// `DUCKGATE_MAX_QUERIES_PER_TOKEN`.
+    pub per_token: Option<usize>,
+    /// How many query tokens there are (a fair share needs two).
+    pub tokens: usize,
+    /// `DUCKGATE_MAX_S3_QUERIES`.
+    pub s3: Option<usize>,
+    /// Operator-declared catalogs (lakes): their tables are read from S3.
+    pub lakes: Vec<String>,
+}
+
+impl Shares {
+    /// How many queries one token may run at once in a pool of `size`:
+    /// the setting, else with two or more tokens a fair share (the size
+    /// over the tokens, rounded up), never the whole pool, at least one;
+    /// with fewer tokens, no bound.
+    pub fn per_token_of(&self, size: usize) -> Option<usize> {
+        match self.per_token {
+            Some(n) => Some(n.clamp(1, size)),
+            None if self.tokens >= 2 => Some(
+                size.div_ceil(self.tokens)
+                    .min(size.saturating_sub(1))
+                    .max(1),
+            ),
+            None => None,
+        }
+    }
+
+    /// How many queries that read S3 may hold connections of a pool of
+    /// `size` at once: the setting (at most the pool), else all but one
+    /// connection, so a slow or stalled S3 never takes the connection
+    /// local work needs (a pool of one has nothing to spare).
+    pub fn s3_of(&self, size: usize) -> usize {
+        self.s3.unwrap_or(size.saturating_sub(1)).clamp(1, size)
+    }
 }
 
 impl QueryPool {
@@ -452,7 +494,15 @@ impl QueryPool {
             threads,
             shed_early,
             search_path,
+            shares,
         } = options;
+        let token_share = shares.per_token_of(size);
+        let s3_share = shares.s3_of(size);
+        tracing::debug!(?token_share, s3_share, "the pool's shares");
+        health
+            .pool
+            .s3_share
+            .store(s3_share as u64, Ordering::Relaxed);
         let classifier = Arc::new(Mutex::new(Classifier {
             raw: db.connect_raw()?,
             seen: Default::default(),
@@ -481,62 +531,24 @@ impl QueryPool {
             health,
             spill: Default::default(),
             csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
-            token_share: Default::default(),
+            token_share,
             token_gates: Default::default(),
             queued: Default::default(),
-            s3: Default::default(),
+            s3: Arc::new(S3Share {
+                gate: Arc::new(Semaphore::new(s3_share)),
+                lakes: shares.lakes,
+            }),
             classifier,
             hold: Default::default(),
             shed_early,
         })
     }
 
-    /// Sets how many queries one token may run at once (once, at start):
-    /// `setting`, else with two or more tokens a fair share of the pool
-    /// (its size over the number of tokens, rounded up), never the whole
-    /// pool, at least one; with fewer tokens, no bound.
-    pub fn set_token_share(&self, setting: Option<usize>, tokens: usize) -> Option<usize> {
-        let share = match setting {
-            Some(n) => Some(n.clamp(1, self.size)),
-            None if tokens >= 2 => Some(
-                self.size
-                    .div_ceil(tokens)
-                    .min(self.size.saturating_sub(1))
-                    .max(1),
-            ),
-            None => None,
-        };
-        let _ = self.token_share.set(share);
-        share
-    }
-
-    /// Sets how many queries that read S3 may hold connections at once
-    /// (once, at start): `setting` (at most the pool), else all but one
-    /// connection, so a slow or stalled S3 never takes the connection local
-    /// work needs (a pool of one has nothing to spare). `lakes` are the
-    /// operator-declared catalogs, whose tables are read from S3.
-    pub fn set_s3_share(&self, setting: Option<usize>, lakes: Vec<String>) -> usize {
-        let share = setting
-            .unwrap_or(self.size.saturating_sub(1))
-            .clamp(1, self.size);
-        let _ = self.s3.set(S3Share {
-            gate: Arc::new(Semaphore::new(share)),
-            lakes,
-        });
-        self.health
-            .pool
-            .s3_share
-            .store(share as u64, Ordering::Relaxed);
-        share
-    }
-
     /// Whether `sql` reads S3 by DuckDB's parse of it (an `s3://` path, or a
-    /// table of a lake); `false` before a share is set. Unparsable SQL is
-    /// not: the guard refuses it on its connection.
+    /// table of a lake). Unparsable SQL is not: the guard refuses it on its
+    /// connection.
     pub fn reads_s3(&self, sql: &str) -> bool {
-        let Some(share) = self.s3.get() else {
-            return false;
-        };
+        let share = &self.s3;
         let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&s3) = classifier.seen.get(sql) {
             return s3;
@@ -592,7 +604,7 @@ impl QueryPool {
 
     /// The semaphore of `owner`'s share, if shares are bounded.
     fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
-        let share = (*self.token_share.get()?)?;
+        let share = self.token_share?;
         let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
         Some(
             gates
@@ -628,7 +640,7 @@ impl QueryPool {
         };
         // A query that reads S3 waits for its share first, so a slow S3
         // queues its own work there, never in the pool's queue.
-        let s3 = match self.s3.get().filter(|_| s3) {
+        let s3 = match Some(&*self.s3).filter(|_| s3) {
             None => None,
             Some(share) => {
                 let left = wait.saturating_sub(start.elapsed());

@@ -199,9 +199,6 @@ pub struct Runner {
     pub health: Arc<Health>,
     /// Fires when the gateway shuts down.
     pub shutdown: CancellationToken,
-    /// How the HTTP layer reports an error (status, problem type, class),
-    /// for the audit line.
-    pub summarize: fn(&QueryError) -> Outcome,
 }
 
 type Key = (Arc<str>, String);
@@ -397,7 +394,7 @@ impl Statements {
                     kind: "ok".into(),
                     error_class: None,
                 },
-                Some(e) => (runner.summarize)(e),
+                Some(e) => crate::problems::outcome_of(e),
             });
             if let Some(r) = &result {
                 registration

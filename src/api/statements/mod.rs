@@ -206,7 +206,6 @@ async fn submit_inner(
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
         max_value_bytes: limits.max_value_bytes,
-        render_error: crate::api::error::problem_json_for_stream,
         tracker: Some(registration.running.clone()),
         sink: Some(writer.clone()),
     };
@@ -215,7 +214,6 @@ async fn submit_inner(
         rotator: state.rotator.clone(),
         health: state.health.clone(),
         shutdown: state.shutdown.clone(),
-        summarize: crate::api::error::outcome_of,
     };
     state
         .statements

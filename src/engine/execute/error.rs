@@ -157,33 +157,12 @@ pub enum StoreFault {
 }
 
 impl QueryError {
-    /// The metrics label of the outcome.
+    /// The metrics label of the outcome: its kind's in the catalogue.
     pub fn outcome(&self) -> &'static str {
-        match self {
-            QueryError::Refused(Refusal::Forbidden { .. }) => "refused",
-            QueryError::Refused(_)
-            | QueryError::Sql { .. }
-            | QueryError::ParamCount { .. }
-            | QueryError::Param { .. }
-            | QueryError::FormatUnavailable(_) => "sql_error",
-            QueryError::Timeout(_) => "timeout",
-            QueryError::Cancelled | QueryError::CancelledByRequest | QueryError::ShuttingDown => {
-                "cancelled"
-            }
-            QueryError::ClientStalled => "client_stalled",
-            QueryError::TempSpace => "temp_space",
-            QueryError::ValueTooLarge { .. } => "value_too_large",
-            QueryError::PoolExhausted(_) | QueryError::Shed { .. } | QueryError::S3Share(_) => {
-                "pool_exhausted"
-            }
-            QueryError::TokenShare(_) => "token_share",
-            QueryError::ResultCap { .. } => "result_cap",
-            QueryError::CredentialsExpired => "credentials_expired",
-            QueryError::SpoolFull { .. } => "spool_full",
-            QueryError::StorageFull { .. } => "storage_full",
-            QueryError::Storage { .. } | QueryError::RemoteStore { .. } => "storage_error",
-            QueryError::Internal(_) => "internal_error",
-        }
+        crate::problems::of_query(self)
+            .kind
+            .and_then(|k| k.outcome)
+            .unwrap_or("internal_error")
     }
 
     /// Whether this looks like S3 rejecting expired credentials.

@@ -11,8 +11,6 @@ use crate::encode::Format;
 use crate::engine::guard;
 use crate::engine::sink::BatchSink;
 
-use super::error::QueryError;
-
 /// A positional parameter.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Param {
@@ -148,10 +146,6 @@ pub struct QueryJob {
     pub stall_timeout: Duration,
     /// Largest single value (or one-row batch) the gateway will encode.
     pub max_value_bytes: u64,
-    /// Renders an error that ends a streamed body (NDJSON's last record):
-    /// the HTTP layer's problem document, handed in so the engine needs no
-    /// knowledge of HTTP.
-    pub render_error: fn(&QueryError) -> serde_json::Value,
     /// The query's entry in the registry of running queries: its state and
     /// counts are kept current, and a cancel request stops it.
     pub tracker: Option<Arc<crate::engine::queries::Running>>,

@@ -138,7 +138,6 @@ pub async fn run(
 struct Reply {
     format: Format,
     timeout: Duration,
-    render_error: fn(&QueryError) -> serde_json::Value,
     tracker: Option<Arc<crate::engine::queries::Running>>,
 }
 
@@ -147,7 +146,6 @@ impl Reply {
         Self {
             format: job.format,
             timeout: job.timeout,
-            render_error: job.render_error,
             tracker: job.tracker.clone(),
         }
     }
@@ -163,7 +161,6 @@ async fn answer(
     let Reply {
         format,
         timeout,
-        render_error,
         tracker,
     } = reply;
     // The watchdog interrupts at the deadline or on shutdown; the worker
@@ -206,7 +203,6 @@ async fn answer(
         guard: Some(guard),
         control,
         format,
-        render_error,
         tracker,
         timeout,
         first: Some(first),
@@ -234,7 +230,6 @@ struct BodyState {
     guard: Option<CancelOnDrop>,
     control: Arc<QueryControl>,
     format: Format,
-    render_error: fn(&QueryError) -> serde_json::Value,
     tracker: Option<Arc<crate::engine::queries::Running>>,
     timeout: Duration,
     first: Option<Bytes>,
@@ -307,7 +302,7 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
                 _ => QueryError::Cancelled,
             };
             record_failure(st.tracker.as_deref(), &err);
-            match error_record_for(st.format, st.render_error, &err) {
+            match error_record_for(st.format, &err) {
                 Some(record) => {
                     st.abort_next = Some(err.to_string());
                     Some((Ok(record), st))

@@ -147,7 +147,7 @@ pub(super) fn end_with_error(
     tx: &Sender,
     job: &QueryJob,
 ) {
-    let record = encoder.error_record(&(job.render_error)(err));
+    let record = encoder.error_record(&crate::problems::json_for_stream(err));
     end_body(buf, record, err, tx, job);
 }
 
@@ -190,13 +190,9 @@ pub(super) fn record_failure(tracker: Option<&crate::engine::queries::Running>, 
 }
 
 /// The last NDJSON line for `err`, or `None` for formats that end by abort.
-pub(super) fn error_record_for(
-    format: Format,
-    render: fn(&QueryError) -> serde_json::Value,
-    err: &QueryError,
-) -> Option<Bytes> {
+pub(super) fn error_record_for(format: Format, err: &QueryError) -> Option<Bytes> {
     (format == Format::Ndjson).then(|| {
-        let problem = render(err);
+        let problem = crate::problems::json_for_stream(err);
         let mut line =
             serde_json::to_vec(&serde_json::json!({ "error": problem })).unwrap_or_default();
         line.push(b'\n');

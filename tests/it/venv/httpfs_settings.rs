@@ -58,7 +58,14 @@ fn settings_hold_no_credentials_from_the_environment() {
     // On a thread with the stack the engine requires of its threads.
     let engine = std::thread::Builder::new()
         .stack_size(duckgate::engine::nesting::STACK_BYTES)
-        .spawn(move || Engine::open(&cli.config, Arc::new(Health::new("test".into())), true))
+        .spawn(move || {
+            Engine::open(
+                &cli.config,
+                Arc::new(Health::new("test".into())),
+                true,
+                Default::default(),
+            )
+        })
         .unwrap()
         .join()
         .unwrap()

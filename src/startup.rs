@@ -1,0 +1,362 @@
+//! Start-up, in named steps, each taking what the ones before made:
+//!
+//! 1. [`Config::resolve`]: every setting checked, the TOML file read once,
+//!    secrets, catalogs and time limits derived once;
+//! 2. [`open_engine`]: DuckDB opened, its pool shaped by the shares;
+//! 3. [`install_credentials`]: the rotator installs every S3 secret;
+//! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
+//! 5. [`open_statements`]: the shared state, the spool and the statements;
+//! 6. [`Tasks::start`]: the background loops;
+//! 7. [`serve`]: the API until the signal, then the drain.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use secrecy::ExposeSecret;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::auth::Tokens;
+use crate::api::{self, AppState};
+use crate::config::{self, Config, ConfigError, Resolved};
+use crate::credentials::Rotator;
+use crate::engine::{self, catalogs::Catalog, Engine};
+use crate::state::Health;
+use crate::statements::{self, Statements};
+
+/// The body of [`crate::run_with_metrics`], not generic over the shutdown
+/// future, so it is compiled once whatever future callers pass.
+pub(crate) async fn serve_until(
+    config: Config,
+    listener: TcpListener,
+    shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    let addr = listener
+        .local_addr()
+        .context("reading the listen address")?;
+    let plan = config.resolve()?;
+    let tokens = api::auth::load(&plan.config.auth, addr)?;
+    api::metrics::register_zeroes(
+        &plan
+            .secrets
+            .iter()
+            .map(|s| s.name.clone())
+            .collect::<Vec<_>>(),
+    );
+    let health = Arc::new(Health::new(Engine::duckdb_version()));
+    let engine = open_engine(&plan, &health, &tokens).await?;
+    let rotator = install_credentials(&plan, &engine, &health).await?;
+    let catalogs = attach_and_lock_down(&plan, &engine, &rotator).await?;
+    let statements = open_statements(&plan, &engine, &rotator, &health, &tokens).await?;
+    let config = plan.config;
+    let state = AppState::new(api::Shared {
+        engine: engine.clone(),
+        health: health.clone(),
+        rotator: rotator.clone(),
+        tokens: Arc::new(arc_swap::ArcSwap::from_pointee(tokens)),
+        queries: Arc::new(crate::audit_registry(&config)?),
+        config,
+        metrics,
+        shutdown: CancellationToken::new(),
+        statements,
+        catalogs: Arc::new(catalogs),
+        addr,
+    });
+    let tasks = Tasks::start(&state);
+    serve(state, listener, shutdown, tasks).await
+}
+
+/// Step 2: DuckDB, with the pool shaped by the tokens and the lakes.
+async fn open_engine(
+    plan: &Resolved,
+    health: &Arc<Health>,
+    tokens: &Tokens,
+) -> anyhow::Result<Arc<Engine>> {
+    let shares = engine::pool::Shares {
+        per_token: plan.config.engine.max_queries_per_token.map(|n| n as usize),
+        tokens: tokens.query.len(),
+        s3: plan.config.engine.max_s3_queries.map(|n| n as usize),
+        lakes: plan.catalogs.iter().map(|c| c.name.clone()).collect(),
+    };
+    let (config, health) = (plan.config.clone(), health.clone());
+    let needs_httpfs = !plan.secrets.is_empty();
+    let engine =
+        tokio::task::spawn_blocking(move || Engine::open(&config, health, needs_httpfs, shares))
+            .await
+            .context("opening the database")??;
+    Ok(Arc::new(engine))
+}
+
+/// Step 3: the rotator, with every secret's first credentials installed.
+async fn install_credentials(
+    plan: &Resolved,
+    engine: &Engine,
+    health: &Arc<Health>,
+) -> anyhow::Result<Arc<Rotator>> {
+    let rotator = Arc::new(
+        Rotator::new(
+            plan.secrets.clone(),
+            engine.control_raw.clone(),
+            health.clone(),
+            plan.timing,
+            Duration::from_millis(plan.config.server.test_control_stall_ms),
+        )
+        .await,
+    );
+    rotator
+        .install_all(5)
+        .await
+        .map_err(|e| anyhow::anyhow!("installing S3 credentials at start-up: {e}"))?;
+    Ok(rotator)
+}
+
+/// Step 4: the declared catalogs attached, then the lockdown (no client
+/// attaches, reads the spool, or writes where it may not), then the pool's
+/// connections opened.
+async fn attach_and_lock_down(
+    plan: &Resolved,
+    engine: &Arc<Engine>,
+    rotator: &Rotator,
+) -> anyhow::Result<Vec<Catalog>> {
+    let (engine2, prefixes, config) = (engine.clone(), rotator.s3_prefixes(), plan.config.clone());
+    let specs = plan.catalogs.clone();
+    let dirs: Vec<String> = specs.iter().flat_map(|s| s.local_dirs()).collect();
+    let catalogs = tokio::task::spawn_blocking(move || {
+        let catalogs = engine2.attach_catalogs(&config, &specs, &prefixes)?;
+        // Queries never read the S3 spool (every token's results).
+        let refused: Vec<String> = config.s3_spool().map(str::to_string).into_iter().collect();
+        let writable: Vec<String> = catalogs
+            .iter()
+            .filter(|c| !c.read_only)
+            .map(|c| c.name.clone())
+            .collect();
+        engine2.lock_down(&prefixes, &dirs, &refused, &writable)?;
+        Ok::<_, engine::EngineError>(catalogs)
+    })
+    .await
+    .context("attaching catalogs and locking the database down")??;
+    engine
+        .pool
+        .warm_up()
+        .await
+        .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
+    Ok(catalogs)
+}
+
+/// Step 5: the state replicas share (if any), the spool (local, or S3 for
+/// every replica), and the statements kept in them.
+async fn open_statements(
+    plan: &Resolved,
+    engine: &Engine,
+    rotator: &Arc<Rotator>,
+    health: &Arc<Health>,
+    tokens: &Tokens,
+) -> anyhow::Result<Arc<Statements>> {
+    let config = &plan.config;
+    let s = &config.statements;
+    let shared = match &plan.state_dsn {
+        None => None,
+        Some(dsn) => Some(Arc::new(
+            statements::shared::Shared::connect(
+                dsn.expose_secret(),
+                s.state_ca_file.as_deref(),
+                Duration::from_millis(s.replica_stale_ms),
+                health.dependency("shared_state"),
+                health.replica.clone(),
+            )
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("connecting to the shared state (DUCKGATE_STATE_DSN): {e}")
+            })?,
+        )),
+    };
+    let (spool_dir, s3_spool) = match (config.s3_spool(), s.spool_url.as_deref()) {
+        (Some(url), _) => (
+            engine.data_dir.join("spool"),
+            Some(Arc::new(
+                statements::s3::S3Spool::new(url, rotator.clone(), health.dependency("spool"))
+                    .map_err(|e| ConfigError::new("DUCKGATE_SPOOL_URL", e))?,
+            )),
+        ),
+        (None, Some(dir)) => (std::path::PathBuf::from(dir), None),
+        (None, None) => (engine.data_dir.join("spool"), None),
+    };
+    let spool = statements::spool::Spool::open(
+        spool_dir,
+        s.spool_bytes,
+        s.spool_statement_bytes,
+        s.spool_token_bytes,
+    )
+    .context("preparing the spool directory")?;
+    let share = statements::Settings::share_of(plan.pool_size, s.statement_pool_share);
+    Ok(Statements::new_shared(
+        spool,
+        statements::Settings {
+            ttl: Duration::from_millis(s.statement_ttl_ms),
+            max_statements: s.max_statements as usize,
+            max_per_token: s.max_statements_per_token as usize,
+            max_timeout: plan.max_statement_timeout,
+            max_wait: Duration::from_millis(s.max_statement_wait_ms),
+            share,
+            token_share: statements::Settings::token_share_of(share, tokens.query.len()),
+        },
+        shared,
+        s3_spool,
+    ))
+}
+
+/// Step 6: the loops that run beside the API, stopped together.
+struct Tasks {
+    stop: CancellationToken,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl Tasks {
+    fn start(state: &AppState) -> Self {
+        let stop = CancellationToken::new();
+        let mut handles = vec![
+            tokio::spawn(state.rotator.clone().run(stop.clone())),
+            tokio::spawn(api::auth::watch(
+                state.tokens.clone(),
+                state.config.auth.clone(),
+                state.addr,
+                stop.clone(),
+            )),
+            tokio::spawn(state.statements.clone().sweep(stop.clone())),
+            tokio::spawn(engine::catalogs::watch(
+                state.engine.db.clone(),
+                state.catalogs.to_vec(),
+                state.health.clone(),
+                stop.clone(),
+            )),
+        ];
+        if let Some(shared) = state.statements.shared.clone() {
+            handles.push(tokio::spawn(api::replicas::run(
+                state.clone(),
+                shared,
+                stop.clone(),
+            )));
+        }
+        if let Some(cap) = state
+            .config
+            .engine
+            .max_temp_directory_size
+            .as_deref()
+            .and_then(config::byte_size)
+        {
+            handles.push(tokio::spawn(engine::spill::watch(
+                state.engine.pool.clone(),
+                state.engine.data_dir.join("tmp"),
+                cap,
+                stop.clone(),
+            )));
+        }
+        Self { stop, handles }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        for h in self.handles {
+            let _ = h.await;
+        }
+    }
+}
+
+/// Step 7: serves until `shutdown`, then stops accepting, lets open
+/// connections finish within the grace period (readiness off), interrupts
+/// what still runs, and stops the loops and the probes.
+async fn serve(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    tasks: Tasks,
+) -> anyhow::Result<()> {
+    let (config, health, engine) = (
+        state.config.clone(),
+        state.health.clone(),
+        state.engine.clone(),
+    );
+    let addr: SocketAddr = state.addr;
+    let drain = state.shutdown.clone();
+    let probe_app = api::probe_router(state.clone());
+    let secrets = state.rotator.names();
+    let app = api::router(state);
+    health
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::info!(
+        duckdb = %health.duckdb_version,
+        replica = %health.replica,
+        pool_size = config.pool_size(),
+        policy = ?config.engine.policy,
+        secrets = ?secrets,
+        "listening on http://{addr}"
+    );
+
+    let grace = Duration::from_millis(config.server.shutdown_grace_ms);
+    let graceful = {
+        let (health, drain) = (health.clone(), drain.clone());
+        async move {
+            shutdown.await;
+            tracing::info!(
+                grace_ms = grace.as_millis() as u64,
+                "shutting down: no new connections, draining"
+            );
+            health
+                .ready
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            health
+                .shutting_down
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            // After the grace period, interrupt whatever still runs.
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                drain.cancel();
+            });
+        }
+    };
+    let limits = api::server::ConnectionLimits {
+        header_read_timeout: Duration::from_millis(config.limits.header_read_timeout_ms),
+        max_connections: config.limits.max_connections as usize,
+    };
+    let stop_probes = CancellationToken::new();
+    let probe_thread = config
+        .server
+        .probe_listen
+        .map(|addr| crate::spawn_probe_listener(addr, probe_app, limits, stop_probes.clone()))
+        .transpose()?;
+    let stop_accepting = CancellationToken::new();
+    let server = api::server::serve(listener, app, limits, stop_accepting.clone());
+    tokio::pin!(server);
+    // Serve until the signal; then stop accepting and let open connections
+    // finish, up to a hard cap, so a peer that keeps a connection open
+    // cannot hold the process.
+    let tracker = tokio::select! {
+        t = &mut server => t,
+        _ = graceful => {
+            stop_accepting.cancel();
+            server.await
+        }
+    };
+    if tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the grace period; exiting anyway");
+    }
+    drain.cancel();
+    tasks.stop().await;
+    engine.pool.close();
+    // The probes answered (not ready) through the drain; now they stop too.
+    stop_probes.cancel();
+    if let Some(t) = probe_thread {
+        let _ = tokio::task::spawn_blocking(move || t.join()).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}

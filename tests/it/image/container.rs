@@ -395,6 +395,22 @@ async fn image_builds_and_serves_from_a_read_only_root() {
             "{path} is writable in the container: {out:?}"
         );
     }
+    // Issue 37: no package manager, no perl, no setuid or setgid program.
+    let found = stdout(&script(
+        &[
+            "podman",
+            "exec",
+            "--user",
+            "0",
+            &name,
+            "sh",
+            "-c",
+            "ls /usr/bin/perl /usr/bin/apt /usr/bin/apt-get 2>/dev/null; \
+             find / -xdev -type f -perm /6000 2>/dev/null; true",
+        ],
+        &[],
+    ));
+    assert!(found.trim().is_empty(), "in the image: {found}");
     // The data directory is where DuckDB's files went.
     assert!(dir.path().join("data").is_dir());
     // The image's own HEALTHCHECK passes inside the container.

@@ -104,7 +104,7 @@ async fn install_credentials(
             engine.control_raw.clone(),
             health.clone(),
             plan.timing,
-            Duration::from_millis(plan.config.server.test_control_stall_ms),
+            control_stall(&plan.config),
         )
         .await,
     );
@@ -113,6 +113,18 @@ async fn install_credentials(
         .await
         .map_err(|e| anyhow::anyhow!("installing S3 credentials at start-up: {e}"))?;
     Ok(rotator)
+}
+
+/// How long each install holds the control connection: a test hook,
+/// compiled in only with the feature `test-hooks`.
+fn control_stall(config: &Config) -> Duration {
+    #[cfg(feature = "test-hooks")]
+    return Duration::from_millis(config.server.test_control_stall_ms);
+    #[cfg(not(feature = "test-hooks"))]
+    {
+        let _ = config;
+        Duration::ZERO
+    }
 }
 
 /// Step 4: the declared catalogs attached, then the lockdown (no client

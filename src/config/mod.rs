@@ -201,7 +201,8 @@ pub struct ServerConfig {
     pub shutdown_grace_ms: u64,
 
     /// Test hook: hold the control connection this long during each secret
-    /// install, to prove that nothing else waits on it.
+    /// install, to prove that nothing else waits on it (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
     #[arg(
         long,
         env = "DUCKGATE_TEST_CONTROL_STALL_MS",

@@ -12,7 +12,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use crate::common::{assert_no_leaks, percentile_ms, sleeping_sql, Endpoint, S3Server, Seen};
+use crate::common::{assert_no_leaks, Endpoint, S3Server, Seen};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -155,6 +155,8 @@ async fn rotation_keeps_continuous_s3_queries_failure_free() {
     assert_no_leaks(&g, &s3, &seen, ADMIN).await;
 }
 
+/// Needs the `test-hooks` feature (scripts/test builds with it).
+#[cfg(feature = "test-hooks")]
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
 async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
@@ -167,7 +169,7 @@ async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
         .spawn_app()
         .await;
     let mut seen = Seen::default();
-    let sql = sleeping_sql(Duration::from_secs(3));
+    let sql = crate::common::sleeping_sql(Duration::from_secs(3));
 
     // Both pool connections run a query; then the rotation stalls the
     // control connection for 10 s.
@@ -204,7 +206,7 @@ async fn a_stalled_rotation_never_blocks_probes_or_admitted_queries() {
         samples.push(t.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let p99 = percentile_ms(&mut samples, 0.99);
+    let p99 = crate::common::percentile_ms(&mut samples, 0.99);
     eprintln!(
         "healthz during a 10 s control-connection stall: p99 {p99:.2} ms over {} probes",
         samples.len()

@@ -20,6 +20,7 @@
 // allocator), so the gateway sets the ceiling to the pool's limit plus what
 // may be held beyond it.
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/common/allocator.hpp"
 #include "duckdb/main/capi/capi_internal.hpp"

@@ -16,6 +16,8 @@ pub mod progress;
 pub mod queries;
 pub mod s3_paths;
 pub mod secrets;
+#[cfg(test)]
+mod shims_abi;
 pub mod sink;
 pub mod spill;
 

@@ -28,6 +28,7 @@
 // client query runs; a binding copies the (wrapped) function from the
 // catalog entry, so every later query sees the wrapper.
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/catalog/catalog.hpp"
 #include "duckdb/catalog/catalog_entry/scalar_function_catalog_entry.hpp"

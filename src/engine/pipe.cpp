@@ -15,6 +15,7 @@
 // it as exactly one COPY of exactly the query the guard judged to this
 // target, with only the options the gateway gives.
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/common/file_opener.hpp"
 #include "duckdb/common/file_system.hpp"
@@ -36,8 +37,7 @@ using namespace duckdb;
 
 // Called with the database's token and the connection id on open (non-zero: nobody waits for it) and
 // with each write (non-zero: stop, the output is closed).
-typedef int (*duckgate_pipe_open_fn)(uint64_t token, uint64_t connection_id);
-typedef int (*duckgate_pipe_write_fn)(uint64_t token, uint64_t connection_id, const uint8_t *data, uint64_t len);
+// (duckgate_pipe_open_fn and duckgate_pipe_write_fn: shims.h)
 
 static const char *PIPE_PREFIX = "duckgate-pipe://";
 // The only paths that open: the targets of the gateway's COPY, one per format

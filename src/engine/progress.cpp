@@ -10,6 +10,7 @@
 // hands out shared pointers under its own lock, so a context is never read
 // after it was destroyed.
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/main/capi/capi_internal.hpp"
 #include "duckdb/main/client_config.hpp"

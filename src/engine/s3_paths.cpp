@@ -18,6 +18,7 @@
 // this one, which takes its place for the prefixes it handles. Handles are
 // httpfs's own: reads and writes go to the file system that opened them.
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/common/exception.hpp"
 #include "duckdb/common/file_system.hpp"

@@ -12,6 +12,7 @@
 // lockdown keeps it off; a client that turned it on could read what the
 // secret manager and httpfs log).
 
+#include "shims.h"
 #include "duckdb.hpp"
 #include "duckdb/main/client_context.hpp"
 #include "duckdb/main/connection.hpp"

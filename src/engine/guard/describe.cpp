@@ -12,6 +12,7 @@
 // parsing here has no side effects (ClientContext::ParseStatements would run
 // PRAGMA and IMPORT handling, which read files).
 
+#include "../shims.h"
 #include "duckdb.hpp"
 #include "duckdb/main/client_context.hpp"
 #include "duckdb/main/connection.hpp"

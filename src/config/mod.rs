@@ -61,22 +61,25 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Args)]
 pub struct Config {
     /// Where and how the HTTP server listens.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Server")]
     pub server: ServerConfig,
     /// The embedded DuckDB and its connection pool.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Engine (DuckDB and its pool)")]
     pub engine: EngineConfig,
     /// Per-request limits.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Limits of a request")]
     pub limits: LimitsConfig,
     /// Async statements and their result spool.
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "Async statements, the spool and replicas"
+    )]
     pub statements: StatementsConfig,
     /// Who may call what.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Authentication")]
     pub auth: AuthConfig,
     /// The S3 secrets and their rotation.
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "S3 credentials and their rotation")]
     pub s3: S3Settings,
 }
 

@@ -1,6 +1,8 @@
 //! Links DuckDB and compiles the C++ shims against the headers of the same
 //! release: the guard's parse shim (`src/engine/guard/describe.cpp`), so the
-//! statement guard reads SQL with DuckDB's own C++ parser; the progress shim
+//! statement guard reads SQL with DuckDB's own C++ parser; the errors shim
+//! (`src/engine/errors.cpp`), which takes the place DuckDB gives an error back
+//! into the client's text and renders DuckDB's excerpt there; the progress shim
 //! (`src/engine/progress.cpp`), which reads a running query's progress from
 //! its connection's context; the pipe shim (`src/engine/pipe.cpp`), a file
 //! system through which DuckDB's own writers stream an answer; and the secret
@@ -29,8 +31,9 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 7] = [
+const SHIMS: [&str; 8] = [
     "src/engine/guard/describe.cpp",
+    "src/engine/errors.cpp",
     "src/engine/memory.cpp",
     "src/engine/nesting.cpp",
     "src/engine/s3_paths.cpp",

@@ -8,6 +8,7 @@
 
 use serde::Serialize;
 
+use crate::engine::errors::SqlPosition;
 use crate::engine::execute::StoreFault;
 use crate::engine::guard::Refusal;
 use crate::engine::QueryError;
@@ -170,11 +171,33 @@ pub struct Problem {
     pub title: String,
     /// The HTTP status.
     pub status: u16,
-    /// What went wrong with this request.
+    /// What went wrong with this request. A DuckDB error's is DuckDB's
+    /// message: its first line says what, further lines (candidate
+    /// functions, bindings) follow; the excerpt DuckDB appends is `excerpt`.
     pub detail: String,
     /// DuckDB's error class (Parser, Binder, Catalog, Conversion, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_class: Option<String>,
+    /// The line of the submitted SQL where DuckDB places the error, from 1
+    /// (lines end at `\n`, `\r\n` or a lone `\r`). Present with `column` and
+    /// `offset` where DuckDB gives a place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub line: Option<usize>,
+    /// The column on that line, from 1, in characters (Unicode code points).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub column: Option<usize>,
+    /// The same place as a byte offset into the submitted SQL (UTF-8), from 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0)]
+    pub offset: Option<usize>,
+    /// DuckDB's excerpt of the submitted SQL at that place: `LINE n: ` and
+    /// the line (cut with `...` when long), then a line with a caret under
+    /// the place, as DuckDB prints it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(example = "LINE 3: GROUPBY channel\n                ^")]
+    pub excerpt: Option<String>,
     /// The refused statement kind, for 403 refusals.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub statement_kind: Option<String>,
@@ -211,6 +234,10 @@ impl Problem {
             status: kind.status,
             detail: detail.into(),
             error_class: None,
+            line: None,
+            column: None,
+            offset: None,
+            excerpt: None,
             statement_kind: None,
             query_id: None,
             kind: Some(kind),
@@ -221,6 +248,17 @@ impl Problem {
     /// The problem's slug.
     pub fn slug(&self) -> &str {
         self.type_uri.rsplit(':').next().unwrap_or_default()
+    }
+
+    /// This problem placed where DuckDB says its error is in the SQL.
+    fn at(mut self, at: Option<&SqlPosition>) -> Self {
+        if let Some(at) = at {
+            self.line = Some(at.line);
+            self.column = Some(at.column);
+            self.offset = Some(at.offset);
+            self.excerpt = at.excerpt.clone();
+        }
+        self
     }
 }
 
@@ -245,7 +283,7 @@ pub fn json_for_stream(e: &QueryError) -> serde_json::Value {
 /// the server's side: memory or temp space (507), S3 or another upstream
 /// unreachable or failing (502), an interrupt the client did not ask for
 /// (503). Server-side ones carry `Retry-After`.
-fn sql_problem(class: String, message: String) -> Problem {
+fn sql_problem(class: String, message: String, at: Option<&SqlPosition>) -> Problem {
     let k: &'static Kind = match class.as_str() {
         "Permission" => &kind::STATEMENT_FORBIDDEN,
         "Out of Memory" => &kind::OUT_OF_MEMORY,
@@ -262,7 +300,7 @@ fn sql_problem(class: String, message: String) -> Problem {
     } else {
         message
     };
-    let mut p = Problem::new(k, message);
+    let mut p = Problem::new(k, message).at(at);
     p.error_class = Some(class);
     p
 }
@@ -285,15 +323,15 @@ fn names_missing_object(message: &str) -> bool {
 /// to do about it.
 pub fn of_query(e: &QueryError) -> Problem {
     match e {
-        QueryError::Refused(Refusal::Parse(msg)) => {
-            let (class, message) = crate::engine::errors::split_class(msg);
-            let mut p = Problem::new(&kind::SQL_ERROR, message);
+        QueryError::Refused(Refusal::Parse { message, at }) => {
+            let (class, message) = crate::engine::errors::split_class(message);
+            let mut p = Problem::new(&kind::SQL_ERROR, message).at(at.as_ref());
             p.error_class = Some(if class == "Unknown" { "Parser".into() } else { class });
             p
         }
-        QueryError::Refused(Refusal::Bind(msg)) => {
-            let (class, message) = crate::engine::errors::split_class(msg);
-            sql_problem(class, message)
+        QueryError::Refused(Refusal::Bind { message, at }) => {
+            let (class, message) = crate::engine::errors::split_class(message);
+            sql_problem(class, message, at.as_ref())
         }
         QueryError::Refused(Refusal::StatementCount(0)) => Problem::new(&kind::NO_STATEMENT, "the request holds no SQL statement"),
         QueryError::Refused(Refusal::StatementCount(n)) => Problem::new(&kind::MULTIPLE_STATEMENTS,
@@ -306,7 +344,7 @@ pub fn of_query(e: &QueryError) -> Problem {
             p.statement_kind = Some(kind.clone());
             p
         }
-        QueryError::Sql { class, message } => sql_problem(class.clone(), message.clone()),
+        QueryError::Sql { class, message, at } => sql_problem(class.clone(), message.clone(), at.as_ref()),
         QueryError::ParamCount { expected, got } => Problem::new(&kind::PARAMETER_COUNT,
                 format!("the statement has {expected} parameters but {got} were given"),
             ),

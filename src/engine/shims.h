@@ -49,6 +49,11 @@ char *duckgate_install_secret(void *connection, const char *type, const char *na
 char *duckgate_logging_off(void *connection);
 void duckgate_secrets_free(char *text);
 
+// errors.cpp: where DuckDB's error about a client's SQL points, in that SQL.
+int duckgate_error_place(const char *sql, uint64_t position, uint64_t *offset, char **excerpt);
+int duckgate_excerpt_position(const char *sql, const char *excerpt, uint64_t max_line, uint64_t *position);
+void duckgate_errors_free(char *text);
+
 // guard/describe.cpp: what a statement's plan calls and scans.
 char *duckgate_plan_names(void *connection, const char *sql);
 char *duckgate_describe_sql(void *connection, const char *sql);

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 const HEADER: &str = include_str!("shims.h");
-const RUST: [&str; 7] = [
+const RUST: [&str; 8] = [
+    include_str!("errors.rs"),
     include_str!("memory.rs"),
     include_str!("nesting.rs"),
     include_str!("pipe.rs"),

@@ -65,6 +65,9 @@ pub(super) struct QueryControl {
     pub(super) error: Mutex<Option<QueryError>>,
     /// Bytes the worker queued for the body.
     pub(super) sent: std::sync::atomic::AtomicUsize,
+    /// The wrapper DuckDB runs in place of the client's text, if any: its
+    /// errors' places are in the wrapper (see [`super::error::run_error`]).
+    pub(super) ran: Mutex<Option<super::error::Wrapper>>,
 }
 
 impl QueryControl {
@@ -80,7 +83,19 @@ impl QueryControl {
             complete: std::sync::atomic::AtomicBool::new(false),
             error: Mutex::new(None),
             sent: std::sync::atomic::AtomicUsize::new(0),
+            ran: Mutex::new(None),
         }
+    }
+
+    /// Records what DuckDB runs next: `wrapper` around `statement` (the
+    /// client's, as DuckDB's reading spans it), or with `None` the client's
+    /// own text.
+    pub(super) fn runs(&self, wrapper: Option<(&str, &str)>) {
+        *self.ran.lock().unwrap_or_else(|p| p.into_inner()) =
+            wrapper.map(|(text, statement)| super::error::Wrapper {
+                text: text.to_string(),
+                statement: statement.to_string(),
+            });
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, ControlState> {

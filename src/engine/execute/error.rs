@@ -1,10 +1,15 @@
 //! Why a query did not produce a complete result ([`QueryError`]), and
-//! DuckDB's errors read as class plus message.
+//! DuckDB's errors read as class plus message, placed in the client's SQL
+//! where DuckDB points into it.
 
 use std::time::Duration;
 
+use crate::engine::errors::{self, SqlPosition};
 use crate::engine::guard::Refusal;
 use crate::engine::sink::SinkError;
+
+use super::control::{cancel_error, QueryControl};
+use super::job::QueryJob;
 
 /// Why a query did not produce a complete result.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -17,8 +22,11 @@ pub enum QueryError {
     Sql {
         /// DuckDB's error class, e.g. `Catalog`, or `Unknown`.
         class: String,
-        /// DuckDB's message, without the class.
+        /// DuckDB's message, without the class and without the excerpt
+        /// DuckDB appends (that is in `at`).
         message: String,
+        /// Where DuckDB says the error is in the client's SQL.
+        at: Option<SqlPosition>,
     },
     /// The number of parameters differs from the statement's placeholders.
     #[error("expected {expected} parameters, got {got}")]
@@ -168,7 +176,8 @@ impl QueryError {
     /// Whether this looks like S3 rejecting expired credentials.
     pub fn is_expired_token(&self) -> bool {
         match self {
-            QueryError::Sql { message, .. } | QueryError::Refused(Refusal::Bind(message)) => {
+            QueryError::Sql { message, .. }
+            | QueryError::Refused(Refusal::Bind { message, .. }) => {
                 message.contains("ExpiredToken")
             }
             _ => false,
@@ -208,13 +217,116 @@ pub(super) fn error_class(e: &duckdb::Error) -> String {
     }
 }
 
-/// A DuckDB error as class plus message. DuckDB prefixes messages with their
-/// class ("Catalog Error: ...").
+/// A DuckDB error as class plus message, without a place: for SQL of the
+/// gateway's own. DuckDB prefixes messages with their class ("Catalog
+/// Error: ...").
 pub fn sql_error(e: &duckdb::Error) -> QueryError {
-    let text = match e {
-        duckdb::Error::DuckDBFailure(_, Some(msg)) => msg.clone(),
-        other => other.to_string(),
-    };
-    let (class, message) = crate::engine::errors::split_class(&text);
-    QueryError::Sql { class, message }
+    let failure = Failure::of(e);
+    QueryError::Sql {
+        class: failure.class,
+        message: failure.message,
+        at: None,
+    }
+}
+
+/// DuckDB's error from running a client's statement, or the cancellation
+/// that caused it: the error placed in the client's SQL where DuckDB points
+/// into it, through the wrapper the gateway ran if it ran one
+/// ([`QueryControl::ran`]).
+pub(super) fn run_error(e: &duckdb::Error, control: &QueryControl, job: &QueryJob) -> QueryError {
+    cancel_error(control, job).unwrap_or_else(|| {
+        let failure = Failure::of(e);
+        let ran = control.ran.lock().unwrap_or_else(|p| p.into_inner());
+        let at = failure.place(&job.sql, ran.as_ref());
+        QueryError::Sql {
+            class: failure.class,
+            message: failure.message,
+            at,
+        }
+    })
+}
+
+/// A text the gateway built around the client's statement and ran in its
+/// place (a CSV or Parquet COPY, a wrapper that lets DuckDB render values):
+/// DuckDB's places are in it, and those within the statement are places in
+/// the client's SQL.
+#[derive(Debug, Clone)]
+pub(super) struct Wrapper {
+    /// What DuckDB ran.
+    pub(super) text: String,
+    /// The statement as the wrapper holds it: DuckDB's span of its reading
+    /// of the client's SQL (a prefix of that reading), on lines of its own.
+    pub(super) statement: String,
+}
+
+impl Wrapper {
+    /// Where the statement starts in the wrapper: its byte and its line (as
+    /// DuckDB counts lines). Every wrapper ends in the gateway's own text
+    /// after the statement's line, which never holds the statement again.
+    fn start(&self) -> Option<(usize, usize)> {
+        let at = self.text.rfind(&format!("\n{}\n", self.statement))? + 1;
+        let (line, _) = errors::line_and_column(&self.text, at)?;
+        Some((at, line))
+    }
+}
+
+/// Where DuckDB points in the text it ran.
+enum Pointer {
+    /// The caret excerpt DuckDB appended to its message.
+    Excerpt(String),
+    /// The `position` of the error's JSON form (DuckDB's Arrow export).
+    Position(usize),
+    None,
+}
+
+/// A DuckDB error read: its class, its message without the excerpt, and
+/// where it points.
+struct Failure {
+    class: String,
+    message: String,
+    pointer: Pointer,
+}
+
+impl Failure {
+    fn of(e: &duckdb::Error) -> Self {
+        let text = match e {
+            duckdb::Error::DuckDBFailure(_, Some(msg)) => msg.clone(),
+            other => other.to_string(),
+        };
+        let (class, message) = errors::split_class(&text);
+        if let Some(position) = errors::json_position(&text) {
+            return Failure {
+                class,
+                message,
+                pointer: Pointer::Position(position),
+            };
+        }
+        let (message, excerpt) = errors::split_excerpt(&message);
+        Failure {
+            class,
+            message: message.to_string(),
+            pointer: excerpt.map_or(Pointer::None, |x| Pointer::Excerpt(x.to_string())),
+        }
+    }
+
+    /// Where the error is in `sql` (the client's), DuckDB having run `sql`
+    /// itself or `ran`.
+    fn place(&self, sql: &str, ran: Option<&Wrapper>) -> Option<SqlPosition> {
+        // A byte offset into DuckDB's reading of `sql`.
+        let position = match (ran, &self.pointer) {
+            (_, Pointer::None) => return None,
+            (None, Pointer::Position(p)) => *p,
+            (None, Pointer::Excerpt(x)) => errors::excerpt_position(sql, x)?,
+            (Some(w), Pointer::Position(p)) => {
+                let (start, _) = w.start()?;
+                p.checked_sub(start).filter(|p| *p <= w.statement.len())?
+            }
+            (Some(w), Pointer::Excerpt(x)) => {
+                let (_, first_line) = w.start()?;
+                let own = errors::shift_excerpt(x, first_line)?;
+                errors::excerpt_position(&w.statement, &own)?
+            }
+        };
+        errors::place(sql, position)
+    }
 }

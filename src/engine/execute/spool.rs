@@ -8,7 +8,7 @@ use crate::engine::pool::Pooled;
 use crate::engine::sink::{self, BatchSink, ResultLayout};
 
 use super::control::{cancel_error, QueryControl};
-use super::error::{error_class, sql_error, QueryError};
+use super::error::{error_class, run_error, QueryError};
 use super::job::QueryJob;
 use super::sender::{Msg, Sender};
 use super::stream::{oversized_value, row_cap, within_row_limit};
@@ -30,7 +30,10 @@ pub(super) fn spool_statement(
     let wrapped = sink::spool_sql(accepted)
         .filter(|(sql, _)| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
     let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
-        Ok(s) => Some((s, Some(layout))),
+        Ok(s) => {
+            control.runs(super::worker::statement_sql(accepted).map(|s| (sql.as_str(), s)));
+            Some((s, Some(layout)))
+        }
         Err(e) => {
             tracing::warn!(error_class = %error_class(&e), "spool wrapper did not prepare; keeping the statement's own values");
             None
@@ -38,10 +41,13 @@ pub(super) fn spool_statement(
     });
     let (mut stmt, layout) = match prepared {
         Some(p) => p,
-        None => match slot.conn.prepare_cached(&job.sql) {
-            Ok(s) => (s, None),
-            Err(e) => return tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
-        },
+        None => {
+            control.runs(None);
+            match slot.conn.prepare_cached(&job.sql) {
+                Ok(s) => (s, None),
+                Err(e) => return tx.fail(run_error(&e, control, job)),
+            }
+        }
     };
     let keep = || -> Result<bool, QueryError> {
         execute_arrow(&mut stmt, job, control)?;
@@ -65,7 +71,7 @@ pub(super) fn spool_statement(
             let batch = match stmt.step() {
                 Ok(Some(sa)) => RecordBatch::from(&sa),
                 Ok(None) => break,
-                Err(e) => return Err(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+                Err(e) => return Err(run_error(&e, control, job)),
             };
             if batch.num_rows() == 0 {
                 continue;

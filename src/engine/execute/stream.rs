@@ -8,7 +8,7 @@ use crate::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard;
 
 use super::control::{cancel_error, QueryControl};
-use super::error::{sql_error, QueryError};
+use super::error::{run_error, QueryError};
 use super::job::QueryJob;
 use super::sender::{end_with_error, Msg, Sender, CHUNK_BYTES};
 use super::worker::{column_types, execute_arrow};
@@ -271,11 +271,7 @@ fn write_result(
         let batch = match stmt.step() {
             Ok(Some(sa)) => RecordBatch::from(&sa),
             Ok(None) => break,
-            Err(e) => {
-                return Err(cancel_error(control, job)
-                    .unwrap_or_else(|| sql_error(&e))
-                    .into())
-            }
+            Err(e) => return Err(run_error(&e, control, job).into()),
         };
         if batch.num_rows() == 0 {
             continue;

@@ -15,7 +15,7 @@ use crate::engine::pool::{Lease, Pooled, Verdict};
 
 use super::control::{cancel_error, QueryControl};
 use super::csv_copy::copy_csv;
-use super::error::{error_class, sql_error, QueryError};
+use super::error::{error_class, run_error, QueryError};
 use super::job::{Param, QueryJob};
 use super::parquet_copy::{copy_parquet, parquet_copy};
 use super::sender::{Msg, Sender};
@@ -166,6 +166,7 @@ pub(super) fn work_inner(
             )));
         };
         let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+        control.runs(statement_sql(&accepted).map(|s| (copy.as_str(), s)));
         return match slot.conn.prepare_cached(&copy) {
             Ok(mut stmt) => copy_parquet(
                 &mut stmt,
@@ -177,7 +178,7 @@ pub(super) fn work_inner(
                 tx,
                 control,
             ),
-            Err(e) => tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
+            Err(e) => tx.fail(run_error(&e, control, job)),
         };
     }
     // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
@@ -202,6 +203,7 @@ pub(super) fn work_inner(
             });
         let (token, connection_id) = (slot.pipe_token, slot.connection_id);
         if let Some(copy) = copy {
+            control.runs(statement_sql(&accepted).map(|s| (copy.as_str(), s)));
             match slot.conn.prepare_cached(&copy) {
                 Ok(mut stmt) => {
                     return copy_csv(&mut stmt, token, connection_id, &accepted, job, tx, control)
@@ -247,11 +249,18 @@ pub(super) fn work_inner(
         .filter(|_| job.format == Format::Csv)
         .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
     let mut stmt = match wrapped {
-        Some(s) => s,
-        None => match slot.conn.prepare_cached(&job.sql) {
-            Ok(s) => s,
-            Err(e) => return tx.fail(cancel_error(control, job).unwrap_or_else(|| sql_error(&e))),
-        },
+        Some(s) => {
+            let text = text_sql.as_deref().unwrap_or_default();
+            control.runs(statement_sql(&accepted).map(|s| (text, s)));
+            s
+        }
+        None => {
+            control.runs(None);
+            match slot.conn.prepare_cached(&job.sql) {
+                Ok(s) => s,
+                Err(e) => return tx.fail(run_error(&e, control, job)),
+            }
+        }
     };
     match stream_statement(&mut stmt, &accepted, csv_names, job, tx, control) {
         Ok(true) => Ok(()),
@@ -264,6 +273,12 @@ pub(super) fn work_inner(
             Err(e)
         }
     }
+}
+
+/// The client's statement as DuckDB's reading of it spans it (what the
+/// gateway's wrappers hold).
+pub(super) fn statement_sql(accepted: &guard::Accepted) -> Option<&str> {
+    accepted.result.as_ref().and_then(|r| r.sql.as_deref())
 }
 
 /// Remembers whether `job`'s text may run inline next time on this
@@ -344,7 +359,7 @@ pub(super) fn execution_error(
                 .map_or(1, |i| i + 1),
             message: inner.to_string(),
         },
-        _ => sql_error(e),
+        _ => run_error(e, control, job),
     })
 }
 

@@ -520,11 +520,27 @@ static char *CatalogExists(void *connection, const char *sql, vector<Value> valu
 	}
 }
 
+// The error's place in the text DuckDB's parser read (a byte offset), as
+// DuckDB records it in the error's extra info, where it does.
+static void AddPosition(yyjson_mut_doc *doc, yyjson_mut_val *root, const ErrorData &error) {
+	auto &extra = error.ExtraInfo();
+	auto entry = extra.find("position");
+	if (entry == extra.end()) {
+		return;
+	}
+	try {
+		yyjson_mut_obj_add_uint(doc, root, "position", std::stoull(entry->second));
+	} catch (...) {
+		// Not a number: no place.
+	}
+}
+
 extern "C" {
 
 // Binds `sql` (one statement) on `connection` in a transaction of its own and
 // lists what its plan calls and scans, unoptimized: {"functions": [...],
-// "tables": [...], "unreadable": bool}, or {"error": ..., "error_type": ...}.
+// "tables": [...], "unreadable": bool}, or {"error": ..., "error_type": ...,
+// "position": byte offset into DuckDB's reading of `sql`, where DuckDB says}.
 // Binding may read files (a reader's schema): call it only after the paths
 // passed the guard. Never throws.
 char *duckgate_plan_names(void *connection, const char *sql) {
@@ -583,6 +599,7 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		yyjson_mut_doc_set_root(doc, root);
 		yyjson_mut_obj_add_strcpy(doc, root, "error", error.RawMessage().c_str());
 		yyjson_mut_obj_add_strcpy(doc, root, "error_type", Exception::ExceptionTypeToString(error.Type()).c_str());
+		AddPosition(doc, root, error);
 	} catch (...) {
 		root = yyjson_mut_obj(doc);
 		yyjson_mut_doc_set_root(doc, root);
@@ -596,7 +613,9 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 // Describes every statement of `sql` (NUL-terminated) as read by DuckDB's
 // parser with the connection's parser options. Returns a malloc'd JSON text
 // that the caller frees with `duckgate_describe_free`, or NULL when memory
-// runs out. Never throws: a parse error is a document `{"error": "..."}`.
+// runs out. Never throws: a parse error is a document `{"error": "...",
+// "position": ...}` (the byte offset into DuckDB's reading of `sql`, where
+// DuckDB says).
 char *duckgate_describe_sql(void *connection, const char *sql) {
 	yyjson_mut_doc *doc = yyjson_mut_doc_new(nullptr);
 	if (!doc) {
@@ -647,6 +666,7 @@ char *duckgate_describe_sql(void *connection, const char *sql) {
 		root = yyjson_mut_obj(doc);
 		yyjson_mut_doc_set_root(doc, root);
 		yyjson_mut_obj_add_strcpy(doc, root, "error", error.Message().c_str());
+		AddPosition(doc, root, error);
 	} catch (...) {
 		root = yyjson_mut_obj(doc);
 		yyjson_mut_doc_set_root(doc, root);

@@ -57,6 +57,10 @@ pub struct PlanNames {
     /// Its class, e.g. `Catalog`, `Binder`.
     #[serde(default)]
     pub error_type: Option<String>,
+    /// Where DuckDB places the error: a byte offset into its reading of
+    /// the SQL (see [`crate::engine::errors::place`]).
+    #[serde(default)]
+    pub position: Option<usize>,
 }
 
 /// Calls a shim function that takes a connection and SQL and returns a
@@ -220,13 +224,21 @@ struct Document {
     statements: Vec<Statement>,
     #[serde(default)]
     error: Option<String>,
+    #[serde(default)]
+    position: Option<usize>,
 }
 
 /// Why the SQL could not be described.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DescribeError {
     /// DuckDB's parser rejected the text.
-    Parse(String),
+    Parse {
+        /// DuckDB's message.
+        message: String,
+        /// Where DuckDB places the error: a byte offset into its reading of
+        /// the SQL (see [`crate::engine::errors::place`]).
+        position: Option<usize>,
+    },
     /// The text holds a NUL byte (DuckDB would read only the part before it).
     Nul,
     /// The shim's answer was not understood (a bug; refused).
@@ -240,7 +252,10 @@ pub enum DescribeError {
 pub fn describe(conn: &RawConnection, sql: &str) -> Result<Vec<Statement>, DescribeError> {
     let doc: Document = call_shim(duckgate_describe_sql, conn, sql)?;
     match doc.error {
-        Some(e) => Err(DescribeError::Parse(e)),
+        Some(message) => Err(DescribeError::Parse {
+            message,
+            position: doc.position,
+        }),
         None => Ok(doc.statements),
     }
 }

@@ -22,6 +22,7 @@ pub mod paths;
 pub mod tree;
 
 use crate::config::Policy;
+use crate::engine::errors::{place, SqlPosition};
 use crate::engine::ffi::RawConnection;
 use describe::{DescribeError, Statement};
 use paths::PathRules;
@@ -87,9 +88,19 @@ pub struct ResultShape {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// Not SQL DuckDB can parse.
-    Parse(String),
+    Parse {
+        /// DuckDB's message, its class first ("Parser Error: ...").
+        message: String,
+        /// Where DuckDB says it is in the client's SQL.
+        at: Option<SqlPosition>,
+    },
     /// Parsed, but binding failed (unknown table, wrong types, ...).
-    Bind(String),
+    Bind {
+        /// DuckDB's message, its class first ("Binder Error: ...").
+        message: String,
+        /// Where DuckDB says it is in the client's SQL.
+        at: Option<SqlPosition>,
+    },
     /// Zero or several statements.
     StatementCount(usize),
     /// A kind, function, table or path the policy does not admit.
@@ -99,6 +110,22 @@ pub enum Refusal {
         /// Why the policy refuses it.
         reason: String,
     },
+}
+
+/// A refusal of the gateway's own about the SQL's shape (no place in it).
+fn unparsable(message: impl Into<String>) -> Refusal {
+    Refusal::Parse {
+        message: message.into(),
+        at: None,
+    }
+}
+
+/// A bind-time refusal of the gateway's own (no place in the SQL).
+fn unbindable(message: impl Into<String>) -> Refusal {
+    Refusal::Bind {
+        message: message.into(),
+        at: None,
+    }
 }
 
 fn forbid(kind: impl Into<String>, reason: impl Into<String>) -> Refusal {
@@ -114,8 +141,11 @@ const READ_ONLY: &str = "the read-only policy admits queries only";
 /// pooled connection the statement will run on (same database and catalog).
 pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, Refusal> {
     let statements = describe::describe(raw, sql).map_err(|e| match e {
-        DescribeError::Parse(msg) => Refusal::Parse(msg),
-        DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        DescribeError::Parse { message, position } => Refusal::Parse {
+            message,
+            at: position.and_then(|p| place(sql, p)),
+        },
+        DescribeError::Nul => unparsable("the SQL text contains a NUL byte"),
         DescribeError::TooDeep(depth) => too_deep(depth),
         DescribeError::Internal(msg) => {
             tracing::error!(error.cause = %msg, "the guard's parse shim answered unreadably");
@@ -127,7 +157,7 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     };
     let cost = statement_cost(statement);
     if cost > MAX_SUBQUERY_COST {
-        return Err(Refusal::Bind(format!(
+        return Err(unbindable(format!(
             "Binder Error: the statement nests scalar or EXISTS subqueries too deeply: DuckDB's \
              binder takes time exponential in their nesting (about {:.0} s for this one, which \
              no interrupt stops); the gateway admits about {:.1} s of it. Use a join or a CTE",
@@ -137,7 +167,7 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     }
     let chain = statement_set_operations(statement);
     if chain > MAX_SET_OPERATIONS {
-        return Err(Refusal::Bind(format!(
+        return Err(unbindable(format!(
             "Binder Error: the statement holds {chain} set operations (UNION, EXCEPT, \
              INTERSECT); DuckDB's binder holds memory quadratic in their number, outside the \
              gateway's memory ceiling, and the gateway admits {MAX_SET_OPERATIONS}. Split it"
@@ -201,7 +231,8 @@ fn check_write(
             .inner_sql
             .as_deref()
             .ok_or_else(|| forbid(kind, "the guard could not read the view's query"))?;
-        check_plan(raw, query, rules).map_err(|r| in_kind(r, kind))?;
+        // DuckDB's places in the view's query are not places in the client's text.
+        check_plan(raw, query, rules).map_err(|r| in_kind(unplaced(r), kind))?;
     }
     Ok(())
 }
@@ -245,11 +276,20 @@ fn statement_cost(s: &Statement) -> f64 {
 /// A statement whose tree nests deeper than the guard reads (a client's
 /// error, like DuckDB's own expression-depth limit).
 fn too_deep(depth: usize) -> Refusal {
-    Refusal::Parse(format!(
+    unparsable(format!(
         "Parser Error: the statement nests {depth} levels deep as DuckDB reads it; the gateway \
          reads at most {} (split a long UNION into several statements)",
         describe::MAX_TREE_DEPTH
     ))
+}
+
+/// `refusal` without a place in the SQL.
+fn unplaced(refusal: Refusal) -> Refusal {
+    match refusal {
+        Refusal::Parse { message, .. } => unparsable(message),
+        Refusal::Bind { message, .. } => unbindable(message),
+        other => other,
+    }
 }
 
 /// Names the statement kind in a plan refusal of a write.
@@ -589,7 +629,7 @@ fn check_plan(
     rules: &Rules,
 ) -> Result<describe::PlanNames, Refusal> {
     let plan = describe::plan_names(raw, sql).map_err(|e| match e {
-        DescribeError::Nul => Refusal::Parse("the SQL text contains a NUL byte".into()),
+        DescribeError::Nul => unparsable("the SQL text contains a NUL byte"),
         DescribeError::TooDeep(depth) => too_deep(depth),
         other => {
             tracing::error!(error.cause = ?other, "the guard's plan shim answered unreadably");
@@ -598,7 +638,10 @@ fn check_plan(
     })?;
     if let Some(message) = plan.error {
         let class = plan.error_type.unwrap_or_else(|| "Binder".into());
-        return Err(Refusal::Bind(format!("{class} Error: {message}")));
+        return Err(Refusal::Bind {
+            message: format!("{class} Error: {message}"),
+            at: plan.position.and_then(|p| place(sql, p)),
+        });
     }
     if plan.unreadable {
         return Err(forbid("SELECT", "the guard could not read its whole plan"));

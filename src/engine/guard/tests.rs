@@ -323,17 +323,55 @@ fn views_over_refused_functions_are_refused_when_read() {
 #[test]
 fn bind_errors_keep_their_class() {
     match verdict(Policy::ReadOnly, "", "SELECT * FROM no_such_table") {
-        Err(Refusal::Bind(msg)) => assert!(msg.starts_with("Catalog Error: "), "{msg}"),
+        Err(Refusal::Bind { message: msg, .. }) => {
+            assert!(msg.starts_with("Catalog Error: "), "{msg}")
+        }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
         verdict(Policy::ReadOnly, "", "SELEC 1"),
-        Err(Refusal::Parse(_))
+        Err(Refusal::Parse { .. })
     ));
     assert!(matches!(
         verdict(Policy::ReadOnly, "", "SELECT 1\0; DROP SECRET s"),
-        Err(Refusal::Parse(_))
+        Err(Refusal::Parse { .. })
     ));
+}
+
+#[test]
+fn parse_and_bind_errors_say_where_duckdb_places_them() {
+    // Where DuckDB's message says: the name it could not bind, the token it
+    // stopped at. The offset is into the client's text, where the no-break
+    // space DuckDB reads as one space takes two bytes.
+    let sql = "SELECT\u{a0}1,\n  nope FROM range(3)";
+    match verdict(Policy::ReadOnly, "", sql) {
+        Err(Refusal::Bind {
+            at: Some(at),
+            message,
+        }) => {
+            assert!(message.contains("\"nope\""), "{message}");
+            assert_eq!(at.offset, sql.find("nope").unwrap(), "{at:?}");
+            assert_eq!((at.line, at.column), (2, 3), "{at:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let sql = "SELECT 1\nFROM range(3)\nGROUPBY 1";
+    match verdict(Policy::ReadOnly, "", sql) {
+        Err(Refusal::Parse {
+            at: Some(at),
+            message,
+        }) => {
+            assert!(message.ends_with("at or near \"1\""), "{message}");
+            assert_eq!(at.offset, sql.rfind('1').unwrap(), "{at:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A view's query is bound alone: DuckDB's place is in its text, not
+    // in the client's, and is not given.
+    match verdict(Policy::ReadWrite, "", "CREATE VIEW v AS SELECT\n  nope") {
+        Err(Refusal::Bind { at, message }) => assert!(at.is_none(), "{message}: {at:?}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -342,13 +380,13 @@ fn long_set_operation_chains_and_deep_scalar_subqueries_are_refused_before_bindi
     assert!(verdict(Policy::ReadOnly, "", &union(100)).is_ok());
     assert!(verdict(Policy::ReadOnly, "", &union(4001)).is_ok());
     match verdict(Policy::ReadOnly, "", &union(4002)) {
-        Err(Refusal::Bind(m)) => assert!(m.contains("4001 set operations"), "{m}"),
+        Err(Refusal::Bind { message: m, .. }) => assert!(m.contains("4001 set operations"), "{m}"),
         other => panic!("{:.200}", format!("{other:?}")),
     }
     let nested = |d: usize| format!("SELECT {}1{}", "(SELECT ".repeat(d), ")".repeat(d));
     assert!(verdict(Policy::ReadOnly, "", &nested(10)).is_ok());
     match verdict(Policy::ReadOnly, "", &nested(30)) {
-        Err(Refusal::Bind(m)) => assert!(m.contains("exponential"), "{m}"),
+        Err(Refusal::Bind { message: m, .. }) => assert!(m.contains("exponential"), "{m}"),
         other => panic!("{:.200}", format!("{other:?}")),
     }
 }

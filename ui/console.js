@@ -77,17 +77,32 @@ function clearProblem() {
   ui.editor.markError(null);
 }
 
-function showProblem(doc, status) {
+// A long error (DuckDB lists candidate functions, bindings, ...) shows its
+// first line; the rest unfolds. The place DuckDB gives is marked in the SQL
+// when the SQL is still the one that ran.
+function showProblem(doc, status, sql) {
   $('problem').hidden = false;
   $('problem-title').textContent = doc.title || 'Error';
   $('problem-class').textContent = doc.error_class ? `${doc.error_class} Error` : '';
   $('problem-class').hidden = !doc.error_class;
   $('problem-status').textContent = status || doc.status ? `HTTP ${status || doc.status}` : '';
-  $('problem-detail').textContent = doc.detail || '';
+  const where = Number.isInteger(doc.line) ? `· line ${doc.line}, column ${doc.column}` : '';
+  $('problem-where').textContent = where;
+  $('problem-where').hidden = !where;
+  const detail = doc.detail || '';
+  const cut = detail.indexOf('\n');
+  const rest = cut < 0 ? '' : detail.slice(cut + 1).replace(/^\n+/, '');
+  $('problem-detail').textContent = cut < 0 ? detail : detail.slice(0, cut);
+  $('problem-more').hidden = !rest;
+  $('problem-more').open = false;
+  $('problem-more-label').textContent = `${rest.split('\n').length} more line${rest.split('\n').length === 1 ? '' : 's'}`;
+  $('problem-rest').textContent = rest;
+  $('problem-excerpt').textContent = doc.excerpt || '';
+  $('problem-excerpt').hidden = !doc.excerpt;
   $('problem-type').textContent = [doc.type, doc.statement_kind && `statement kind: ${doc.statement_kind}`, doc.query_id && `query id: ${doc.query_id}`]
     .filter(Boolean).join(' · ');
-  const range = errorRange(ui.editor.value, doc.detail, doc.position);
-  ui.editor.markError(range);
+  const same = sql === undefined || sql === ui.editor.value;
+  ui.editor.markError(same ? errorRange(ui.editor.value, doc) : null);
 }
 
 // ---------------------------------------------------------------- running
@@ -120,7 +135,7 @@ async function run(opts) {
       return;
     }
     if (e instanceof api.Problem) {
-      showProblem(e.doc, e.status);
+      showProblem(e.doc, e.status, sql);
       remember(run, 'failed', 0);
       if (e.status === 401) showLogin('The gateway refused the token.');
     } else {
@@ -198,7 +213,7 @@ async function watch(run, status) {
   } else {
     finish(run, status.state, status);
     remember(run, status.state, 0, elapsed);
-    if (status.problem) showProblem(status.problem, status.problem.status);
+    if (status.problem) showProblem(status.problem, status.problem.status, run.sql);
     setStatus('failed', `${status.problem ? status.problem.title : status.state} after ${fmtMs(elapsed)}`);
   }
 }

@@ -115,69 +115,40 @@ export class Editor {
 }
 
 /**
- * Where in `sql` a DuckDB error message points, or null. DuckDB names the
- * token it stopped at (`syntax error at or near "x"`) or the name it could
- * not bind (`Referenced column "x" not found`, `Table with name x does not
- * exist`); when the SQL holds that text once outside strings we mark it.
+ * The part of `sql` to mark for a problem: the token at the place DuckDB
+ * gives (`line` and `column`, both from 1, the column in code points; lines
+ * end at \n, \r\n or a lone \r), as [start, end) in the string's indexes;
+ * null when the problem has no place in this SQL.
  */
-export function errorRange(sql, detail, position) {
-  if (Number.isInteger(position) && position >= 0 && position < sql.length) {
-    let end = position + 1;
-    while (end < sql.length && /[A-Za-z0-9_]/.test(sql[end])) end++;
-    return [position, end];
-  }
-  if (!detail) return null;
-  const patterns = [
-    /syntax error at or near "((?:[^"]|"")*)"/,
-    /syntax error at end of input/,
-    /Referenced column "((?:[^"]|"")*)" not found/,
-    /Table with name "?([^"!\s]+)"? does not exist/,
-    /Table Function with name "?([^"!\s]+)"? does not exist/,
-    /Scalar Function with name "?([^"!\s]+)"? does not exist/,
-    /Aggregate Function with name "?([^"!\s]+)"? does not exist/,
-    /Referenced table "((?:[^"]|"")*)" not found/,
-    /column "((?:[^"]|"")*)" must appear in the GROUP BY/,
-  ];
-  for (const p of patterns) {
-    const m = detail.match(p);
-    if (!m) continue;
-    if (m[1] === undefined) {
-      const end = sql.trimEnd().length;
-      return end > 0 ? [end - 1, end] : null;
+export function errorRange(sql, problem) {
+  if (!problem || !Number.isInteger(problem.line) || !Number.isInteger(problem.column)) return null;
+  const start = indexAt(sql, problem.line, problem.column);
+  if (start === null || sql.length === 0) return null;
+  if (start >= sql.length) return [sql.length - 1, sql.length];
+  const word = /[\p{L}\p{N}_$]/u;
+  const first = String.fromCodePoint(sql.codePointAt(start));
+  let end = start + first.length;
+  if (word.test(first)) {
+    while (end < sql.length) {
+      const c = String.fromCodePoint(sql.codePointAt(end));
+      if (!word.test(c)) break;
+      end += c.length;
     }
-    const needle = m[1].replace(/""/g, '"');
-    const hits = findOutsideStrings(sql, needle);
-    if (hits.length >= 1) return [hits[0], hits[0] + needle.length];
   }
-  return null;
+  return [start, end];
 }
 
-function findOutsideStrings(sql, needle) {
-  const hits = [];
-  const lower = sql.toLowerCase();
-  const n = needle.toLowerCase();
+/** The string index of `line`, `column` in `sql`, or null past its end. */
+function indexAt(sql, line, column) {
   let i = 0;
-  while (i < sql.length) {
-    const c = sql[i];
-    if (c === "'") {
-      const j = sql.indexOf("'", i + 1);
-      i = j < 0 ? sql.length : j + 1;
-      continue;
-    }
-    if (c === '-' && sql[i + 1] === '-') {
-      const j = sql.indexOf('\n', i);
-      i = j < 0 ? sql.length : j + 1;
-      continue;
-    }
-    if (lower.startsWith(n, i)) {
-      const before = i === 0 ? ' ' : sql[i - 1];
-      const after = sql[i + n.length] || ' ';
-      const word = /[A-Za-z0-9_]/;
-      if (!(word.test(n[0]) && word.test(before)) && !(word.test(n[n.length - 1]) && word.test(after))) hits.push(i);
-      i += n.length;
-      continue;
-    }
-    i++;
+  for (let l = 1; l < line; l++) {
+    while (i < sql.length && sql[i] !== '\n' && sql[i] !== '\r') i++;
+    if (i >= sql.length) return null;
+    i += sql[i] === '\r' && sql[i + 1] === '\n' ? 2 : 1;
   }
-  return hits;
+  for (let c = 1; c < column; c++) {
+    if (i >= sql.length) return null;
+    i += sql.codePointAt(i) > 0xffff ? 2 : 1;
+  }
+  return i;
 }

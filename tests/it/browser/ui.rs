@@ -666,12 +666,16 @@ async fn the_console_in_a_real_browser() {
     b.click(".tab[data-tab=\"table\"]").await;
 
     // A bad query: the problem's title and DuckDB's class, as /query says
-    // them, and the name marked in the SQL.
-    let bad = "SELECT nope FROM range(3)";
+    // them, and the place DuckDB gives marked in the SQL: the `channel` of
+    // line 3 that DuckDB stopped at, not the first one.
+    let bad = "SELECT channel, count(*)\nFROM (SELECT 'web' AS channel)\nGROUPBY channel";
     assert_eq!(b.run(bad).await, "failed");
     let shown = b
         .js(
-            "return [document.getElementById('problem-title').textContent, document.getElementById('problem-class').textContent, document.getElementById('problem-detail').textContent, (document.getElementById('sql-error-mark') || {}).textContent]",
+            "const mark = document.getElementById('sql-error-mark');
+             let at = null;
+             if (mark) { const r = document.createRange(); r.setStart(document.getElementById('editor-highlight'), 0); r.setEndBefore(mark); at = r.toString().length; }
+             return [document.getElementById('problem-title').textContent, document.getElementById('problem-class').textContent, document.getElementById('problem-detail').textContent, mark && mark.textContent, at, (document.getElementById('problem-where') || {}).textContent, (document.getElementById('problem-excerpt') || {}).textContent]",
             json!([]),
         )
         .await;
@@ -691,8 +695,51 @@ async fn the_console_in_a_real_browser() {
         format!("{} Error", problem["error_class"].as_str().unwrap())
     );
     assert_eq!(shown[2], problem["detail"]);
-    assert_eq!(shown[3], "nope", "the unknown column is marked");
+    let offset = problem["offset"].as_u64().unwrap() as usize;
+    assert_eq!(shown[3], "channel", "the name DuckDB stopped at is marked");
+    assert_eq!(
+        shown[4].as_u64(),
+        Some(bad[..offset].encode_utf16().count() as u64),
+        "the mark stands at DuckDB's place ({problem}), not at the first `channel`"
+    );
+    assert_eq!(
+        shown[5],
+        format!("· line {}, column {}", problem["line"], problem["column"])
+    );
+    assert_eq!(shown[6], problem["excerpt"]);
     b.screenshot("error").await;
+
+    // A long error (DuckDB's candidate functions): its first line shows,
+    // the rest is folded until opened.
+    let long = "SELECT substr(1, 2, 3, 4, 5)";
+    assert_eq!(b.run(long).await, "failed");
+    let shown = b
+        .js(
+            "return [document.getElementById('problem-detail').textContent, document.getElementById('problem-rest').textContent, document.getElementById('problem-more').hidden, document.getElementById('problem-more').open, (document.getElementById('sql-error-mark') || {}).textContent]",
+            json!([]),
+        )
+        .await;
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(TOKEN)
+        .json(&json!({ "sql": long }))
+        .send()
+        .await
+        .unwrap();
+    let problem: Value = r.json().await.unwrap();
+    let detail = problem["detail"].as_str().unwrap();
+    let (first, rest) = detail
+        .split_once('\n')
+        .expect("a long error has more lines");
+    assert_eq!(shown[0], first);
+    assert_eq!(shown[1], rest.trim_start_matches('\n'));
+    assert_eq!(
+        (shown[2].as_bool(), shown[3].as_bool()),
+        (Some(false), Some(false)),
+        "folded"
+    );
+    assert_eq!(shown[4], "substr");
 
     // A long query: progress moves, Cancel stops it, the connection is back.
     b.set_sql("SELECT sum(hash(i::VARCHAR || 'x')) FROM big")

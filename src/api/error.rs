@@ -113,6 +113,62 @@ impl ApiError {
     }
 }
 
+/// The header every problem answer carries: its title and the first line of
+/// its detail, for readers that show a failed answer's status and headers
+/// but not its body (DuckDB's `read_csv(url)` keeps them in its exception).
+pub const ERROR_HEADER: &str = "duckgate-error";
+
+/// The longest `duckgate-error` value, in bytes (the line is cut there).
+const ERROR_HEADER_BYTES: usize = 300;
+
+/// `duckgate-error`'s value for a problem's `title` and `detail`: `<title>:
+/// <first line of the detail>` on one line of at most [`ERROR_HEADER_BYTES`], control
+/// characters as spaces, and `%`, non-ASCII characters and anything else a
+/// header cannot carry percent-encoded as UTF-8 (so
+/// `urllib.parse.unquote` gives the text back). It says no more than the
+/// body does, whose detail never holds a secret.
+pub fn error_header(title: &str, detail: &str) -> HeaderValue {
+    let first = detail.lines().next().unwrap_or_default().trim();
+    let text = if first.is_empty() {
+        title.to_string()
+    } else {
+        format!("{title}: {first}")
+    };
+    let mut out = String::with_capacity(text.len().min(ERROR_HEADER_BYTES));
+    for c in text.chars() {
+        let piece = match c {
+            '%' => "%25".to_string(),
+            ' '..='~' => c.to_string(),
+            c if c.is_control() => " ".to_string(),
+            c => {
+                let mut buf = [0u8; 4];
+                c.encode_utf8(&mut buf)
+                    .bytes()
+                    .map(|b| format!("%{b:02X}"))
+                    .collect()
+            }
+        };
+        if out.len() + piece.len() > ERROR_HEADER_BYTES - 3 {
+            out.push_str("...");
+            break;
+        }
+        out.push_str(&piece);
+    }
+    HeaderValue::from_str(out.trim_end()).unwrap_or_else(|_| HeaderValue::from_static("error"))
+}
+
+/// The answer's header and HTTP/1 reason phrase for a problem of `title`
+/// and `detail`: a reader that shows only the status line (pandas' "HTTP
+/// Error 400: ...", DuckDB's "(HTTP 400 ...)") shows the problem's title.
+pub fn mark_problem(response: &mut Response, title: &str, detail: &str) {
+    response
+        .headers_mut()
+        .insert(ERROR_HEADER, error_header(title, detail));
+    if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(title.to_string()) {
+        response.extensions_mut().insert(reason);
+    }
+}
+
 /// The problem for an error that happens after a streamed body began.
 pub use crate::problems::json_for_stream as problem_json_for_stream;
 
@@ -278,6 +334,7 @@ impl ApiError {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        mark_problem(&mut response, &body.title, &body.detail);
         if let Some(v) = query_id.and_then(|id| HeaderValue::from_str(id).ok()) {
             response
                 .headers_mut()
@@ -290,5 +347,29 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.render(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_header_is_one_bounded_line_a_header_can_carry() {
+        let v = error_header(
+            "SQL error",
+            "Referenced column \"crème\" 100%\nCandidate bindings: \"t\"",
+        );
+        assert_eq!(
+            v.to_str().unwrap(),
+            "SQL error: Referenced column \"cr%C3%A8me\" 100%25"
+        );
+        let v = error_header("SQL error", "a\u{7}b");
+        assert_eq!(v.to_str().unwrap(), "SQL error: a b");
+        let long = "é".repeat(400);
+        let v = error_header("SQL error", &long);
+        assert!(v.len() <= ERROR_HEADER_BYTES, "{}", v.len());
+        assert!(v.to_str().unwrap().ends_with("%A9..."), "{v:?}");
+        assert_eq!(error_header("Not found", "").to_str().unwrap(), "Not found");
     }
 }

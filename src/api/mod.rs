@@ -234,12 +234,18 @@ pub fn router(state: AppState) -> Router {
         .merge(docs_routes.layer(transport::compression(min)))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async {
-            (
+            let mut response = (
                 axum::http::StatusCode::METHOD_NOT_ALLOWED,
                 [(header::CONTENT_TYPE, "application/problem+json")],
                 r#"{"type":"urn:duckgate:problem:method-not-allowed","title":"Method not allowed","status":405,"detail":"this route does not accept that method"}"#,
             )
-                .into_response()
+                .into_response();
+            error::mark_problem(
+                &mut response,
+                "Method not allowed",
+                "this route does not accept that method",
+            );
+            response
         })
         // The query handler reads its body with its own limit.
         .layer(DefaultBodyLimit::disable())

@@ -334,3 +334,74 @@ print("duckdb", len(got))
         assert!(!log.contains(secret), "{secret} reached the log");
     }
 }
+
+#[test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
+fn a_failed_read_by_url_says_why_where_readers_look() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", TOKEN)
+        .start();
+    let csv_url = url(&g.base, "SELECT nope FROM range(3)", Some("csv"));
+    // What the gateway answers, read raw.
+    let raw = python(
+        r#"
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+try:
+    urllib.request.urlopen(req)
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "header": e.headers["duckgate-error"], "message": str(e), "body": json.loads(e.read())}))
+"#,
+        &[&csv_url, SECRET],
+    );
+    let raw: Value = serde_json::from_str(raw.trim()).unwrap();
+    let problem = &raw["body"];
+    let first = problem["detail"].as_str().unwrap().lines().next().unwrap();
+    assert_eq!(raw["status"], 400);
+    assert_eq!(
+        raw["header"],
+        format!("{}: {first}", problem["title"].as_str().unwrap())
+    );
+    // urllib, under pandas' read_csv(url): "HTTP Error 400: <reason phrase>".
+    assert_eq!(raw["message"], "HTTP Error 400: SQL error", "{raw}");
+
+    // DuckDB's read_csv(url): its message shows the status with its own
+    // reason text ("HTTP 400 Bad Request"), neither the reason phrase nor a
+    // header (DuckDB 1.5.5); its HTTPException keeps the answer's headers,
+    // `duckgate-error` among them.
+    let out = python(
+        r#"
+import json, os, sys
+import duckdb
+url, token = sys.argv[1], sys.argv[2]
+con = duckdb.connect(config={"extension_directory": os.environ["DUCKGATE_EXTENSION_DIR"], "autoinstall_known_extensions": False})
+con.execute("LOAD httpfs")
+con.execute(f"CREATE SECRET gateway (TYPE http, BEARER_TOKEN '{token}')")
+try:
+    con.sql(f"SELECT * FROM read_csv('{url}')").fetchall()
+except duckdb.HTTPException as e:
+    print(json.dumps({"message": str(e), "status": e.status_code, "headers": dict(e.headers)}))
+"#,
+        &[&csv_url, SECRET],
+    );
+    let duck: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(duck["status"], 400);
+    assert!(
+        duck["message"].as_str().unwrap().contains("(HTTP 400 "),
+        "{duck}"
+    );
+    assert_eq!(duck["headers"]["duckgate-error"], raw["header"], "{duck}");
+    // pandas itself.
+    let out = python(
+        r#"
+import sys
+import pandas as pd
+try:
+    pd.read_csv(sys.argv[1], storage_options={"Authorization": "Bearer " + sys.argv[2]})
+except Exception as e:
+    print(str(e))
+"#,
+        &[&csv_url, SECRET],
+    );
+    assert_eq!(out.trim(), "HTTP Error 400: SQL error");
+}

@@ -1,4 +1,8 @@
-//! Where a SQL error is: the problem document of a parser, binder, catalog
+//! Problem answers as readers see them. Every one names its title and the
+//! first line of its detail in a `duckgate-error` header, and its title in
+//! the HTTP/1 reason phrase, for readers that show a failed answer's status
+//! line and headers but not its body. And where a SQL error is: the
+//! problem document of a parser, binder, catalog
 //! or conversion error carries DuckDB's place of it in the SQL the client
 //! sent (`line`, `column`, `offset`) and DuckDB's caret `excerpt`, in every
 //! format and through every text the gateway runs in the statement's place
@@ -8,6 +12,8 @@
 //! and without (the excerpt DuckDB appends).
 
 use crate::common::Gateway;
+
+use std::io::{Read, Write};
 
 use serde_json::{json, Value};
 
@@ -228,4 +234,172 @@ async fn places_are_only_where_duckdb_gives_one() {
     let resp = g.query(json!({"sql": "SELECT 1; SELECT 2"})).await;
     let p: Value = resp.json().await.unwrap();
     assert!(p.get("offset").is_none(), "{p}");
+}
+
+/// The status line and headers of a raw HTTP/1.1 exchange (reqwest does not
+/// show a reason phrase).
+fn raw_head(base: &str, request: &str) -> String {
+    let addr = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_string();
+    text[..text.find("\r\n\r\n").unwrap_or(text.len())].to_string()
+}
+
+/// `duckgate-error`'s value read back: percent-decoded UTF-8.
+fn decoded(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 3 <= bytes.len() {
+            if let Ok(b) = u8::from_str_radix(&value[i + 1..i + 3], 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn every_problem_names_itself_in_a_header_and_its_status_line() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "analyst:header-token-8c2e")
+        .env("DUCKGATE_MAX_BODY_BYTES", 4096)
+        .env("DUCKGATE_MAX_SQL_BYTES", 4096)
+        .spawn_app()
+        .await;
+    let token = "header-token-8c2e";
+    let post = |sql: &str| {
+        g.client
+            .post(g.url("/query"))
+            .bearer_auth(token)
+            .json(&json!({ "sql": sql }))
+    };
+    let answers = vec![
+        (
+            "a SQL error",
+            post("SELECT\n  nope FROM range(3)").send().await.unwrap(),
+        ),
+        (
+            "a long error",
+            post("SELECT substr(1, 2, 3, 4, 5)").send().await.unwrap(),
+        ),
+        (
+            "a name of characters a header cannot carry",
+            post("SELECT \"crème %d\" FROM range(3)")
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "a refusal",
+            post("SELECT current_setting('threads')")
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "a wrong token",
+            g.client
+                .post(g.url("/query"))
+                .bearer_auth("wrong-token-1")
+                .json(&json!({"sql": "SELECT 1"}))
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "no such route",
+            g.client.get(g.url("/nope")).send().await.unwrap(),
+        ),
+        (
+            "a method the route does not take",
+            g.client
+                .delete(g.url("/query"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "a body past its limit",
+            g.client
+                .post(g.url("/query"))
+                .bearer_auth(token)
+                .body("SELECT 1 -- ".to_string() + &"x".repeat(8192))
+                .send()
+                .await
+                .unwrap(),
+        ),
+        (
+            "a failed URL read",
+            g.client
+                .get(format!(
+                    "{}?format=csv&sql=SELECT%20nope%20FROM%20range(3)",
+                    g.url("/query")
+                ))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap(),
+        ),
+    ];
+    for (what, r) in answers {
+        let status = r.status();
+        assert!(status.is_client_error(), "{what}: {status}");
+        let header = r.headers()["duckgate-error"].to_str().unwrap().to_string();
+        let p: Value = r.json().await.unwrap();
+        let title = p["title"].as_str().unwrap();
+        let first = p["detail"].as_str().unwrap().lines().next().unwrap();
+        let whole = format!("{title}: {first}");
+        assert!(header.len() <= 300, "{what}: {} bytes", header.len());
+        assert!(
+            header.bytes().all(|b| (b' '..=b'~').contains(&b)),
+            "{what}: {header}"
+        );
+        if whole.len() < 250 {
+            assert_eq!(decoded(&header), whole, "{what}");
+        } else {
+            let kept = decoded(header.trim_end_matches("..."));
+            assert!(
+                header.ends_with("...") && whole.starts_with(&kept),
+                "{what}: {header}"
+            );
+        }
+        assert!(
+            !header.contains(token) && !header.contains("wrong-token-1"),
+            "{what}: {header}"
+        );
+    }
+    // The status line says the title (HTTP/1.1 has a reason phrase).
+    let head = raw_head(
+        &g.base,
+        "GET /nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 404 Not found\r\n"), "{head}");
+    let sql = "SELECT%20nope%20FROM%20range(3)";
+    let head = raw_head(
+        &g.base,
+        &format!("GET /query?format=csv&sql={sql} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"),
+    );
+    assert!(head.starts_with("HTTP/1.1 400 SQL error\r\n"), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.starts_with("duckgate-error: SQL error: Referenced column")),
+        "{head}"
+    );
 }

@@ -3,8 +3,14 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
+use utoipa::openapi::path::Operation;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{HeaderBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
+
+use crate::encode::Format;
+use crate::problems::kind;
 
 use crate::api::{
     admin, catalog, error, health, links, metrics, queries, query, request, statements, ui,
@@ -17,6 +23,13 @@ use crate::api::{
         title = "duckgate",
         description = "An HTTP SQL gateway over an embedded DuckDB that keeps S3 STS credentials fresh.",
         license(name = "MIT")
+    ),
+    servers(
+        (url = "{scheme}://{address}", description = "A duckgate gateway (`cargo run --release` serves http://localhost:8080)",
+            variables(
+                ("scheme" = (default = "http", enum_values("http", "https"), description = "https behind a TLS-terminating proxy")),
+                ("address" = (default = "localhost:8080", description = "The gateway's host and port (DUCKGATE_LISTEN)"))
+            ))
     ),
     paths(
         query::query,
@@ -46,6 +59,7 @@ use crate::api::{
     ),
     components(schemas(
         request::QueryRequest,
+        request::StatementRequest,
         request::QueryParam,
         query::QueryResult,
         query::ColumnSchema,
@@ -78,7 +92,7 @@ use crate::api::{
         catalog::ColumnInfo,
         catalog::SnapshotInfo,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &Exact),
     tags(
         (name = "query", description = "Run SQL"),
         (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
@@ -99,6 +113,145 @@ impl Modify for BearerAuth {
         components.add_security_scheme(
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// What the annotations cannot say, from the code's own facts: a result in
+/// a file format (CSV, Arrow IPC, Parquet) is bytes (`type: string, format:
+/// binary`; a generator then hands the client the bytes, not an array of
+/// numbers); every operation can answer what the layers in front of every
+/// route answer (403 from the browser rules, 500 from a handler that
+/// failed); and every problem answer carries `duckgate-error`.
+struct Exact;
+
+impl Modify for Exact {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let binary: Vec<&str> = Format::ALL
+            .iter()
+            .filter(|f| !f.is_json())
+            .map(|f| media_type(f.content_type()))
+            .collect();
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let checked = !crate::api::site::UNCHECKED_PATHS.contains(&path.as_str());
+            let acts = checked && crate::api::site::acts(path);
+            for op in [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.head,
+                &mut item.patch,
+                &mut item.options,
+                &mut item.trace,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                bytes_are_binary(op, &binary);
+                every_route_answers(op, checked, acts);
+                name_problems(op);
+            }
+        }
+    }
+}
+
+/// `content_type` without its parameters (`text/csv; charset=utf-8`).
+fn media_type(content_type: &str) -> &str {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or(content_type)
+        .trim()
+}
+
+fn bytes_are_binary(op: &mut Operation, binary: &[&str]) {
+    let schema = || {
+        RefOr::T(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+                .into(),
+        )
+    };
+    for response in op.responses.responses.values_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        for (media, content) in response.content.iter_mut() {
+            if binary.contains(&media_type(media)) {
+                content.schema = Some(schema());
+            }
+        }
+    }
+}
+
+/// The problem kinds the layers in front of every route answer: a handler
+/// that failed (`CatchPanic`) and, but on the paths they never check
+/// (`checked` false), the browser rules (`api/site.rs`): the Host, and for
+/// routes that run or read statements (`acts`), where the request comes
+/// from.
+fn every_route_answers(op: &mut Operation, checked: bool, acts: bool) {
+    let mut layered: Vec<(&crate::problems::Kind, &str)> = vec![(
+        &kind::INTERNAL,
+        "a fault of the gateway; the cause is in its log",
+    )];
+    if acts {
+        layered.push((
+            &kind::CROSS_SITE_REQUEST,
+            "a web page of another site, on an anonymous gateway",
+        ));
+    }
+    if checked {
+        layered.push((
+            &kind::HOST_NOT_ALLOWED,
+            "a Host the gateway does not answer",
+        ));
+    }
+    for (k, _) in &layered {
+        let status = k.status.to_string();
+        if op.responses.responses.contains_key(&status) {
+            continue;
+        }
+        let slugs: Vec<String> = layered
+            .iter()
+            .filter(|(other, _)| other.status == k.status)
+            .map(|(other, why)| format!("`{}` ({why})", other.slug))
+            .collect();
+        let response = ResponseBuilder::new()
+            .description(slugs.join(", "))
+            .content(
+                "application/problem+json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                        "Problem",
+                    ))))
+                    .build(),
+            )
+            .build();
+        op.responses.responses.insert(status, RefOr::T(response));
+    }
+}
+
+/// Every problem answer names its title and detail in `duckgate-error`
+/// (see [`crate::api::error::ERROR_HEADER`]).
+fn name_problems(op: &mut Operation) {
+    for response in op.responses.responses.values_mut() {
+        let RefOr::T(response) = response else {
+            continue;
+        };
+        if !response.content.contains_key("application/problem+json") {
+            continue;
+        }
+        response.headers.insert(
+            crate::api::error::ERROR_HEADER.to_string(),
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::String))
+                .description(Some(
+                    "The problem's title and the first line of its detail, on one line of at \
+                     most 300 bytes (`%` and non-ASCII characters percent-encoded as UTF-8)",
+                ))
+                .build(),
         );
     }
 }

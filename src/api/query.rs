@@ -74,7 +74,11 @@ pub struct QueryResult {
     pub rows: Vec<Vec<serde_json::Value>>,
     /// Rows in `rows`.
     pub row_count: u64,
-    /// Whether rows were cut by `max_rows` or the result byte limit.
+    /// Whether the result had more rows than the `max_rows` the client asked
+    /// for: the answer ends cleanly at that row, as asked. Never a silent cut
+    /// of the gateway's: a result past a cap the client did not ask for (its
+    /// row cap, `DUCKGATE_MAX_RESULT_BYTES`) fails with 422
+    /// `result-too-large` instead.
     pub truncated: bool,
     /// Milliseconds from the request's start to the end of the result.
     pub elapsed_ms: f64,
@@ -112,13 +116,17 @@ pub struct QueryResult {
         (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Statement not allowed", body = Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time (`request-timeout`), or the client stopped reading the answer (`client-stalled`, usually seen as an aborted body)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or SQL too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "`internal`: a fault of the gateway (the cause is in its log)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "`upstream-error`: S3 or a lake's catalog database unreachable or failing", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Busy, shutting down, S3 credentials expired, or (a client-chosen id, replicas sharing state) `shared-state-unavailable`", body = Problem, content_type = "application/problem+json"),
-        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
+        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "DuckDB's memory limit or the gateway's memory ceiling (`out-of-memory`), or spill files past DUCKGATE_MAX_TEMP_DIRECTORY_SIZE (`temp-space-exhausted`)", body = Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn query(
@@ -158,12 +166,16 @@ pub async fn query(
         (status = 401, description = "Missing or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Statement not allowed (a GET runs only statements that read)", body = Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time (`request-timeout`), or the client stopped reading the answer (`client-stalled`, usually seen as an aborted body)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Cancelled by DELETE /queries/{id}, or the query id is in use", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "SQL too large", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The result passed a cap the client did not ask for (result-too-large), or a value is too large", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "The token already runs its share of the pool (token-concurrency)", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "`internal`: a fault of the gateway (the cause is in its log)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "`upstream-error`: S3 or a lake's catalog database unreachable or failing", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "Busy, shutting down, S3 credentials expired, or (a client-chosen id, replicas sharing state) `shared-state-unavailable`", body = Problem, content_type = "application/problem+json"),
-        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json")
+        (status = 504, description = "The query ran past its time limit", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "DuckDB's memory limit or the gateway's memory ceiling (`out-of-memory`), or spill files past DUCKGATE_MAX_TEMP_DIRECTORY_SIZE (`temp-space-exhausted`)", body = Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn query_by_url(

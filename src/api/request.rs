@@ -17,7 +17,8 @@ use crate::encode::Format;
 use crate::engine::queries::{valid_id, IdError};
 use crate::engine::{Param, QueryError};
 
-/// A query request as JSON.
+/// A query request as JSON (`POST /query`; `POST /statements` takes
+/// [`StatementRequest`], which adds `wait_ms`).
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
@@ -31,25 +32,59 @@ pub struct QueryRequest {
     pub params: Vec<Box<serde_json::value::RawValue>>,
     /// Response format; overrides the Accept header.
     #[serde(default)]
+    #[schema(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// Time limit in milliseconds, clamped to the gateway's maximum.
     #[serde(default)]
     #[schema(minimum = 1)]
     pub timeout_ms: Option<i64>,
-    /// Row limit, clamped to the gateway's maximum.
+    /// Row limit, clamped to the gateway's maximum. The answer ends
+    /// cleanly at this row (`truncated` says whether rows were left).
     #[serde(default)]
     #[schema(minimum = 1)]
     pub max_rows: Option<i64>,
-    /// `POST /statements` only: how long to wait for the finished result
-    /// before answering 202 with the statement's status (milliseconds,
-    /// clamped to the gateway's maximum; 0 answers at once).
+    /// `POST /statements` only (`POST /query` refuses it: 400
+    /// `invalid-option`); see [`StatementRequest`].
     #[serde(default)]
-    #[schema(minimum = 0)]
+    #[schema(ignore)]
     pub wait_ms: Option<i64>,
     /// Run the statement only if it reads: a write is refused (403), as
     /// under the read-only policy, whatever the gateway's policy. For
     /// tools that must not change data, and for the console's shared links.
     #[serde(default)]
+    pub read_only: Option<bool>,
+}
+
+/// A statement request as JSON (`POST /statements`): a query request and
+/// how long to wait for its result. Its schema only; the body is read as a
+/// [`QueryRequest`].
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+pub struct StatementRequest {
+    /// Exactly one SQL statement.
+    #[schema(example = "SELECT 42 AS answer")]
+    pub sql: String,
+    /// Positional parameters for `$1`, `$2`, ... or `?`: null, booleans,
+    /// numbers and strings.
+    #[schema(value_type = Option<Vec<QueryParam>>)]
+    pub params: Option<Vec<QueryParam>>,
+    /// Response format of a result answered at once (within `wait_ms`);
+    /// pages take any format later. Overrides the Accept header.
+    #[schema(value_type = Option<crate::api::query::FormatSchema>)]
+    pub format: Option<String>,
+    /// Time limit in milliseconds, clamped to the gateway's maximum for
+    /// statements.
+    #[schema(minimum = 1)]
+    pub timeout_ms: Option<i64>,
+    /// Row limit of the kept result.
+    #[schema(minimum = 1)]
+    pub max_rows: Option<i64>,
+    /// How long to wait for the finished result before answering 202 with
+    /// the statement's status (milliseconds, default 10000, clamped to the
+    /// gateway's maximum; 0 answers at once).
+    #[schema(minimum = 0)]
+    pub wait_ms: Option<i64>,
+    /// Run the statement only if it reads: a write is refused (403).
     pub read_only: Option<bool>,
 }
 
@@ -69,20 +104,23 @@ pub enum QueryParam {
     Text(String),
 }
 
-/// Options for raw SQL bodies, from the query string.
+/// Options for raw SQL bodies, from the query string. `wait_ms` is read
+/// here for both routes but documented for `POST /statements` alone
+///: `POST /query` refuses it.
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct QueryOptions {
-    /// Response format (`json`, `ndjson`, `csv`, `arrow`, `parquet`).
+    /// Response format; else the Accept header's, else JSON.
+    #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// Time limit in milliseconds.
     #[param(minimum = 1)]
     pub timeout_ms: Option<i64>,
-    /// Row limit.
+    /// Row limit: the answer ends cleanly at this row.
     #[param(minimum = 1)]
     pub max_rows: Option<i64>,
     /// `POST /statements` only: how long to wait for the result.
-    #[param(minimum = 0)]
+    #[param(ignore)]
     pub wait_ms: Option<i64>,
     /// Refuse a statement that writes (403), whatever the policy.
     pub read_only: Option<bool>,
@@ -97,8 +135,8 @@ pub struct UrlQuery {
     /// Exactly one read-only SQL statement (URL-encoded).
     #[param(example = "SELECT 42 AS answer")]
     pub sql: String,
-    /// Response format (`json`, `ndjson`, `csv`, `arrow`, `parquet`); else the Accept
-    /// header's, else JSON.
+    /// Response format; else the Accept header's, else JSON.
+    #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// Time limit in milliseconds.
     #[param(minimum = 1)]

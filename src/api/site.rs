@@ -80,16 +80,20 @@ fn strip_port(host: &str) -> &str {
 }
 
 /// Routes that run, list or read statements and queries.
-fn acts(path: &str) -> bool {
+pub(crate) fn acts(path: &str) -> bool {
     ["/query", "/statements", "/queries", "/catalog", "/admin"]
         .iter()
         .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
 
+/// The paths the rules never check: the probes (an orchestrator's probe
+/// names the pod's address as its Host).
+pub const UNCHECKED_PATHS: [&str; 2] = ["/healthz", "/readyz"];
+
 /// The middleware.
 pub async fn guard(State(rules): State<SiteRules>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if path == "/healthz" || path == "/readyz" {
+    if UNCHECKED_PATHS.contains(&path) {
         return next.run(req).await;
     }
     let headers = req.headers();

@@ -45,6 +45,21 @@ pub enum Format {
 }
 
 impl Format {
+    /// Every format, in the order the API lists them.
+    pub const ALL: [Format; 5] = [
+        Format::Json,
+        Format::Ndjson,
+        Format::Csv,
+        Format::Arrow,
+        Format::Parquet,
+    ];
+
+    /// Whether a body in this format is JSON text (else bytes of a file
+    /// format: CSV, Arrow IPC, Parquet, written by DuckDB or Arrow).
+    pub fn is_json(self) -> bool {
+        matches!(self, Format::Json | Format::Ndjson)
+    }
+
     /// The `Content-Type` of a body in this format.
     pub fn content_type(self) -> &'static str {
         match self {

@@ -48,9 +48,10 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
 /// row limit but `max_rows` and the spool quotas.
 #[utoipa::path(post, path = "/statements", tag = "statements",
     params(QueryOptions,
+        ("wait_ms" = Option<i64>, Query, minimum = 0, description = "How long to wait for the finished result before answering 202 with the statement's status (milliseconds, default 10000, clamped to the gateway's maximum; 0 answers at once)"),
         ("duckgate-query-id" = Option<String>, Header, description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
     request_body(content(
-        (crate::api::request::QueryRequest = "application/json"),
+        (crate::api::request::StatementRequest = "application/json"),
         (String = "text/plain"),
         (String = "application/sql")
     )),
@@ -73,13 +74,18 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 403, description = "Statement not allowed", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive in time (`request-timeout`), or the client stopped reading a result answered at once (`client-stalled`)", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "The id is in use, or the statement was cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body or SQL too large", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 415, description = "Unsupported content type", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 410, description = "`result-missing`: the result was removed from the S3 spool underneath", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`value-too-large`: a value past DUCKGATE_MAX_VALUE_BYTES", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 429, description = "As many statements as allowed are kept", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "`internal` or `storage-error`: a fault of the gateway or of writing its spool (the cause is in its log)", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 502, description = "`upstream-error` (S3 or a lake's catalog database), or `spool-refused` (the S3 spool refused the gateway)", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 503, description = "Shutting down, S3 credentials expired, or `shared-state-unavailable`", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 504, description = "The statement ran past its time limit", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 507, description = "The result passed a spool quota, or the spool's disk is full", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 507, description = "The result passed a spool quota, the spool's disk is full, DuckDB's memory limit, or spill files past their cap", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn submit(
@@ -673,8 +679,12 @@ pub async fn show(
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 406, description = "No acceptable format", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 409, description = "Still running, failed (`statement-failed`, its problem in the detail and in its status), or cancelled", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Expired: the result was removed (`statement-expired`), or `statement-lost`: the replica that ran it stopped before it finished", body = crate::api::error::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "`shared-state-unavailable`: the shared state (DUCKGATE_STATE_DSN) cannot be reached", body = crate::api::error::Problem, content_type = "application/problem+json")
+        (status = 410, description = "Expired: the result was removed (`statement-expired`), `statement-lost`: the replica that ran it stopped before it finished, or `result-missing`: removed from the S3 spool underneath", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`value-too-large`: a value of the page past DUCKGATE_MAX_VALUE_BYTES", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 500, description = "`storage-error`: reading or writing the spool failed (the cause is in the gateway's log), or `internal`", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 502, description = "`spool-refused`: the S3 spool refused the gateway", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "`overloaded`, `spool-unavailable` (the S3 spool did not answer in time), or `shared-state-unavailable`: the shared state (DUCKGATE_STATE_DSN) cannot be reached", body = crate::api::error::Problem, content_type = "application/problem+json"),
+        (status = 507, description = "A Parquet page's file passed a spool quota (`spool-quota-exceeded`), or the spool's disk is full (`spool-full`)", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
 pub async fn result(

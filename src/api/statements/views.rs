@@ -98,7 +98,7 @@ pub struct Discarded {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageOptions {
-    /// `json`, `ndjson`, `csv` or `arrow`; else the Accept header decides.
+    /// The page's format; else the Accept header decides.
     #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
     /// The first row, from 0.
@@ -112,6 +112,9 @@ pub struct PageOptions {
     pub expires: Option<String>,
     /// Signed URL: the owner token's name.
     pub owner: Option<String>,
+    /// Signed URL: the statement it was minted for (a later statement of
+    /// the same id does not inherit the link).
+    pub instance: Option<String>,
     /// Signed URL: its signature.
     pub sig: Option<String>,
 }

@@ -1,9 +1,16 @@
 //! The committed OpenAPI document is what the code generates, and the running
-//! gateway serves it.
+//! gateway serves it; the document says what the code does: result bodies
+//! in file formats are bytes, `format` is the Format enum, every route lists
+//! the catalogue's problems it can answer, every option listed is taken.
 
 use crate::common;
 
 use std::process::Command;
+
+use duckgate::api::error::ERROR_HEADER;
+use duckgate::encode::Format;
+use duckgate::problems;
+use serde_json::{json, Value};
 
 #[test]
 fn committed_spec_matches_the_code() {
@@ -42,4 +49,295 @@ async fn the_gateway_serves_its_spec_and_docs() {
     assert_eq!(spec["info"]["title"], "duckgate");
     let docs = g.get_text("/docs").await;
     assert!(docs.contains("/query") && docs.contains("/admin/secrets/rotate"));
+}
+
+/// The committed document.
+fn spec() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Every operation: (method, path, operation).
+fn operations(spec: &Value) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            out.push((method.to_uppercase(), path.clone(), op.clone()));
+        }
+    }
+    out
+}
+
+/// `content_type` without its parameters.
+fn media(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap().trim()
+}
+
+#[test]
+fn result_bodies_are_bytes_and_formats_the_format_enum() {
+    let spec = spec();
+    // A file format's body is bytes: `string`/`binary`, which generators
+    // hand over as bytes (an array of int32 made them decode numbers).
+    let binary: Vec<&str> = Format::ALL
+        .iter()
+        .filter(|f| !f.is_json())
+        .map(|f| media(f.content_type()))
+        .collect();
+    let mut seen = 0;
+    for (method, path, op) in operations(&spec) {
+        for (status, response) in op["responses"].as_object().unwrap() {
+            for (ct, content) in response["content"].as_object().into_iter().flatten() {
+                if binary.contains(&media(ct)) {
+                    seen += 1;
+                    assert_eq!(
+                        content["schema"],
+                        json!({"type": "string", "format": "binary"}),
+                        "{method} {path} {status} {ct}"
+                    );
+                }
+            }
+        }
+        // `format`, wherever it is an option, is the Format enum.
+        for p in op["parameters"].as_array().into_iter().flatten() {
+            if p["name"] == "format" {
+                assert_eq!(
+                    p["schema"]["$ref"], "#/components/schemas/Format",
+                    "{method} {path}: {p}"
+                );
+            }
+        }
+    }
+    assert!(seen >= 12, "binary bodies found: {seen}");
+    let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+    assert_eq!(
+        spec["components"]["schemas"]["Format"]["enum"],
+        json!(names)
+    );
+    for schema in ["QueryRequest", "StatementRequest"] {
+        let format = &spec["components"]["schemas"][schema]["properties"]["format"];
+        assert!(
+            format.to_string().contains("#/components/schemas/Format"),
+            "{schema}.format: {format}"
+        );
+    }
+    // Where generated clients send their requests.
+    let server = &spec["servers"][0];
+    let url = server["url"]
+        .as_str()
+        .unwrap()
+        .replace(
+            "{scheme}",
+            server["variables"]["scheme"]["default"].as_str().unwrap(),
+        )
+        .replace(
+            "{address}",
+            server["variables"]["address"]["default"].as_str().unwrap(),
+        );
+    assert_eq!(url, "http://localhost:8080");
+}
+
+#[test]
+fn every_route_lists_the_problems_of_the_catalogue_it_can_answer() {
+    let spec = spec();
+    let catalogued: Vec<String> = problems::ALL.iter().map(|k| k.status.to_string()).collect();
+    for (method, path, op) in operations(&spec) {
+        let responses = op["responses"].as_object().unwrap();
+        let what = format!("{method} {path}");
+        // Every problem status listed is one of the catalogue's, and names
+        // itself in `duckgate-error`.
+        for (status, response) in responses {
+            if response["content"]
+                .get("application/problem+json")
+                .is_some()
+            {
+                assert!(catalogued.contains(status), "{what} {status}");
+                assert!(
+                    response["headers"].get(ERROR_HEADER).is_some(),
+                    "{what} {status}: no {ERROR_HEADER}"
+                );
+            }
+        }
+        // What the layers in front of every route answer: a handler that
+        // failed, and the browser rules on all but the probes.
+        assert!(responses.contains_key("500"), "{what}: 500");
+        let probe = path == "/healthz" || path == "/readyz";
+        if !probe {
+            assert!(responses.contains_key("403"), "{what}: 403");
+        }
+    }
+    // The routes that run a query answer every status of the catalogue's
+    // query kinds (but the spool's own, which `/query` never reads).
+    for (method, path) in [
+        ("post", "/query"),
+        ("get", "/query"),
+        ("post", "/statements"),
+    ] {
+        let responses = spec["paths"][path][method]["responses"]
+            .as_object()
+            .unwrap();
+        for k in problems::ALL.iter().filter(|k| k.outcome.is_some()) {
+            if path == "/query" && k.slug == problems::kind::RESULT_MISSING.slug {
+                continue;
+            }
+            assert!(
+                responses.contains_key(&k.status.to_string()),
+                "{method} {path} lists no {} ({})",
+                k.status,
+                k.slug
+            );
+        }
+    }
+    // A page: a Parquet page past a spool quota, a value past its limit.
+    let page = spec["paths"]["/statements/{id}/result"]["get"]["responses"]
+        .as_object()
+        .unwrap();
+    for status in [
+        problems::kind::SPOOL_QUOTA_EXCEEDED.status,
+        problems::kind::VALUE_TOO_LARGE.status,
+    ] {
+        assert!(page.contains_key(&status.to_string()), "page: {status}");
+    }
+    // `truncated` is a cut the client asked for, never a silent one.
+    let truncated = spec["components"]["schemas"]["QueryResult"]["properties"]["truncated"]
+        ["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        truncated.contains("max_rows")
+            && truncated.contains("result-too-large")
+            && !truncated.contains("byte limit"),
+        "{truncated}"
+    );
+}
+
+/// A value the schema admits, for a request.
+fn example(schema: &Value) -> Value {
+    if schema.to_string().contains("#/components/schemas/Format") {
+        return json!("csv");
+    }
+    let types = schema["type"].to_string();
+    if types.contains("integer") {
+        json!(schema["minimum"].as_i64().unwrap_or(1).max(1) * 1000)
+    } else if types.contains("boolean") {
+        json!(true)
+    } else if types.contains("array") {
+        json!([])
+    } else {
+        json!("SELECT 1 AS a")
+    }
+}
+
+#[tokio::test]
+async fn every_option_listed_is_one_the_route_takes_and_401_is_listed_where_answered() {
+    let spec = spec();
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "analyst:openapi-token-42aa")
+        .env("DUCKGATE_ADMIN_TOKEN", "openapi-admin-token-77b1")
+        .env("DUCKGATE_DEFAULT_MAX_ROWS", 3)
+        .spawn_app()
+        .await;
+    let token = "openapi-token-42aa";
+    // Each query option, and each field of the JSON body, the document
+    // lists for a route that runs SQL, is one it takes (`wait_ms` on
+    // `POST /query` is refused there: 400 `invalid-option`).
+    for (method, path, body_schema) in [
+        ("post", "/query", "QueryRequest"),
+        ("get", "/query", ""),
+        ("post", "/statements", "StatementRequest"),
+    ] {
+        let op = &spec["paths"][path][method];
+        for p in op["parameters"].as_array().unwrap() {
+            if p["in"] != "query" || p["name"] == "sql" {
+                continue;
+            }
+            let name = p["name"].as_str().unwrap();
+            let value = example(&p["schema"]);
+            let value = value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or(value.to_string());
+            let mut url = reqwest::Url::parse(&g.url(path)).unwrap();
+            url.query_pairs_mut().append_pair(name, &value);
+            let request = if method == "get" {
+                url.query_pairs_mut().append_pair("sql", "SELECT 1 AS a");
+                g.client.get(url)
+            } else {
+                g.client.post(url).body("SELECT 1 AS a")
+            };
+            let r = request.bearer_auth(token).send().await.unwrap();
+            let status = r.status();
+            let text = r.text().await.unwrap();
+            assert!(
+                status.is_success(),
+                "{method} {path} ?{name}={value}: {status} {text}"
+            );
+        }
+        if body_schema.is_empty() {
+            continue;
+        }
+        let properties = spec["components"]["schemas"][body_schema]["properties"]
+            .as_object()
+            .unwrap();
+        for (name, schema) in properties {
+            if name == "sql" {
+                continue;
+            }
+            let body = json!({"sql": "SELECT 1 AS a", name: example(schema)});
+            let r = g
+                .client
+                .post(g.url(path))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let text = r.text().await.unwrap();
+            assert!(
+                status.is_success(),
+                "{method} {path} {body}: {status} {text}"
+            );
+        }
+    }
+    // Without a token, every operation that answers 401 lists it.
+    for (method, path, op) in operations(&spec) {
+        let url = g.url(&path.replace(['{', '}'], ""));
+        let request = g
+            .client
+            .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), url);
+        let status = request.send().await.unwrap().status().as_u16();
+        if status == 401 {
+            assert!(
+                op["responses"].get("401").is_some(),
+                "{method} {path} answers 401 but does not list it"
+            );
+        }
+    }
+    // `truncated`: true where the client's max_rows cut the rows, and the
+    // gateway's own cap fails instead.
+    let query = |body: Value| {
+        g.client
+            .post(g.url("/query"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let v: Value = query(json!({"sql": "SELECT * FROM range(5)", "max_rows": 2}))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (v["row_count"].as_u64(), v["truncated"].as_bool()),
+        (Some(2), Some(true))
+    );
+    let r = query(json!({"sql": "SELECT * FROM range(5)"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        422,
+        "the gateway's cap of 3 rows is no silent cut"
+    );
 }

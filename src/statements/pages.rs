@@ -4,8 +4,9 @@
 //! JSON or CSV use DuckDB's text).
 
 use std::fs::File;
-use std::io::BufReader;
-use std::sync::Arc;
+use std::io::{BufReader, BufWriter, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arrow::array::{RecordBatch, RecordBatchReader};
@@ -16,7 +17,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::encode::{self, Format, ResultEncoder, Summary};
-use crate::statements::spool::SpoolResult;
+use crate::engine::sink::SinkError;
+use crate::statements::spool::{Charge, SpoolResult};
 
 /// Encoded bytes are sent in chunks of about this size.
 const CHUNK_BYTES: usize = 256 * 1024;
@@ -37,6 +39,155 @@ impl Page {
     pub fn rows(&self, result: &SpoolResult) -> u64 {
         let left = result.rows.saturating_sub(self.offset);
         self.limit.map_or(left, |l| l.min(left))
+    }
+}
+
+/// Why a page could not be written to a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PageError {
+    /// A value the format cannot hold, with DuckDB's message (the client's
+    /// answer: another format).
+    Unrepresentable(String),
+    /// The page would pass the spool's quota of its token (`token`) or of
+    /// every result (`spool`): it is removed, and the client may retry once
+    /// results are fetched and deleted.
+    Full {
+        /// The quota, in bytes.
+        limit: u64,
+        /// Which quota.
+        scope: &'static str,
+    },
+    /// Anything else: the server's fault.
+    Internal(String),
+}
+
+/// Pages kept as files per result.
+const PAGES_KEPT: usize = 4;
+
+/// A page written to a file; its file goes, and its bytes leave the
+/// spool's quotas, when the last holder lets go.
+#[derive(Debug)]
+pub struct PageFile {
+    /// Where it is (in the spool's directory).
+    pub path: PathBuf,
+    /// Its bytes, charged to the result's token and the spool.
+    _charge: Option<Charge>,
+}
+
+impl PageFile {
+    /// The file at `path` (a page of `result`), its bytes charged to the
+    /// result's token and the spool like the result itself; a page that
+    /// passes a quota is removed.
+    pub fn charged(path: PathBuf, result: &SpoolResult) -> Result<PageFile, PageError> {
+        let mut file = PageFile {
+            path,
+            _charge: None,
+        };
+        let bytes = std::fs::metadata(&file.path)
+            .map_err(|e| PageError::Internal(format!("reading the page's size: {e}")))?
+            .len();
+        file._charge = Some(result.charge(bytes).map_err(|e| match e {
+            SinkError::Full { limit, scope } => PageError::Full { limit, scope },
+            other => PageError::Internal(format!("charging the page: {other:?}")),
+        })?);
+        Ok(file)
+    }
+}
+
+impl Drop for PageFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The pages of one result kept as files, by format, offset and limit: the
+/// last few written, so a reader that asks for the length and then for
+/// byte ranges (polars, DuckDB's httpfs, pyarrow over HTTP) reads one file,
+/// and a client cannot fill the disk by asking for many different pages.
+#[derive(Debug, Default)]
+pub struct PageCache(Mutex<Vec<(PageKey, Arc<PageFile>)>>);
+
+/// A page's format, offset and limit.
+type PageKey = (Format, u64, Option<u64>);
+
+impl PageCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(PageKey, Arc<PageFile>)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The file kept for `page`, if one is.
+    pub fn get(&self, page: Page) -> Option<Arc<PageFile>> {
+        let key = (page.format, page.offset, page.limit);
+        self.lock()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, f)| f.clone())
+    }
+
+    /// The file kept for `page`, or the one `write` makes (then kept).
+    pub fn get_or_write(
+        &self,
+        page: Page,
+        write: impl FnOnce() -> Result<PageFile, PageError>,
+    ) -> Result<Arc<PageFile>, PageError> {
+        if let Some(f) = self.get(page) {
+            return Ok(f);
+        }
+        let key = (page.format, page.offset, page.limit);
+        // Written outside the lock: two requests for one new page may both
+        // write it; the later one is kept, the other removed when sent.
+        let file = Arc::new(write()?);
+        let mut kept = self.lock();
+        kept.retain(|(k, _)| *k != key);
+        if kept.len() >= PAGES_KEPT {
+            kept.remove(0);
+        }
+        kept.push((key, file.clone()));
+        Ok(file)
+    }
+}
+
+/// Writes `page` of `result` (JSON, NDJSON, CSV or Arrow) to a file in
+/// `dir`, the bytes [`serve`] would send, and charges them like the result
+/// (see [`PageFile::charged`]). Runs on a blocking thread.
+pub fn write_page(result: &SpoolResult, page: Page, dir: &Path) -> Result<PageFile, PageError> {
+    let path = dir.join(format!(
+        ".page-{}.{}",
+        uuid::Uuid::new_v4().simple(),
+        page.format.name()
+    ));
+    let written = (|| -> Result<(), String> {
+        let file = File::create(&path).map_err(|e| format!("creating the page's file: {e}"))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut failed: Option<std::io::Error> = None;
+        let mut buf = Vec::new();
+        let complete = {
+            let mut flush = |buf: &mut Vec<u8>| match out.write_all(buf) {
+                Ok(()) => {
+                    buf.clear();
+                    true
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            };
+            encode_page(result, page, Instant::now(), &mut buf, &mut flush)? && flush(&mut buf)
+        };
+        match (failed, complete) {
+            (Some(e), _) => Err(format!("writing the page's file: {e}")),
+            (None, false) => Err("writing the page's file stopped".into()),
+            (None, true) => out
+                .flush()
+                .map_err(|e| format!("writing the page's file: {e}")),
+        }
+    })();
+    match written {
+        Ok(()) => PageFile::charged(path, result),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(PageError::Internal(e))
+        }
     }
 }
 

@@ -15,96 +15,22 @@
 
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::ffi_stream::FFI_ArrowArrayStream;
 use duckdb::ffi;
 
 use crate::engine::ffi::RawDatabase;
-use crate::engine::sink::SinkError;
-use crate::statements::pages::{Page, PageReader};
-use crate::statements::spool::{Charge, SpoolResult};
+use crate::statements::pages::{Page, PageError, PageFile, PageReader};
+use crate::statements::spool::SpoolResult;
 
 /// How DuckDB's Parquet writer starts the message of a value Parquet
 /// cannot hold (a negative INTERVAL, say).
 const PARQUET_CANNOT_HOLD: &str = "Parquet files do not support";
 
-/// Why a Parquet page could not be written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParquetPageError {
-    /// A value Parquet cannot hold, with DuckDB's message (the client's
-    /// answer: another format).
-    Unrepresentable(String),
-    /// The page would pass the spool's quota of its token (`token`) or of
-    /// every result (`spool`): it is removed, and the client may retry once
-    /// results are fetched and deleted.
-    Full {
-        /// The quota, in bytes.
-        limit: u64,
-        /// Which quota.
-        scope: &'static str,
-    },
-    /// Anything else: the server's fault.
-    Internal(String),
-}
-
-/// Parquet pages kept per result.
-const PAGES_KEPT: usize = 4;
-
-/// A written Parquet page; its file goes, and its bytes leave the spool's
-/// quotas, when the last holder lets go.
-#[derive(Debug)]
-pub struct PageFile {
-    /// Where it is (in the spool's directory).
-    pub path: PathBuf,
-    /// Its bytes, charged to the result's token and the spool.
-    _charge: Option<Charge>,
-}
-
-impl Drop for PageFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-/// The Parquet pages of one result, by (offset, limit): the last few
-/// written, so a reader that asks for the footer and then for row groups
-/// (polars, DuckDB's httpfs, pyarrow over HTTP) reads one file, and a
-/// client cannot fill the disk by asking for many different pages.
-#[derive(Debug, Default)]
-pub struct PageCache(Mutex<Vec<(PageKey, Arc<PageFile>)>>);
-
-/// A page's offset and limit.
-type PageKey = (u64, Option<u64>);
-
-impl PageCache {
-    /// The page kept for `page`, or the one `write` makes (then kept).
-    pub fn get_or_write(
-        &self,
-        page: Page,
-        write: impl FnOnce() -> Result<PageFile, ParquetPageError>,
-    ) -> Result<Arc<PageFile>, ParquetPageError> {
-        let key = (page.offset, page.limit);
-        let lock = || self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, f)) = lock().iter().find(|(k, _)| *k == key) {
-            return Ok(f.clone());
-        }
-        // Written outside the lock: two requests for one new page may both
-        // write it; the later one is kept, the other removed when sent.
-        let file = Arc::new(write()?);
-        let mut kept = lock();
-        kept.retain(|(k, _)| *k != key);
-        if kept.len() >= PAGES_KEPT {
-            kept.remove(0);
-        }
-        kept.push((key, file.clone()));
-        Ok(file)
-    }
-}
-
 /// The private database, opened once per process.
-fn database() -> Result<Arc<RawDatabase>, ParquetPageError> {
+fn database() -> Result<Arc<RawDatabase>, PageError> {
     static DB: OnceLock<Result<Arc<RawDatabase>, String>> = OnceLock::new();
     DB.get_or_init(|| {
         RawDatabase::open(
@@ -119,7 +45,7 @@ fn database() -> Result<Arc<RawDatabase>, ParquetPageError> {
         .map_err(|e| format!("opening the Parquet writer's database: {e}"))
     })
     .clone()
-    .map_err(ParquetPageError::Internal)
+    .map_err(PageError::Internal)
 }
 
 /// Whether a column of this DuckDB type is rebuilt from DuckDB's text of
@@ -171,30 +97,15 @@ fn select_list(result: &SpoolResult) -> (Vec<usize>, String) {
 /// Writes `page` of `result` as a Parquet file in `dir` and charges its
 /// bytes to the result's token and the spool, like the result itself: a
 /// page that passes a quota is removed. Runs on a blocking thread.
-pub fn write_page(
-    result: &SpoolResult,
-    page: Page,
-    dir: &Path,
-) -> Result<PageFile, ParquetPageError> {
-    let mut file = PageFile {
-        path: write(result, page, dir)?,
-        _charge: None,
-    };
-    let bytes = std::fs::metadata(&file.path)
-        .map_err(|e| ParquetPageError::Internal(format!("reading the page's size: {e}")))?
-        .len();
-    file._charge = Some(result.charge(bytes).map_err(|e| match e {
-        SinkError::Full { limit, scope } => ParquetPageError::Full { limit, scope },
-        other => ParquetPageError::Internal(format!("charging the page: {other:?}")),
-    })?);
-    Ok(file)
+pub fn write_page(result: &SpoolResult, page: Page, dir: &Path) -> Result<PageFile, PageError> {
+    PageFile::charged(write(result, page, dir)?, result)
 }
 
 /// Writes `page` of `result` as a Parquet file in `dir`, returning its path
 /// (the caller removes it). Runs on a blocking thread.
-fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, ParquetPageError> {
+fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, PageError> {
     let internal =
-        |what: &str, e: &dyn std::fmt::Display| ParquetPageError::Internal(format!("{what}: {e}"));
+        |what: &str, e: &dyn std::fmt::Display| PageError::Internal(format!("{what}: {e}"));
     let (source, select) = select_list(result);
     let schema: SchemaRef = Arc::new(Schema::new(
         source
@@ -224,7 +135,7 @@ fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, Parque
         .map_err(|e| internal("connecting to the Parquet writer", &e))?;
     let view = CString::new("duckgate_page").expect("static name");
     let copy = CString::new(copy)
-        .map_err(|_| ParquetPageError::Internal("a column name holds a NUL byte".into()))?;
+        .map_err(|_| PageError::Internal("a column name holds a NUL byte".into()))?;
     // SAFETY: `conn` is a live connection of the private database, used by
     // this thread alone; `view` is NUL-terminated; `stream` is a valid
     // ArrowArrayStream that outlives every use (DuckDB reads it during the
@@ -237,7 +148,7 @@ fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, Parque
         )
     };
     if state != ffi::DuckDBSuccess {
-        return Err(ParquetPageError::Internal(
+        return Err(PageError::Internal(
             "DuckDB could not scan the spooled page".into(),
         ));
     }
@@ -255,9 +166,9 @@ fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, Parque
         Err(message) => {
             let _ = std::fs::remove_file(&path);
             if message.contains(PARQUET_CANNOT_HOLD) {
-                Err(ParquetPageError::Unrepresentable(message))
+                Err(PageError::Unrepresentable(message))
             } else {
-                Err(ParquetPageError::Internal(format!(
+                Err(PageError::Internal(format!(
                     "DuckDB's Parquet writer: {message}"
                 )))
             }

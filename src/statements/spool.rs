@@ -392,7 +392,7 @@ impl BatchSink for SpoolWriter {
                 owner: self.owner.clone(),
                 bytes,
             }),
-            parquet_pages: Default::default(),
+            pages: Default::default(),
         };
         // The file and its quota now belong to the result.
         drop(w.writer);
@@ -426,9 +426,10 @@ pub struct SpoolResult {
     /// Its bytes in the spool's quotas: none for a copy fetched from the
     /// S3 spool for another replica's statement.
     _charge: Option<Charge>,
-    /// Parquet pages written from it, kept while it lives (a few at most),
-    /// so the byte ranges a Parquet reader asks for come from one file.
-    pub parquet_pages: crate::statements::parquet::PageCache,
+    /// Pages written from it as files (Parquet pages always, others for
+    /// readers that need a length or byte ranges), kept while it lives (a
+    /// few at most), so the ranges a reader asks for come from one file.
+    pub pages: crate::statements::pages::PageCache,
 }
 
 /// What another replica needs to page a result it did not write (kept in
@@ -516,7 +517,7 @@ impl SpoolResult {
             bytes: meta.bytes,
             arrow_refusal: meta.arrow_refusal,
             _charge: None,
-            parquet_pages: Default::default(),
+            pages: Default::default(),
         })
     }
 }

@@ -255,6 +255,7 @@ async fn submit_inner(
                 },
                 // A POST's answer is whole: no byte ranges.
                 &HeaderMap::new(),
+                false,
             )
             .await
         }
@@ -339,13 +340,16 @@ fn lost(row: &Row) -> ApiError {
     ))
 }
 
-/// A page of a finished statement's result.
+/// A page of a finished statement's result: from a file with its length
+/// and byte ranges (a Parquet page, one asked `as_file`, one already kept),
+/// else encoded as it is sent.
 async fn page_response(
     state: &AppState,
     ident: &Ident,
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
     headers: &HeaderMap,
+    as_file: bool,
 ) -> Result<Response, ApiError> {
     if page.format == Format::Arrow {
         if let Some(column) = &result.arrow_refusal {
@@ -369,8 +373,9 @@ async fn page_response(
     });
     let kind = result.layout.kind.clone();
     let retried = ident.retried;
-    let mut response = if page.format == Format::Parquet {
-        parquet_page(result, page, headers).await?
+    let from_file = page.format == Format::Parquet || as_file || result.pages.get(page).is_some();
+    let mut response = if from_file {
+        file_page(result, page, headers).await?
     } else {
         streamed_page(state, result, page)
     };
@@ -430,16 +435,16 @@ fn streamed_page(
     Response::new(Body::from_stream(body))
 }
 
-/// A Parquet page: DuckDB writes the whole file first (a Parquet file is
-/// only whole once its footer is written), kept with the result, then sent
-/// by tower-http's `ServeFile`: with its length, and the byte ranges
-/// Parquet readers ask for (`Range`, `If-Range`; 206, 416).
-async fn parquet_page(
+/// A page from a file: the whole page written first (a Parquet file is
+/// only whole once its footer is written; DuckDB writes it), kept with the
+/// result, then sent by tower-http's `ServeFile`: with its length, and the
+/// byte ranges readers ask for (`Range`, `If-Range`; 206, 416).
+async fn file_page(
     result: Arc<crate::statements::spool::SpoolResult>,
     page: Page,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    use crate::statements::parquet::ParquetPageError;
+    use crate::statements::pages::PageError;
     use tower::ServiceExt;
     let dir = result
         .path
@@ -447,25 +452,26 @@ async fn parquet_page(
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default();
     let written = tokio::task::spawn_blocking(move || {
-        result.parquet_pages.get_or_write(page, || {
-            crate::statements::parquet::write_page(&result, page, &dir)
+        result.pages.get_or_write(page, || match page.format {
+            Format::Parquet => crate::statements::parquet::write_page(&result, page, &dir),
+            _ => crate::statements::pages::write_page(&result, page, &dir),
         })
     })
     .await
-    .map_err(|e| ApiError::Internal(format!("the Parquet page's task failed: {e}")))?;
+    .map_err(|e| ApiError::Internal(format!("the page's task failed: {e}")))?;
     let file = match written {
         Ok(file) => file,
-        Err(ParquetPageError::Unrepresentable(message)) => {
+        Err(PageError::Unrepresentable(message)) => {
             return Err(ApiError::bad_request(
                 "format-unavailable",
                 "No answer in this format",
                 format!("this result cannot be written as Parquet: {message}"),
             ))
         }
-        Err(ParquetPageError::Full { limit, scope }) => {
+        Err(PageError::Full { limit, scope }) => {
             return Err(ApiError::Query(QueryError::SpoolFull { limit, scope }))
         }
-        Err(ParquetPageError::Internal(message)) => return Err(ApiError::Internal(message)),
+        Err(PageError::Internal(message)) => return Err(ApiError::Internal(message)),
     };
     let mut request = axum::http::Request::builder().method(axum::http::Method::GET);
     for name in [header::RANGE, header::IF_RANGE] {
@@ -475,15 +481,15 @@ async fn parquet_page(
     }
     let request = request
         .body(Body::empty())
-        .map_err(|e| ApiError::Internal(format!("the Parquet page's request: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("the page's request: {e}")))?;
     // The file is open once ServeFile answers: it stays readable even if
     // the result (and its pages) goes meanwhile.
     let response = tower_http::services::ServeFile::new(&file.path)
         .oneshot(request)
         .await
-        .map_err(|e| ApiError::Internal(format!("sending the Parquet page: {e}")))?;
+        .map_err(|e| ApiError::Internal(format!("sending the page: {e}")))?;
     if response.status() == StatusCode::NOT_FOUND {
-        return Err(ApiError::Internal("the Parquet page's file is gone".into()));
+        return Err(ApiError::Internal("the page's file is gone".into()));
     }
     Ok(response.map(Body::new))
 }
@@ -656,7 +662,10 @@ pub async fn show(
 /// Arrow a whole IPC stream; Parquet a whole file, written by DuckDB and
 /// sent with its length), encoded exactly as `/query` encodes the same
 /// rows. `Link: rel="next"` names the next page; `duckgate-total-rows` the
-/// result's rows.
+/// result's rows. A page is streamed as it is encoded, except for readers
+/// of URLs: a signed link, a HEAD or a `Range` gets the page written to a
+/// file first (kept with the result, the last 4 pages), with its
+/// `Content-Length` and byte ranges, as polars 2 needs to read a CSV by URL.
 #[utoipa::path(get, path = "/statements/{id}/result", tag = "statements",
     params(("id" = String, Path, description = "The statement id"), PageOptions),
     responses(
@@ -670,10 +679,14 @@ pub async fn show(
             ("duckgate-total-rows" = u64, description = "Rows of the whole result"),
             ("Link" = String, description = "The next page, if any")
         )),
-        (status = 206, description = "Part of a Parquet page: the byte range a `Range` header asked for (Parquet pages only; they also say `Accept-Ranges: bytes`)", content(
+        (status = 206, description = "Part of a page served from a file: the byte range a `Range` header asked for. Parquet pages, and pages asked for with HEAD, a `Range` or a signed link, are files with `Content-Length` and `Accept-Ranges: bytes`", content(
+            (crate::api::query::QueryResult = "application/json"),
+            (String = "application/x-ndjson"),
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
             (Vec<u8> = "application/vnd.apache.parquet")
         )),
-        (status = 416, description = "A `Range` past the end of the Parquet page"),
+        (status = 416, description = "A `Range` past the end of the page"),
         (status = 400, description = "Bad page options, an Arrow page of an INTERVAL Arrow cannot hold, or a Parquet page of a value Parquet cannot hold (`format-unavailable`)", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Not kept, or not the caller's", body = crate::api::error::Problem, content_type = "application/problem+json"),
@@ -693,9 +706,17 @@ pub async fn result(
     signed: Option<axum::Extension<crate::api::links::SignedInstance>>,
     Path(id): Path<String>,
     options: Result<Query<PageOptions>, axum::extract::rejection::QueryRejection>,
+    method: axum::http::Method,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let options = crate::api::request::query_options(options)?;
+    // A reader of a URL (a signed link; one that asks the length first with
+    // HEAD, or for byte ranges: polars 2 needs both) gets the page as a
+    // file, with its length and ranges; the rest stream it as it is
+    // encoded.
+    let as_file = signed.is_some()
+        || method == axum::http::Method::HEAD
+        || headers.contains_key(header::RANGE);
     let found = visible(&state, &caller, &id).await?;
     // A signed link reads the statement it was minted for, not a later one
     // that took its id.
@@ -734,7 +755,7 @@ pub async fn result(
     };
     let s = match found {
         Found::Local(s) => s,
-        Found::Remote(row) => return remote_page(&state, &row, page, &headers).await,
+        Found::Remote(row) => return remote_page(&state, &row, page, &headers, as_file).await,
     };
     let snap = s.snapshot(state.statements.settings.ttl);
     end_published(&state, &s, snap.state).await?;
@@ -773,7 +794,15 @@ pub async fn result(
         }
         (_, _, None) => return Err(ApiError::Internal("a failed statement without an error".into())),
     };
-    page_response(&state, &Ident::of(&state, &s), result, page, &headers).await
+    page_response(
+        &state,
+        &Ident::of(&state, &s),
+        result,
+        page,
+        &headers,
+        as_file,
+    )
+    .await
 }
 
 /// With shared state, a local statement's end is in it before an answer
@@ -815,6 +844,7 @@ async fn remote_page(
     row: &Row,
     page: Page,
     headers: &HeaderMap,
+    as_file: bool,
 ) -> Result<Response, ApiError> {
     let id = &row.id;
     if row.lost() {
@@ -836,6 +866,7 @@ async fn remote_page(
                 result,
                 page,
                 headers,
+                as_file,
             )
             .await
         }

@@ -701,3 +701,93 @@ async fn one_tokens_long_statements_leave_another_token_its_part_of_the_share() 
     let s = finished(&g, BOB, "b3", Duration::from_secs(20)).await;
     assert_eq!(s["state"], "succeeded", "{s}");
 }
+
+#[tokio::test]
+async fn a_page_read_by_url_has_its_length_and_byte_ranges() {
+    // polars 2 reads a CSV by URL with HEAD (its length) and then byte
+    // ranges, and refuses an answer without Content-Length; so does any
+    // reader of a signed link, which gets the page as a file.
+    let g = builder().spawn_app().await;
+    let sql = "SELECT i, i * 2 AS j, 'row ' || i || ' é' AS s, INTERVAL (i) SECOND AS iv FROM range(50000) t(i) ORDER BY i";
+    let r = submit(&g, ALICE, Some("by-url"), json!({"sql": sql, "wait_ms": 0})).await;
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(
+        finished(&g, ALICE, "by-url", Duration::from_secs(60)).await["state"],
+        "succeeded"
+    );
+    for format in ["csv", "ndjson", "arrow"] {
+        let path = format!("/statements/by-url/result?format={format}&offset=100&limit=30000");
+        // The page as the console reads it: streamed as it is encoded.
+        let (status, headers, streamed) = bytes_of(
+            g.client
+                .get(g.url(&path))
+                .bearer_auth(ALICE)
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            headers.get("content-length").is_none(),
+            "{format}: a stream"
+        );
+        // HEAD says its length, and that ranges are served.
+        let r = g
+            .client
+            .head(g.url(&path))
+            .bearer_auth(ALICE)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.headers()["content-length"],
+            streamed.len().to_string(),
+            "{format}"
+        );
+        assert_eq!(r.headers()["accept-ranges"], "bytes", "{format}");
+        // A range is the same bytes of the same page.
+        let r = g
+            .client
+            .get(g.url(&path))
+            .bearer_auth(ALICE)
+            .header("range", "bytes=0-3")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206, "{format}");
+        assert_eq!(r.bytes().await.unwrap(), streamed[..4], "{format}");
+        let r = g
+            .client
+            .get(g.url(&path))
+            .bearer_auth(ALICE)
+            .header("range", "bytes=1000-")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 206, "{format}");
+        assert_eq!(r.bytes().await.unwrap(), streamed[1000..], "{format}");
+        // A signed link's page comes whole, with its length.
+        let link: Value = g
+            .client
+            .post(g.url(&format!("/statements/by-url/links?format={format}")))
+            .bearer_auth(ALICE)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let url = format!("{}&offset=100&limit=30000", link["path"].as_str().unwrap());
+        let (status, headers, whole) =
+            bytes_of(g.client.get(g.url(&url)).send().await.unwrap()).await;
+        assert_eq!(status, 200, "{format}");
+        assert_eq!(
+            headers["content-length"],
+            whole.len().to_string(),
+            "{format}"
+        );
+        assert_eq!(whole, streamed, "{format}: the file is the streamed page");
+    }
+}

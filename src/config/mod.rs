@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
 pub mod attach;
+pub mod oidc;
 pub mod s3;
 
 use s3::S3Settings;
@@ -513,6 +514,10 @@ pub struct AuthConfig {
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
     pub allow_anonymous: bool,
+
+    /// Bearer JWTs of an OIDC issuer as identities.
+    #[command(flatten)]
+    pub oidc: oidc::OidcConfig,
 }
 
 impl StatementsConfig {
@@ -621,6 +626,8 @@ pub struct Resolved {
     pub state_dsn: Option<SecretString>,
     /// The number of pooled connections.
     pub pool_size: usize,
+    /// Bearer JWTs of an OIDC issuer, when `DUCKGATE_OIDC_ISSUER` is set.
+    pub oidc: Option<oidc::OidcSettings>,
 }
 
 impl Config {
@@ -751,7 +758,9 @@ impl Config {
             secret.write_scope = writes.clone();
         }
         let state_dsn = self.statements.state_dsn()?;
+        let oidc = self.auth.oidc.resolve()?;
         Ok(Resolved {
+            oidc,
             timing: self.s3.timing(longest),
             secrets,
             catalogs,

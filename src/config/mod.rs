@@ -320,9 +320,11 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_POOL_SPARES", value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub pool_spares: Option<u32>,
 
-    /// Queries one token may run at once. Default: with two or more query
-    /// tokens, a fair share of the pool (its size over the number of tokens,
-    /// rounded up, never the whole pool, at least one); else no bound.
+    /// Queries one token (or OIDC identity) may run at once. Default: with
+    /// two or more query tokens, or with OIDC on (its identities count as
+    /// one more token, and as two at least), a fair share of the pool (its
+    /// size over the number of tokens, rounded up, never the whole pool, at
+    /// least one); else no bound.
     #[arg(long, env = "DUCKGATE_MAX_QUERIES_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_queries_per_token: Option<u32>,
 
@@ -475,8 +477,9 @@ pub struct LimitsConfig {
 /// Who may call what. Tokens are `SecretString`s: Debug redacts them.
 #[derive(Debug, Clone, Args)]
 pub struct AuthConfig {
-    /// Comma-separated bearer tokens that may call `/query`. Empty: anonymous
-    /// queries, allowed only on a loopback address unless `--allow-anonymous`.
+    /// Comma-separated bearer tokens that may call `/query`. Empty (and no
+    /// DUCKGATE_OIDC_ISSUER): anonymous queries, allowed only on a loopback
+    /// address unless `--allow-anonymous`.
     #[arg(
         long,
         env = "DUCKGATE_QUERY_TOKENS",

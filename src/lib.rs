@@ -9,6 +9,7 @@
 //!   statement guard, execution. No HTTP.
 //! - `encode`: result formats (JSON, NDJSON, CSV, Arrow). No HTTP.
 //! - `credentials`: credential sources, the rotator, the secret DDL.
+//! - `identity`: bearer JWTs of an OIDC issuer, checked against its keys.
 //! - `state`: the health snapshot that probes read with atomic loads.
 //! - `telemetry`: logging.
 //!
@@ -23,6 +24,7 @@ pub mod config;
 pub mod credentials;
 pub mod encode;
 pub mod engine;
+pub mod identity;
 pub mod problems;
 mod startup;
 pub mod state;

@@ -2,7 +2,8 @@
 //!
 //! 1. [`Config::resolve`]: every setting checked, the TOML file read once,
 //!    secrets, catalogs and time limits derived once;
-//! 2. [`open_engine`]: DuckDB opened, its pool shaped by the shares;
+//! 2. [`open_identities`]: the OIDC issuer's keys, when one is configured;
+//!    [`open_engine`]: DuckDB opened, its pool shaped by the shares;
 //! 3. [`install_credentials`]: the rotator installs every S3 secret;
 //! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
 //! 5. [`open_statements`]: the shared state, the spool and the statements;
@@ -25,6 +26,7 @@ use crate::api::{self, AppState};
 use crate::config::{self, Config, ConfigError, Resolved};
 use crate::credentials::Rotator;
 use crate::engine::{self, catalogs::Catalog, Engine};
+use crate::identity::oidc::Verifier;
 use crate::state::Health;
 use crate::statements::{self, Statements};
 
@@ -49,16 +51,19 @@ pub(crate) async fn serve_until(
             .collect::<Vec<_>>(),
     );
     let health = Arc::new(Health::new(Engine::duckdb_version()));
-    let engine = open_engine(&plan, &health, &tokens).await?;
+    let oidc = open_identities(&plan, &health).await?;
+    let parties = parties(&tokens, oidc.is_some());
+    let engine = open_engine(&plan, &health, parties).await?;
     let rotator = install_credentials(&plan, &engine, &health).await?;
     let catalogs = attach_and_lock_down(&plan, &engine, &rotator).await?;
-    let statements = open_statements(&plan, &engine, &rotator, &health, &tokens).await?;
+    let statements = open_statements(&plan, &engine, &rotator, &health, parties).await?;
     let config = plan.config;
     let state = AppState::new(api::Shared {
         engine: engine.clone(),
         health: health.clone(),
         rotator: rotator.clone(),
         tokens: Arc::new(arc_swap::ArcSwap::from_pointee(tokens)),
+        oidc,
         queries: Arc::new(crate::audit_registry(&config)?),
         config,
         metrics,
@@ -71,15 +76,63 @@ pub(crate) async fn serve_until(
     serve(state, listener, shutdown, tasks).await
 }
 
-/// Step 2: DuckDB, with the pool shaped by the tokens and the lakes.
+/// How many parties the fair shares of the pool and of the statements
+/// divide among: the query tokens and, with OIDC on, its identities as one
+/// more, and then at least two: they are many, and no one identity may take
+/// the whole pool.
+fn parties(tokens: &Tokens, oidc: bool) -> usize {
+    let n = tokens.query.len();
+    if oidc {
+        (n + 1).max(2)
+    } else {
+        n
+    }
+}
+
+/// Step 2a: the verifier of the OIDC issuer's JWTs, with the issuer's keys
+/// fetched once. A key file that cannot be read stops start-up (the
+/// operator's to fix); an issuer out of reach does not: query tokens keep
+/// working, JWTs are refused until the keys arrive (the refresh retries),
+/// and the dependency `oidc` says so in `/healthz` and `/readyz`.
+async fn open_identities(
+    plan: &Resolved,
+    health: &Health,
+) -> anyhow::Result<Option<Arc<Verifier>>> {
+    let Some(settings) = plan.oidc.clone() else {
+        return Ok(None);
+    };
+    let issuer = settings.issuer.clone();
+    let verifier = Arc::new(
+        Verifier::new(settings, health.dependency("oidc"))
+            .map_err(|e| anyhow::anyhow!("OIDC (DUCKGATE_OIDC_ISSUER): {e}"))?,
+    );
+    match verifier.refresh("start-up").await {
+        Ok(()) => tracing::info!(
+            issuer = %issuer,
+            keys = verifier.keys().keys.len(),
+            "OIDC: bearer JWTs of the issuer are identities"
+        ),
+        Err(e) if verifier.from_file() => {
+            return Err(ConfigError::new("DUCKGATE_OIDC_JWKS_FILE", e).into())
+        }
+        Err(e) => tracing::error!(
+            issuer = %issuer,
+            error.cause = %e,
+            "OIDC: the issuer's keys could not be fetched at start-up: bearer JWTs are refused until a refresh gets them (query tokens work)"
+        ),
+    }
+    Ok(Some(verifier))
+}
+
+/// Step 2b: DuckDB, with the pool shaped by the parties and the lakes.
 async fn open_engine(
     plan: &Resolved,
     health: &Arc<Health>,
-    tokens: &Tokens,
+    parties: usize,
 ) -> anyhow::Result<Arc<Engine>> {
     let shares = engine::pool::Shares {
         per_token: plan.config.engine.max_queries_per_token.map(|n| n as usize),
-        tokens: tokens.query.len(),
+        tokens: parties,
         s3: plan.config.engine.max_s3_queries.map(|n| n as usize),
         lakes: plan.catalogs.iter().map(|c| c.name.clone()).collect(),
     };
@@ -167,7 +220,7 @@ async fn open_statements(
     engine: &Engine,
     rotator: &Arc<Rotator>,
     health: &Arc<Health>,
-    tokens: &Tokens,
+    parties: usize,
 ) -> anyhow::Result<Arc<Statements>> {
     let config = &plan.config;
     let s = &config.statements;
@@ -215,7 +268,7 @@ async fn open_statements(
             max_timeout: plan.max_statement_timeout,
             max_wait: Duration::from_millis(s.max_statement_wait_ms),
             share,
-            token_share: statements::Settings::token_share_of(share, tokens.query.len()),
+            token_share: statements::Settings::token_share_of(share, parties),
         },
         shared,
         s3_spool,
@@ -247,6 +300,9 @@ impl Tasks {
                 stop.clone(),
             )),
         ];
+        if let Some(verifier) = state.oidc.clone() {
+            handles.push(tokio::spawn(verifier.run(stop.clone())));
+        }
         if let Some(shared) = state.statements.shared.clone() {
             handles.push(tokio::spawn(api::replicas::run(
                 state.clone(),

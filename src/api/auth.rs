@@ -2,6 +2,10 @@
 //! `/admin/...`, and neither opens the other; `/queries` takes either (a
 //! query token sees its own queries, the admin token all). Comparisons take
 //! constant time; tokens never reach a log line, only their names do.
+//!
+//! With `DUCKGATE_OIDC_ISSUER` set, a bearer JWT of that issuer opens what a
+//! query token opens, as the identity `oidc:<name claim>` with the roles and
+//! claims it carries ([`crate::identity::oidc`]); never the admin routes.
 
 use std::sync::Arc;
 
@@ -98,7 +102,9 @@ pub fn load(
         );
     }
     let loopback = addr.ip().is_loopback();
-    if entries.is_empty() && !loopback && !auth.allow_anonymous {
+    // With OIDC on, identities come from the issuer: no static token is needed.
+    let oidc = auth.oidc.enabled();
+    if entries.is_empty() && !loopback && !auth.allow_anonymous && !oidc {
         return Err(ConfigError::new(
             "DUCKGATE_QUERY_TOKENS",
             format!(
@@ -179,6 +185,7 @@ pub fn load(
         }
     };
     Ok(Tokens {
+        anonymous: query.is_empty() && !oidc,
         query,
         admin: admin.map(|(_, t)| SecretString::from(t)),
         signer,
@@ -262,7 +269,7 @@ pub fn reload(
 ) -> bool {
     let old = current.load_full();
     let outcome = load(auth, addr).and_then(|new| {
-        if new.query.is_empty() != old.query.is_empty() {
+        if new.anonymous != old.anonymous {
             return Err(crate::config::ConfigError::new(
                 "DUCKGATE_QUERY_TOKENS",
                 "a reload cannot switch between anonymous and token access; restart for that",
@@ -319,8 +326,10 @@ pub fn reload(
 
 /// The configured tokens.
 pub struct Tokens {
-    /// Empty means anonymous queries are allowed (start-up checked that the
-    /// address or `--allow-anonymous` permits it).
+    /// Anonymous queries: no query token and no OIDC issuer (start-up
+    /// checked that the address or `--allow-anonymous` permits it).
+    pub anonymous: bool,
+    /// The query tokens (with OIDC on, possibly none).
     pub query: Vec<NamedToken>,
     /// `None`: the admin API is off.
     pub admin: Option<SecretString>,
@@ -368,10 +377,40 @@ fn failed(route: &'static str, reason: &'static str) {
     tracing::warn!(route, reason, "authentication failed");
 }
 
-/// Proof that the request may run queries, and whose token it is.
+/// Proof that the request may run queries, and who asks: a query token's
+/// holder or an OIDC identity. Everything that belongs to a caller
+/// (statements, running queries, shares of the pool and the spool, the
+/// audit and access lines) is keyed on `name`.
+#[derive(Debug, Clone)]
 pub struct QueryAuth {
-    /// The token's name (`anonymous` when no tokens are configured).
+    /// The identity's name: a query token's (`anonymous` when the gateway
+    /// is anonymous), or `oidc:<name claim>` for a JWT (a token's name has
+    /// no `:`, so the two never meet).
     pub name: Arc<str>,
+    /// Its roles: a JWT's roles claim; none for query tokens.
+    pub roles: Vec<Arc<str>>,
+    /// Its claims: a JWT's, whole, for policies that bind them (empty for
+    /// query tokens).
+    pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl QueryAuth {
+    /// A query token's holder (or the anonymous caller): no roles, no claims.
+    pub fn named(name: Arc<str>) -> Self {
+        Self {
+            name,
+            roles: Vec::new(),
+            claims: Arc::default(),
+        }
+    }
+
+    /// When the identity's proof expires, in Unix seconds: a JWT's `exp`
+    /// (a query token does not expire).
+    pub fn expires_at(&self) -> Option<u64> {
+        let exp = self.claims.get("exp")?;
+        exp.as_u64()
+            .or_else(|| exp.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+    }
 }
 
 impl FromRequestParts<AppState> for QueryAuth {
@@ -379,44 +418,56 @@ impl FromRequestParts<AppState> for QueryAuth {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let all = state.tokens.load();
-        let tokens = &all.query;
-        if tokens.is_empty() {
+        if all.anonymous {
             tracing::Span::current().record("identity", "anonymous");
-            return Ok(QueryAuth {
-                name: "anonymous".into(),
+            return Ok(QueryAuth::named("anonymous".into()));
+        }
+        let Some(given) = bearer(parts) else {
+            failed("query", "missing");
+            return Err(ApiError::Unauthorized {
+                detail: "a bearer token is required: Authorization: Bearer <token>",
             });
+        };
+        if let Some(i) = which_token(given, &all.query) {
+            let name = all.query[i].name.clone();
+            tracing::Span::current().record("identity", &*name);
+            return Ok(QueryAuth::named(name));
         }
-        match bearer(parts) {
-            None => {
-                failed("query", "missing");
-                Err(ApiError::Unauthorized {
-                    detail: "a bearer token is required: Authorization: Bearer <token>",
-                })
+        if let Some(verifier) = state.oidc.as_deref() {
+            if crate::identity::oidc::looks_like_jwt(given) {
+                // ASCII by its shape.
+                let token = String::from_utf8_lossy(given).into_owned();
+                return match verifier.verify(&token).await {
+                    Ok(v) => {
+                        tracing::Span::current().record("identity", &*v.name);
+                        Ok(QueryAuth {
+                            name: v.name,
+                            roles: v.roles,
+                            claims: v.claims,
+                        })
+                    }
+                    Err(refusal) => {
+                        failed("query", refusal.reason());
+                        Err(ApiError::TokenRefused(refusal))
+                    }
+                };
             }
-            Some(given) => match which_token(given, tokens) {
-                Some(i) => {
-                    let name = tokens[i].name.clone();
-                    tracing::Span::current().record("identity", &*name);
-                    Ok(QueryAuth { name })
-                }
-                None => {
-                    failed("query", "wrong");
-                    Err(ApiError::Unauthorized {
-                        detail: "the bearer token is not valid for queries",
-                    })
-                }
-            },
         }
+        failed("query", "wrong");
+        Err(ApiError::Unauthorized {
+            detail: "the bearer token is not valid for queries",
+        })
     }
 }
 
 /// Who asks about running queries: the admin (every query) or a query
-/// token's holder (its own).
+/// token's holder or an OIDC identity (its own).
 pub enum Caller {
     /// The admin token.
     Admin,
-    /// A query token, by its name (`anonymous` when no tokens are configured).
-    Owner(Arc<str>),
+    /// A query token's holder or an OIDC identity (`anonymous` when the
+    /// gateway is anonymous).
+    Owner(QueryAuth),
 }
 
 impl Caller {
@@ -424,7 +475,16 @@ impl Caller {
     pub fn may_see(&self, owner: &str) -> bool {
         match self {
             Caller::Admin => true,
-            Caller::Owner(name) => name.as_ref() == owner,
+            Caller::Owner(auth) => auth.name.as_ref() == owner,
+        }
+    }
+
+    /// The owner whose things this caller sees; `None`: the admin, every
+    /// owner's.
+    pub fn owner(&self) -> Option<&str> {
+        match self {
+            Caller::Admin => None,
+            Caller::Owner(auth) => Some(&auth.name),
         }
     }
 }
@@ -446,10 +506,9 @@ impl FromRequestParts<AppState> for Caller {
                 return Ok(Caller::Admin);
             }
         }
-        match QueryAuth::from_request_parts(parts, state).await {
-            Ok(q) => Ok(Caller::Owner(q.name)),
-            Err(e) => Err(e),
-        }
+        QueryAuth::from_request_parts(parts, state)
+            .await
+            .map(Caller::Owner)
     }
 }
 

@@ -112,7 +112,18 @@ impl Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A query token, the admin token (`/admin/...`), or, with \
+                         DUCKGATE_OIDC_ISSUER set, a JWT of that issuer (queries, statements \
+                         and `/queries`, as the identity `oidc:<name claim>`). A refused JWT \
+                         is 401 with a problem whose slug says why: `token-expired`, \
+                         `token-wrong-audience`, ...",
+                    ))
+                    .build(),
+            ),
         );
     }
 }

@@ -32,6 +32,10 @@ pub enum ApiError {
         /// Which token the route needs, or why the one given was refused.
         detail: &'static str,
     },
+    /// A bearer JWT was refused (401): what was wrong, in general terms
+    /// (never a claim's value or key material).
+    #[error("token refused")]
+    TokenRefused(crate::identity::oidc::Refusal),
     /// The request is refused for where it comes from: a web page of
     /// another site, or a `Host` the gateway does not answer (403).
     #[error("{detail}")]
@@ -202,6 +206,19 @@ impl ApiError {
             ApiError::Unauthorized { detail } => (
                 Problem::new(&kind::UNAUTHORIZED, *detail),
                 Some((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),
+            ),
+            ApiError::TokenRefused(refusal) => (
+                Problem::with_slug(
+                    &kind::UNAUTHORIZED,
+                    refusal.slug(),
+                    refusal.title(),
+                    refusal.detail(),
+                ),
+                // RFC 6750: the token was there and is not good.
+                Some((
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer error=\"invalid_token\""),
+                )),
             ),
             ApiError::AdminDisabled => (
                 Problem::new(&kind::ADMIN_DISABLED,

@@ -189,9 +189,17 @@ pub(crate) fn signed_caller(
     if expires < now_secs() {
         return refuse("the signed URL has expired; mint another with POST /statements/{id}/links");
     }
-    // The owner must still hold a token: removing it revokes its URLs.
-    let current = if tokens.query.is_empty() {
+    // The owner must still hold a token: removing it revokes its URLs. An
+    // OIDC identity's URL holds while OIDC is on: it was minted to expire
+    // no later than the JWT that minted it (`mint`), and the issuer cannot
+    // be asked whether the identity still exists.
+    let current = if tokens.anonymous {
         (owner == "anonymous").then(|| Arc::<str>::from("anonymous"))
+    } else if owner.starts_with("oidc:") {
+        state
+            .oidc
+            .is_some()
+            .then(|| Arc::<str>::from(owner.as_str()))
     } else {
         tokens
             .query
@@ -203,7 +211,7 @@ pub(crate) fn signed_caller(
     match current {
         Some(name) => {
             tracing::Span::current().record("identity", format!("{name} (signed link)"));
-            Some(Ok(Caller::Owner(name)))
+            Some(Ok(Caller::Owner(crate::api::auth::QueryAuth::named(name))))
         }
         None => refuse("the signed URL's token is no longer configured"),
     }
@@ -290,7 +298,14 @@ pub async fn mint(
     let instance = found.instance();
     let (owner, id) = found.owner_and_id();
     let path = format!("/statements/{id}/result");
-    let expires = now_secs() + ttl.as_secs();
+    // A URL minted with a JWT ends when the JWT does, whatever it asked.
+    let expires = match &caller {
+        Caller::Owner(auth) => auth.expires_at(),
+        Caller::Admin => None,
+    }
+    .map_or(now_secs() + ttl.as_secs(), |exp| {
+        exp.min(now_secs() + ttl.as_secs())
+    });
     let sig = state
         .tokens
         .load()

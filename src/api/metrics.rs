@@ -57,7 +57,11 @@ pub fn describe() {
     );
     metrics::describe_counter!(
         "duckgate_auth_failures_total",
-        "Requests refused for their token, by route and reason (missing, wrong, signature)."
+        "Requests refused for their token, by route and reason (missing, wrong, signature; a bearer JWT's: jwt_expired, jwt_audience, ...)."
+    );
+    metrics::describe_counter!(
+        "duckgate_oidc_jwks_fetches_total",
+        "Fetches of the OIDC issuer's keys (on the refresh interval, at start-up, for an unknown kid), by outcome."
     );
     metrics::describe_counter!("duckgate_config_reloads_total", "Reloads of the tokens, admin token and signing key (SIGHUP or a changed file), by outcome.");
     metrics::describe_counter!(
@@ -258,6 +262,10 @@ pub fn register_zeroes(secrets: &[String]) {
     }
     metrics::counter!("duckgate_auth_failures_total", "route" => "query", "reason" => "signature")
         .increment(0);
+    for reason in crate::identity::oidc::Refusal::REASONS {
+        metrics::counter!("duckgate_auth_failures_total", "route" => "query", "reason" => *reason)
+            .increment(0);
+    }
     for secret in secrets {
         for outcome in ["ok", "error"] {
             metrics::counter!("duckgate_rotations_total", "secret" => secret.clone(), "outcome" => outcome)

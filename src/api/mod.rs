@@ -75,9 +75,10 @@ pub struct Shared {
     pub health: Arc<Health>,
     /// The credential lifecycle.
     pub rotator: Arc<Rotator>,
-    /// Who may call what.
     /// Who may call what; replaced whole by a reload ([`auth::reload`]).
     pub tokens: Arc<arc_swap::ArcSwap<Tokens>>,
+    /// Checks bearer JWTs of the OIDC issuer, when one is configured.
+    pub oidc: Option<Arc<crate::identity::oidc::Verifier>>,
     /// Every setting.
     pub config: Arc<Config>,
     /// Prometheus renderer.
@@ -299,7 +300,7 @@ pub fn router(state: AppState) -> Router {
         .with_state(state.clone());
     let site = site::SiteRules {
         // A reload never switches between anonymous and token access.
-        anonymous: state.tokens.load().query.is_empty(),
+        anonymous: state.tokens.load().anonymous,
         allowed_hosts: state
             .config
             .server

@@ -20,8 +20,12 @@ use crate::engine::queries::{QueryState, Running};
 pub struct QueryInfo {
     /// The query id (`duckgate-query-id`).
     pub id: String,
-    /// The name of the token that started it.
+    /// The name of the token that started it, or of the OIDC identity
+    /// (`oidc:<name>`).
     pub token: String,
+    /// The roles of the identity that started it (an OIDC identity's roles
+    /// claim; empty for query tokens).
+    pub roles: Vec<String>,
     /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
     pub api: String,
     /// The statement kind, once the guard has read it.
@@ -86,6 +90,7 @@ impl QueryInfo {
                 .map(ProgressInfo::from),
             id: r.id.clone(),
             token: r.owner.to_string(),
+            roles: r.roles.iter().map(|x| x.to_string()).collect(),
             api: r.api.to_string(),
             kind: r.kind.get().cloned(),
             sql: r.sql.clone(),
@@ -193,10 +198,7 @@ fn visible(
     caller: &Caller,
     id: &str,
 ) -> Result<Vec<std::sync::Arc<Running>>, ApiError> {
-    let owner = match caller {
-        Caller::Admin => None,
-        Caller::Owner(name) => Some(name.as_ref()),
-    };
+    let owner = caller.owner();
     let found = state.queries.find(owner, id);
     if found.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -258,7 +260,7 @@ pub async fn cancel(
     };
     let who = match &caller {
         Caller::Admin => "admin".to_string(),
-        Caller::Owner(name) => name.to_string(),
+        Caller::Owner(auth) => auth.name.to_string(),
     };
     for r in &found {
         tracing::info!(query_id = %r.id, owner = %r.owner, by = %who, "cancel requested");

@@ -316,7 +316,7 @@ async fn run_query(
     let epoch = state.health.epoch();
     let reg = state
         .queries
-        .register(Some(id), auth.name.clone(), &sql, epoch)
+        .register(Some(id), auth.name.clone(), auth.roles.clone(), &sql, epoch)
         .map_err(id_error)?;
     let tracker = reg.running.clone();
     let reg = registration.insert(reg);

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
 pub mod attach;
+pub mod oidc;
 pub mod s3;
 
 use s3::S3Settings;
@@ -319,9 +320,11 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_POOL_SPARES", value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub pool_spares: Option<u32>,
 
-    /// Queries one token may run at once. Default: with two or more query
-    /// tokens, a fair share of the pool (its size over the number of tokens,
-    /// rounded up, never the whole pool, at least one); else no bound.
+    /// Queries one token (or OIDC identity) may run at once. Default: with
+    /// two or more query tokens, or with OIDC on (its identities count as
+    /// one more token, and as two at least), a fair share of the pool (its
+    /// size over the number of tokens, rounded up, never the whole pool, at
+    /// least one); else no bound.
     #[arg(long, env = "DUCKGATE_MAX_QUERIES_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_queries_per_token: Option<u32>,
 
@@ -474,8 +477,9 @@ pub struct LimitsConfig {
 /// Who may call what. Tokens are `SecretString`s: Debug redacts them.
 #[derive(Debug, Clone, Args)]
 pub struct AuthConfig {
-    /// Comma-separated bearer tokens that may call `/query`. Empty: anonymous
-    /// queries, allowed only on a loopback address unless `--allow-anonymous`.
+    /// Comma-separated bearer tokens that may call `/query`. Empty (and no
+    /// DUCKGATE_OIDC_ISSUER): anonymous queries, allowed only on a loopback
+    /// address unless `--allow-anonymous`.
     #[arg(
         long,
         env = "DUCKGATE_QUERY_TOKENS",
@@ -513,6 +517,10 @@ pub struct AuthConfig {
     /// Allow anonymous queries on a non-loopback address.
     #[arg(long, env = "DUCKGATE_ALLOW_ANONYMOUS", default_value_t = false)]
     pub allow_anonymous: bool,
+
+    /// Bearer JWTs of an OIDC issuer as identities.
+    #[command(flatten)]
+    pub oidc: oidc::OidcConfig,
 }
 
 impl StatementsConfig {
@@ -621,6 +629,8 @@ pub struct Resolved {
     pub state_dsn: Option<SecretString>,
     /// The number of pooled connections.
     pub pool_size: usize,
+    /// Bearer JWTs of an OIDC issuer, when `DUCKGATE_OIDC_ISSUER` is set.
+    pub oidc: Option<oidc::OidcSettings>,
 }
 
 impl Config {
@@ -751,7 +761,9 @@ impl Config {
             secret.write_scope = writes.clone();
         }
         let state_dsn = self.statements.state_dsn()?;
+        let oidc = self.auth.oidc.resolve()?;
         Ok(Resolved {
+            oidc,
             timing: self.s3.timing(longest),
             secrets,
             catalogs,

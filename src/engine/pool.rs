@@ -440,6 +440,20 @@ pub struct PoolOptions {
     pub shares: Shares,
 }
 
+/// Past this many owners' gates, the idle ones are forgotten.
+const GATES_KEPT: usize = 1024;
+
+/// Forgets the gates no one holds or waits for, once there are more than
+/// [`GATES_KEPT`]: OIDC identities are not a fixed list, and each one that
+/// ever queried would otherwise keep a gate for the life of the process.
+/// A gate only the map holds has all its permits (every permit and waiter
+/// holds a clone), so it is the same as a new one.
+pub(crate) fn forget_idle_gates(gates: &mut std::collections::HashMap<Arc<str>, Arc<Semaphore>>) {
+    if gates.len() > GATES_KEPT {
+        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
+    }
+}
+
 /// How the pool is shared, as configured: known before the pool exists
 /// (no setting after construction).
 #[derive(Debug, Clone, Default)]
@@ -606,6 +620,7 @@ impl QueryPool {
     fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
         let share = self.token_share?;
         let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
+        crate::engine::pool::forget_idle_gates(&mut gates);
         Some(
             gates
                 .entry(owner.clone())
@@ -745,5 +760,30 @@ impl QueryPool {
     pub fn close(&self) {
         self.gate.close();
         self.inner.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_gates_are_forgotten_past_the_bound() {
+        let mut gates = std::collections::HashMap::new();
+        for i in 0..=GATES_KEPT {
+            gates.insert(
+                Arc::<str>::from(format!("oidc:{i}")),
+                Arc::new(Semaphore::new(1)),
+            );
+        }
+        // A gate someone holds (a permit, or a waiter) stays.
+        let held = gates.get("oidc:7").cloned().unwrap();
+        forget_idle_gates(&mut gates);
+        assert_eq!(gates.len(), 1);
+        assert!(Arc::ptr_eq(&gates["oidc:7"], &held));
+        // Below the bound nothing is scanned or dropped.
+        gates.insert(Arc::from("oidc:x"), Arc::new(Semaphore::new(1)));
+        forget_idle_gates(&mut gates);
+        assert_eq!(gates.len(), 2);
     }
 }

@@ -31,8 +31,11 @@ pub enum QueryState {
 pub struct Running {
     /// The client's `duckgate-query-id`, or a generated one.
     pub id: String,
-    /// The name of the token that started it (`anonymous` without tokens).
+    /// The name of the token that started it (`anonymous` without tokens),
+    /// or of the OIDC identity (`oidc:<name>`).
     pub owner: Arc<str>,
+    /// The owner's roles (an OIDC identity's; none for query tokens).
+    pub roles: Vec<Arc<str>>,
     /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
     pub api: &'static str,
     /// The SQL, cut to the registry's limit (on a character boundary).
@@ -258,10 +261,11 @@ impl Registry {
         self: &Arc<Self>,
         id: Option<&str>,
         owner: Arc<str>,
+        roles: Vec<Arc<str>>,
         sql: &str,
         epoch: u64,
     ) -> Result<Registration, IdError> {
-        self.register_as("query", id, owner, sql, epoch)
+        self.register_as("query", id, owner, roles, sql, epoch)
     }
 
     /// [`Registry::register`] for work that came through `api`.
@@ -270,6 +274,7 @@ impl Registry {
         api: &'static str,
         id: Option<&str>,
         owner: Arc<str>,
+        roles: Vec<Arc<str>>,
         sql: &str,
         epoch: u64,
     ) -> Result<Registration, IdError> {
@@ -286,6 +291,7 @@ impl Registry {
         let running = Arc::new(Running {
             id: id.clone(),
             owner,
+            roles,
             api,
             sql: sql[..cut].to_string(),
             sql_len: sql.len(),
@@ -422,6 +428,7 @@ impl Drop for Registration {
                 "query_id": r.id,
                 "api": r.api,
                 "token": &*r.owner,
+                "roles": r.roles.iter().map(|x| &**x).collect::<Vec<&str>>(),
                 "kind": r.kind.get(),
                 "sql_sha256": r.sql_hash,
                 "sql_bytes": r.sql_len,
@@ -448,6 +455,7 @@ impl Drop for Registration {
             query_id = %r.id,
             api = r.api,
             token = %r.owner,
+            roles = ?r.roles.iter().map(|x| &**x).collect::<Vec<&str>>(),
             kind = r.kind.get().map(String::as_str).unwrap_or("-"),
             sql_sha256 = %r.sql_hash,
             sql_bytes = r.sql_len,
@@ -478,27 +486,41 @@ mod tests {
     fn ids_are_validated_unique_and_released() {
         let reg = Arc::new(Registry::new(8));
         assert_eq!(
-            reg.register(Some("a b"), "t".into(), "SELECT 1", 0)
+            reg.register(Some("a b"), "t".into(), Vec::new(), "SELECT 1", 0)
                 .unwrap_err(),
             IdError::Invalid
         );
         assert_eq!(
-            reg.register(Some(&"x".repeat(MAX_ID_LEN + 1)), "t".into(), "SELECT 1", 0)
-                .unwrap_err(),
+            reg.register(
+                Some(&"x".repeat(MAX_ID_LEN + 1)),
+                "t".into(),
+                Vec::new(),
+                "SELECT 1",
+                0
+            )
+            .unwrap_err(),
             IdError::Invalid
         );
-        let first = reg.register(Some("job-1.a_b"), "t".into(), "SELECT 'héllo wörld'", 0);
+        let first = reg.register(
+            Some("job-1.a_b"),
+            "t".into(),
+            Vec::new(),
+            "SELECT 'héllo wörld'",
+            0,
+        );
         let first = first.unwrap();
         assert_eq!(first.running.sql, "SELECT '");
         assert!(matches!(
-            reg.register(Some("job-1.a_b"), "t".into(), "SELECT 2", 0),
+            reg.register(Some("job-1.a_b"), "t".into(), Vec::new(), "SELECT 2", 0),
             Err(IdError::Taken(_))
         ));
-        let generated = reg.register(None, "t".into(), "SELECT 3", 0).unwrap();
+        let generated = reg
+            .register(None, "t".into(), Vec::new(), "SELECT 3", 0)
+            .unwrap();
         assert!(valid_id(&generated.running.id));
         // Another owner may use the same id; neither sees the other's.
         let other = reg
-            .register(Some("job-1.a_b"), "u".into(), "SELECT 4", 0)
+            .register(Some("job-1.a_b"), "u".into(), Vec::new(), "SELECT 4", 0)
             .unwrap();
         assert_eq!(reg.find(Some("u"), "job-1.a_b").len(), 1);
         assert_eq!(reg.find(None, "job-1.a_b").len(), 2);
@@ -507,7 +529,7 @@ mod tests {
         assert!(reg.find(Some("t"), "job-1.a_b").is_empty());
         assert!(reg.contains(&other.running));
         assert!(reg
-            .register(Some("job-1.a_b"), "t".into(), "SELECT 2", 0)
+            .register(Some("job-1.a_b"), "t".into(), Vec::new(), "SELECT 2", 0)
             .is_ok());
     }
 }

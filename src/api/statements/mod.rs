@@ -135,7 +135,14 @@ async fn submit_inner(
     let epoch = state.health.epoch();
     let mut registration = state
         .queries
-        .register_as("statement", Some(id), auth.name.clone(), &sql, epoch)
+        .register_as(
+            "statement",
+            Some(id),
+            auth.name.clone(),
+            auth.roles.clone(),
+            &sql,
+            epoch,
+        )
         .map_err(id_error)?;
     let client_chose = headers.contains_key(crate::api::query::QUERY_ID_HEADER);
     if let Err(e) = crate::api::replicas::reserve_id(state, &mut registration, client_chose).await {
@@ -528,10 +535,7 @@ pub(crate) async fn visible(
     caller: &Caller,
     id: &str,
 ) -> Result<Found, ApiError> {
-    let owner = match caller {
-        Caller::Admin => None,
-        Caller::Owner(name) => Some(name.as_ref()),
-    };
+    let owner = caller.owner();
     let Some(shared) = &state.statements.shared else {
         return visible_here(state, owner, id).map(Found::Local);
     };
@@ -588,10 +592,7 @@ fn visible_here(
     ),
     security(("bearer" = []), ()))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    let owner = match &caller {
-        Caller::Admin => None,
-        Caller::Owner(name) => Some(name.as_ref()),
-    };
+    let owner = caller.owner();
     let local = state.statements.list(owner);
     let Some(shared) = &state.statements.shared else {
         let statements = local.iter().map(|s| status_of(&state, s)).collect();

@@ -8,6 +8,7 @@ mod faults;
 mod guard_corpus;
 mod httpfs_settings;
 mod nesting;
+mod oidc;
 mod parquet;
 mod replay;
 mod s3_capacity;

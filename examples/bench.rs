@@ -804,6 +804,7 @@ fn bench_guard(opts: &Opts, table: &mut Table) -> Result<()> {
                 paths: Default::default(),
                 client_schema: None,
                 writable: Vec::new(),
+                access: None,
             };
             let mut out = Vec::new();
             for (label, sql) in cases {

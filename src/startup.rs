@@ -56,6 +56,7 @@ pub(crate) async fn serve_until(
     let engine = open_engine(&plan, &health, parties).await?;
     let rotator = install_credentials(&plan, &engine, &health).await?;
     let catalogs = attach_and_lock_down(&plan, &engine, &rotator).await?;
+    let roles = open_roles(&plan, &engine, &catalogs).await?;
     let statements = open_statements(&plan, &engine, &rotator, &health, parties).await?;
     let config = plan.config;
     let state = AppState::new(api::Shared {
@@ -70,6 +71,7 @@ pub(crate) async fn serve_until(
         shutdown: CancellationToken::new(),
         statements,
         catalogs: Arc::new(catalogs),
+        roles,
         addr,
     });
     let tasks = Tasks::start(&state);
@@ -211,6 +213,43 @@ async fn attach_and_lock_down(
         .await
         .map_err(|e| anyhow::anyhow!("opening pool connections: {e}"))?;
     Ok(catalogs)
+}
+
+/// Step 4b: the roles of the TOML file, each grant checked against the
+/// catalog as attached: a grant that names nothing that exists stops
+/// start-up, naming it.
+async fn open_roles(
+    plan: &Resolved,
+    engine: &Arc<Engine>,
+    catalogs: &[Catalog],
+) -> anyhow::Result<Arc<crate::config::roles::Roles>> {
+    let roles = crate::config::roles::Roles::new(&plan.roles)?;
+    if !roles.any() {
+        return Ok(Arc::new(roles));
+    }
+    let (slot, lease) = engine
+        .pool
+        .acquire(None, false)
+        .await
+        .map_err(|e| anyhow::anyhow!("checking the roles' grants: {e:?}"))?;
+    let declared = catalogs.to_vec();
+    let objects = tokio::task::spawn_blocking(move || {
+        let out = engine::catalogs::objects(&slot.conn, &declared);
+        lease.release(slot);
+        out
+    })
+    .await
+    .context("checking the roles' grants")?
+    .context("reading the catalog to check the roles' grants")?;
+    roles.check_against(&objects)?;
+    for role in &plan.roles {
+        for decision in ["allowed", "refused"] {
+            metrics::counter!("duckgate_grant_decisions_total", "role" => role.name.clone(), "decision" => decision)
+                .increment(0);
+        }
+    }
+    tracing::info!(roles = plan.roles.len(), "roles and grants checked");
+    Ok(Arc::new(roles))
 }
 
 /// Step 5: the state replicas share (if any), the spool (local, or S3 for

@@ -392,6 +392,9 @@ pub struct QueryAuth {
     /// Its claims: a JWT's, whole, for policies that bind them (empty for
     /// query tokens).
     pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
+    /// What its roles let it read and change; `None`: not confined (a
+    /// query token holding no role).
+    pub access: Option<Arc<crate::engine::guard::access::Access>>,
 }
 
 impl QueryAuth {
@@ -401,7 +404,24 @@ impl QueryAuth {
             name,
             roles: Vec::new(),
             claims: Arc::default(),
+            access: None,
         }
+    }
+
+    /// The identity with the grants of its roles (`[[role]]` of the TOML
+    /// file): those it is a member of by name and, for a JWT, those its
+    /// roles claim names. A JWT holding no declared role, where roles are
+    /// declared, is confined to nothing: an issuer's every token is not
+    /// the operator's to trust with every table.
+    fn with_roles(mut self, roles: &crate::config::roles::Roles, jwt: bool) -> Self {
+        self.access = roles.access(&self.name, &self.roles);
+        if self.access.is_none() && jwt && roles.any() {
+            self.access = Some(Arc::default());
+        }
+        if let Some(a) = &self.access {
+            self.roles = a.roles.clone();
+        }
+        self
     }
 
     /// When the identity's proof expires, in Unix seconds: a JWT's `exp`
@@ -420,7 +440,7 @@ impl FromRequestParts<AppState> for QueryAuth {
         let all = state.tokens.load();
         if all.anonymous {
             tracing::Span::current().record("identity", "anonymous");
-            return Ok(QueryAuth::named("anonymous".into()));
+            return Ok(QueryAuth::named("anonymous".into()).with_roles(&state.roles, false));
         }
         let Some(given) = bearer(parts) else {
             failed("query", "missing");
@@ -431,7 +451,7 @@ impl FromRequestParts<AppState> for QueryAuth {
         if let Some(i) = which_token(given, &all.query) {
             let name = all.query[i].name.clone();
             tracing::Span::current().record("identity", &*name);
-            return Ok(QueryAuth::named(name));
+            return Ok(QueryAuth::named(name).with_roles(&state.roles, false));
         }
         if let Some(verifier) = state.oidc.as_deref() {
             if crate::identity::oidc::looks_like_jwt(given) {
@@ -444,7 +464,9 @@ impl FromRequestParts<AppState> for QueryAuth {
                             name: v.name,
                             roles: v.roles,
                             claims: v.claims,
-                        })
+                            access: None,
+                        }
+                        .with_roles(&state.roles, true))
                     }
                     Err(refusal) => {
                         failed("query", refusal.reason());

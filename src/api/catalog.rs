@@ -148,10 +148,26 @@ pub async fn list(
     auth: QueryAuth,
 ) -> Result<Json<CatalogList>, ApiError> {
     let declared = state.catalogs.clone();
-    let databases = on_pooled(&state, &auth.name, move |conn| {
+    let mut databases = on_pooled(&state, &auth.name, move |conn| {
         catalogs::list(conn, &declared)
     })
     .await?;
+    // A confined caller sees what its roles grant, nothing else.
+    if let Some(access) = &auth.access {
+        for d in &mut databases {
+            for s in &mut d.schemas {
+                s.tables.retain(|t| access.sees(&d.name, &s.name, &t.name));
+            }
+            d.schemas.retain(|s| {
+                !s.tables.is_empty()
+                    || access
+                        .write
+                        .iter()
+                        .any(|p| p.covers_schema(&d.name, &s.name))
+            });
+        }
+        databases.retain(|d| !d.schemas.is_empty());
+    }
     Ok(Json(CatalogList {
         databases: databases
             .into_iter()
@@ -200,15 +216,27 @@ pub async fn table(
 ) -> Result<Json<TableDetail>, ApiError> {
     let declared = state.catalogs.clone();
     let (db, sc, tb) = (database.clone(), schema.clone(), table.clone());
-    let detail = on_pooled(&state, &auth.name, move |conn| {
-        catalogs::describe(conn, &declared, &db, &sc, &tb)
-    })
-    .await?
-    .ok_or_else(|| {
+    let missing = || {
         ApiError::NotFound(format!(
             "no table {database}.{schema}.{table} that clients can query"
         ))
-    })?;
+    };
+    // What a confined caller may not see does not exist for it.
+    if let Some(access) = &auth.access {
+        if !access.sees(&database, &schema, &table) {
+            return Err(missing());
+        }
+    }
+    let mut detail = on_pooled(&state, &auth.name, move |conn| {
+        catalogs::describe(conn, &declared, &db, &sc, &tb)
+    })
+    .await?
+    .ok_or_else(missing)?;
+    if let Some(access) = &auth.access {
+        detail
+            .columns
+            .retain(|c| access.may_read_column(&database, &schema, &table, &c.name));
+    }
     Ok(Json(TableDetail {
         database,
         database_kind: detail.database_kind.into(),

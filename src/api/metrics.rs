@@ -97,6 +97,10 @@ pub fn describe() {
         "Inline queries moved to a pooled thread, by reason."
     );
     metrics::describe_counter!(
+        "duckgate_grant_decisions_total",
+        "Statements of identities that roles confine, by the roles held (joined with +) and the grants' decision (allowed, refused)."
+    );
+    metrics::describe_counter!(
         "duckgate_queries_inline_total",
         "Queries run inline on the request's worker."
     );

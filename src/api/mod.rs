@@ -91,6 +91,8 @@ pub struct Shared {
     pub statements: Arc<crate::statements::Statements>,
     /// The operator-declared catalogs attached at start.
     pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
+    /// The roles of the TOML file, by which callers are confined.
+    pub roles: Arc<crate::config::roles::Roles>,
     /// The address the API listens on (a reload refuses short tokens
     /// beyond loopback, as start-up does).
     pub addr: std::net::SocketAddr,

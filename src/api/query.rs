@@ -330,7 +330,7 @@ async fn run_query(
         max_rows,
         rows_asked,
         max_bytes: limits.max_result_bytes,
-        rules: state.engine.rules(),
+        rules: state.engine.rules_for(auth.access.clone()),
         started,
         retried: false,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),

@@ -12,6 +12,7 @@ use secrecy::{ExposeSecret, SecretString};
 
 pub mod attach;
 pub mod oidc;
+pub mod roles;
 pub mod s3;
 
 use s3::S3Settings;
@@ -631,6 +632,8 @@ pub struct Resolved {
     pub pool_size: usize,
     /// Bearer JWTs of an OIDC issuer, when `DUCKGATE_OIDC_ISSUER` is set.
     pub oidc: Option<oidc::OidcSettings>,
+    /// The roles of the TOML file (`[[role]]`).
+    pub roles: Vec<roles::RoleSpec>,
 }
 
 impl Config {
@@ -741,6 +744,10 @@ impl Config {
             Some(f) => attach::catalogs_in(f, &secrets)?,
             None => Vec::new(),
         };
+        let roles = match &file {
+            Some(f) => roles::roles_in(f)?,
+            None => Vec::new(),
+        };
         let max_statement_timeout = self.statement_limit(&secrets);
         let longest = self.max_query_timeout().max(max_statement_timeout);
         self.s3.validate(
@@ -764,6 +771,7 @@ impl Config {
         let oidc = self.auth.oidc.resolve()?;
         Ok(Resolved {
             oidc,
+            roles,
             timing: self.s3.timing(longest),
             secrets,
             catalogs,

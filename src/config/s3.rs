@@ -247,6 +247,9 @@ struct FileConfig {
     /// Declared catalogs, read by `config::attach`.
     #[serde(default, rename = "attach")]
     _attach: Vec<toml::Value>,
+    /// Roles, read by `config::roles`.
+    #[serde(default, rename = "role")]
+    _role: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -687,6 +687,44 @@ pub async fn watch(
     }
 }
 
+/// Every schema, table and view clients can query ([`list`]), with each
+/// table's and view's columns: what roles' grants are checked against at
+/// start-up.
+pub fn objects(
+    conn: &super::ffi::Connection,
+    declared: &[Catalog],
+) -> duckdb::Result<Vec<crate::config::roles::CatalogObject>> {
+    use crate::config::roles::CatalogObject;
+    let mut out = Vec::new();
+    for database in list(conn, declared)? {
+        for schema in database.schemas {
+            out.push(CatalogObject {
+                catalog: database.name.clone(),
+                schema: schema.name.clone(),
+                ..Default::default()
+            });
+            for table in schema.tables {
+                let columns = conn
+                    .prepare(
+                        "SELECT column_name FROM duckdb_columns() WHERE database_name = ? \
+                         AND schema_name = ? AND table_name = ? ORDER BY column_index",
+                    )?
+                    .query_map([&database.name, &schema.name, &table.name], |r| {
+                        r.get::<_, String>(0)
+                    })?
+                    .collect::<Result<_, _>>()?;
+                out.push(CatalogObject {
+                    catalog: database.name.clone(),
+                    schema: schema.name.clone(),
+                    name: table.name,
+                    columns,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,6 +218,19 @@ impl Engine {
             .expect("the engine is locked down before it serves queries")
     }
 
+    /// The guard's rules for a caller confined by `access` (its roles'
+    /// grants), or the rules of every unconfined caller.
+    pub fn rules_for(&self, access: Option<Arc<guard::access::Access>>) -> Arc<guard::Rules> {
+        let rules = self.rules();
+        match access {
+            None => rules,
+            Some(access) => Arc::new(guard::Rules {
+                access: Some(access),
+                ..(*rules).clone()
+            }),
+        }
+    }
+
     /// Defense in depth under the guard: queries may touch only the readable
     /// directory and the configured S3 prefixes, and nothing may change a
     /// setting afterwards. The order matters: allowed directories can only be
@@ -276,6 +289,7 @@ impl Engine {
                 s3_scope: scope,
                 s3_refused: s3_refused.to_vec(),
             },
+            access: None,
         }));
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
         let mut allowed: Vec<String> = vec![files];

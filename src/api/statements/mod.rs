@@ -211,9 +211,9 @@ async fn submit_inner(
         rows_asked,
         max_bytes: u64::MAX,
         rules: if read_only {
-            crate::api::query::read_only(state.engine.rules())
+            crate::api::query::read_only(state.engine.rules_for(auth.access.clone()))
         } else {
-            state.engine.rules()
+            state.engine.rules_for(auth.access.clone())
         },
         started,
         retried: false,

@@ -125,9 +125,35 @@ pub(super) fn work_inner(
                 );
                 a
             }
-            Err(r) => return tx.fail(QueryError::Refused(r)),
+            Err(r) => {
+                let r = match &job.rules.access {
+                    Some(access) => access.hide(
+                        r,
+                        &job.sql,
+                        || guard::named_tables(&slot.raw, &job.sql),
+                        |name| tables_named(&slot.conn, name),
+                    ),
+                    None => r,
+                };
+                return tx.fail(QueryError::Refused(r));
+            }
         },
     };
+    // The verdict is the text's; the grants are the caller's.
+    if let Some(access) = &job.rules.access {
+        let decision = access.check(&accepted, &job.sql, || {
+            guard::named_tables(&slot.raw, &job.sql)
+        });
+        metrics::counter!(
+            "duckgate_grant_decisions_total",
+            "role" => access.label(),
+            "decision" => if decision.is_ok() { "allowed" } else { "refused" }
+        )
+        .increment(1);
+        if let Err(r) = decision {
+            return tx.fail(QueryError::Refused(r));
+        }
+    }
     if let Some(t) = &job.tracker {
         let _ = t.kind.set(accepted.kind.clone());
         t.advance(crate::engine::queries::QueryState::Running);
@@ -297,6 +323,25 @@ pub(super) fn mark_quick(
     if let Some(v) = slot.verdicts.get_mut(&job.sql) {
         v.quick = quick;
     }
+}
+
+/// The (catalog, schema) of every table and view named `name`
+/// (case-insensitively), by DuckDB's catalog; none if it cannot be read.
+fn tables_named(conn: &crate::engine::ffi::Connection, name: &str) -> Vec<(String, String)> {
+    let rows = conn
+        .prepare(
+            "SELECT database_name, schema_name FROM duckdb_tables() WHERE lower(table_name) = lower(?) \
+             UNION ALL SELECT database_name, schema_name FROM duckdb_views() \
+             WHERE lower(view_name) = lower(?) AND NOT internal",
+        )
+        .and_then(|mut s| {
+            s.query_map([name, name], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<duckdb::Result<Vec<(String, String)>>>()
+        });
+    rows.unwrap_or_else(|e| {
+        tracing::error!(error.cause = %e, "the catalog could not be read to hide a confined caller's error");
+        Vec::new()
+    })
 }
 
 /// A statement whose last run took at most this long may run inline.

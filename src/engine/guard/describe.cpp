@@ -36,6 +36,14 @@
 #include "duckdb/planner/planner.hpp"
 #include "duckdb/planner/logical_operator_visitor.hpp"
 #include "duckdb/planner/operator/logical_get.hpp"
+#include "duckdb/planner/operator/logical_insert.hpp"
+#include "duckdb/planner/operator/logical_delete.hpp"
+#include "duckdb/planner/operator/logical_update.hpp"
+#include "duckdb/planner/operator/logical_merge_into.hpp"
+#include "duckdb/planner/operator/logical_create_table.hpp"
+#include "duckdb/planner/operator/logical_create.hpp"
+#include "duckdb/catalog/catalog_entry/table_catalog_entry.hpp"
+#include "duckdb/catalog/catalog_entry/schema_catalog_entry.hpp"
 #include "duckdb/planner/expression/list.hpp"
 #include "duckdb/common/error_data.hpp"
 #include "json_serializer.hpp"
@@ -314,18 +322,104 @@ char *CopyOut(const char *data, size_t len) {
 // `VisitReplace` answers nullptr, so these record the node and leave the
 // children to it (walking them here too made the walk exponential in the
 // nesting: a 30-term sum visited 2^30 nodes).
+// A catalog object a plan reads or changes, by its bound (resolved) name.
+struct PlanObject {
+	string catalog;
+	string schema;
+	string name;
+	// What the plan does with it: `read`, `insert`, `update`, `delete`,
+	// `merge`, `create table`, `create view`, or `ddl` (any other CREATE,
+	// DROP or ALTER, whose object the plan does not resolve).
+	string action;
+	// For `read`: the columns the scan returns (rowid and other virtual
+	// columns left out).
+	vector<string> columns;
+};
+
 class PlanNames : public LogicalOperatorVisitor {
 public:
 	vector<string> functions;
 	vector<string> tables;
+	vector<PlanObject> objects;
+	// Table functions scanned that read no catalog table (readers,
+	// generators, DuckDB's catalog functions).
+	vector<string> sources;
 	bool unreadable = false;
 
 	void VisitOperator(LogicalOperator &op) override {
-		if (op.type == LogicalOperatorType::LOGICAL_GET) {
-			tables.push_back(op.Cast<LogicalGet>().function.name);
+		switch (op.type) {
+		case LogicalOperatorType::LOGICAL_GET: {
+			auto &get = op.Cast<LogicalGet>();
+			tables.push_back(get.function.name);
+			auto table = get.GetTable();
+			if (!table) {
+				sources.push_back(get.function.name);
+			} else {
+				PlanObject object = Of(*table, "read");
+				for (auto &column : get.GetColumnIds()) {
+					if (column.IsVirtualColumn() || column.IsRowIdColumn() || column.IsEmptyColumn()) {
+						continue;
+					}
+					auto index = column.GetPrimaryIndex();
+					if (index < get.names.size()) {
+						object.columns.push_back(get.names[index]);
+					}
+				}
+				objects.push_back(std::move(object));
+			}
+			break;
+		}
+		case LogicalOperatorType::LOGICAL_INSERT:
+			objects.push_back(Of(op.Cast<LogicalInsert>().table, "insert"));
+			break;
+		case LogicalOperatorType::LOGICAL_DELETE:
+			objects.push_back(Of(op.Cast<LogicalDelete>().table, "delete"));
+			break;
+		case LogicalOperatorType::LOGICAL_UPDATE:
+			objects.push_back(Of(op.Cast<LogicalUpdate>().table, "update"));
+			break;
+		case LogicalOperatorType::LOGICAL_MERGE_INTO:
+			objects.push_back(Of(op.Cast<LogicalMergeInto>().table, "merge"));
+			break;
+		case LogicalOperatorType::LOGICAL_CREATE_TABLE: {
+			auto &create = op.Cast<LogicalCreateTable>();
+			objects.push_back({create.schema.ParentCatalog().GetName(), create.schema.name,
+			                   create.info->Base().table, "create table", {}});
+			break;
+		}
+		case LogicalOperatorType::LOGICAL_CREATE_VIEW: {
+			auto &create = op.Cast<LogicalCreate>();
+			auto &info = create.info->Cast<CreateViewInfo>();
+			if (create.schema) {
+				objects.push_back({create.schema->ParentCatalog().GetName(), create.schema->name, info.view_name,
+				                   "create view", {}});
+			} else {
+				objects.push_back({info.catalog, info.schema, info.view_name, "create view", {}});
+			}
+			break;
+		}
+		case LogicalOperatorType::LOGICAL_CREATE_SEQUENCE:
+		case LogicalOperatorType::LOGICAL_CREATE_INDEX:
+		case LogicalOperatorType::LOGICAL_CREATE_SCHEMA:
+		case LogicalOperatorType::LOGICAL_CREATE_MACRO:
+		case LogicalOperatorType::LOGICAL_CREATE_TYPE:
+		case LogicalOperatorType::LOGICAL_CREATE_SECRET:
+		case LogicalOperatorType::LOGICAL_DROP:
+		case LogicalOperatorType::LOGICAL_ALTER:
+		case LogicalOperatorType::LOGICAL_ATTACH:
+		case LogicalOperatorType::LOGICAL_DETACH:
+		case LogicalOperatorType::LOGICAL_VACUUM:
+			objects.push_back({"", "", "", "ddl", {}});
+			break;
+		default:
+			break;
 		}
 		VisitOperatorExpressions(op);
 		VisitOperatorChildren(op);
+	}
+
+	static PlanObject Of(TableCatalogEntry &table, const char *action) {
+		return {table.ParentCatalog().GetName(), table.schema.name, table.name, action, {}};
 	}
 
 protected:
@@ -593,6 +687,17 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		AddStrings(doc, root, "json_exprs", json_exprs);
 		AddStrings(doc, root, "modified", modified);
 		AddStrings(doc, root, "read", read);
+		auto objects = yyjson_mut_arr(doc);
+		for (auto &o : names.objects) {
+			auto obj = yyjson_mut_arr_add_obj(doc, objects);
+			yyjson_mut_obj_add_strcpy(doc, obj, "catalog", o.catalog.c_str());
+			yyjson_mut_obj_add_strcpy(doc, obj, "schema", o.schema.c_str());
+			yyjson_mut_obj_add_strcpy(doc, obj, "name", o.name.c_str());
+			yyjson_mut_obj_add_strcpy(doc, obj, "action", o.action.c_str());
+			AddStrings(doc, obj, "columns", o.columns);
+		}
+		yyjson_mut_obj_add_val(doc, root, "objects", objects);
+		AddStrings(doc, root, "sources", names.sources);
 	} catch (std::exception &ex) {
 		ErrorData error(ex);
 		root = yyjson_mut_obj(doc);

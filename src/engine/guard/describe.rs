@@ -51,6 +51,14 @@ pub struct PlanNames {
     /// The databases whose tables the statement reads.
     #[serde(default)]
     pub read: Vec<String>,
+    /// The catalog objects the plan reads (through views too) and changes,
+    /// by their bound names: what grants are checked against.
+    #[serde(default)]
+    pub objects: Vec<PlanObject>,
+    /// Table functions the plan scans that read no catalog table: readers
+    /// (`read_parquet`), generators (`range`), DuckDB's catalog functions.
+    #[serde(default)]
+    pub sources: Vec<String>,
     /// The binder's error, if binding failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -61,6 +69,25 @@ pub struct PlanNames {
     /// the SQL (see [`crate::engine::errors::place`]).
     #[serde(default)]
     pub position: Option<usize>,
+}
+
+/// A catalog object a bound plan reads or changes, named as DuckDB resolved
+/// it (catalog, schema and name; views expanded to what they read).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct PlanObject {
+    /// Its database, e.g. `memory`, `lake`.
+    pub catalog: String,
+    /// Its schema.
+    pub schema: String,
+    /// Its name (empty for `ddl`).
+    pub name: String,
+    /// `read`, `insert`, `update`, `delete`, `merge`, `create table`,
+    /// `create view`, or `ddl` (another CREATE, a DROP or ALTER, whose
+    /// object the plan leaves unresolved).
+    pub action: String,
+    /// For `read`: the columns the scan returns.
+    #[serde(default)]
+    pub columns: Vec<String>,
 }
 
 /// Calls a shim function that takes a connection and SQL and returns a

@@ -16,6 +16,7 @@
 //! Allow, don't deny: statement kinds, functions, internal views and URL
 //! forms not named as allowed are refused.
 
+pub mod access;
 pub mod describe;
 pub mod functions;
 pub mod paths;
@@ -40,6 +41,9 @@ pub struct Rules {
     /// catalogs declared writable (never `system`, `temp` or a lake's
     /// metadata). Empty under read-only.
     pub writable: Vec<String>,
+    /// The caller's grants, when its roles confine it ([`access`]); `None`:
+    /// the caller may read and write whatever the policy admits.
+    pub access: Option<std::sync::Arc<access::Access>>,
 }
 
 /// Under the read-write policy: the gateway's own database, whose `main`
@@ -66,6 +70,12 @@ pub struct Accepted {
     pub read_only: bool,
     /// For queries: the result as DuckDB's binder described it.
     pub result: Option<ResultShape>,
+    /// What the bound plan reads and changes (views expanded), for the
+    /// grants of each caller ([`access::Access::check`]): the verdict is
+    /// the text's, the grants the caller's.
+    pub objects: Vec<describe::PlanObject>,
+    /// Table functions the plan scans that read no catalog table.
+    pub sources: Vec<String>,
 }
 
 /// A query's result columns, and the query in DuckDB's own rendering (to
@@ -177,6 +187,7 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     match statement.kind.as_str() {
         "SELECT" => {
             let plan = check_plan(raw, sql, rules)?;
+            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
             accepted.result = Some(ResultShape {
                 types: plan.types,
                 names: plan.names,
@@ -196,7 +207,8 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
                 )
             })?;
             check_write(raw, inner, &accepted.kind, rules)?;
-            check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
+            let plan = check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
+            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
         }
         _ => {
             // Writes too: DuckDB binds the whole statement (the query of a
@@ -205,7 +217,8 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
             // and the guard checks every function and table function the
             // plan calls and every database it changes.
             check_write(raw, statement, &accepted.kind, rules)?;
-            check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
+            let plan = check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
+            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
         }
     }
     Ok(accepted)
@@ -249,6 +262,30 @@ pub fn reads_s3(raw: &RawConnection, sql: &str, lakes: &[String]) -> bool {
             || s.inner.as_deref().is_some_and(|i| statement(i, lakes))
     }
     describe::describe(raw, sql).is_ok_and(|all| all.iter().any(|s| statement(s, lakes)))
+}
+
+/// The tables `sql` names as the client wrote them (CTE names included),
+/// by DuckDB's parse alone; nothing if it does not parse.
+pub fn named_tables(raw: &RawConnection, sql: &str) -> tree::Named {
+    fn statement(s: &Statement, out: &mut tree::Named) {
+        s.parts.iter().for_each(|p| tree::named_tables(p, out));
+        if let Some(t) = &s.target {
+            out.tables.push(tree::NamedTable {
+                catalog: t.catalog.clone(),
+                schema: t.schema.clone(),
+                name: t.name.clone(),
+                at: None,
+            });
+        }
+        if let Some(inner) = s.inner.as_deref() {
+            statement(inner, out);
+        }
+    }
+    let mut out = tree::Named::default();
+    if let Ok(all) = describe::describe(raw, sql) {
+        all.iter().for_each(|s| statement(s, &mut out));
+    }
+    out
 }
 
 /// The most [`tree::subquery_cost`] the guard admits: 2^24 units, about
@@ -499,6 +536,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 kind,
                 read_only: false,
                 result: None,
+                objects: Vec::new(),
+                sources: Vec::new(),
             }),
         }
     };
@@ -509,6 +548,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 kind,
                 read_only: true,
                 result: None,
+                objects: Vec::new(),
+                sources: Vec::new(),
             })
         }
         "EXPLAIN" => {
@@ -520,6 +561,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 kind: format!("{kind} {}", accepted.kind),
                 read_only: accepted.read_only,
                 result: None,
+                objects: Vec::new(),
+                sources: Vec::new(),
             })
         }
         "INSERT" | "UPDATE" | "DELETE" => {

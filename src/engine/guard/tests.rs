@@ -16,6 +16,7 @@ fn rules(policy: Policy) -> Rules {
             Policy::ReadOnly => Vec::new(),
             Policy::ReadWrite => vec!["memory".into()],
         },
+        access: None,
     }
 }
 

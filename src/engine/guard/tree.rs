@@ -388,3 +388,55 @@ pub fn set_operations(value: &Value) -> usize {
         _ => 0,
     }
 }
+
+/// A table a parse tree names (`FROM x`, `INSERT INTO x`), as the client
+/// wrote it, where DuckDB read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamedTable {
+    /// The catalog part, or empty.
+    pub catalog: String,
+    /// The schema part, or empty.
+    pub schema: String,
+    /// The name.
+    pub name: String,
+    /// DuckDB's byte offset of the reference in its reading of the text.
+    pub at: Option<usize>,
+}
+
+/// What a parse tree names as tables, and whether it describes one
+/// (`DESCRIBE x`, `SHOW x`: DuckDB answers those from the catalog, with no
+/// scan in the plan).
+#[derive(Debug, Clone, Default)]
+pub struct Named {
+    /// Every base-table reference (CTE names too: the parse cannot tell).
+    pub tables: Vec<NamedTable>,
+    /// A `DESCRIBE` or `SHOW` of a table or query.
+    pub describes: bool,
+}
+
+/// Collects what `value` (a parse tree) names into `out`.
+pub fn named_tables(value: &Value, out: &mut Named) {
+    match value {
+        Value::Array(items) => items.iter().for_each(|v| named_tables(v, out)),
+        Value::Object(map) => {
+            let str_of = |k: &str| map.get(k).and_then(Value::as_str).unwrap_or("");
+            if !map.contains_key("class") {
+                match str_of("type") {
+                    "BASE_TABLE" => out.tables.push(NamedTable {
+                        catalog: str_of("catalog_name").to_string(),
+                        schema: str_of("schema_name").to_string(),
+                        name: str_of("table_name").to_string(),
+                        at: map
+                            .get("query_location")
+                            .and_then(Value::as_u64)
+                            .and_then(|p| usize::try_from(p).ok()),
+                    }),
+                    "SHOW_REF" => out.describes = true,
+                    _ => {}
+                }
+            }
+            map.values().for_each(|v| named_tables(v, out));
+        }
+        _ => {}
+    }
+}

@@ -111,14 +111,15 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
     assert!(series.len() >= 15, "{series:?}");
     for name in &series {
         // One series per S3 secret, and per dependency (shared state,
-        // spool, lake), the S3 spool's and the OIDC issuer's: this gateway
-        // has none.
+        // spool, lake), the S3 spool's, the OIDC issuer's, and per declared
+        // role: this gateway has none.
         if name.starts_with("duckgate_credentials_")
             || name == "duckgate_rotations_total"
             || name.starts_with("duckgate_dependency_")
             || name.starts_with("duckgate_spool_s3_")
             || name == "duckgate_spool_orphans_removed_total"
             || name.starts_with("duckgate_oidc_")
+            || name == "duckgate_grant_decisions_total"
         {
             continue;
         }

@@ -733,3 +733,64 @@ fn start_up_refuses_none_hs_and_a_missing_audience_naming_the_setting() {
         );
     }
 }
+
+/// A JWT's roles claim names the roles it holds (issue 39): one naming a
+/// declared role gets that role's grants, one naming none where roles are
+/// declared is confined to nothing, and a query token holding no role is
+/// not confined. `/queries` shows the roles held, the declared ones.
+#[tokio::test]
+#[ignore = "tier venv: the OIDC suite (scripts/test --tier venv)"]
+async fn a_jwts_roles_claim_confines_it_to_its_roles_grants() {
+    let issuer = Issuer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(
+        &config,
+        "[[role]]\nname = \"analyst\"\nwrite = [\"memory.client.*\"]\n",
+    )
+    .unwrap();
+    let g = gateway(
+        &issuer,
+        &[
+            ("DUCKGATE_CONFIG", config.to_str().unwrap()),
+            ("DUCKGATE_POLICY", "read-write"),
+        ],
+    )
+    .await;
+    let analyst = issuer.mint("rsa-1", "RS256", issuer.claims("alice")).await;
+    let undeclared = issuer
+        .mint(
+            "rsa-1",
+            "RS256",
+            with(&issuer.claims("carol"), json!({"roles": ["reader"]})),
+        )
+        .await;
+    // The static token holds no role: DuckDB's catalog is its to read.
+    let (status, _, body) = query(&g, STATIC, "SELECT count(*) FROM duckdb_tables()").await;
+    assert_eq!(status, 200, "{body}");
+    for (token, who) in [(&analyst, "analyst"), (&undeclared, "no declared role")] {
+        let (status, _, body) = query(&g, token, "SELECT 42").await;
+        assert_eq!(status, 200, "{who}: {body}");
+        let (status, _, body) = query(&g, token, "SELECT count(*) FROM duckdb_tables()").await;
+        assert_eq!(status, 403, "{who}: {body}");
+    }
+    // The analyst creates and reads in the schema it is granted; the JWT
+    // holding no declared role sees nothing of it.
+    let (status, _, body) = query(&g, &analyst, "CREATE TABLE mine AS SELECT 7 AS x").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, body) = query(&g, &analyst, "SELECT x FROM mine").await;
+    assert_eq!(
+        (status, body["rows"].clone()),
+        (200, json!([[7]])),
+        "{body}"
+    );
+    let (status, _, body) = query(&g, &undeclared, "SELECT x FROM mine").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["detail"], "Table with name mine does not exist!",
+        "{body}"
+    );
+    // The static token, not confined, reads it.
+    let (status, _, body) = query(&g, STATIC, "SELECT x FROM mine").await;
+    assert_eq!(status, 200, "{body}");
+}

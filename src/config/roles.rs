@@ -1,0 +1,232 @@
+//! Roles: `[[role]]` tables of the TOML file (`--config`), each granting
+//! reading and writing catalog objects to its members (query tokens by
+//! name, OIDC identities as `oidc:<sub>`) and to JWTs whose roles claim
+//! names it. What a grant means is [`crate::engine::guard::access`]'s;
+//! here they are read and checked for form. Whether each grant names
+//! something that exists is checked once the catalogs are attached
+//! ([`check_against`]).
+//!
+//! ```toml
+//! [[role]]
+//! name = "analyst"
+//! members = ["alice", "oidc:bob"]
+//! read = ["memory.main.orders", "lake.sales.*"]
+//! write = ["memory.client.*"]
+//! [role.columns]
+//! "memory.main.customers" = ["id", "country"]
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::{ConfigError, ConfigFile};
+use crate::engine::guard::access::{Access, ColumnGrant, Pattern};
+
+/// One role, as declared.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleSpec {
+    /// Its name, as a JWT's roles claim names it.
+    pub name: String,
+    /// Identities that hold it: query tokens' names, `oidc:<sub>`.
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// What it may read: `catalog.schema.table` patterns (`*` a part).
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// What it may change: rows of matching tables, and new tables and
+    /// views where the table part is `*`.
+    #[serde(default)]
+    pub write: Vec<String>,
+    /// Tables narrowed to some columns: the table (a pattern) and the
+    /// columns it may read.
+    #[serde(default)]
+    pub columns: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FileConfig {
+    #[serde(default, rename = "role")]
+    roles: Vec<RoleSpec>,
+}
+
+fn error(message: String) -> ConfigError {
+    ConfigError::new("DUCKGATE_CONFIG", message)
+}
+
+/// The roles `file` declares, checked for form (names, patterns).
+pub fn roles_in(file: &ConfigFile) -> Result<Vec<RoleSpec>, ConfigError> {
+    let roles = file.parse::<FileConfig>()?.roles;
+    let mut seen = std::collections::HashSet::new();
+    for r in &roles {
+        if r.name.trim().is_empty() || r.name.contains(char::is_whitespace) {
+            return Err(error(format!(
+                "role '{}': a role's name is one word (a JWT's roles claim names it)",
+                r.name
+            )));
+        }
+        if !seen.insert(r.name.to_ascii_lowercase()) {
+            return Err(error(format!("role '{}' is declared twice", r.name)));
+        }
+        compile(r)?;
+    }
+    Ok(roles)
+}
+
+fn patterns(role: &str, what: &str, texts: &[String]) -> Result<Vec<Pattern>, ConfigError> {
+    texts
+        .iter()
+        .map(|t| Pattern::parse(t).map_err(|e| error(format!("role '{role}', {what}: {e}"))))
+        .collect()
+}
+
+/// One role's grants as the guard reads them.
+fn compile(r: &RoleSpec) -> Result<Access, ConfigError> {
+    let mut columns = Vec::new();
+    for (table, cols) in &r.columns {
+        let table =
+            Pattern::parse(table).map_err(|e| error(format!("role '{}', columns: {e}", r.name)))?;
+        if cols.is_empty() {
+            return Err(error(format!(
+                "role '{}', columns of {}: name at least one column (leave the table out of \
+                 `read` to hide it)",
+                r.name,
+                table.as_str()
+            )));
+        }
+        columns.push(ColumnGrant {
+            table,
+            columns: cols.clone(),
+        });
+    }
+    Ok(Access {
+        roles: vec![Arc::from(r.name.as_str())],
+        read: patterns(&r.name, "read", &r.read)?,
+        write: patterns(&r.name, "write", &r.write)?,
+        columns,
+    })
+}
+
+/// Every role, and who holds which: the [`Access`] of a caller by its
+/// name and its JWT roles.
+#[derive(Debug, Default)]
+pub struct Roles {
+    roles: Vec<(RoleSpec, Access)>,
+}
+
+impl Roles {
+    /// The declared roles (checked by [`roles_in`]).
+    pub fn new(specs: &[RoleSpec]) -> Result<Self, ConfigError> {
+        let roles = specs
+            .iter()
+            .map(|s| Ok((s.clone(), compile(s)?)))
+            .collect::<Result<_, ConfigError>>()?;
+        Ok(Self { roles })
+    }
+
+    /// Whether any role is declared.
+    pub fn any(&self) -> bool {
+        !self.roles.is_empty()
+    }
+
+    /// The grants of the caller `name` holding the JWT roles `claimed`
+    /// (roles of that name that are declared; others mean nothing), or
+    /// `None` when it holds no role: not confined.
+    pub fn access(&self, name: &str, claimed: &[Arc<str>]) -> Option<Arc<Access>> {
+        let mut held = self.roles.iter().filter(|(spec, _)| {
+            spec.members.iter().any(|m| m == name)
+                || claimed.iter().any(|c| c.eq_ignore_ascii_case(&spec.name))
+        });
+        let (_, first) = held.next()?;
+        let mut access = first.clone();
+        for (_, more) in held {
+            access.roles.extend(more.roles.iter().cloned());
+            access.read.extend(more.read.iter().cloned());
+            access.write.extend(more.write.iter().cloned());
+            access.columns.extend(more.columns.iter().cloned());
+        }
+        // A table one role narrows and another grants whole is read whole.
+        let whole: Vec<Pattern> = self
+            .roles
+            .iter()
+            .filter(|(spec, _)| access.roles.iter().any(|r| **r == *spec.name))
+            .filter(|(spec, _)| spec.columns.is_empty())
+            .flat_map(|(_, a)| a.read.clone())
+            .collect();
+        if !whole.is_empty() {
+            access.columns.retain(|g| {
+                !whole
+                    .iter()
+                    .any(|p| p.as_str().eq_ignore_ascii_case(g.table.as_str()))
+            });
+        }
+        Some(Arc::new(access))
+    }
+
+    /// Checks that every grant names something that exists in `objects`
+    /// (catalog, schema, name, columns of each table and view): an exact
+    /// pattern a table or view, a `*` table part a schema, a column grant
+    /// a table with those columns. The error names the grant.
+    pub fn check_against(&self, objects: &[CatalogObject]) -> Result<(), ConfigError> {
+        for (spec, access) in &self.roles {
+            for (what, list) in [("read", &access.read), ("write", &access.write)] {
+                for p in list {
+                    let exists = objects.iter().any(|o| {
+                        p.matches(&o.catalog, &o.schema, &o.name)
+                            || p.covers_schema(&o.catalog, &o.schema)
+                    });
+                    if !exists {
+                        return Err(error(format!(
+                            "role '{}', {what} grant '{}' names no table, view or schema that \
+                             exists",
+                            spec.name,
+                            p.as_str()
+                        )));
+                    }
+                }
+            }
+            for g in &access.columns {
+                let tables: Vec<&CatalogObject> = objects
+                    .iter()
+                    .filter(|o| g.table.matches(&o.catalog, &o.schema, &o.name))
+                    .collect();
+                if tables.is_empty() {
+                    return Err(error(format!(
+                        "role '{}', columns of '{}': no such table or view",
+                        spec.name,
+                        g.table.as_str()
+                    )));
+                }
+                for c in &g.columns {
+                    if !tables
+                        .iter()
+                        .any(|t| t.columns.iter().any(|x| x.eq_ignore_ascii_case(c)))
+                    {
+                        return Err(error(format!(
+                            "role '{}', columns of '{}': no column '{c}'",
+                            spec.name,
+                            g.table.as_str()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A table, view or schema of the catalog (a schema: empty name), with
+/// its columns.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogObject {
+    /// Its database.
+    pub catalog: String,
+    /// Its schema.
+    pub schema: String,
+    /// Its name; empty for the schema itself.
+    pub name: String,
+    /// Its columns.
+    pub columns: Vec<String>,
+}

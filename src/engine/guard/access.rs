@@ -1,0 +1,458 @@
+//! Grants: what one caller may read and change, by its roles.
+//!
+//! A role (a `[[role]]` table of the TOML file, [`crate::config::roles`])
+//! grants reading and writing catalog objects by pattern
+//! (`catalog.schema.table`, `*` for a whole part) and may narrow a table to
+//! some of its columns. A caller with roles gets one [`Access`], the union
+//! of its roles' grants; a caller with none is not confined (what every
+//! token could do before roles existed).
+//!
+//! Grants are checked on what runs, not on the text: the objects of the
+//! statement's bound plan ([`super::describe::PlanObject`]), views expanded
+//! by DuckDB's binder, so a view reads with the caller's grants (like
+//! PostgreSQL's `security_invoker` views): a view over a table the caller
+//! may not read is refused, and granting a view means granting what it
+//! reads. The guard's verdict on a text is shared by every caller; the
+//! grants are checked after it, per caller, on the verdict's objects.
+//!
+//! What a caller may neither read nor write does not exist for it: a
+//! statement naming such a table is answered exactly as DuckDB answers for
+//! a table that does not exist (`Catalog Error: Table with name x does not
+//! exist!`, at the name's place), and DuckDB's hints that could name an
+//! object (`Did you mean`, `Candidate bindings`) are dropped from a
+//! confined caller's errors, so nothing tells an invisible table from a
+//! missing one. A table it may read but not write is a 403 naming it;
+//! what it may write it may read (an UPDATE's WHERE reads its rows).
+//!
+//! Allow, don't deny: a confined caller's plan may scan catalog tables it
+//! is granted and the generators in [`GENERATORS`]; readers of files and
+//! S3, DuckDB's catalog functions (`duckdb_tables()`, `information_schema`)
+//! and `DESCRIBE`/`SHOW` (answered from the catalog, with no scan to check)
+//! are refused; `GET /catalog` lists what it may read. Of the writes, rows
+//! (INSERT, UPDATE, DELETE, MERGE) of granted tables and CREATE TABLE /
+//! VIEW in granted schemas; every other DDL is refused.
+
+use std::sync::Arc;
+
+use super::describe::PlanObject;
+use super::tree::{Named, NamedTable};
+use super::{forbid, Accepted, Refusal};
+use crate::engine::errors::place;
+
+/// Table functions a confined caller may scan: they compute rows from
+/// their arguments and read nothing stored.
+pub const GENERATORS: &[&str] = &[
+    "range",
+    "generate_series",
+    "unnest",
+    "repeat",
+    "repeat_row",
+    "json_each",
+    "json_tree",
+];
+
+/// One part of a [`Pattern`]: a name (compared as DuckDB compares
+/// identifiers, case-insensitively) or `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Any,
+    Name(String),
+}
+
+impl Part {
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            Part::Any => true,
+            Part::Name(n) => n.eq_ignore_ascii_case(name),
+        }
+    }
+}
+
+/// `catalog.schema.table`, each part a name or `*`; a part may be quoted
+/// (`"my.db"`) to hold a dot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    parts: [Part; 3],
+    text: String,
+}
+
+impl Pattern {
+    /// Reads `text`; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        let mut current = String::new();
+        let (mut quoted, mut was_quoted) = (false, false);
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' if quoted && chars.peek() == Some(&'"') => {
+                    current.push('"');
+                    chars.next();
+                }
+                '"' => {
+                    quoted = !quoted;
+                    was_quoted = true;
+                }
+                '.' if !quoted => {
+                    parts.push(Self::part(&current, was_quoted)?);
+                    current.clear();
+                    was_quoted = false;
+                }
+                c => current.push(c),
+            }
+        }
+        if quoted {
+            return Err(format!("'{text}' has an unclosed quote"));
+        }
+        parts.push(Self::part(&current, was_quoted)?);
+        let parts: [Part; 3] = parts
+            .try_into()
+            .map_err(|_| format!("'{text}' is not catalog.schema.table (each part a name or *)"))?;
+        Ok(Self {
+            parts,
+            text: text.to_string(),
+        })
+    }
+
+    fn part(text: &str, quoted: bool) -> Result<Part, String> {
+        match (text, quoted) {
+            ("", _) => Err("a pattern has an empty part".into()),
+            ("*", false) => Ok(Part::Any),
+            (name, _) => Ok(Part::Name(name.to_string())),
+        }
+    }
+
+    /// Whether it names `catalog.schema.name`.
+    pub fn matches(&self, catalog: &str, schema: &str, name: &str) -> bool {
+        let [c, s, n] = &self.parts;
+        c.matches(catalog) && s.matches(schema) && n.matches(name)
+    }
+
+    /// Whether it names some schema `catalog.schema` (a table part `*`).
+    pub fn covers_schema(&self, catalog: &str, schema: &str) -> bool {
+        let [c, s, n] = &self.parts;
+        c.matches(catalog) && s.matches(schema) && *n == Part::Any
+    }
+
+    /// The pattern as the operator wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// A table narrowed to some of its columns.
+#[derive(Debug, Clone)]
+pub struct ColumnGrant {
+    /// The table (a pattern, usually one exact table).
+    pub table: Pattern,
+    /// The columns the caller may read; the others are refused.
+    pub columns: Vec<String>,
+}
+
+/// What one confined caller may read and change: the union of its roles'
+/// grants.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// The roles it holds, for refusals and the audit line.
+    pub roles: Vec<Arc<str>>,
+    /// What it may read.
+    pub read: Vec<Pattern>,
+    /// What it may change (rows of tables; new tables and views where the
+    /// pattern's table part is `*`).
+    pub write: Vec<Pattern>,
+    /// Tables it may read only some columns of.
+    pub columns: Vec<ColumnGrant>,
+}
+
+impl Access {
+    /// The roles it holds as one label (`a+b`; `none` for a JWT holding
+    /// no declared role): metrics count decisions by it.
+    pub fn label(&self) -> String {
+        if self.roles.is_empty() {
+            return "none".into();
+        }
+        self.roles
+            .iter()
+            .map(|r| &**r)
+            .collect::<Vec<_>>()
+            .join("+")
+    }
+
+    /// Whether it may read `catalog.schema.name` (what it may change it may
+    /// read too: an UPDATE's WHERE reads, and a table it created is its own).
+    pub fn may_read(&self, catalog: &str, schema: &str, name: &str) -> bool {
+        self.read
+            .iter()
+            .chain(&self.write)
+            .any(|p| p.matches(catalog, schema, name))
+    }
+
+    /// Whether it may change `catalog.schema.name`.
+    pub fn may_write(&self, catalog: &str, schema: &str, name: &str) -> bool {
+        self.write.iter().any(|p| p.matches(catalog, schema, name))
+    }
+
+    /// Whether the object exists for it at all (it may read it).
+    pub fn sees(&self, catalog: &str, schema: &str, name: &str) -> bool {
+        self.may_read(catalog, schema, name)
+    }
+
+    /// Whether it may read `column` of the table (true where no column
+    /// grant narrows the table).
+    pub fn may_read_column(&self, catalog: &str, schema: &str, table: &str, column: &str) -> bool {
+        let narrowing: Vec<&ColumnGrant> = self
+            .columns
+            .iter()
+            .filter(|g| g.table.matches(catalog, schema, table))
+            .collect();
+        narrowing.is_empty()
+            || narrowing
+                .iter()
+                .any(|g| g.columns.iter().any(|c| c.eq_ignore_ascii_case(column)))
+    }
+
+    /// Checks an accepted statement's plan against the grants. `named`
+    /// gives the tables its text names (parsed again only when a refusal
+    /// needs a place); `sql` is the client's text.
+    pub fn check(
+        &self,
+        accepted: &Accepted,
+        sql: &str,
+        named: impl FnOnce() -> Named,
+    ) -> Result<(), Refusal> {
+        let mut named = Lazy::new(named);
+        if named.get().describes {
+            return Err(forbid(
+                "DESCRIBE",
+                "DuckDB answers it from the whole catalog; GET /catalog lists what this \
+                 identity may read",
+            ));
+        }
+        if let Some(source) = accepted
+            .sources
+            .iter()
+            .find(|s| !GENERATORS.contains(&s.as_str()))
+        {
+            return Err(forbid(
+                format!("function {source}()"),
+                "this identity's roles grant catalog tables only: files, S3 and DuckDB's \
+                 catalog functions are not granted (GET /catalog lists what it may read)",
+            ));
+        }
+        for o in &accepted.objects {
+            self.check_object(o, sql, &mut named)?;
+        }
+        Ok(())
+    }
+
+    fn check_object<F: FnOnce() -> Named>(
+        &self,
+        o: &PlanObject,
+        sql: &str,
+        named: &mut Lazy<F>,
+    ) -> Result<(), Refusal> {
+        let full = format!("{}.{}.{}", o.catalog, o.schema, o.name);
+        match o.action.as_str() {
+            "read" => {
+                if !self.may_read(&o.catalog, &o.schema, &o.name) {
+                    return Err(self.missing(o, sql, named));
+                }
+                if let Some(c) = o
+                    .columns
+                    .iter()
+                    .find(|c| !self.may_read_column(&o.catalog, &o.schema, &o.name, c))
+                {
+                    return Err(forbid(
+                        format!("column {c} of {full}"),
+                        "this identity's roles grant reading only some columns of it \
+                         (GET /catalog lists them)",
+                    ));
+                }
+                Ok(())
+            }
+            "insert" | "update" | "delete" | "merge" | "create table" | "create view" => {
+                if self.may_write(&o.catalog, &o.schema, &o.name) {
+                    return Ok(());
+                }
+                let creates = o.action.starts_with("create");
+                if !creates && !self.may_read(&o.catalog, &o.schema, &o.name) {
+                    return Err(self.missing(o, sql, named));
+                }
+                Err(forbid(
+                    format!("{} {full}", if creates { "schema" } else { "table" }),
+                    format!(
+                        "this identity's roles do not grant {}",
+                        if creates {
+                            "creating objects there"
+                        } else {
+                            "changing it"
+                        }
+                    ),
+                ))
+            }
+            _ => Err(forbid(
+                "DDL",
+                "this identity's roles grant rows of tables and CREATE TABLE or VIEW, no \
+                 other change to the catalog",
+            )),
+        }
+    }
+
+    /// The refusal for an object the caller may not see: DuckDB's own
+    /// answer for a table that does not exist, at the place the text names
+    /// it; read through a view or macro (not named in the text), a refusal
+    /// that names neither the table nor the view.
+    fn missing<F: FnOnce() -> Named>(
+        &self,
+        o: &PlanObject,
+        sql: &str,
+        named: &mut Lazy<F>,
+    ) -> Refusal {
+        let written = named.get().tables.iter().find(|t| {
+            t.name.eq_ignore_ascii_case(&o.name)
+                && (t.schema.is_empty()
+                    || t.schema.eq_ignore_ascii_case(&o.schema)
+                    || t.schema.eq_ignore_ascii_case(&o.catalog))
+                && (t.catalog.is_empty() || t.catalog.eq_ignore_ascii_case(&o.catalog))
+        });
+        match written {
+            Some(t) => missing_table(t, sql),
+            None => forbid(
+                "view",
+                "it reads a table this identity's roles do not grant (views and macros read \
+                 with the caller's grants)",
+            ),
+        }
+    }
+
+    /// A confined caller's view of a refusal before the plan: a text that
+    /// names a table it cannot see is answered as if that table did not
+    /// exist (whatever else is wrong with it), a name that exists nowhere
+    /// gets DuckDB's plain answer (not the variants that tell whether its
+    /// schema or catalog exists), and DuckDB's hints, which may name
+    /// objects it cannot see, are dropped. `existing(name)` lists the
+    /// (catalog, schema) of every table and view of that name.
+    pub fn hide(
+        &self,
+        refusal: Refusal,
+        sql: &str,
+        named: impl FnOnce() -> Named,
+        existing: impl Fn(&str) -> Vec<(String, String)>,
+    ) -> Refusal {
+        // A parse error comes before the catalog, and so does a count of
+        // statements; a bind error or a refusal of what binding found (a
+        // macro's function) tells that the names bound.
+        if !matches!(refusal, Refusal::Bind { .. } | Refusal::Forbidden { .. }) {
+            return refusal;
+        }
+        let named = named();
+        let mut tables: Vec<&NamedTable> = named.tables.iter().collect();
+        tables.sort_by_key(|t| t.at.unwrap_or(usize::MAX));
+        for t in tables {
+            let candidates: Vec<(String, String)> = existing(&t.name)
+                .into_iter()
+                .filter(|(c, s)| {
+                    (t.catalog.is_empty() || t.catalog.eq_ignore_ascii_case(c))
+                        && (t.schema.is_empty()
+                            || t.schema.eq_ignore_ascii_case(s)
+                            || (t.catalog.is_empty() && t.schema.eq_ignore_ascii_case(c)))
+                })
+                .collect();
+            if candidates.is_empty() {
+                let here = t.at.and_then(|p| place(sql, p));
+                if let Refusal::Bind { message, at } = &refusal {
+                    let about_it = here.is_some() && *at == here;
+                    if about_it && message.contains("does not exist") {
+                        return missing_table(t, sql);
+                    }
+                }
+                continue;
+            }
+            if !candidates.iter().any(|(c, s)| self.may_read(c, s, &t.name)) {
+                return missing_table(t, sql);
+            }
+        }
+        match refusal {
+            Refusal::Bind { message, at } => Refusal::Bind {
+                message: without_hints(&message),
+                at,
+            },
+            other => other,
+        }
+    }
+}
+
+/// DuckDB's answer for a table that does not exist (its message for
+/// `SELECT * FROM x` when no `x` exists, with its hints dropped).
+fn missing_table(t: &NamedTable, sql: &str) -> Refusal {
+    Refusal::Bind {
+        message: format!("Catalog Error: Table with name {} does not exist!", t.name),
+        at: t.at.and_then(|p| place(sql, p)),
+    }
+}
+
+/// `message` without DuckDB's hints, which name catalog objects.
+fn without_hints(message: &str) -> String {
+    message
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !(l.starts_with("Did you mean") || l.starts_with("Candidate"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A value computed once, when first needed.
+struct Lazy<F: FnOnce() -> Named> {
+    init: Option<F>,
+    value: Option<Named>,
+}
+
+impl<F: FnOnce() -> Named> Lazy<F> {
+    fn new(init: F) -> Self {
+        Self {
+            init: Some(init),
+            value: None,
+        }
+    }
+
+    fn get(&mut self) -> &Named {
+        if self.value.is_none() {
+            let init = self.init.take().expect("initialised once");
+            self.value = Some(init());
+        }
+        self.value.as_ref().expect("just set")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_read_parts_and_quotes() {
+        let p = Pattern::parse("memory.main.*").unwrap();
+        assert!(p.matches("MEMORY", "main", "orders"));
+        assert!(!p.matches("lake", "main", "orders"));
+        assert!(p.covers_schema("memory", "main"));
+        let q = Pattern::parse(r#""my.db".s."T""#).unwrap();
+        assert!(q.matches("my.db", "S", "t"));
+        assert!(!q.covers_schema("my.db", "s"));
+        for bad in ["orders", "a.b", "a.b.c.d", "a..c", r#""a.b.c"#] {
+            assert!(Pattern::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hints_are_dropped() {
+        assert_eq!(
+            without_hints("Catalog Error: Table with name x does not exist!\nDid you mean \"y\"?"),
+            "Catalog Error: Table with name x does not exist!"
+        );
+        assert_eq!(
+            without_hints("Binder Error: Referenced column \"x\" not found in FROM clause!\nCandidate bindings: \"a\""),
+            "Binder Error: Referenced column \"x\" not found in FROM clause!"
+        );
+    }
+}

@@ -1,0 +1,427 @@
+//! Roles and grants (issue 39): a caller holding a role reads and changes
+//! only what its roles grant, checked on the bound plan. On an operator's
+//! database built here by DuckDB in-process, `alice` (role `analyst`) may
+//! read `orders`, three columns of `customers` and two views, and create in
+//! schema `client`; `bob` holds no role and sees everything.
+//!
+//! The corpus, each attempt against DuckDB's own answer:
+//! - what alice may read, in every spelling of its names (joins, subqueries,
+//!   CTEs, windows, aggregates, samples, set operations, EXPLAIN): the
+//!   gateway's rows equal DuckDB's over a copy of the database;
+//! - what she may not see (a table, a schema, through a CTE-free join, a
+//!   subquery, an INSERT, an UPDATE, ...): answered exactly as the gateway
+//!   answers her for a table that does not exist (same status, class,
+//!   detail but for the name, line and column), and that detail is DuckDB's
+//!   own message for a missing table with its hints dropped; DuckDB's hints,
+//!   which could name what she cannot see, never reach her;
+//! - columns outside her column grant, views over what she may not read,
+//!   files and DuckDB's catalog functions, writes outside her grant: 403,
+//!   and the same statements run for bob;
+//! - `GET /catalog` lists exactly what she may read.
+//!
+//! A grant naming nothing that exists stops start-up, naming it.
+
+use crate::common::Gateway;
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdef01";
+
+const ROLES: &str = r#"
+[[role]]
+name = "analyst"
+members = ["alice"]
+read = ["ops.main.orders", "ops.main.customers", "ops.main.v_orders", "ops.main.v_payroll"]
+write = ["ops.client.*"]
+[role.columns]
+"ops.main.customers" = ["id", "name", "tenant_id"]
+"#;
+
+/// The operator's database, made by DuckDB.
+fn operator_database(path: &std::path::Path) {
+    let conn = duckdb::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE orders AS SELECT i AS id, i % 3 AS tenant_id, i * 10 - 50 AS amount,
+                'o' || i AS label FROM range(40) t(i);
+         CREATE TABLE customers AS SELECT i AS id, 'c' || i AS name, 'c' || i || '@x.test' AS email,
+                i % 3 AS tenant_id FROM range(12) t(i);
+         CREATE TABLE payroll AS SELECT i AS emp, 1000 * i AS salary FROM range(5) t(i);
+         CREATE SCHEMA sales;
+         CREATE TABLE sales.deals AS SELECT i AS deal FROM range(3) t(i);
+         CREATE VIEW v_orders AS SELECT id, amount FROM orders WHERE amount > 0;
+         CREATE VIEW v_payroll AS SELECT emp FROM payroll;
+         CREATE SCHEMA client;",
+    )
+    .unwrap();
+}
+
+/// DuckDB's answer to `sql` on `conn`: rows of JSON values, or its error.
+fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
+    use duckdb::types::Value as V;
+    let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
+    let mut rows = stmt.query([]).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| e.to_string())? {
+        let n = row.as_ref().column_count();
+        let mut values = Vec::new();
+        for i in 0..n {
+            let v: V = row.get(i).unwrap();
+            values.push(match v {
+                V::Null => Value::Null,
+                V::Boolean(b) => json!(b),
+                V::TinyInt(x) => json!(x),
+                V::SmallInt(x) => json!(x),
+                V::Int(x) => json!(x),
+                V::BigInt(x) => json!(x),
+                V::HugeInt(x) => json!(x as i64),
+                V::UBigInt(x) => json!(x),
+                V::Double(x) => json!(x),
+                V::Text(s) => json!(s),
+                other => panic!("{sql}: a type the corpus does not use: {other:?}"),
+            });
+        }
+        out.push(Value::Array(values));
+    }
+    Ok(Value::Array(out))
+}
+
+async fn run(g: &Gateway, token: &str, sql: &str) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(token)
+        .json(&json!({ "sql": sql }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The spellings of a table of `main` in database `ops`.
+fn spellings(name: &str) -> Vec<String> {
+    vec![
+        name.to_string(),
+        format!("main.{name}"),
+        format!("ops.{name}"),
+        format!("ops.main.{name}"),
+        format!("\"{}\"", name.to_uppercase()),
+    ]
+}
+
+/// Statements alice may run, over `{o}` (orders) and `{c}` (customers):
+/// every one ordered, so DuckDB's answer is one.
+const READS: &[&str] = &[
+    "SELECT * FROM {o} ORDER BY ALL",
+    "SELECT count(*), sum(amount), min(label) FROM {o}",
+    "SELECT tenant_id, count(*) AS n, avg(amount) FROM {o} GROUP BY ALL ORDER BY ALL",
+    "SELECT o.id, c.name FROM {o} o JOIN {c} c ON o.tenant_id = c.tenant_id AND o.id = c.id ORDER BY ALL",
+    "SELECT id FROM {o} WHERE tenant_id IN (SELECT tenant_id FROM {c} WHERE name = 'c1') ORDER BY ALL",
+    "SELECT id, (SELECT max(id) FROM {c} c WHERE c.tenant_id = o.tenant_id) FROM {o} o ORDER BY ALL",
+    "WITH big AS (SELECT * FROM {o} WHERE amount > 100) SELECT count(*) FROM big",
+    "WITH orders AS (SELECT 1 AS id) SELECT * FROM orders",
+    "SELECT id, sum(amount) OVER (PARTITION BY tenant_id ORDER BY id) FROM {o} ORDER BY ALL",
+    "SELECT id, name, tenant_id FROM {c} ORDER BY ALL",
+    "SELECT count(*) FROM (SELECT * FROM {o} USING SAMPLE 10 ROWS (reservoir, 7))",
+    "SELECT id FROM {o} WHERE id < 5 UNION ALL SELECT id FROM {c} WHERE id < 3 ORDER BY ALL",
+    "SELECT id FROM {o} EXCEPT SELECT id FROM {c} ORDER BY ALL",
+    "SELECT * FROM v_orders ORDER BY ALL",
+    "SELECT EXISTS (SELECT 1 FROM {o} WHERE amount = 0)",
+    "SELECT * FROM range(3) r JOIN {o} ON r.range = {o}.id ORDER BY ALL",
+];
+
+/// Statements over `{x}`, a table alice may not see.
+const HIDDEN: &[&str] = &[
+    "SELECT * FROM {x}",
+    "SELECT count(*) FROM {x}",
+    "SELECT nosuchcolumn FROM {x}",
+    "SELECT * FROM orders JOIN {x} ON true",
+    "SELECT id FROM orders WHERE id IN (SELECT 1 FROM {x})",
+    "SELECT (SELECT count(*) FROM {x}) AS n",
+    "SELECT * FROM orders WHERE EXISTS (SELECT * FROM {x} WHERE 1/0 = 1)",
+    "WITH t AS (SELECT * FROM {x}) SELECT * FROM t",
+    "INSERT INTO {x} VALUES (1, 2)",
+    "UPDATE {x} SET emp = 1",
+    "DELETE FROM {x}",
+    "SELECT * FROM {x} USING SAMPLE 1",
+];
+
+/// Names alice may not see: an operator table in every spelling, and a
+/// table of a schema she has no grant in.
+fn hidden_names() -> Vec<String> {
+    let mut names = spellings("payroll");
+    names.extend(["sales.deals".to_string(), "ops.sales.deals".to_string()]);
+    names
+}
+
+/// The name as DuckDB's message names a table (its last part, unquoted).
+fn last_part(spelled: &str) -> String {
+    spelled
+        .rsplit('.')
+        .next()
+        .unwrap()
+        .trim_matches('"')
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    let copy = dir.path().join("reference.duckdb");
+    std::fs::copy(&db, &copy).unwrap();
+    // DuckDB over a copy, under the gateway's name for the database.
+    let reference_db = duckdb::Connection::open_in_memory().unwrap();
+    reference_db
+        .execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", copy.display()))
+        .unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(&config, ROLES).unwrap();
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .start();
+    let mut attempts = 0;
+
+    // What she may read equals DuckDB's answer, in every spelling.
+    for (o, c) in spellings("orders").iter().zip(spellings("customers")) {
+        for template in READS {
+            let sql = template.replace("{o}", o).replace("{c}", &c);
+            let want = reference(&reference_db, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let (status, body) = run(&g, ALICE, &sql).await;
+            assert_eq!(status, 200, "{sql}: {body}");
+            assert_eq!(body["rows"], want, "{sql}");
+            attempts += 1;
+        }
+    }
+    let (status, body) = run(&g, ALICE, "EXPLAIN SELECT * FROM orders").await;
+    assert_eq!(status, 200, "{body}");
+    attempts += 1;
+
+    // What she may not see is a missing table: the gateway's answer to her
+    // for a name that exists nowhere, and DuckDB's own message for it.
+    for name in hidden_names() {
+        let missing_name = format!("{}_{}", "nosuch", last_part(&name).len());
+        let missing = name.replace(&last_part(&name), &missing_name);
+        let missing = missing.replace(&last_part(&name).to_uppercase(), &missing_name);
+        for template in HIDDEN {
+            let sql = template.replace("{x}", &name);
+            let control = template.replace("{x}", &missing);
+            let (status, body) = run(&g, ALICE, &sql).await;
+            let (want_status, want) = run(&g, ALICE, &control).await;
+            assert_eq!(status, 400, "{sql}: {body}");
+            assert_eq!(status, want_status, "{sql}: {body} vs {control}: {want}");
+            for key in ["type", "title", "error_class", "line", "column"] {
+                assert_eq!(body[key], want[key], "{key} of {sql}: {body} vs {want}");
+            }
+            let detail = body["detail"].as_str().unwrap();
+            let expected = want["detail"]
+                .as_str()
+                .unwrap()
+                .replace(&missing_name, &last_part(&name));
+            assert!(
+                detail.eq_ignore_ascii_case(&expected),
+                "{sql}: {detail} vs {expected}"
+            );
+            // DuckDB's own message for the missing name, its hints dropped.
+            let duckdb = reference(&reference_db, &control).unwrap_err();
+            let first = duckdb.lines().next().unwrap();
+            assert!(
+                first.ends_with(want["detail"].as_str().unwrap().lines().next().unwrap()),
+                "{control}: DuckDB says {duckdb:?}, the gateway {want}"
+            );
+            assert!(!body.to_string().contains("Did you mean"), "{sql}: {body}");
+            attempts += 1;
+        }
+        // Bob, who holds no role, reads it.
+        if !name.contains("deals") {
+            let sql = format!("SELECT count(*) FROM {name}");
+            let (status, body) = run(&g, BOB, &sql).await;
+            assert_eq!(status, 200, "{sql}: {body}");
+            assert_eq!(body["rows"], reference(&reference_db, &sql).unwrap());
+            attempts += 1;
+        }
+    }
+
+    // A hint DuckDB would give her names nothing: `ordrs` is close to a
+    // table she reads and to none she cannot, and no candidate is listed.
+    for sql in [
+        "SELECT * FROM payrol",
+        "SELECT salary FROM orders",
+        "SELECT * FROM deal",
+    ] {
+        let (status, body) = run(&g, ALICE, sql).await;
+        assert_eq!(status, 400, "{sql}: {body}");
+        let text = body.to_string();
+        assert!(
+            !text.contains("Did you mean")
+                && !text.contains("Candidate")
+                && !text.contains("payroll"),
+            "{sql}: {body}"
+        );
+        assert!(reference(&reference_db, sql).is_err());
+        attempts += 1;
+    }
+
+    // Refused with a 403 naming what: columns outside her grant, a view
+    // over what she may not read, DuckDB's catalog, files, writes outside
+    // her grant, DDL but CREATE TABLE/VIEW. Bob runs each (or DuckDB does).
+    let refused = [
+        ("SELECT email FROM customers", "column email"),
+        ("SELECT * FROM customers", "column email"),
+        (
+            "SELECT c.* FROM orders o JOIN customers c USING (id)",
+            "column email",
+        ),
+        ("SELECT count(email) FROM customers", "column email"),
+        ("SELECT * FROM v_payroll", "view"),
+        ("SELECT * FROM duckdb_tables()", "duckdb_tables"),
+        ("SELECT * FROM information_schema.tables", "duckdb_tables"),
+        ("SELECT table_name FROM duckdb_columns()", "duckdb_columns"),
+        ("DESCRIBE orders", "DESCRIBE"),
+        ("SHOW TABLES", "DESCRIBE"),
+        (
+            "INSERT INTO orders VALUES (100, 1, 1, 'x')",
+            "table ops.main.orders",
+        ),
+        ("UPDATE orders SET amount = 0", "table ops.main.orders"),
+        ("DELETE FROM customers", "table ops.main.customers"),
+        ("CREATE SEQUENCE client.s", "DDL"),
+    ];
+    for (sql, what) in refused {
+        let (status, body) = run(&g, ALICE, sql).await;
+        assert_eq!(status, 403, "{sql}: {body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains(what),
+            "{sql}: {body}"
+        );
+        attempts += 1;
+    }
+    for (sql, _) in &refused[..10] {
+        let (status, body) = run(&g, BOB, sql).await;
+        assert_eq!(status, 200, "bob: {sql}: {body}");
+        attempts += 1;
+    }
+
+    // What she may change: her schema's tables, and she reads them.
+    for sql in [
+        "CREATE TABLE client.mine AS SELECT id, amount FROM orders WHERE id < 4",
+        "INSERT INTO client.mine VALUES (99, 1)",
+        "UPDATE client.mine SET amount = 2 WHERE id = 99",
+        "DELETE FROM client.mine WHERE id = 0",
+    ] {
+        let (status, body) = run(&g, ALICE, sql).await;
+        assert_eq!(status, 200, "{sql}: {body}");
+        reference_db.execute_batch(sql).unwrap();
+        attempts += 1;
+    }
+    let sql = "SELECT * FROM client.mine ORDER BY ALL";
+    let (status, body) = run(&g, ALICE, sql).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"], reference(&reference_db, sql).unwrap());
+    attempts += 1;
+
+    // The catalog lists what she may read, nothing else; a table she may
+    // not see is as missing there as one that does not exist.
+    let catalog = g.get("/catalog", ALICE).await.1;
+    let mut listed = Vec::new();
+    for d in catalog["databases"].as_array().unwrap() {
+        for s in d["schemas"].as_array().unwrap() {
+            for t in s["tables"].as_array().unwrap() {
+                listed.push(format!(
+                    "{}.{}.{}",
+                    d["name"].as_str().unwrap(),
+                    s["name"].as_str().unwrap(),
+                    t["name"].as_str().unwrap()
+                ));
+            }
+        }
+    }
+    listed.sort();
+    assert_eq!(
+        listed,
+        [
+            "ops.client.mine",
+            "ops.main.customers",
+            "ops.main.orders",
+            "ops.main.v_orders",
+            "ops.main.v_payroll"
+        ],
+        "{catalog}"
+    );
+    let bob_catalog = g.get("/catalog", BOB).await.1.to_string();
+    assert!(bob_catalog.contains("payroll") && bob_catalog.contains("deals"));
+    let (hidden, hidden_body) = g.get("/catalog/ops/main/payroll", ALICE).await;
+    let (missing, missing_body) = g.get("/catalog/ops/main/nosuch_7", ALICE).await;
+    assert_eq!(
+        (hidden, missing),
+        (404, 404),
+        "{hidden_body} {missing_body}"
+    );
+    assert_eq!(hidden_body["type"], missing_body["type"]);
+    let (status, customers) = g.get("/catalog/ops/main/customers", ALICE).await;
+    assert_eq!(status, 200);
+    let columns: Vec<&str> = customers["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["id", "name", "tenant_id"]);
+    attempts += 4;
+
+    // Decisions count by role.
+    let scrape = g.get_text("/metrics").await;
+    for decision in ["allowed", "refused"] {
+        let count: f64 = scrape
+            .lines()
+            .find(|l| {
+                l.starts_with("duckgate_grant_decisions_total{")
+                    && l.contains(r#"role="analyst""#)
+                    && l.contains(&format!(r#"decision="{decision}""#))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0);
+        assert!(count >= 20.0, "{decision}: {count}");
+    }
+
+    assert!(attempts >= 200, "{attempts} attempts");
+    eprintln!("grants corpus: {attempts} attempts");
+}
+
+#[tokio::test]
+async fn a_grant_that_names_nothing_stops_start_up_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    for (grant, named) in [
+        ("read = [\"ops.main.ordrs\"]", "ops.main.ordrs"),
+        ("write = [\"ops.nosuch.*\"]", "ops.nosuch.*"),
+        ("read = [\"ops.main\"]", "ops.main"),
+        (
+            "read = [\"ops.main.orders\"]\n[role.columns]\n\"ops.main.orders\" = [\"nope\"]",
+            "nope",
+        ),
+    ] {
+        let config = dir.path().join("roles.toml");
+        std::fs::write(&config, format!("[[role]]\nname = \"r\"\n{grant}\n")).unwrap();
+        let started = Gateway::builder()
+            .env("DUCKGATE_DATABASE", db.display())
+            .env("DUCKGATE_CONFIG", config.display())
+            .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
+            .try_start();
+        let Err((code, log)) = started else {
+            panic!("{grant}: the gateway started");
+        };
+        assert_eq!(code, Some(2), "{grant}: {log:?}");
+        let log = log.join("\n");
+        assert!(
+            log.contains("DUCKGATE_CONFIG") && log.contains(named),
+            "{grant}: {log}"
+        );
+    }
+}

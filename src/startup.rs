@@ -304,8 +304,9 @@ impl Tasks {
             handles.push(tokio::spawn(verifier.run(stop.clone())));
         }
         if let Some(shared) = state.statements.shared.clone() {
-            handles.push(tokio::spawn(api::replicas::run(
-                state.clone(),
+            handles.push(tokio::spawn(crate::statements::replication::run(
+                state.statements_context(),
+                Arc::new(state.clone()),
                 shared,
                 stop.clone(),
             )));

@@ -320,7 +320,9 @@ async fn run_query(
         .map_err(id_error)?;
     let tracker = reg.running.clone();
     let reg = registration.insert(reg);
-    crate::api::replicas::reserve_id(state, reg, headers.contains_key(QUERY_ID_HEADER)).await?;
+    let client_chose_id = headers.contains_key(QUERY_ID_HEADER);
+    crate::statements::replication::reserve_id(&state.statements_context(), reg, client_chose_id)
+        .await?;
 
     let job = QueryJob {
         sql,
@@ -343,7 +345,7 @@ async fn run_query(
     // does a request that asks for it.
     let job = if by_url || reads_only {
         QueryJob {
-            rules: read_only(job.rules.clone()),
+            rules: crate::engine::guard::read_only(job.rules.clone()),
             ..job
         }
     } else {
@@ -386,18 +388,6 @@ async fn run_query(
         );
     }
     Ok(response.into_response())
-}
-
-/// `rules` with the read-only policy, whatever the configured one.
-pub(crate) fn read_only(
-    rules: std::sync::Arc<crate::engine::guard::Rules>,
-) -> std::sync::Arc<crate::engine::guard::Rules> {
-    if rules.policy == crate::config::Policy::ReadOnly {
-        return rules;
-    }
-    let mut rules = (*rules).clone();
-    rules.policy = crate::config::Policy::ReadOnly;
-    std::sync::Arc::new(rules)
 }
 
 /// A result body that counts what it hands out and keeps its query

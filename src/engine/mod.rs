@@ -7,6 +7,7 @@ pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
+pub mod listing;
 pub mod memory;
 pub mod nesting;
 pub mod pipe;

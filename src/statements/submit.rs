@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::execute::Param;
+use crate::engine::execute::RunLimits;
 use crate::engine::guard::Rules;
 use crate::engine::queries::Registration;
 use crate::engine::QueryJob;
@@ -81,22 +82,16 @@ pub async fn submit(ctx: &Context, s: Submission) -> Result<Submitted, Error> {
         }
     };
     let writer = ctx.statements.writer(s.owner.clone());
-    let job = QueryJob {
-        sql: s.sql,
-        params: s.params,
-        format: crate::encode::Format::Arrow,
+    let limits = RunLimits {
+        started: s.started,
         timeout,
         max_rows,
         rows_asked,
-        max_bytes: u64::MAX,
-        rules: s.rules,
-        started: s.started,
-        retried: false,
         stall_timeout: ctx.stall_timeout,
         max_value_bytes: ctx.max_value_bytes,
-        tracker: Some(registration.running.clone()),
-        sink: Some(writer.clone()),
     };
+    let tracker = registration.running.clone();
+    let job = QueryJob::statement(s.sql, s.params, s.rules, limits, tracker, writer.clone());
     ctx.statements.start(
         statement.clone(),
         job,

@@ -27,7 +27,7 @@ mod worker;
 mod wrap;
 
 pub use error::{sql_error, QueryError, StoreFault};
-pub use job::{Param, QueryJob, QueryOutput};
+pub use job::{Param, QueryJob, QueryOutput, RunLimits};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -130,7 +130,7 @@ async fn open_engine(
     health: &Arc<Health>,
     parties: usize,
 ) -> anyhow::Result<Arc<Engine>> {
-    let shares = engine::pool::Shares {
+    let shares = engine::admission::Shares {
         per_token: plan.config.engine.max_queries_per_token.map(|n| n as usize),
         tokens: parties,
         s3: plan.config.engine.max_s3_queries.map(|n| n as usize),

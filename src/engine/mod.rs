@@ -2,6 +2,8 @@
 //! connections for client queries, and a control connection (outside the pool)
 //! for the gateway's own secret DDL.
 
+pub mod admission;
+pub mod cache;
 pub mod catalogs;
 pub mod errors;
 pub mod execute;
@@ -129,7 +131,7 @@ impl Engine {
         config: &Config,
         health: Arc<Health>,
         needs_httpfs: bool,
-        shares: pool::Shares,
+        shares: admission::Shares,
     ) -> Result<Self, EngineError> {
         let dirs = Dirs::prepare(config)?;
         let options = database_options(config, &dirs);

@@ -513,7 +513,7 @@ impl Statements {
     fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
         let permits = self.settings.token_share?;
         let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
-        crate::engine::pool::forget_idle_gates(&mut gates);
+        crate::engine::admission::forget_idle_gates(&mut gates);
         Some(
             gates
                 .entry(owner.clone())

@@ -53,8 +53,10 @@ pub struct Slot {
     /// or `None` when DuckDB's parse did not match (a pure parse, so it
     /// never goes stale).
     pub copies: BoundedCache<Option<String>>,
-    /// DuckDB's progress tracking on `conn`: off for inline runs.
-    pub progress: Option<crate::engine::progress::ProgressSwitch>,
+    /// DuckDB's progress tracking on `conn`: off for inline runs. Private:
+    /// it is `conn`'s own switch, never moved to another slot or past
+    /// `conn`'s life (see [`Slot::track_progress`]).
+    progress: Option<crate::engine::progress::ProgressSwitch>,
 }
 
 /// The guard's verdict on one text, remembered on its connection.
@@ -72,7 +74,11 @@ impl Slot {
     /// Tracks the progress of the next statement on `conn`, or not.
     pub fn track_progress(&mut self, on: bool) {
         if let Some(p) = &mut self.progress {
-            p.set(on);
+            // SAFETY: `p` came from `conn` (`Manager::create` made both)
+            // and stays with it in this slot (the field is private), so
+            // `conn` is open; whoever holds the slot by `&mut` runs nothing
+            // on `conn` meanwhile and runs its next query on this thread.
+            unsafe { p.set(on) };
         }
     }
 

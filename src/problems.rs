@@ -245,6 +245,21 @@ impl Problem {
         }
     }
 
+    /// The shared state could not be reached (its cause is logged, never sent).
+    pub fn shared_state_unavailable() -> Self {
+        Self::new(&kind::SHARED_STATE_UNAVAILABLE,
+            "the gateway could not reach the state its replicas share (DUCKGATE_STATE_DSN); the cause is in its log, retry later",
+        )
+    }
+
+    /// A fault of the gateway (its cause is logged, never sent).
+    pub fn internal() -> Self {
+        Self::new(
+            &kind::INTERNAL,
+            "the gateway failed to answer; the cause is in its log",
+        )
+    }
+
     /// The problem's slug.
     pub fn slug(&self) -> &str {
         self.type_uri.rsplit(':').next().unwrap_or_default()

@@ -132,7 +132,7 @@ async fn open_engine(
     health: &Arc<Health>,
     parties: usize,
 ) -> anyhow::Result<Arc<Engine>> {
-    let shares = engine::pool::Shares {
+    let shares = engine::admission::Shares {
         per_token: plan.config.engine.max_queries_per_token.map(|n| n as usize),
         tokens: parties,
         s3: plan.config.engine.max_s3_queries.map(|n| n as usize),
@@ -343,8 +343,9 @@ impl Tasks {
             handles.push(tokio::spawn(verifier.run(stop.clone())));
         }
         if let Some(shared) = state.statements.shared.clone() {
-            handles.push(tokio::spawn(api::replicas::run(
-                state.clone(),
+            handles.push(tokio::spawn(crate::statements::replication::run(
+                state.statements_context(),
+                Arc::new(state.clone()),
                 shared,
                 stop.clone(),
             )));

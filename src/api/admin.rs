@@ -159,6 +159,18 @@ pub async fn carry_out(state: &AppState, command: &str, argument: Option<&str>) 
     }
 }
 
+/// Commands asked of this replica through another one are carried out as
+/// if asked here.
+impl crate::statements::replication::Commands for AppState {
+    fn carry_out<'a>(
+        &'a self,
+        command: &'a str,
+        argument: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Vec<String>> {
+        Box::pin(carry_out(self, command, argument))
+    }
+}
+
 /// Asks every other live replica (through the shared state) to carry out
 /// `command` as this one did (`here`: its errors), and gathers their
 /// answers for up to 30 s. One replica with no shared state answers alone.

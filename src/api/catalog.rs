@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::api::auth::QueryAuth;
 use crate::api::error::ApiError;
 use crate::api::AppState;
+use crate::engine::admission::AcquireError;
 use crate::engine::catalogs;
-use crate::engine::pool::AcquireError;
 use crate::engine::QueryError;
 
 /// `GET /catalog`.

@@ -104,6 +104,25 @@ pub enum ApiError {
     /// cause is logged, never sent.
     #[error("shared state unavailable: {0}")]
     SharedState(String),
+    /// A statement request failed in the statement domain; its problem is
+    /// [`crate::statements::Error::problem`]'s. (Its query, shared-state
+    /// and internal failures arrive as [`ApiError::Query`],
+    /// [`ApiError::SharedState`] and [`ApiError::Internal`], whose causes
+    /// are logged.)
+    #[error("{0}")]
+    Statement(crate::statements::Error),
+}
+
+impl From<crate::statements::Error> for ApiError {
+    fn from(e: crate::statements::Error) -> Self {
+        use crate::statements::Error as E;
+        match e {
+            E::Query(e) => ApiError::Query(e),
+            E::SharedState(cause) => ApiError::SharedState(cause),
+            E::Internal(cause) => ApiError::Internal(cause),
+            e => ApiError::Statement(e),
+        }
+    }
 }
 
 impl ApiError {
@@ -288,18 +307,9 @@ impl ApiError {
                 Problem::new(&kind::STATEMENT_LOST, detail.clone()),
                 None,
             ),
-            ApiError::SharedState(_) => (
-                Problem::new(&kind::SHARED_STATE_UNAVAILABLE,
-                    "the gateway could not reach the state its replicas share (DUCKGATE_STATE_DSN); the cause is in its log, retry later",
-                ),
-                None,
-            ),
-            ApiError::Internal(_) => (
-                Problem::new(&kind::INTERNAL,
-                    "the gateway failed to answer; the cause is in its log",
-                ),
-                None,
-            ),
+            ApiError::SharedState(_) => (Problem::shared_state_unavailable(), None),
+            ApiError::Internal(_) => (Problem::internal(), None),
+            ApiError::Statement(e) => (e.problem(), None),
         }
     }
 }

@@ -215,7 +215,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
     let busy = size > 0 && pool.in_use.saturating_sub(stuck) >= size;
     let timeout_ms = h.pool.acquire_timeout_ms.load(Ordering::Relaxed);
     let waiting = pool.waiting;
-    let expected_ms = crate::engine::pool::expected_wait(
+    let expected_ms = crate::engine::admission::expected_wait(
         waiting,
         std::time::Duration::from_micros(h.pool.hold_mean_us.load(Ordering::Relaxed)),
         size as usize,

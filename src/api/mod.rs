@@ -12,7 +12,6 @@ pub mod metrics;
 pub mod negotiate;
 pub mod queries;
 pub mod query;
-pub mod replicas;
 pub mod request;
 pub mod server;
 pub mod site;
@@ -56,6 +55,30 @@ impl AppState {
     /// The state every handler shares.
     pub fn new(shared: Shared) -> Self {
         Self(Arc::new(shared))
+    }
+}
+
+impl Shared {
+    /// What the statement domain works with, from this gateway.
+    pub fn statements_context(&self) -> crate::statements::Context {
+        let limits = &self.config.limits;
+        crate::statements::Context {
+            statements: self.statements.clone(),
+            queries: self.queries.clone(),
+            runner: crate::statements::Runner {
+                engine: self.engine.clone(),
+                rotator: self.rotator.clone(),
+                health: self.health.clone(),
+                shutdown: self.shutdown.clone(),
+            },
+            max_rows: limits.max_rows,
+            stall_timeout: std::time::Duration::from_millis(limits.send_stall_timeout_ms),
+            max_value_bytes: limits.max_value_bytes,
+            orphan_grace: std::time::Duration::from_millis(
+                self.config.statements.spool_orphan_grace_ms,
+            ),
+            download_limit: std::time::Duration::from_millis(limits.default_query_timeout_ms()),
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::api::request::{
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Column;
+use crate::engine::execute::RunLimits;
 use crate::engine::queries::{Outcome, Registration};
 use crate::engine::{execute, QueryJob};
 
@@ -320,35 +321,37 @@ async fn run_query(
         .map_err(id_error)?;
     let tracker = reg.running.clone();
     let reg = registration.insert(reg);
-    crate::api::replicas::reserve_id(state, reg, headers.contains_key(QUERY_ID_HEADER)).await?;
+    let client_chose_id = headers.contains_key(QUERY_ID_HEADER);
+    crate::statements::replication::reserve_id(&state.statements_context(), reg, client_chose_id)
+        .await?;
 
-    let job = QueryJob {
-        sql,
-        params,
-        format,
-        timeout: Duration::from_millis(timeout_ms),
-        max_rows,
-        rows_asked,
-        max_bytes: limits.max_result_bytes,
-        rules: state.engine.rules_for(auth.access.clone()),
-        started,
-        retried: false,
-        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
-        max_value_bytes: limits.max_value_bytes,
-        tracker: Some(tracker.clone()),
-        sink: None,
-    };
     // A GET runs only statements that read, whatever the policy: proxies,
     // browsers and tools repeat GETs (its request says `read_only`); so
     // does a request that asks for it.
-    let job = if by_url || reads_only {
-        QueryJob {
-            rules: read_only(job.rules.clone()),
-            ..job
-        }
+    let rules = state.engine.rules_for(auth.access.clone());
+    let rules = if by_url || reads_only {
+        crate::engine::guard::read_only(rules)
     } else {
-        job
+        rules
     };
+    let run_limits = RunLimits {
+        started,
+        timeout: Duration::from_millis(timeout_ms),
+        max_rows,
+        rows_asked,
+        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
+        max_value_bytes: limits.max_value_bytes,
+    };
+    let max_bytes = limits.max_result_bytes;
+    let job = QueryJob::query(
+        sql,
+        params,
+        rules,
+        run_limits,
+        tracker.clone(),
+        format,
+        max_bytes,
+    );
     // Expired credentials (revoked early, clock skew): the credentials
     // layer refreshes them and runs the query once more.
     let deadline = started + Duration::from_millis(timeout_ms);
@@ -386,18 +389,6 @@ async fn run_query(
         );
     }
     Ok(response.into_response())
-}
-
-/// `rules` with the read-only policy, whatever the configured one.
-pub(crate) fn read_only(
-    rules: std::sync::Arc<crate::engine::guard::Rules>,
-) -> std::sync::Arc<crate::engine::guard::Rules> {
-    if rules.policy == crate::config::Policy::ReadOnly {
-        return rules;
-    }
-    let mut rules = (*rules).clone();
-    rules.policy = crate::config::Policy::ReadOnly;
-    std::sync::Arc::new(rules)
 }
 
 /// A result body that counts what it hands out and keeps its query

@@ -3,7 +3,6 @@
 //! a length, and CORS for the configured origins.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{Request, State};
@@ -171,7 +170,7 @@ impl Cors {
             ])
             .allow_headers(ALLOWED_HEADERS.map(HeaderName::from_static))
             .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
-            .max_age(Duration::from_secs(server.cors_max_age_secs));
+            .max_age(server.cors_max_age());
         Some(Arc::new(Self { origins, layer }))
     }
 

@@ -116,7 +116,7 @@ pub struct StatementsConfig {
 
     /// Bytes all spooled results may take together (`<data dir>/spool`);
     /// a statement that would pass it fails with 507.
-    #[arg(long, env = "DUCKGATE_SPOOL_BYTES", default_value = "10GB", value_parser = parse_byte_count)]
+    #[arg(long, env = "DUCKGATE_SPOOL_BYTES", default_value = "10GB", value_parser = bytes_between(1024, u64::MAX))]
     pub spool_bytes: u64,
 
     /// Statements one token may keep at once, so no token takes every
@@ -126,11 +126,11 @@ pub struct StatementsConfig {
 
     /// Bytes the spooled results of one token's statements may take
     /// together, so no token fills the spool for the others.
-    #[arg(long, env = "DUCKGATE_SPOOL_TOKEN_BYTES", default_value = "4GB", value_parser = parse_byte_count)]
+    #[arg(long, env = "DUCKGATE_SPOOL_TOKEN_BYTES", default_value = "4GB", value_parser = bytes_between(1024, u64::MAX))]
     pub spool_token_bytes: u64,
 
     /// Bytes one statement's spooled result may take.
-    #[arg(long, env = "DUCKGATE_SPOOL_STATEMENT_BYTES", default_value = "2GB", value_parser = parse_byte_count)]
+    #[arg(long, env = "DUCKGATE_SPOOL_STATEMENT_BYTES", default_value = "2GB", value_parser = bytes_between(1024, u64::MAX))]
     pub spool_statement_bytes: u64,
 
     /// PostgreSQL connection string of the state several replicas share
@@ -180,10 +180,25 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_byte_count(s: &str) -> Result<u64, String> {
-    byte_size(s)
-        .filter(|&n| n >= 1024)
-        .ok_or_else(|| format!("`{s}` is not a byte size of at least 1KB (e.g. 500MB, 10GB)"))
+/// The one parser of byte settings: a count of bytes (`1048576`) or a
+/// size with its unit (`1MB`, `512 MiB`, see [`byte_size`]), from `min` to
+/// `max` bytes.
+fn bytes_between(
+    min: u64,
+    max: u64,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s| match byte_size(s) {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(n) => Err(format!("{n} bytes is not between {min} and {max}")),
+        None => Err(format!(
+            "`{s}` is not a byte size such as 1048576, 512MB, 4GB or 2GiB"
+        )),
+    }
+}
+
+/// `DUCKGATE_COMPRESSION_MIN_BYTES`: a byte setting of at most 65535.
+fn parse_compression_min_bytes(s: &str) -> Result<u16, String> {
+    bytes_between(0, u16::MAX.into())(s).map(|n| n as u16)
 }
 
 /// Where and how the HTTP server listens.
@@ -235,14 +250,21 @@ pub struct ServerConfig {
     #[arg(long, env = "DUCKGATE_ALLOWED_HOSTS", value_delimiter = ',')]
     pub allowed_hosts: Vec<String>,
 
-    /// How long a browser may cache a CORS preflight answer, in seconds.
-    #[arg(long, env = "DUCKGATE_CORS_MAX_AGE_SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(0..=86_400))]
-    pub cors_max_age_secs: u64,
+    /// How long a browser may cache a CORS preflight answer, in
+    /// milliseconds (sent in whole seconds, as `Access-Control-Max-Age`
+    /// counts them). Default: 600000.
+    #[arg(long, env = "DUCKGATE_CORS_MAX_AGE_MS", value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub cors_max_age_ms: Option<u64>,
+
+    /// Deprecated: DUCKGATE_CORS_MAX_AGE_MS in seconds, read when that is
+    /// not set (a warning at start says so).
+    #[arg(long, env = "DUCKGATE_CORS_MAX_AGE_SECS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    pub cors_max_age_secs: Option<u64>,
 
     /// Answers shorter than this many bytes are sent uncompressed even when
     /// the client accepts gzip or zstd (compressing a few hundred bytes
     /// saves nothing and costs a round of CPU).
-    #[arg(long, env = "DUCKGATE_COMPRESSION_MIN_BYTES", default_value_t = 1024)]
+    #[arg(long, env = "DUCKGATE_COMPRESSION_MIN_BYTES", default_value_t = 1024, value_parser = parse_compression_min_bytes)]
     pub compression_min_bytes: u16,
 
     /// Serve the browser console at `/ui` (and redirect `/` there). The
@@ -285,6 +307,19 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+impl ServerConfig {
+    /// How long a browser may cache a CORS preflight answer:
+    /// `DUCKGATE_CORS_MAX_AGE_MS`, else the deprecated
+    /// `DUCKGATE_CORS_MAX_AGE_SECS`, else 10 minutes.
+    pub fn cors_max_age(&self) -> Duration {
+        match (self.cors_max_age_ms, self.cors_max_age_secs) {
+            (Some(ms), _) => Duration::from_millis(ms),
+            (None, Some(secs)) => Duration::from_secs(secs),
+            (None, None) => Duration::from_secs(600),
+        }
+    }
 }
 
 /// The embedded DuckDB and its connection pool.
@@ -364,7 +399,7 @@ pub struct EngineConfig {
     /// out-of-memory. Default: what is left of 90% of the memory DuckDB
     /// sees (its cgroup's limit if lower) once its buffer pool is full, at
     /// least 256MB.
-    #[arg(long, env = "DUCKGATE_MAX_UNMANAGED_MEMORY", value_parser = parse_byte_count)]
+    #[arg(long, env = "DUCKGATE_MAX_UNMANAGED_MEMORY", value_parser = bytes_between(1024, u64::MAX))]
     pub max_unmanaged_memory: Option<u64>,
 
     /// DuckDB's `max_temp_directory_size`, e.g. `20GB`.
@@ -425,17 +460,17 @@ pub struct LimitsConfig {
     /// Largest encoded `/query` answer; a result past it fails (a problem
     /// document, or a body that ends in an error its reader sees), never a
     /// silent cut.
-    #[arg(long, env = "DUCKGATE_MAX_RESULT_BYTES", default_value_t = 4 << 30, value_parser = clap::value_parser!(u64).range(1024..))]
+    #[arg(long, env = "DUCKGATE_MAX_RESULT_BYTES", default_value_t = 4 << 30, value_parser = bytes_between(1024, u64::MAX))]
     pub max_result_bytes: u64,
 
     /// Largest single value (a string or blob, or a one-row result) the
     /// gateway encodes; a larger one fails the query with 422 before it is
     /// buffered.
-    #[arg(long, env = "DUCKGATE_MAX_VALUE_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
+    #[arg(long, env = "DUCKGATE_MAX_VALUE_BYTES", default_value_t = 64 << 20, value_parser = bytes_between(1024, u64::MAX))]
     pub max_value_bytes: u64,
 
     /// How much of a running query's SQL `GET /queries` shows (bytes).
-    #[arg(long, env = "DUCKGATE_LISTED_SQL_BYTES", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=(1 << 20)))]
+    #[arg(long, env = "DUCKGATE_LISTED_SQL_BYTES", default_value_t = 4096, value_parser = bytes_between(0, 1 << 20))]
     pub listed_sql_bytes: u64,
 
     /// Also append one JSON line per ended query (the audit record) to this
@@ -444,11 +479,11 @@ pub struct LimitsConfig {
     pub audit_log: Option<std::path::PathBuf>,
 
     /// Largest request body.
-    #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = clap::value_parser!(u64).range(64..=(1 << 30)))]
+    #[arg(long, env = "DUCKGATE_MAX_BODY_BYTES", default_value_t = 1 << 20, value_parser = bytes_between(64, 1 << 30))]
     pub max_body_bytes: u64,
 
     /// Longest SQL text, in bytes.
-    #[arg(long, env = "DUCKGATE_MAX_SQL_BYTES", default_value_t = 256 * 1024, value_parser = clap::value_parser!(u64).range(16..=(1 << 30)))]
+    #[arg(long, env = "DUCKGATE_MAX_SQL_BYTES", default_value_t = 256 * 1024, value_parser = bytes_between(16, 1 << 30))]
     pub max_sql_bytes: u64,
 
     /// How long a client may accept no bytes of a streamed answer before it
@@ -735,6 +770,14 @@ impl Config {
     /// computed here, so no later step reads a file or re-derives a value.
     pub fn resolve(self) -> Result<Resolved, ConfigError> {
         self.validate()?;
+        if self.server.cors_max_age_secs.is_some() {
+            tracing::warn!(
+                setting = "DUCKGATE_CORS_MAX_AGE_SECS",
+                instead = "DUCKGATE_CORS_MAX_AGE_MS",
+                ignored = self.server.cors_max_age_ms.is_some(),
+                "a deprecated setting is set; name it in milliseconds instead"
+            );
+        }
         let file = match &self.s3.config_file {
             Some(path) => Some(ConfigFile::read(path)?),
             None => None,
@@ -847,7 +890,10 @@ impl Config {
 pub fn byte_size(s: &str) -> Option<u64> {
     let t = s.trim();
     let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%' || c == ' ');
-    let n: f64 = digits.parse().ok()?;
+    let n: f64 = digits
+        .parse()
+        .ok()
+        .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
     let unit = t[digits.len()..].trim().to_ascii_lowercase();
     let scale: f64 = match unit.as_str() {
         "" | "b" => 1.0,
@@ -864,16 +910,20 @@ pub fn byte_size(s: &str) -> Option<u64> {
     Some((n * scale) as u64)
 }
 
+/// DuckDB's own byte settings (`DUCKGATE_MEMORY_LIMIT`,
+/// `DUCKGATE_MAX_TEMP_DIRECTORY_SIZE`): a byte size [`byte_size`] reads,
+/// or a percentage; kept as written, for DuckDB.
 fn parse_byte_size_setting(s: &str) -> Result<String, String> {
     let t = s.trim();
-    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == '%' || c == ' ');
-    let unit = t[digits.len()..].trim().to_ascii_lowercase();
-    let number_ok = !digits.is_empty() && digits.parse::<f64>().is_ok_and(|n| n >= 0.0);
-    let unit_ok = matches!(
-        unit.as_str(),
-        "" | "b" | "kb" | "mb" | "gb" | "tb" | "kib" | "mib" | "gib" | "tib" | "%"
-    );
-    if number_ok && unit_ok {
+    let ok = match t.strip_suffix('%') {
+        Some(n) => n.trim().parse::<f64>().is_ok_and(|n| n >= 0.0),
+        None => byte_size(t).is_some(),
+    };
+    if ok
+        && t.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || c == '.')
+    {
         Ok(t.to_string())
     } else {
         Err(format!(
@@ -897,6 +947,57 @@ mod tests {
         assert_eq!(byte_size("50MB"), Some(50_000_000));
         assert_eq!(byte_size("2 GiB"), Some(2 << 30));
         assert_eq!(byte_size("75%"), None);
+        assert_eq!(byte_size("-5"), None);
+    }
+
+    #[test]
+    fn every_byte_setting_takes_a_count_or_a_size() {
+        let max_body = bytes_between(64, 1 << 30);
+        assert_eq!(max_body("4096"), Ok(4096));
+        assert_eq!(max_body("4KiB"), Ok(4096));
+        assert_eq!(max_body("1MB"), Ok(1_000_000));
+        assert!(max_body("32").is_err());
+        assert!(max_body("2GiB").is_err());
+        assert!(max_body("-1").is_err());
+        assert!(max_body("lots").is_err());
+        assert_eq!(parse_compression_min_bytes("1KiB"), Ok(1024));
+        assert!(parse_compression_min_bytes("1MB").is_err());
+        let cli = Cli::try_parse_from([
+            "duckgate",
+            "--max-value-bytes",
+            "100KB",
+            "--spool-bytes",
+            "1073741824",
+        ])
+        .unwrap();
+        assert_eq!(cli.config.limits.max_value_bytes, 100_000);
+        assert_eq!(cli.config.statements.spool_bytes, 1 << 30);
+    }
+
+    #[test]
+    fn the_cors_max_age_is_in_milliseconds_and_the_seconds_name_still_works() {
+        let age = |args: &[&str]| {
+            let mut all = vec!["duckgate"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all)
+                .unwrap()
+                .config
+                .server
+                .cors_max_age()
+        };
+        assert_eq!(age(&[]), Duration::from_secs(600));
+        assert_eq!(
+            age(&["--cors-max-age-ms", "90000"]),
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            age(&["--cors-max-age-secs", "120"]),
+            Duration::from_secs(120)
+        );
+        assert_eq!(
+            age(&["--cors-max-age-secs", "120", "--cors-max-age-ms", "5000"]),
+            Duration::from_secs(5)
+        );
     }
 
     #[test]

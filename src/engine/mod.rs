@@ -2,11 +2,14 @@
 //! connections for client queries, and a control connection (outside the pool)
 //! for the gateway's own secret DDL.
 
+pub mod admission;
+pub mod cache;
 pub mod catalogs;
 pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
+pub mod listing;
 pub mod memory;
 pub mod nesting;
 pub mod pipe;
@@ -128,7 +131,7 @@ impl Engine {
         config: &Config,
         health: Arc<Health>,
         needs_httpfs: bool,
-        shares: pool::Shares,
+        shares: admission::Shares,
     ) -> Result<Self, EngineError> {
         let dirs = Dirs::prepare(config)?;
         let options = database_options(config, &dirs);

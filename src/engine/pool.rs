@@ -1,6 +1,7 @@
-//! The bounded query pool. Capacity is a semaphore of `size` permits: a
-//! request waits at most the acquire timeout for one (an async wait, never a
-//! blocked runtime thread), then takes a connection from deadpool.
+//! The query pool's connections. A query admitted by
+//! [`crate::engine::admission`] (a permit of the pool's `size`, its token's
+//! and S3 share's) takes a connection from deadpool, leased until it
+//! comes back.
 //!
 //! A connection can be held inside DuckDB long after its query was
 //! interrupted (an HTTP read in flight inside httpfs does not see the
@@ -9,34 +10,20 @@
 //! connections) opens a fresh connection for the next request, and the stuck
 //! one is closed when it finally returns. Replacements are bounded by
 //! `spares`, counted in the health snapshot and in `/metrics`.
-//!
-//! Overload is shed at once: a request that finds every permit taken
-//! estimates its wait (the requests queued ahead of it, plus itself, times
-//! the recent mean time a permit is held, over the pool size). When that is
-//! beyond what it may wait, it is refused now instead of after the whole
-//! acquire timeout, so time in the queue stays bounded by the expected wait
-//! and the pool's throughput goes to requests that will be served.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
+use crate::engine::admission::{AcquireError, Admission, Held, OwnedS3Permit, Shares};
+use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::Accepted;
-use crate::state::{CounterGuard, Health, OwnedCounterGuard};
-
-/// The share of the pool that queries reading S3 may use, and what tells
-/// such queries apart (fixed at start, see [`Shares`]).
-struct S3Share {
-    /// `share` permits: S3 queries that may hold a connection at once.
-    gate: Arc<Semaphore>,
-    /// Operator-declared catalogs (lakes): their tables live on S3.
-    lakes: Vec<String>,
-}
+use crate::state::{Health, OwnedCounterGuard};
 
 /// One pooled connection.
 pub struct Slot {
@@ -48,7 +35,7 @@ pub struct Slot {
     pub interrupt: Arc<duckdb::InterruptHandle>,
     /// Statement texts the guard accepted on this connection, with the
     /// catalog epoch it judged them in.
-    pub verdicts: std::collections::HashMap<String, Verdict>,
+    pub verdicts: BoundedCache<Verdict>,
     /// Bumped by every statement that may change the catalog (any that is
     /// not read-only), on any connection: a verdict from an older epoch may
     /// hold stale column types, so it is judged again.
@@ -65,9 +52,11 @@ pub struct Slot {
     /// Query texts whose CSV COPY was checked on this connection: the COPY,
     /// or `None` when DuckDB's parse did not match (a pure parse, so it
     /// never goes stale).
-    pub copies: std::collections::HashMap<String, Option<String>>,
-    /// DuckDB's progress tracking on `conn`: off for inline runs.
-    pub progress: Option<crate::engine::progress::ProgressSwitch>,
+    pub copies: BoundedCache<Option<String>>,
+    /// DuckDB's progress tracking on `conn`: off for inline runs. Private:
+    /// it is `conn`'s own switch, never moved to another slot or past
+    /// `conn`'s life (see [`Slot::track_progress`]).
+    progress: Option<crate::engine::progress::ProgressSwitch>,
 }
 
 /// The guard's verdict on one text, remembered on its connection.
@@ -85,7 +74,11 @@ impl Slot {
     /// Tracks the progress of the next statement on `conn`, or not.
     pub fn track_progress(&mut self, on: bool) {
         if let Some(p) = &mut self.progress {
-            p.set(on);
+            // SAFETY: `p` came from `conn` (`Manager::create` made both)
+            // and stays with it in this slot (the field is private), so
+            // `conn` is open; whoever holds the slot by `&mut` runs nothing
+            // on `conn` meanwhile and runs its next query on this thread.
+            unsafe { p.set(on) };
         }
     }
 
@@ -128,17 +121,8 @@ pub enum PoolError {
 /// Prepared statements cached per connection.
 pub const STATEMENT_CACHE: usize = 64;
 
-/// Texts whose S3 classification is remembered (a pure parse: it never goes
-/// stale, the lakes being fixed at start).
-const CLASSIFIED_TEXTS: usize = 1024;
-/// Longer texts are classified each time (the memory stays bounded).
-const CLASSIFIED_TEXT_BYTES: usize = 4096;
-
-/// The S3 classifier's parse connection, and what it already classified.
-struct Classifier {
-    raw: RawConnection,
-    seen: std::collections::HashMap<String, bool>,
-}
+/// Guard verdicts (and CSV COPYs) remembered per connection.
+pub const VERDICT_CACHE: usize = 256;
 
 /// Opens and checks pooled connections for deadpool.
 pub struct Manager {
@@ -176,12 +160,12 @@ impl managed::Manager for Manager {
             conn,
             raw,
             interrupt,
-            verdicts: Default::default(),
+            verdicts: BoundedCache::new(VERDICT_CACHE),
             catalog_epoch: self.catalog_epoch.clone(),
             prepared_epoch: 0,
             connection_id,
             pipe_token: crate::engine::pipe::token(&self.db),
-            copies: Default::default(),
+            copies: BoundedCache::new(VERDICT_CACHE),
             progress,
         })
     }
@@ -203,104 +187,13 @@ pub type Pooled = managed::Object<Manager>;
 #[derive(Clone)]
 pub struct QueryPool {
     inner: managed::Pool<Manager>,
-    /// `size` permits: the queries that may run at once.
-    gate: Arc<Semaphore>,
+    /// Who may take a connection, and when.
+    admission: Arc<Admission>,
     size: usize,
     /// How many stuck leases may be replaced at once.
     spares: usize,
     acquire_timeout: Duration,
     health: Arc<Health>,
-    /// Cancelled when the spill directory passes its cap: every query
-    /// running then is interrupted (spill files have no owner DuckDB names).
-    spill: Arc<Mutex<tokio_util::sync::CancellationToken>>,
-    /// CSV answers written by DuckDB's COPY at once (see `pipe`): a slow
-    /// reader holds the DuckDB worker thread that writes its COPY, so fewer
-    /// than DuckDB's threads may; the rest stream through Arrow.
-    csv_copies: Arc<Semaphore>,
-    /// Queries one token may run at once (its share of the pool), or
-    /// `None`: no per-token bound (anonymous access, or one token).
-    token_share: Option<usize>,
-    /// Each token's share, as a semaphore: its own work waits here, in its
-    /// own queue, never in front of another token's.
-    token_gates: Arc<Mutex<std::collections::HashMap<Arc<str>, Arc<Semaphore>>>>,
-    /// Requests waiting for a permit now (background work included).
-    queued: Arc<AtomicU64>,
-    /// The share of S3 queries.
-    s3: Arc<S3Share>,
-    /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
-    /// queries apart before they take a connection.
-    classifier: Arc<Mutex<Classifier>>,
-    /// How long permits are held lately, for the expected wait.
-    hold: Arc<HoldTime>,
-    /// Whether a request whose expected wait is beyond its wait is refused
-    /// at once (`DUCKGATE_SHED_EARLY`); else it waits the full timeout.
-    shed_early: bool,
-}
-
-/// The recent mean time a permit is held: an exponentially weighted moving
-/// average (weight 1/8 per sample, as TCP smooths round-trip times), in
-/// microseconds; 0 until the first permit comes back.
-#[derive(Default)]
-pub struct HoldTime(AtomicU64);
-
-impl HoldTime {
-    /// Folds one hold time into the mean.
-    fn record(&self, held: Duration, health: &Health) {
-        let sample = (held.as_micros() as u64).max(1);
-        let before = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
-                Some(Self::fold(mean, sample))
-            })
-            .unwrap_or_default();
-        // Published for the readiness probe (which reads atomics only).
-        health
-            .pool
-            .hold_mean_us
-            .store(Self::fold(before, sample), Ordering::Relaxed);
-    }
-
-    /// mean + (sample - mean) / 8, in integers; the first sample as it is.
-    fn fold(mean: u64, sample: u64) -> u64 {
-        if mean == 0 {
-            sample
-        } else {
-            (mean * 7 + sample) / 8
-        }
-    }
-
-    /// The mean, or `None` before any permit came back.
-    fn mean(&self) -> Option<Duration> {
-        match self.0.load(Ordering::Relaxed) {
-            0 => None,
-            us => Some(Duration::from_micros(us)),
-        }
-    }
-}
-
-/// A pool permit that records how long it was held when it goes back.
-struct Held {
-    _permit: OwnedSemaphorePermit,
-    since: Instant,
-    hold: Arc<HoldTime>,
-    health: Arc<Health>,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.hold.record(self.since.elapsed(), &self.health);
-        self.health.pool.last_release_ms.store(
-            self.health.started.elapsed().as_millis() as u64,
-            Ordering::Relaxed,
-        );
-    }
-}
-
-/// The wait a request can expect for a permit with `ahead` requests queued
-/// in front of it, permits held `mean` on average, and `size` of them: the
-/// pool serves `size` requests every `mean`.
-pub fn expected_wait(ahead: u64, mean: Duration, size: usize) -> Duration {
-    mean.saturating_mul((ahead + 1).min(u32::MAX as u64) as u32) / (size.max(1) as u32)
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
@@ -382,37 +275,6 @@ impl Lease {
     }
 }
 
-/// An S3 share permit, counted in `pool.s3_in_use` while held.
-struct OwnedS3Permit {
-    _permit: OwnedSemaphorePermit,
-    _counted: OwnedCounterGuard,
-}
-
-/// Why no connection was handed out.
-#[derive(Debug)]
-pub enum AcquireError {
-    /// Waited the full acquire timeout.
-    Timeout,
-    /// The token's own share of the pool stayed taken (by its own queries)
-    /// for the whole wait.
-    TokenShare,
-    /// The share of queries that read S3 stayed taken for the whole wait
-    /// (S3 slow or stalled); local queries keep the rest of the pool.
-    S3Share,
-    /// Refused at once: the expected wait (held here) is beyond the wait
-    /// allowed, with `ahead` requests queued in front.
-    Shed {
-        /// The wait this request could expect.
-        expected: Duration,
-        /// Requests queued in front of it.
-        ahead: u64,
-    },
-    /// The pool is closed (shutting down).
-    Closed,
-    /// A connection could not be created.
-    Backend(PoolError),
-}
-
 /// deadpool's error around ours: the backend's own as it is, the rest as
 /// deadpool words it.
 fn take_error(e: managed::PoolError<PoolError>) -> PoolError {
@@ -440,60 +302,6 @@ pub struct PoolOptions {
     pub shares: Shares,
 }
 
-/// Past this many owners' gates, the idle ones are forgotten.
-const GATES_KEPT: usize = 1024;
-
-/// Forgets the gates no one holds or waits for, once there are more than
-/// [`GATES_KEPT`]: OIDC identities are not a fixed list, and each one that
-/// ever queried would otherwise keep a gate for the life of the process.
-/// A gate only the map holds has all its permits (every permit and waiter
-/// holds a clone), so it is the same as a new one.
-pub(crate) fn forget_idle_gates(gates: &mut std::collections::HashMap<Arc<str>, Arc<Semaphore>>) {
-    if gates.len() > GATES_KEPT {
-        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
-    }
-}
-
-/// How the pool is shared, as configured: known before the pool exists
-/// (no setting after construction).
-#[derive(Debug, Clone, Default)]
-pub struct Shares {
-    /// `DUCKGATE_MAX_QUERIES_PER_TOKEN`.
-    pub per_token: Option<usize>,
-    /// How many query tokens there are (a fair share needs two).
-    pub tokens: usize,
-    /// `DUCKGATE_MAX_S3_QUERIES`.
-    pub s3: Option<usize>,
-    /// Operator-declared catalogs (lakes): their tables are read from S3.
-    pub lakes: Vec<String>,
-}
-
-impl Shares {
-    /// How many queries one token may run at once in a pool of `size`:
-    /// the setting, else with two or more tokens a fair share (the size
-    /// over the tokens, rounded up), never the whole pool, at least one;
-    /// with fewer tokens, no bound.
-    pub fn per_token_of(&self, size: usize) -> Option<usize> {
-        match self.per_token {
-            Some(n) => Some(n.clamp(1, size)),
-            None if self.tokens >= 2 => Some(
-                size.div_ceil(self.tokens)
-                    .min(size.saturating_sub(1))
-                    .max(1),
-            ),
-            None => None,
-        }
-    }
-
-    /// How many queries that read S3 may hold connections of a pool of
-    /// `size` at once: the setting (at most the pool), else all but one
-    /// connection, so a slow or stalled S3 never takes the connection
-    /// local work needs (a pool of one has nothing to spare).
-    pub fn s3_of(&self, size: usize) -> usize {
-        self.s3.unwrap_or(size.saturating_sub(1)).clamp(1, size)
-    }
-}
-
 impl QueryPool {
     /// A pool of connections of `db`, shaped by `options`.
     pub fn new(
@@ -510,17 +318,7 @@ impl QueryPool {
             search_path,
             shares,
         } = options;
-        let token_share = shares.per_token_of(size);
-        let s3_share = shares.s3_of(size);
-        tracing::debug!(?token_share, s3_share, "the pool's shares");
-        health
-            .pool
-            .s3_share
-            .store(s3_share as u64, Ordering::Relaxed);
-        let classifier = Arc::new(Mutex::new(Classifier {
-            raw: db.connect_raw()?,
-            seen: Default::default(),
-        }));
+        let admission = Admission::new(&db, size, threads, shed_early, shares, health.clone())?;
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
@@ -538,61 +336,32 @@ impl QueryPool {
             .store(acquire_timeout.as_millis() as u64, Ordering::Relaxed);
         Ok(Self {
             inner,
-            gate: Arc::new(Semaphore::new(size)),
+            admission: Arc::new(admission),
             size,
             spares,
             acquire_timeout,
             health,
-            spill: Default::default(),
-            csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
-            token_share,
-            token_gates: Default::default(),
-            queued: Default::default(),
-            s3: Arc::new(S3Share {
-                gate: Arc::new(Semaphore::new(s3_share)),
-                lakes: shares.lakes,
-            }),
-            classifier,
-            hold: Default::default(),
-            shed_early,
         })
     }
 
-    /// Whether `sql` reads S3 by DuckDB's parse of it (an `s3://` path, or a
-    /// table of a lake). Unparsable SQL is not: the guard refuses it on its
-    /// connection.
+    /// Whether `sql` reads S3 (see [`Admission::reads_s3`]).
     pub fn reads_s3(&self, sql: &str) -> bool {
-        let share = &self.s3;
-        let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&s3) = classifier.seen.get(sql) {
-            return s3;
-        }
-        let s3 = crate::engine::guard::reads_s3(&classifier.raw, sql, &share.lakes);
-        if sql.len() <= CLASSIFIED_TEXT_BYTES {
-            if classifier.seen.len() >= CLASSIFIED_TEXTS {
-                classifier.seen.clear();
-            }
-            classifier.seen.insert(sql.to_string(), s3);
-        }
-        s3
+        self.admission.reads_s3(sql)
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.
-    pub fn csv_copy(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        self.csv_copies.clone().try_acquire_owned().ok()
+    pub fn csv_copy(&self) -> Option<OwnedSemaphorePermit> {
+        self.admission.csv_copy()
     }
 
-    /// The token a query watches for the spill cap (see [`QueryPool::spill_exceeded`]).
+    /// The token a query watches for the spill cap.
     pub fn spill_token(&self) -> tokio_util::sync::CancellationToken {
-        self.spill.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.admission.spill_token()
     }
 
-    /// The spill directory passed its cap: interrupts the queries running now;
-    /// later ones start with a fresh token.
+    /// The spill directory passed its cap: interrupts the queries running now.
     pub fn spill_exceeded(&self) {
-        let mut t = self.spill.lock().unwrap_or_else(|p| p.into_inner());
-        t.cancel();
-        *t = tokio_util::sync::CancellationToken::new();
+        self.admission.spill_exceeded()
     }
 
     /// Creates every connection up front, so the first requests do not pay
@@ -616,19 +385,6 @@ impl QueryPool {
             .await
     }
 
-    /// The semaphore of `owner`'s share, if shares are bounded.
-    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
-        let share = self.token_share?;
-        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
-        crate::engine::pool::forget_idle_gates(&mut gates);
-        Some(
-            gates
-                .entry(owner.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(share)))
-                .clone(),
-        )
-    }
-
     /// Like [`QueryPool::acquire`], waiting at most `wait` for capacity.
     /// Background work (an async statement waits as long as its own time
     /// limit allows) passes `count_timeout: false`: running out of that
@@ -641,53 +397,7 @@ impl QueryPool {
         owner: Option<&Arc<str>>,
         s3: bool,
     ) -> Result<(Pooled, Lease), AcquireError> {
-        let start = tokio::time::Instant::now();
-        let token = match owner.and_then(|o| self.token_gate(o)) {
-            None => None,
-            Some(gate) => match tokio::time::timeout(wait, gate.acquire_owned()).await {
-                Ok(Ok(p)) => Some(p),
-                Ok(Err(_)) => return Err(AcquireError::Closed),
-                Err(_) => {
-                    metrics::counter!("duckgate_token_share_timeouts_total").increment(1);
-                    return Err(AcquireError::TokenShare);
-                }
-            },
-        };
-        // A query that reads S3 waits for its share first, so a slow S3
-        // queues its own work there, never in the pool's queue.
-        let s3 = match Some(&*self.s3).filter(|_| s3) {
-            None => None,
-            Some(share) => {
-                let left = wait.saturating_sub(start.elapsed());
-                match tokio::time::timeout(left, share.gate.clone().acquire_owned()).await {
-                    Ok(Ok(p)) => Some(OwnedS3Permit {
-                        _permit: p,
-                        _counted: OwnedCounterGuard::new(self.health.clone(), |h| {
-                            &h.pool.s3_in_use
-                        }),
-                    }),
-                    Ok(Err(_)) => return Err(AcquireError::Closed),
-                    Err(_) => {
-                        metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(1);
-                        return Err(AcquireError::S3Share);
-                    }
-                }
-            }
-        };
-        let wait = wait.saturating_sub(start.elapsed());
-        let permit = match self.gate.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(AcquireError::Closed),
-            Err(tokio::sync::TryAcquireError::NoPermits) => {
-                self.wait_for_permit(wait, count_timeout).await?
-            }
-        };
-        let permit = Held {
-            _permit: permit,
-            since: Instant::now(),
-            hold: self.hold.clone(),
-            health: self.health.clone(),
-        };
+        let admitted = self.admission.admit(wait, count_timeout, owner, s3).await?;
         let timeouts = Timeouts {
             wait: Some(self.acquire_timeout),
             create: Some(self.acquire_timeout),
@@ -702,53 +412,15 @@ impl QueryPool {
                 other => AcquireError::Backend(take_error(other)),
             })?;
         let lease = Lease {
-            permit: Mutex::new(Some(permit)),
+            permit: Mutex::new(Some(admitted.permit)),
             lost: std::sync::atomic::AtomicBool::new(false),
             owner: owner.cloned().unwrap_or_else(|| Arc::from("-")),
             _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
-            _token: token,
-            _s3: s3,
+            _token: admitted.token,
+            _s3: admitted.s3,
             pool: self.clone(),
         };
         Ok((slot, lease))
-    }
-
-    /// Every permit is taken: queues for one for at most `wait`, or refuses
-    /// at once when the expected wait is beyond it (see the module doc).
-    async fn wait_for_permit(
-        &self,
-        wait: Duration,
-        count_timeout: bool,
-    ) -> Result<OwnedSemaphorePermit, AcquireError> {
-        let ahead = self.queued.load(Ordering::Relaxed);
-        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early) {
-            let expected = expected_wait(ahead, mean, self.size);
-            if expected > wait {
-                if count_timeout {
-                    self.health.pool.shed.fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("duckgate_pool_shed_total").increment(1);
-                }
-                return Err(AcquireError::Shed { expected, ahead });
-            }
-        }
-        let _queued = CounterGuard::new(&self.queued);
-        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
-        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
-        drop(waiting);
-        match permit {
-            Ok(Ok(p)) => Ok(p),
-            Ok(Err(_)) => Err(AcquireError::Closed),
-            Err(_) => {
-                if count_timeout {
-                    self.health
-                        .pool
-                        .acquire_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
-                }
-                Err(AcquireError::Timeout)
-            }
-        }
     }
 
     /// The longest wait for a connection.
@@ -758,32 +430,7 @@ impl QueryPool {
 
     /// Refuses every new acquire (shutting down).
     pub fn close(&self) {
-        self.gate.close();
+        self.admission.close();
         self.inner.close();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn idle_gates_are_forgotten_past_the_bound() {
-        let mut gates = std::collections::HashMap::new();
-        for i in 0..=GATES_KEPT {
-            gates.insert(
-                Arc::<str>::from(format!("oidc:{i}")),
-                Arc::new(Semaphore::new(1)),
-            );
-        }
-        // A gate someone holds (a permit, or a waiter) stays.
-        let held = gates.get("oidc:7").cloned().unwrap();
-        forget_idle_gates(&mut gates);
-        assert_eq!(gates.len(), 1);
-        assert!(Arc::ptr_eq(&gates["oidc:7"], &held));
-        // Below the bound nothing is scanned or dropped.
-        gates.insert(Arc::from("oidc:x"), Arc::new(Semaphore::new(1)));
-        forget_idle_gates(&mut gates);
-        assert_eq!(gates.len(), 2);
     }
 }

@@ -47,14 +47,18 @@ pub struct ProgressSwitch {
 unsafe impl Send for ProgressSwitch {}
 
 impl ProgressSwitch {
-    /// Tracks the next query's progress or not. Only while the connection
-    /// this switch came with runs nothing, and only by its holder.
-    pub fn set(&mut self, on: bool) {
+    /// Tracks the next query's progress or not.
+    ///
+    /// # Safety
+    ///
+    /// The connection this switch came with ([`track`]) must still be open
+    /// (the flag is its `enable_progress_bar`, freed with it), must run
+    /// nothing now, and must be used by this thread only: DuckDB reads the
+    /// flag when a query starts, on the thread that runs the query.
+    pub unsafe fn set(&mut self, on: bool) {
         if self.on != on {
-            // SAFETY: the flag is the connection's `enable_progress_bar`,
-            // alive while the connection is (the switch lives beside it);
-            // DuckDB reads it when a query starts, on the thread that runs
-            // the query, which is this one.
+            // SAFETY: the caller's promise: the flag's connection is open
+            // and idle, and only this thread runs it.
             unsafe { self.flag.write(on) };
             self.on = on;
         }

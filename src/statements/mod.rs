@@ -4,11 +4,20 @@
 //! statements are kept for a TTL, then expire (their files are removed); a
 //! bounded number is kept at once.
 
+pub mod answer;
+mod context;
+mod error;
 pub mod pages;
 pub mod parquet;
+pub mod replication;
 pub mod s3;
 pub mod shared;
 pub mod spool;
+pub mod status;
+pub mod submit;
+
+pub use context::Context;
+pub use error::Error;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -504,7 +513,7 @@ impl Statements {
     fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
         let permits = self.settings.token_share?;
         let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
-        crate::engine::pool::forget_idle_gates(&mut gates);
+        crate::engine::admission::forget_idle_gates(&mut gates);
         Some(
             gates
                 .entry(owner.clone())

@@ -116,7 +116,9 @@ impl Param {
     }
 }
 
-/// One statement to run, fully validated by the HTTP layer.
+/// One statement to run, fully validated by the HTTP layer. Built by
+/// [`QueryJob::query`] or [`QueryJob::statement`]: which of the two is
+/// what `sink` says.
 #[derive(Debug, Clone)]
 pub struct QueryJob {
     /// The client's SQL text: one statement.
@@ -152,6 +154,99 @@ pub struct QueryJob {
     /// Keep the result here (an async statement's spool) instead of
     /// encoding it: `format` is then unused, and the answer's body is empty.
     pub sink: Option<Arc<dyn BatchSink>>,
+}
+
+/// The bounds of one run, whichever way its result leaves.
+#[derive(Debug, Clone)]
+pub struct RunLimits {
+    /// When the request arrived; the deadline and `elapsed_ms` count from it.
+    pub started: Instant,
+    /// How long the query may take, counted from `started`.
+    pub timeout: Duration,
+    /// Rows beyond this are cut and the result marked truncated.
+    pub max_rows: u64,
+    /// Whether the client asked for `max_rows` (see [`QueryJob::rows_asked`]).
+    pub rows_asked: bool,
+    /// How long a client may accept no bytes before it is cut off.
+    pub stall_timeout: Duration,
+    /// Largest single value (or one-row batch) the gateway will encode.
+    pub max_value_bytes: u64,
+}
+
+impl QueryJob {
+    /// A query answered as it runs (`/query`): its result encoded in
+    /// `format` and streamed, cut after `max_bytes` encoded bytes.
+    pub fn query(
+        sql: String,
+        params: Vec<Param>,
+        rules: Arc<guard::Rules>,
+        limits: RunLimits,
+        tracker: Arc<crate::engine::queries::Running>,
+        format: Format,
+        max_bytes: u64,
+    ) -> Self {
+        Self::new(sql, params, rules, limits, tracker, format, max_bytes, None)
+    }
+
+    /// An async statement's run: its result kept in `spool` (its spool
+    /// writer) rather than encoded; the answer's body is empty.
+    pub fn statement(
+        sql: String,
+        params: Vec<Param>,
+        rules: Arc<guard::Rules>,
+        limits: RunLimits,
+        tracker: Arc<crate::engine::queries::Running>,
+        spool: Arc<dyn BatchSink>,
+    ) -> Self {
+        // The spool writes Arrow; statements have no byte cap but its quotas.
+        Self::new(
+            sql,
+            params,
+            rules,
+            limits,
+            tracker,
+            Format::Arrow,
+            u64::MAX,
+            Some(spool),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        sql: String,
+        params: Vec<Param>,
+        rules: Arc<guard::Rules>,
+        limits: RunLimits,
+        tracker: Arc<crate::engine::queries::Running>,
+        format: Format,
+        max_bytes: u64,
+        sink: Option<Arc<dyn BatchSink>>,
+    ) -> Self {
+        let RunLimits {
+            started,
+            timeout,
+            max_rows,
+            rows_asked,
+            stall_timeout,
+            max_value_bytes,
+        } = limits;
+        QueryJob {
+            sql,
+            params,
+            format,
+            timeout,
+            max_rows,
+            rows_asked,
+            max_bytes,
+            rules,
+            started,
+            retried: false,
+            stall_timeout,
+            max_value_bytes,
+            tracker: Some(tracker),
+            sink,
+        }
+    }
 }
 
 /// What the HTTP layer gets once the first rows are ready.

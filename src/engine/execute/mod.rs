@@ -27,7 +27,7 @@ mod worker;
 mod wrap;
 
 pub use error::{sql_error, QueryError, StoreFault};
-pub use job::{Param, QueryJob, QueryOutput};
+pub use job::{Param, QueryJob, QueryOutput, RunLimits};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +37,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::encode::Format;
-use crate::engine::pool::{AcquireError, QueryPool};
+use crate::engine::admission::AcquireError;
+use crate::engine::pool::QueryPool;
 
 use control::{watchdog, CancelOnDrop, CancelReason, Phase, QueryControl};
 use sender::{error_record_for, record_failure, Msg};

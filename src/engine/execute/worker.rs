@@ -23,9 +23,6 @@ use super::spool::spool_statement;
 use super::stream::stream_statement;
 use super::wrap::{arrow_interval_sql, csv_text_sql, json_text_sql, MAX_WRAPPER_BYTES};
 
-/// Accepted statement texts remembered per connection.
-pub(super) const VERDICT_CACHE: usize = 256;
-
 /// The blocking half. Owns the pooled connection until it returns.
 pub(super) fn work(
     mut slot: Pooled,
@@ -111,9 +108,6 @@ pub(super) fn work_inner(
         Some(v) => v.accepted.clone(),
         None => match guard::check(&slot.raw, &job.sql, &job.rules) {
             Ok(a) => {
-                if slot.verdicts.len() >= VERDICT_CACHE {
-                    slot.verdicts.clear();
-                }
                 let a = Arc::new(a);
                 slot.verdicts.insert(
                     job.sql.clone(),
@@ -219,13 +213,10 @@ pub(super) fn work_inner(
             .and_then(|sql| {
                 // Parsed once per text and connection, like verdicts.
                 if !slot.copies.contains_key(sql) {
-                    if slot.copies.len() >= VERDICT_CACHE {
-                        slot.copies.clear();
-                    }
                     slot.copies
                         .insert(sql.to_string(), pipe::copy_sql(sql, pipe::CopyFormat::Csv));
                 }
-                slot.copies[sql].clone()
+                slot.copies.get(sql).cloned().flatten()
             });
         let (token, connection_id) = (slot.pipe_token, slot.connection_id);
         if let Some(copy) = copy {

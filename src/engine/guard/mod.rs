@@ -728,5 +728,15 @@ fn check_databases(plan: &describe::PlanNames, rules: &Rules) -> Result<(), Refu
     Ok(())
 }
 
+/// `rules` with the read-only policy, whatever the configured one.
+pub fn read_only(rules: std::sync::Arc<Rules>) -> std::sync::Arc<Rules> {
+    if rules.policy == crate::config::Policy::ReadOnly {
+        return rules;
+    }
+    let mut rules = (*rules).clone();
+    rules.policy = crate::config::Policy::ReadOnly;
+    std::sync::Arc::new(rules)
+}
+
 #[cfg(test)]
 mod tests;

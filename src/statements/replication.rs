@@ -10,17 +10,28 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::api::error::ApiError;
-use crate::api::queries::QueryInfo;
-use crate::api::request::id_error;
-use crate::api::statements::status_json;
-use crate::api::AppState;
+use crate::engine::listing::QueryInfo;
 use crate::engine::queries::{IdError, Registration};
 use crate::engine::sink::SinkError;
 use crate::engine::QueryError;
-use crate::statements::shared::{Reservation, Row, Shared, SharedError};
-use crate::statements::spool::{ResultMeta, SpoolResult};
-use crate::statements::Statement;
+
+use super::shared::{Reservation, Row, Shared, SharedError};
+use super::spool::{ResultMeta, SpoolResult};
+use super::status::status_json;
+use super::{Context, Error, Statement};
+
+/// Commands another replica asks of this one through the shared state (a
+/// rotation, a reload): carried out by the gateway (`api::admin`), which
+/// the statement domain does not know.
+pub trait Commands: Send + Sync + 'static {
+    /// Carries out `command` (with its `argument`) here; its errors, none
+    /// when done.
+    fn carry_out<'a>(
+        &'a self,
+        command: &'a str,
+        argument: Option<&'a str>,
+    ) -> futures::future::BoxFuture<'a, Vec<String>>;
+}
 
 /// A local copy of another replica's result unused this long is removed.
 const COPY_IDLE: Duration = Duration::from_secs(60);
@@ -37,22 +48,27 @@ pub fn interval(shared: &Shared) -> Duration {
 /// heartbeat has a loop of its own: a round slowed by a slow PostgreSQL
 /// (publishing many statements at 1.5 s a query) no longer made the
 /// replica look dead to the others.
-pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) {
+pub async fn run(
+    ctx: Context,
+    commands: Arc<dyn Commands>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
     let every = interval(&shared);
     let lock = tokio::spawn(shared.clone().hold_lock(stop.clone()));
     let beat = {
-        let (state, shared, stop) = (state.clone(), shared.clone(), stop.clone());
+        let (ctx, shared, stop) = (ctx.clone(), shared.clone(), stop.clone());
         tokio::spawn(async move {
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(every) => {}
                 }
-                let queries: Vec<QueryInfo> = state
+                let queries: Vec<QueryInfo> = ctx
                     .queries
                     .list()
                     .iter()
-                    .map(|r| QueryInfo::of(r, &state.engine.db))
+                    .map(|r| QueryInfo::of(r, ctx.db()))
                     .collect();
                 let json = serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into());
                 match shared.heartbeat(&json).await {
@@ -66,7 +82,7 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
         })
     };
     let mut last_sweep = Instant::now();
-    let grace = Duration::from_millis(state.config.statements.spool_orphan_grace_ms);
+    let grace = ctx.orphan_grace;
     let orphan_every = (grace / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
     let mut last_orphans = Instant::now();
     loop {
@@ -74,7 +90,7 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
             _ = stop.cancelled() => break,
             _ = tokio::time::sleep(every) => {}
         }
-        match tick(&state, &shared).await {
+        match tick(&ctx, &commands, &shared).await {
             Ok(()) => shared.dependency.ok(),
             Err(e) => {
                 shared.dependency.failed(&e);
@@ -83,11 +99,11 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
         }
         if last_sweep.elapsed() >= Duration::from_secs(2) {
             last_sweep = Instant::now();
-            sweep(&state, &shared).await;
+            sweep(&ctx, &shared).await;
         }
         if last_orphans.elapsed() >= orphan_every {
             last_orphans = Instant::now();
-            sweep_orphans(&state, &shared, grace).await;
+            sweep_orphans(&ctx, &shared, grace).await;
         }
     }
     let _ = beat.await;
@@ -100,17 +116,21 @@ pub async fn run(state: AppState, shared: Arc<Shared>, stop: CancellationToken) 
 /// One round: cancels asked of this replica, statements deleted elsewhere,
 /// the status of running ones, and the repair of any row whose statement
 /// ended here but whose end did not reach it.
-pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> {
+pub async fn tick(
+    ctx: &Context,
+    commands: &Arc<dyn Commands>,
+    shared: &Shared,
+) -> Result<(), SharedError> {
     shared.release_pending().await;
     // Commands asked of every replica through another one: each runs in a
     // task of its own (a rotation waits for STS) and writes its answer.
     for (id, command, argument) in shared.take_commands().await? {
-        let state = state.clone();
+        let (statements, commands) = (ctx.statements.clone(), commands.clone());
         tokio::spawn(async move {
             tracing::info!(command = %command, "carrying out a command asked through another replica");
-            let errors = crate::api::admin::carry_out(&state, &command, argument.as_deref()).await;
+            let errors = commands.carry_out(&command, argument.as_deref()).await;
             let answer = serde_json::json!({ "errors": errors });
-            if let Some(shared) = &state.statements.shared {
+            if let Some(shared) = &statements.shared {
                 if let Err(e) = shared.answer_command(&id, &answer).await {
                     tracing::warn!(error.cause = %e, "answering a command failed");
                 }
@@ -118,16 +138,16 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
         });
     }
     for (token, id) in shared.take_cancels().await? {
-        for r in state.queries.find(Some(&token), &id) {
+        for r in ctx.queries.find(Some(&token), &id) {
             tracing::info!(query_id = %r.id, owner = %r.owner, by = "another replica", "cancel requested");
-            state.queries.cancel(&r);
+            ctx.queries.cancel(&r);
         }
     }
     // Local claimed statements first: any of them has its row by the time
     // the rows are read. (Whether one is claimed is read before the rows
     // too: one claimed while they were read has a row they may lack, and
     // was taken for deleted elsewhere and cancelled at once.)
-    let local: Vec<_> = state
+    let local: Vec<_> = ctx
         .statements
         .list(None)
         .into_iter()
@@ -138,8 +158,8 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
         let key = (s.running.owner.to_string(), s.running.id.clone());
         let Some(row_state) = rows.get(&key) else {
             // Deleted through another replica: stop it and forget it.
-            state.queries.cancel(&s.running);
-            state.statements.discard(&s);
+            ctx.queries.cancel(&s.running);
+            ctx.statements.discard(&s);
             continue;
         };
         // Its end is published once; a row still `queued` or `running`
@@ -148,7 +168,7 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
             s.published
                 .store(false, std::sync::atomic::Ordering::SeqCst);
         }
-        publish(state, shared, &s).await?;
+        publish(ctx, shared, &s).await?;
     }
     Ok(())
 }
@@ -159,11 +179,11 @@ pub async fn tick(state: &AppState, shared: &Shared) -> Result<(), SharedError> 
 /// one query. A live replica running that token's query with this id: 409,
 /// as a local one. Generated ids are unique without it (no round trip).
 pub async fn reserve_id(
-    state: &AppState,
+    ctx: &Context,
     registration: &mut Registration,
     client_chose: bool,
-) -> Result<(), ApiError> {
-    let Some(shared) = &state.statements.shared else {
+) -> Result<(), Error> {
+    let Some(shared) = &ctx.statements.shared else {
         return Ok(());
     };
     if !client_chose {
@@ -175,21 +195,21 @@ pub async fn reserve_id(
             registration.hold(reservation);
             Ok(())
         }
-        Ok(None) => Err(id_error(IdError::Taken(r.id.clone()))),
-        Err(e) => Err(ApiError::SharedState(e)),
+        Ok(None) => Err(Error::QueryId(IdError::Taken(r.id.clone()))),
+        Err(e) => Err(Error::SharedState(e)),
     }
 }
 
 /// Publishes a statement's status: while it runs, every round; once it
 /// finished, once (with its result's metadata and expiry).
-pub async fn publish(state: &AppState, shared: &Shared, s: &Statement) -> Result<(), SharedError> {
+pub async fn publish(ctx: &Context, shared: &Shared, s: &Statement) -> Result<(), SharedError> {
     use std::sync::atomic::Ordering;
     if s.published.load(Ordering::SeqCst) {
         return Ok(());
     }
     // Read before the status: once `done` fired, the status is final.
     let finished = s.done.is_cancelled();
-    let status = status_json(state, s);
+    let status = status_json(&ctx.statements, ctx.db(), s);
     let st = status["state"].as_str().unwrap_or("queued").to_string();
     // Its state is set a moment before `done` fires: a status that says it
     // ended, read in that moment, waits for the next round, which publishes
@@ -207,7 +227,7 @@ pub async fn publish(state: &AppState, shared: &Shared, s: &Statement) -> Result
             &st,
             &status.to_string(),
             result.as_deref(),
-            finished.then_some(state.statements.settings.ttl),
+            finished.then_some(ctx.statements.settings.ttl),
         )
         .await?;
     if finished {
@@ -217,17 +237,17 @@ pub async fn publish(state: &AppState, shared: &Shared, s: &Statement) -> Result
 }
 
 /// Shared housekeeping, then local copies unused for a while go.
-async fn sweep(state: &AppState, shared: &Shared) {
-    match shared.sweep(state.statements.settings.ttl).await {
+async fn sweep(ctx: &Context, shared: &Shared) {
+    match shared.sweep(ctx.statements.settings.ttl).await {
         Ok(urls) => {
             for url in urls {
-                remove_result(state, &url).await;
+                remove_result(ctx, &url).await;
             }
         }
         Err(e) => tracing::warn!(error.cause = %e, "shared housekeeping failed"),
     }
     let idle: Vec<Arc<SpoolResult>> = {
-        let mut copies = state
+        let mut copies = ctx
             .statements
             .copies
             .lock()
@@ -247,8 +267,8 @@ async fn sweep(state: &AppState, shared: &Shared) {
 /// Removes the S3 spool's orphans: objects older than `grace` that no kept
 /// statement names. Any replica may do it (a removal is idempotent); each
 /// also reports the spool's objects and bytes.
-async fn sweep_orphans(state: &AppState, shared: &Shared, grace: Duration) {
-    let Some(s3) = &state.statements.s3 else {
+async fn sweep_orphans(ctx: &Context, shared: &Shared, grace: Duration) {
+    let Some(s3) = &ctx.statements.s3 else {
         return;
     };
     let objects = match s3.list().await {
@@ -289,15 +309,15 @@ async fn sweep_orphans(state: &AppState, shared: &Shared, grace: Duration) {
 }
 
 /// Removes a result from the S3 spool (and its local copy).
-pub async fn remove_result(state: &AppState, url: &str) {
-    let copy = state
+pub async fn remove_result(ctx: &Context, url: &str) {
+    let copy = ctx
         .statements
         .copies
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(url);
     drop(copy);
-    if let Some(s3) = &state.statements.s3 {
+    if let Some(s3) = &ctx.statements.s3 {
         if let Err(e) = s3.delete(url).await {
             tracing::warn!(error.cause = %e, "removing a spooled result failed");
         }
@@ -306,12 +326,12 @@ pub async fn remove_result(state: &AppState, url: &str) {
 
 /// The result of another replica's statement, copied from the S3 spool
 /// (once; later pages read the copy).
-pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, ApiError> {
+pub async fn copy_of(ctx: &Context, row: &Row) -> Result<Arc<SpoolResult>, Error> {
     let meta: ResultMeta = serde_json::from_str(row.result.as_deref().unwrap_or(""))
-        .map_err(|e| ApiError::Internal(format!("a statement's result metadata: {e}")))?;
+        .map_err(|e| Error::Internal(format!("a statement's result metadata: {e}")))?;
     let url = meta.url.clone();
     let hit = {
-        let mut copies = state
+        let mut copies = ctx
             .statements
             .copies
             .lock()
@@ -324,21 +344,20 @@ pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, Ap
     if let Some(r) = hit {
         return Ok(r);
     }
-    let s3 = state.statements.s3.clone().ok_or_else(|| {
-        ApiError::Internal("another replica's result, and no S3 spool is configured here".into())
+    let s3 = ctx.statements.s3.clone().ok_or_else(|| {
+        Error::Internal("another replica's result, and no S3 spool is configured here".into())
     })?;
     // A full disk under the local spool is the server's storage: 507
     // spool-full with Retry-After, like a statement's own result; the S3
     // spool's faults are its own (410 missing, 503 unavailable, 502
     // refused), bounded by the limit a query gets by default.
-    let dir = state.statements.spool.dir().join("copies");
+    let dir = ctx.statements.spool.dir().join("copies");
     tokio::fs::create_dir_all(&dir)
         .await
-        .map_err(|e| ApiError::Query(QueryError::from(SinkError::from_io(&e))))?;
+        .map_err(|e| Error::Query(QueryError::from(SinkError::from_io(&e))))?;
     let path = dir.join(format!("{}.arrow", uuid::Uuid::new_v4()));
-    let limit = Duration::from_millis(state.config.limits.default_query_timeout_ms());
-    s3.download(&url, &path, limit).await?;
-    let spool = state.statements.spool.clone();
+    s3.download(&url, &path, ctx.download_limit).await?;
+    let spool = ctx.statements.spool.clone();
     let token: Arc<str> = row.token.as_str().into();
     let result = {
         let path = path.clone();
@@ -352,11 +371,11 @@ pub async fn copy_of(state: &AppState, row: &Row) -> Result<Arc<SpoolResult>, Ap
         Err(e) => {
             // Unreadable: the copy goes rather than filling the disk.
             let _ = tokio::fs::remove_file(&path).await;
-            return Err(ApiError::Internal(e));
+            return Err(Error::Internal(e));
         }
     };
     let result = Arc::new(result);
-    let mut copies = state
+    let mut copies = ctx
         .statements
         .copies
         .lock()

@@ -1,0 +1,461 @@
+//! Admission to the query pool: who may take one of its `size`
+//! connections, and when. The pool's permits are a semaphore; before one,
+//! a query waits for its token's share (`DUCKGATE_MAX_QUERIES_PER_TOKEN`,
+//! or a fair share among the tokens) and, when it reads S3, for the S3
+//! share (`DUCKGATE_MAX_S3_QUERIES`), so a slow S3 or a busy token queues
+//! its own work, never another's.
+//!
+//! Overload is shed at once: a request that finds every permit taken
+//! estimates its wait (the requests queued ahead of it, plus itself, times
+//! the recent mean time a permit is held, over the pool size). When that is
+//! beyond what it may wait, it is refused now instead of after the whole
+//! acquire timeout, so time in the queue stays bounded by the expected wait
+//! and the pool's throughput goes to requests that will be served.
+//!
+//! Also here: the permits of CSV answers written by DuckDB's COPY, and the
+//! spill cap's cancel token. The connections themselves are
+//! [`crate::engine::pool`]'s.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::cache::BoundedCache;
+use crate::engine::ffi::{RawConnection, RawDatabase};
+use crate::engine::pool::PoolError;
+use crate::state::{CounterGuard, Health, OwnedCounterGuard};
+
+/// The share of the pool that queries reading S3 may use, and what tells
+/// such queries apart (fixed at start, see [`Shares`]).
+struct S3Share {
+    /// `share` permits: S3 queries that may hold a connection at once.
+    gate: Arc<Semaphore>,
+    /// Operator-declared catalogs (lakes): their tables live on S3.
+    lakes: Vec<String>,
+}
+
+/// Texts whose S3 classification is remembered (a pure parse: it never goes
+/// stale, the lakes being fixed at start).
+const CLASSIFIED_TEXTS: usize = 1024;
+/// Longer texts are classified each time (the memory stays bounded).
+const CLASSIFIED_TEXT_BYTES: usize = 4096;
+
+/// The S3 classifier's parse connection, and what it already classified.
+struct Classifier {
+    raw: RawConnection,
+    seen: BoundedCache<bool>,
+}
+
+/// Who may take a pooled connection, and when.
+pub struct Admission {
+    /// `size` permits: the queries that may hold a connection at once.
+    gate: Arc<Semaphore>,
+    size: usize,
+    health: Arc<Health>,
+    /// Queries one token may run at once (its share of the pool), or
+    /// `None`: no per-token bound (anonymous access, or one token).
+    token_share: Option<usize>,
+    /// Each token's share, as a semaphore: its own work waits here, in its
+    /// own queue, never in front of another token's.
+    token_gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// Requests waiting for a permit now (background work included).
+    queued: AtomicU64,
+    /// The share of S3 queries.
+    s3: S3Share,
+    /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
+    /// queries apart before they take a connection.
+    classifier: Mutex<Classifier>,
+    /// How long permits are held lately, for the expected wait.
+    hold: Arc<HoldTime>,
+    /// Whether a request whose expected wait is beyond its wait is refused
+    /// at once (`DUCKGATE_SHED_EARLY`); else it waits the full timeout.
+    shed_early: bool,
+    /// Cancelled when the spill directory passes its cap: every query
+    /// running then is interrupted (spill files have no owner DuckDB names).
+    spill: Mutex<CancellationToken>,
+    /// CSV answers written by DuckDB's COPY at once (see `pipe`): a slow
+    /// reader holds the DuckDB worker thread that writes its COPY, so fewer
+    /// than DuckDB's threads may; the rest stream through Arrow.
+    csv_copies: Arc<Semaphore>,
+}
+
+/// What admission handed out: the pool permit (timed while held), and the
+/// token's and S3 share's permits, held until the connection comes back.
+pub(crate) struct Admitted {
+    /// The pool permit.
+    pub(crate) permit: Held,
+    /// The token's share.
+    pub(crate) token: Option<OwnedSemaphorePermit>,
+    /// The S3 share.
+    pub(crate) s3: Option<OwnedS3Permit>,
+}
+
+impl Admission {
+    /// Admission to a pool of `size` connections of `db` (whose parser
+    /// classifies S3 queries), with DuckDB's `threads`, shared by `shares`.
+    pub fn new(
+        db: &RawDatabase,
+        size: usize,
+        threads: usize,
+        shed_early: bool,
+        shares: Shares,
+        health: Arc<Health>,
+    ) -> Result<Self, PoolError> {
+        let token_share = shares.per_token_of(size);
+        let s3_share = shares.s3_of(size);
+        tracing::debug!(?token_share, s3_share, "the pool's shares");
+        health
+            .pool
+            .s3_share
+            .store(s3_share as u64, Ordering::Relaxed);
+        Ok(Admission {
+            gate: Arc::new(Semaphore::new(size)),
+            size,
+            health,
+            token_share,
+            token_gates: Default::default(),
+            queued: Default::default(),
+            s3: S3Share {
+                gate: Arc::new(Semaphore::new(s3_share)),
+                lakes: shares.lakes,
+            },
+            classifier: Mutex::new(Classifier {
+                raw: db.connect_raw()?,
+                seen: BoundedCache::new(CLASSIFIED_TEXTS),
+            }),
+            hold: Default::default(),
+            shed_early,
+            spill: Default::default(),
+            csv_copies: Arc::new(Semaphore::new(threads.saturating_sub(1).max(1))),
+        })
+    }
+
+    /// Whether `sql` reads S3 by DuckDB's parse of it (an `s3://` path, or a
+    /// table of a lake). Unparsable SQL is not: the guard refuses it on its
+    /// connection.
+    pub fn reads_s3(&self, sql: &str) -> bool {
+        let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&s3) = classifier.seen.get(sql) {
+            return s3;
+        }
+        let s3 = crate::engine::guard::reads_s3(&classifier.raw, sql, &self.s3.lakes);
+        if sql.len() <= CLASSIFIED_TEXT_BYTES {
+            classifier.seen.insert(sql.to_string(), s3);
+        }
+        s3
+    }
+
+    /// A place for a CSV answer written by DuckDB's COPY, if one is free.
+    pub fn csv_copy(&self) -> Option<OwnedSemaphorePermit> {
+        self.csv_copies.clone().try_acquire_owned().ok()
+    }
+
+    /// The token a query watches for the spill cap (see [`Admission::spill_exceeded`]).
+    pub fn spill_token(&self) -> CancellationToken {
+        self.spill.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The spill directory passed its cap: interrupts the queries running now;
+    /// later ones start with a fresh token.
+    pub fn spill_exceeded(&self) {
+        let mut t = self.spill.lock().unwrap_or_else(|p| p.into_inner());
+        t.cancel();
+        *t = CancellationToken::new();
+    }
+
+    /// The semaphore of `owner`'s share, if shares are bounded.
+    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
+        let share = self.token_share?;
+        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
+        forget_idle_gates(&mut gates);
+        Some(
+            gates
+                .entry(owner.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(share)))
+                .clone(),
+        )
+    }
+
+    /// Waits at most `wait` for `owner`'s share, the S3 share (`s3`: the
+    /// query reads S3) and a pool permit, in that order. Background work
+    /// passes `count_timeout: false` (see [`crate::engine::pool::QueryPool::acquire_within`]).
+    pub(crate) async fn admit(
+        &self,
+        wait: Duration,
+        count_timeout: bool,
+        owner: Option<&Arc<str>>,
+        s3: bool,
+    ) -> Result<Admitted, AcquireError> {
+        let start = tokio::time::Instant::now();
+        let token = match owner.and_then(|o| self.token_gate(o)) {
+            None => None,
+            Some(gate) => match tokio::time::timeout(wait, gate.acquire_owned()).await {
+                Ok(Ok(p)) => Some(p),
+                Ok(Err(_)) => return Err(AcquireError::Closed),
+                Err(_) => {
+                    metrics::counter!("duckgate_token_share_timeouts_total").increment(1);
+                    return Err(AcquireError::TokenShare);
+                }
+            },
+        };
+        // A query that reads S3 waits for its share first, so a slow S3
+        // queues its own work there, never in the pool's queue.
+        let s3 = match Some(&self.s3).filter(|_| s3) {
+            None => None,
+            Some(share) => {
+                let left = wait.saturating_sub(start.elapsed());
+                match tokio::time::timeout(left, share.gate.clone().acquire_owned()).await {
+                    Ok(Ok(p)) => Some(OwnedS3Permit {
+                        _permit: p,
+                        _counted: OwnedCounterGuard::new(self.health.clone(), |h| {
+                            &h.pool.s3_in_use
+                        }),
+                    }),
+                    Ok(Err(_)) => return Err(AcquireError::Closed),
+                    Err(_) => {
+                        metrics::counter!("duckgate_pool_s3_share_timeouts_total").increment(1);
+                        return Err(AcquireError::S3Share);
+                    }
+                }
+            }
+        };
+        let wait = wait.saturating_sub(start.elapsed());
+        let permit = match self.gate.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(AcquireError::Closed),
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.wait_for_permit(wait, count_timeout).await?
+            }
+        };
+        let permit = Held {
+            _permit: permit,
+            since: Instant::now(),
+            hold: self.hold.clone(),
+            health: self.health.clone(),
+        };
+        Ok(Admitted { permit, token, s3 })
+    }
+
+    /// Every permit is taken: queues for one for at most `wait`, or refuses
+    /// at once when the expected wait is beyond it (see the module doc).
+    async fn wait_for_permit(
+        &self,
+        wait: Duration,
+        count_timeout: bool,
+    ) -> Result<OwnedSemaphorePermit, AcquireError> {
+        let ahead = self.queued.load(Ordering::Relaxed);
+        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early) {
+            let expected = expected_wait(ahead, mean, self.size);
+            if expected > wait {
+                if count_timeout {
+                    self.health.pool.shed.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_shed_total").increment(1);
+                }
+                return Err(AcquireError::Shed { expected, ahead });
+            }
+        }
+        let _queued = CounterGuard::new(&self.queued);
+        let waiting = count_timeout.then(|| CounterGuard::new(&self.health.pool.waiting));
+        let permit = tokio::time::timeout(wait, self.gate.clone().acquire_owned()).await;
+        drop(waiting);
+        match permit {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(AcquireError::Closed),
+            Err(_) => {
+                if count_timeout {
+                    self.health
+                        .pool
+                        .acquire_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!("duckgate_pool_acquire_timeouts_total").increment(1);
+                }
+                Err(AcquireError::Timeout)
+            }
+        }
+    }
+
+    /// Refuses every new admission (shutting down).
+    pub fn close(&self) {
+        self.gate.close();
+    }
+}
+
+/// The recent mean time a permit is held: an exponentially weighted moving
+/// average (weight 1/8 per sample, as TCP smooths round-trip times), in
+/// microseconds; 0 until the first permit comes back.
+#[derive(Default)]
+pub struct HoldTime(AtomicU64);
+
+impl HoldTime {
+    /// Folds one hold time into the mean.
+    fn record(&self, held: Duration, health: &Health) {
+        let sample = (held.as_micros() as u64).max(1);
+        let before = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
+                Some(Self::fold(mean, sample))
+            })
+            .unwrap_or_default();
+        // Published for the readiness probe (which reads atomics only).
+        health
+            .pool
+            .hold_mean_us
+            .store(Self::fold(before, sample), Ordering::Relaxed);
+    }
+
+    /// mean + (sample - mean) / 8, in integers; the first sample as it is.
+    fn fold(mean: u64, sample: u64) -> u64 {
+        if mean == 0 {
+            sample
+        } else {
+            (mean * 7 + sample) / 8
+        }
+    }
+
+    /// The mean, or `None` before any permit came back.
+    fn mean(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+}
+
+/// A pool permit that records how long it was held when it goes back.
+pub(crate) struct Held {
+    _permit: OwnedSemaphorePermit,
+    since: Instant,
+    hold: Arc<HoldTime>,
+    health: Arc<Health>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.hold.record(self.since.elapsed(), &self.health);
+        self.health.pool.last_release_ms.store(
+            self.health.started.elapsed().as_millis() as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// The wait a request can expect for a permit with `ahead` requests queued
+/// in front of it, permits held `mean` on average, and `size` of them: the
+/// pool serves `size` requests every `mean`.
+pub fn expected_wait(ahead: u64, mean: Duration, size: usize) -> Duration {
+    mean.saturating_mul((ahead + 1).min(u32::MAX as u64) as u32) / (size.max(1) as u32)
+}
+
+/// An S3 share permit, counted in `pool.s3_in_use` while held.
+pub(crate) struct OwnedS3Permit {
+    _permit: OwnedSemaphorePermit,
+    _counted: OwnedCounterGuard,
+}
+
+/// Why no connection was handed out.
+#[derive(Debug)]
+pub enum AcquireError {
+    /// Waited the full acquire timeout.
+    Timeout,
+    /// The token's own share of the pool stayed taken (by its own queries)
+    /// for the whole wait.
+    TokenShare,
+    /// The share of queries that read S3 stayed taken for the whole wait
+    /// (S3 slow or stalled); local queries keep the rest of the pool.
+    S3Share,
+    /// Refused at once: the expected wait (held here) is beyond the wait
+    /// allowed, with `ahead` requests queued in front.
+    Shed {
+        /// The wait this request could expect.
+        expected: Duration,
+        /// Requests queued in front of it.
+        ahead: u64,
+    },
+    /// The pool is closed (shutting down).
+    Closed,
+    /// A connection could not be created.
+    Backend(PoolError),
+}
+
+/// Past this many owners' gates, the idle ones are forgotten.
+const GATES_KEPT: usize = 1024;
+
+/// Forgets the gates no one holds or waits for, once there are more than
+/// [`GATES_KEPT`]: OIDC identities are not a fixed list, and each one that
+/// ever queried would otherwise keep a gate for the life of the process.
+/// A gate only the map holds has all its permits (every permit and waiter
+/// holds a clone), so it is the same as a new one.
+pub(crate) fn forget_idle_gates(gates: &mut HashMap<Arc<str>, Arc<Semaphore>>) {
+    if gates.len() > GATES_KEPT {
+        gates.retain(|_, gate| Arc::strong_count(gate) > 1);
+    }
+}
+
+/// How the pool is shared, as configured: known before the pool exists
+/// (no setting after construction).
+#[derive(Debug, Clone, Default)]
+pub struct Shares {
+    /// `DUCKGATE_MAX_QUERIES_PER_TOKEN`.
+    pub per_token: Option<usize>,
+    /// How many query tokens there are (a fair share needs two).
+    pub tokens: usize,
+    /// `DUCKGATE_MAX_S3_QUERIES`.
+    pub s3: Option<usize>,
+    /// Operator-declared catalogs (lakes): their tables are read from S3.
+    pub lakes: Vec<String>,
+}
+
+impl Shares {
+    /// How many queries one token may run at once in a pool of `size`:
+    /// the setting, else with two or more tokens a fair share (the size
+    /// over the tokens, rounded up), never the whole pool, at least one;
+    /// with fewer tokens, no bound.
+    pub fn per_token_of(&self, size: usize) -> Option<usize> {
+        match self.per_token {
+            Some(n) => Some(n.clamp(1, size)),
+            None if self.tokens >= 2 => Some(
+                size.div_ceil(self.tokens)
+                    .min(size.saturating_sub(1))
+                    .max(1),
+            ),
+            None => None,
+        }
+    }
+
+    /// How many queries that read S3 may hold connections of a pool of
+    /// `size` at once: the setting (at most the pool), else all but one
+    /// connection, so a slow or stalled S3 never takes the connection
+    /// local work needs (a pool of one has nothing to spare).
+    pub fn s3_of(&self, size: usize) -> usize {
+        self.s3.unwrap_or(size.saturating_sub(1)).clamp(1, size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_gates_are_forgotten_past_the_bound() {
+        let mut gates = HashMap::new();
+        for i in 0..=GATES_KEPT {
+            gates.insert(
+                Arc::<str>::from(format!("oidc:{i}")),
+                Arc::new(Semaphore::new(1)),
+            );
+        }
+        // A gate someone holds (a permit, or a waiter) stays.
+        let held = gates.get("oidc:7").cloned().unwrap();
+        forget_idle_gates(&mut gates);
+        assert_eq!(gates.len(), 1);
+        assert!(Arc::ptr_eq(&gates["oidc:7"], &held));
+        // Below the bound nothing is scanned or dropped.
+        gates.insert(Arc::from("oidc:x"), Arc::new(Semaphore::new(1)));
+        forget_idle_gates(&mut gates);
+        assert_eq!(gates.len(), 2);
+    }
+}

@@ -8,7 +8,8 @@
 //! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
 //! 5. [`open_statements`]: the shared state, the spool and the statements;
 //! 6. [`Tasks::start`]: the background loops;
-//! 7. [`serve`]: the API until the signal, then the drain.
+//! 7. [`open_flight`]: the Flight SQL listener, when one is configured;
+//! 8. [`serve`]: the API until the signal, then the drain.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -73,7 +74,19 @@ pub(crate) async fn serve_until(
         addr,
     });
     let tasks = Tasks::start(&state);
-    serve(state, listener, shutdown, tasks).await
+    let flight = open_flight(&state).await?;
+    serve(state, listener, shutdown, tasks, flight).await
+}
+
+/// Step 7: the Arrow Flight SQL listener on `DUCKGATE_FLIGHT_LISTEN`, over
+/// the same state as the HTTP API (tokens, guard, pool, registry).
+async fn open_flight(state: &AppState) -> anyhow::Result<Option<crate::flight::Listener>> {
+    match state.config.server.flight_listen {
+        Some(addr) => Ok(Some(
+            crate::flight::Listener::start(state.clone(), addr).await?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// How many parties the fair shares of the pool and of the statements
@@ -335,7 +348,7 @@ impl Tasks {
     }
 }
 
-/// Step 7: serves until `shutdown`, then stops accepting, lets open
+/// Step 8: serves until `shutdown`, then stops accepting, lets open
 /// connections finish within the grace period (readiness off), interrupts
 /// what still runs, and stops the loops and the probes.
 async fn serve(
@@ -343,6 +356,7 @@ async fn serve(
     listener: TcpListener,
     shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     tasks: Tasks,
+    flight: Option<crate::flight::Listener>,
 ) -> anyhow::Result<()> {
     let (config, health, engine) = (
         state.config.clone(),
@@ -411,10 +425,18 @@ async fn serve(
             server.await
         }
     };
-    if tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait())
-        .await
-        .is_err()
-    {
+    // The Flight SQL listener stops accepting with the HTTP one; both
+    // drain together (the drain interrupts what still runs after grace).
+    let flight_stopped = async {
+        if let Some(f) = flight {
+            f.stop(grace + Duration::from_secs(5)).await;
+        }
+    };
+    let (http, ()) = tokio::join!(
+        tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait()),
+        flight_stopped
+    );
+    if http.is_err() {
         tracing::warn!("connections still open after the grace period; exiting anyway");
     }
     drain.cancel();

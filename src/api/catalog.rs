@@ -97,7 +97,7 @@ pub struct SnapshotInfo {
 }
 
 /// Runs `f` on a pooled connection, off the async workers.
-async fn on_pooled<T: Send + 'static>(
+pub(crate) async fn on_pooled<T: Send + 'static>(
     state: &AppState,
     owner: &std::sync::Arc<str>,
     f: impl FnOnce(&crate::engine::ffi::Connection) -> duckdb::Result<T> + Send + 'static,

@@ -433,3 +433,49 @@ print(json.dumps(out))
     let not_ok = audit.iter().filter(|l| !l.contains("outcome=ok")).count();
     assert!(not_ok >= 2, "{audit:#?}");
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_serves_tls_with_a_certificate_and_key() {
+    let certs = tempfile::tempdir().unwrap();
+    crate::common::pg_tls::make_certificates(certs.path());
+    let (_app, uri) = gateway(&[
+        (
+            "DUCKGATE_FLIGHT_TLS_CERT",
+            certs.path().join("server.crt").to_str().unwrap(),
+        ),
+        (
+            "DUCKGATE_FLIGHT_TLS_KEY",
+            certs.path().join("server.key").to_str().unwrap(),
+        ),
+    ])
+    .await;
+    assert!(uri.starts_with("grpc+tls://"), "{uri}");
+    let ca = certs.path().join("ca.pem");
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+CA = open({ca:?}).read()
+def tls_connect():
+    return fs.connect(URI, db_kwargs={{
+        af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN,
+        af.DatabaseOptions.TLS_ROOT_CERTS.value: CA,
+    }}, autocommit=True)
+cur = tls_connect().cursor()
+cur.execute("SELECT 'over tls' AS s")
+out = {{"row": cur.fetchone()[0]}}
+# Without the CA the server's certificate is not trusted.
+out["untrusted"] = error_of(lambda: connect().cursor().execute("SELECT 1"))
+# Plain gRPC to the TLS port fails.
+plain = URI.replace("grpc+tls://", "grpc://")
+out["plain"] = error_of(lambda: fs.connect(plain, db_kwargs={{af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN}}, autocommit=True).cursor().execute("SELECT 1"))
+print(json.dumps(out))
+"#,
+            ca = ca.to_str().unwrap()
+        ),
+    );
+    assert_eq!(v["row"], "over tls");
+    assert!(v["untrusted"].is_string(), "{v:#}");
+    assert!(v["plain"].is_string(), "{v:#}");
+}

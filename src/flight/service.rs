@@ -409,9 +409,12 @@ impl FlightSqlService for FlightSql {
         let t0 = Instant::now();
         let auth = self.auth(&request).await;
         let r = match &auth {
-            Ok(auth) => match results::start(&self.state, auth, query.query, Vec::new()).await {
-                Ok(started) => self.result_info(auth, started, request.into_inner()),
+            Ok(auth) => match self.tickets.room() {
                 Err(e) => Err(e),
+                Ok(()) => match results::start(&self.state, auth, query.query, Vec::new()).await {
+                    Ok(started) => self.result_info(auth, started, request.into_inner()),
+                    Err(e) => Err(e),
+                },
             },
             Err(e) => Err(e.clone()),
         };
@@ -443,6 +446,7 @@ impl FlightSqlService for FlightSql {
                     )))
                 }
             };
+            self.tickets.room()?;
             let started = results::start(&self.state, &auth, prepared.sql, params).await?;
             self.result_info(&auth, started, request.into_inner())
         }

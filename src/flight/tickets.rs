@@ -92,16 +92,35 @@ impl Tickets {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether another entry would be kept now: checked before a statement
+    /// runs, so a full table refuses it before it takes a connection.
+    pub fn room(&self) -> Result<(), Status> {
+        let dropped = {
+            let mut entries = self.lock();
+            let dropped = self.expire(&mut entries);
+            if entries.len() >= self.max {
+                return Err(self.full());
+            }
+            dropped
+        };
+        drop(dropped);
+        Ok(())
+    }
+
+    fn full(&self) -> Status {
+        Status::resource_exhausted(format!(
+            "{} Flight SQL results and prepared statements are kept (DUCKGATE_FLIGHT_MAX_TICKETS); fetch or close some, or retry later",
+            self.max
+        ))
+    }
+
     fn insert(&self, owner: Arc<str>, item: Item) -> Result<Handle, Status> {
         let handle = new_handle();
         let dropped = {
             let mut entries = self.lock();
             let dropped = self.expire(&mut entries);
             if entries.len() >= self.max {
-                return Err(Status::resource_exhausted(format!(
-                    "{} Flight SQL results and prepared statements are kept (DUCKGATE_FLIGHT_MAX_TICKETS); fetch or close some, or retry later",
-                    self.max
-                )));
+                return Err(self.full());
             }
             entries.insert(
                 handle,

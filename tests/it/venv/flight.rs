@@ -479,3 +479,101 @@ print(json.dumps(out))
     assert!(v["untrusted"].is_string(), "{v:#}");
     assert!(v["plain"].is_string(), "{v:#}");
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_tickets_are_bounded_in_number_and_age() {
+    let (app, uri) = gateway(&[
+        ("DUCKGATE_FLIGHT_MAX_TICKETS", "2"),
+        ("DUCKGATE_FLIGHT_TICKET_TTL_MS", "1000"),
+    ])
+    .await;
+    let v = run(
+        &uri,
+        r#"
+client = raw_client()
+def info(sql):
+    desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, sql)))
+    return client.get_flight_info(desc, options(TOKEN))
+a = info("SELECT 1 AS a")
+b = info("SELECT * FROM range(100000000)")
+out = {"third": error_of(lambda: info("SELECT 3 AS c"))}
+out["first"] = client.do_get(a.endpoints[0].ticket, options(TOKEN)).read_all().to_pylist()
+# A place is free again once a ticket is fetched.
+c = info("SELECT 3 AS c")
+time.sleep(3)
+out["expired"] = error_of(lambda: client.do_get(b.endpoints[0].ticket, options(TOKEN)).read_all())
+out["after"] = client.do_get(info("SELECT 4 AS d").endpoints[0].ticket, options(TOKEN)).read_all().to_pylist()
+print(json.dumps(out))
+"#,
+    );
+    let third = v["third"].as_str().unwrap();
+    assert!(third.contains("DUCKGATE_FLIGHT_MAX_TICKETS"), "{third}");
+    assert_eq!(v["first"], serde_json::json!([{"a": 1}]));
+    assert!(
+        v["expired"].as_str().unwrap().contains("no such ticket"),
+        "{v:#}"
+    );
+    assert_eq!(v["after"], serde_json::json!([{"d": 4}]));
+    // The expired result's query ended, interrupted, not as a whole answer.
+    let audit = flight_audit_lines(&app);
+    assert!(
+        audit.iter().any(|l| !l.contains("outcome=ok")),
+        "{audit:#?}"
+    );
+    assert!(app.log_text().contains("Flight SQL tickets expired"));
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_accepts_oidc_jwts_as_the_http_api_does() {
+    use crate::venv::oidc::{Issuer, AUDIENCE};
+    let issuer = Issuer::start();
+    let (app, uri) = gateway(&[
+        ("DUCKGATE_OIDC_ISSUER", issuer.base.as_str()),
+        ("DUCKGATE_OIDC_AUDIENCE", AUDIENCE),
+    ])
+    .await;
+    let jwt = issuer.mint("rsa-1", "RS256", issuer.claims("carol")).await;
+    let mut expired = issuer.claims("carol");
+    expired["exp"] = serde_json::json!(expired["iat"].as_i64().unwrap() - 3600);
+    expired["iat"] = serde_json::json!(expired["iat"].as_i64().unwrap() - 7200);
+    let expired = issuer.mint("rsa-1", "RS256", expired).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+JWT, EXPIRED = "{jwt}", "{expired}"
+cur = connect(JWT).cursor()
+cur.execute("SELECT 'as carol' AS who")
+out = {{"row": cur.fetchone()[0]}}
+out["expired"] = error_of(lambda: connect(EXPIRED).cursor().execute("SELECT 1"))
+# A JWT identity's ticket is not the static token's.
+client = raw_client()
+desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, "SELECT 1 AS one")))
+info = client.get_flight_info(desc, options(JWT))
+out["static"] = error_of(lambda: client.do_get(info.endpoints[0].ticket, options(TOKEN)).read_all())
+out["jwt"] = client.do_get(info.endpoints[0].ticket, options(JWT)).read_all().to_pylist()
+print(json.dumps(out))
+"#
+        ),
+    );
+    assert_eq!(v["row"], "as carol");
+    let e = v["expired"].as_str().unwrap();
+    assert!(
+        e.contains("(Unauthenticated;") && e.contains("expired"),
+        "{e}"
+    );
+    assert!(v["static"].as_str().unwrap().contains("another identity"));
+    assert_eq!(v["jwt"], serde_json::json!([{"one": 1}]));
+    let audit = flight_audit_lines(&app);
+    assert!(
+        audit.iter().any(|l| l.contains("token=oidc:carol")),
+        "{audit:#?}"
+    );
+    let log = app.log_text();
+    assert!(
+        !log.contains(&jwt) && !log.contains(&expired),
+        "a JWT reached the log"
+    );
+}

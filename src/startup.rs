@@ -7,8 +7,9 @@
 //! 3. [`install_credentials`]: the rotator installs every S3 secret;
 //! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
 //! 5. [`open_statements`]: the shared state, the spool and the statements;
-//! 6. [`Tasks::start`]: the background loops;
-//! 7. [`open_flight`]: the Flight SQL listener, when one is configured;
+//! 6. [`open_flight`]: the Flight SQL listener, when one is configured
+//!    (bound before the loops start, so a refused address stops nothing);
+//! 7. [`Tasks::start`]: the background loops;
 //! 8. [`serve`]: the API until the signal, then the drain.
 
 use std::future::Future;
@@ -73,12 +74,12 @@ pub(crate) async fn serve_until(
         catalogs: Arc::new(catalogs),
         addr,
     });
-    let tasks = Tasks::start(&state);
     let flight = open_flight(&state).await?;
+    let tasks = Tasks::start(&state);
     serve(state, listener, shutdown, tasks, flight).await
 }
 
-/// Step 7: the Arrow Flight SQL listener on `DUCKGATE_FLIGHT_LISTEN`, over
+/// Step 6: the Arrow Flight SQL listener on `DUCKGATE_FLIGHT_LISTEN`, over
 /// the same state as the HTTP API (tokens, guard, pool, registry).
 async fn open_flight(state: &AppState) -> anyhow::Result<Option<crate::flight::Listener>> {
     match state.config.server.flight_listen {
@@ -288,7 +289,7 @@ async fn open_statements(
     ))
 }
 
-/// Step 6: the loops that run beside the API, stopped together.
+/// Step 7: the loops that run beside the API, stopped together.
 struct Tasks {
     stop: CancellationToken,
     handles: Vec<JoinHandle<()>>,

@@ -577,3 +577,35 @@ print(json.dumps(out))
         "a JWT reached the log"
     );
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_stops_accepting_with_the_gateway() {
+    let (app, uri) = gateway(&[("DUCKGATE_SHUTDOWN_GRACE_MS", "200")]).await;
+    let addr = uri.trim_start_matches("grpc://").to_string();
+    let v = run(
+        &uri,
+        r#"
+cur = connect().cursor()
+cur.execute("SELECT 1 AS one")
+print(json.dumps({"one": cur.fetchone()[0]}))
+"#,
+    );
+    assert_eq!(v["one"], 1);
+    std::net::TcpStream::connect(&addr).expect("the listener accepts while the gateway runs");
+    drop(app);
+    eventually(
+        "the Flight SQL listener closed",
+        Duration::from_secs(15),
+        || {
+            let addr = addr.clone();
+            async move {
+                match std::net::TcpStream::connect(&addr) {
+                    Ok(_) => Err("still accepting"),
+                    Err(_) => Ok(()),
+                }
+            }
+        },
+    )
+    .await;
+}

@@ -167,6 +167,14 @@ print(json.dumps({"results": out, "info": {k: str(v) for k, v in info.items()}})
         !app.log_text().contains(SECRET),
         "the token reached the log"
     );
+    // The calls by method and code; the queries count as /query's do.
+    let m = app.get_text("/metrics").await;
+    let calls = crate::common::metric(
+        &m,
+        "duckgate_flight_requests_total{method=\"GetFlightInfo\",code=\"Ok\"}",
+    );
+    assert_eq!(calls, 11.0, "{m}");
+    assert!(crate::common::metric(&m, "duckgate_queries_total{outcome=\"ok\"}") >= 11.0);
 }
 
 #[tokio::test]

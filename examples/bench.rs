@@ -14,7 +14,7 @@
 //! (data and logs; default a temporary directory), `--clients N` (concurrent
 //! clients = pool connections = in-process connections; default 4),
 //! `--threads T` (DuckDB threads on both sides; default the number of cores),
-//! `--only small,guard,large,memory,health,s3,rotation,statements,lake`.
+//! `--only small,guard,large,memory,health,s3,rotation,statements,lake,flight`.
 //!
 //! Load generators: small queries use `wrk` (C, one event-loop thread), not a
 //! tokio/reqwest loop in this process. On a two-core machine the client shares
@@ -96,7 +96,7 @@ impl Opts {
                 "-h" | "--help" => {
                     eprintln!(
                         "usage: bench --gateway PATH [--quick] [--work DIR] [--clients N] \
-                         [--threads T] [--only small,guard,large,memory,health,s3,rotation,statements,lake]"
+                         [--threads T] [--only small,guard,large,memory,health,s3,rotation,statements,lake,flight]"
                     );
                     std::process::exit(0);
                 }
@@ -1012,6 +1012,110 @@ async fn fetch_encoded(
         bytes += chunk.context("body ended abnormally")?.len() as u64;
     }
     Ok((bytes, started.elapsed().as_secs_f64()))
+}
+
+// ---------------------------------------------------------------- 10. flight
+
+/// User and system CPU seconds `pid` has used (`/proc/<pid>/stat`).
+fn cpu_secs(pid: u32) -> Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat
+        .rfind(')')
+        .ok_or_else(|| anyhow!("unreadable /proc/{pid}/stat"))?;
+    // After the command: state, ppid, ... utime (14th field), stime (15th).
+    let fields: Vec<&str> = stat[after + 2..].split_whitespace().collect();
+    let ticks = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(ticks / hz)
+}
+
+/// Runs `sql` over Flight SQL (GetFlightInfo, then DoGet of each endpoint)
+/// and decodes every batch. Returns (rows, seconds to the last batch).
+async fn flight_fetch(uri: &str, sql: &str) -> Result<(u64, f64)> {
+    use arrow_flight::sql::client::FlightSqlServiceClient;
+    let started = Instant::now();
+    let channel = tonic::transport::Endpoint::from_shared(uri.to_string())?
+        .connect()
+        .await?;
+    let mut client = FlightSqlServiceClient::new(channel);
+    let info = client.execute(sql.to_string(), None).await?;
+    let mut rows = 0u64;
+    for endpoint in info.endpoint {
+        let ticket = endpoint
+            .ticket
+            .ok_or_else(|| anyhow!("an endpoint without a ticket"))?;
+        let mut batches = client.do_get(ticket).await?;
+        while let Some(batch) = batches.next().await {
+            rows += batch?.num_rows() as u64;
+        }
+    }
+    Ok((rows, started.elapsed().as_secs_f64()))
+}
+
+/// The same 10M rows over Flight SQL and as Arrow over HTTP (`POST
+/// /query`), alternating, on one gateway: the ratio of wall time and of the
+/// gateway's CPU (from /proc) per fetch. The HTTP client counts bytes; the
+/// Flight client decodes batches (as every Flight client does).
+async fn bench_flight(opts: &Opts, table: &mut Table) -> Result<()> {
+    let n = opts.sizes[1];
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let g = Gateway::start(
+        opts,
+        "flight",
+        &[
+            ("DUCKGATE_DATABASE", opts.db_path().display().to_string()),
+            ("DUCKGATE_FLIGHT_LISTEN", format!("127.0.0.1:{port}")),
+            ("DUCKGATE_QUERY_TIMEOUT_MS", "600000".into()),
+        ],
+    )?;
+    let uri = format!("http://127.0.0.1:{port}");
+    let t = table_name(n);
+    let select = format!("SELECT * FROM {t}");
+    query_json(&g, &format!("SELECT count(*), max(txt) FROM {t}")).await?;
+    let name = format!(
+        "flight: {} rows over Flight SQL vs Arrow over HTTP",
+        human_rows(n)
+    );
+    let body = query_body(&select, "arrow", n);
+    let (mut ft, mut fc, mut ht, mut hc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut http_bytes = 0;
+    for rep in 0..opts.reps {
+        let c0 = cpu_secs(g.pid())?;
+        let (rows, secs) = flight_fetch(&uri, &select).await?;
+        if rows != n {
+            bail!("Flight SQL returned {rows} rows, not {n}");
+        }
+        let c1 = cpu_secs(g.pid())?;
+        let (bytes, hsecs) = fetch(&g.client, &g.url("/query"), &body).await?;
+        let c2 = cpu_secs(g.pid())?;
+        http_bytes = bytes;
+        ft.push(secs);
+        fc.push(c1 - c0);
+        ht.push(hsecs);
+        hc.push(c2 - c1);
+        log(format!(
+            "{name} rep {rep}: Flight {secs:.2} s ({:.2} s CPU), HTTP {hsecs:.2} s ({:.2} s CPU)",
+            c1 - c0,
+            c2 - c1
+        ));
+    }
+    let (fs, fcpu, hs, hcpu) = (median(ft), median(fc), median(ht), median(hc));
+    table.add(
+        "10",
+        name,
+        format!("Flight SQL {fs:.2} s, gateway CPU {fcpu:.2} s"),
+        format!(
+            "HTTP Arrow {hs:.2} s ({} MB), gateway CPU {hcpu:.2} s (same gateway, same run)",
+            http_bytes / 1_000_000
+        ),
+        format!("{:.2} time, {:.2} CPU", hs / fs, hcpu / fcpu.max(1e-9)),
+        "reported",
+        None,
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------- 7. statements
@@ -2051,7 +2155,11 @@ async fn run(opts: Opts) -> Result<()> {
         opts.work.display()
     ));
     let mut table = Table::default();
-    if opts.wants("small") || opts.wants("large") || opts.wants("statements") {
+    if opts.wants("small")
+        || opts.wants("large")
+        || opts.wants("statements")
+        || opts.wants("flight")
+    {
         prepare_data(&opts)?;
     }
     if opts.wants("small") {
@@ -2070,6 +2178,11 @@ async fn run(opts: Opts) -> Result<()> {
     if opts.wants("statements") {
         if let Err(e) = bench_statements(&opts, &mut table).await {
             table.failed("7", "statements", &e);
+        }
+    }
+    if opts.wants("flight") {
+        if let Err(e) = bench_flight(&opts, &mut table).await {
+            table.failed("10", "flight", &e);
         }
     }
     if opts.wants("memory") {

@@ -24,6 +24,7 @@ pub mod config;
 pub mod credentials;
 pub mod encode;
 pub mod engine;
+pub mod flight;
 pub mod identity;
 pub mod problems;
 mod startup;

@@ -7,8 +7,10 @@
 //! 3. [`install_credentials`]: the rotator installs every S3 secret;
 //! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
 //! 5. [`open_statements`]: the shared state, the spool and the statements;
-//! 6. [`Tasks::start`]: the background loops;
-//! 7. [`serve`]: the API until the signal, then the drain.
+//! 6. [`open_flight`]: the Flight SQL listener, when one is configured
+//!    (bound before the loops start, so a refused address stops nothing);
+//! 7. [`Tasks::start`]: the background loops;
+//! 8. [`serve`]: the API until the signal, then the drain.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -74,8 +76,20 @@ pub(crate) async fn serve_until(
         roles,
         addr,
     });
+    let flight = open_flight(&state).await?;
     let tasks = Tasks::start(&state);
-    serve(state, listener, shutdown, tasks).await
+    serve(state, listener, shutdown, tasks, flight).await
+}
+
+/// Step 6: the Arrow Flight SQL listener on `DUCKGATE_FLIGHT_LISTEN`, over
+/// the same state as the HTTP API (tokens, guard, pool, registry).
+async fn open_flight(state: &AppState) -> anyhow::Result<Option<crate::flight::Listener>> {
+    match state.config.server.flight_listen {
+        Some(addr) => Ok(Some(
+            crate::flight::Listener::start(state.clone(), addr).await?,
+        )),
+        None => Ok(None),
+    }
 }
 
 /// How many parties the fair shares of the pool and of the statements
@@ -314,7 +328,7 @@ async fn open_statements(
     ))
 }
 
-/// Step 6: the loops that run beside the API, stopped together.
+/// Step 7: the loops that run beside the API, stopped together.
 struct Tasks {
     stop: CancellationToken,
     handles: Vec<JoinHandle<()>>,
@@ -375,7 +389,7 @@ impl Tasks {
     }
 }
 
-/// Step 7: serves until `shutdown`, then stops accepting, lets open
+/// Step 8: serves until `shutdown`, then stops accepting, lets open
 /// connections finish within the grace period (readiness off), interrupts
 /// what still runs, and stops the loops and the probes.
 async fn serve(
@@ -383,6 +397,7 @@ async fn serve(
     listener: TcpListener,
     shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     tasks: Tasks,
+    flight: Option<crate::flight::Listener>,
 ) -> anyhow::Result<()> {
     let (config, health, engine) = (
         state.config.clone(),
@@ -451,10 +466,18 @@ async fn serve(
             server.await
         }
     };
-    if tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait())
-        .await
-        .is_err()
-    {
+    // The Flight SQL listener stops accepting with the HTTP one; both
+    // drain together (the drain interrupts what still runs after grace).
+    let flight_stopped = async {
+        if let Some(f) = flight {
+            f.stop(grace + Duration::from_secs(5)).await;
+        }
+    };
+    let (http, ()) = tokio::join!(
+        tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait()),
+        flight_stopped
+    );
+    if http.is_err() {
         tracing::warn!("connections still open after the grace period; exiting anyway");
     }
     drain.cancel();

@@ -97,7 +97,7 @@ pub struct SnapshotInfo {
 }
 
 /// Runs `f` on a pooled connection, off the async workers.
-async fn on_pooled<T: Send + 'static>(
+pub(crate) async fn on_pooled<T: Send + 'static>(
     state: &AppState,
     owner: &std::sync::Arc<str>,
     f: impl FnOnce(&crate::engine::ffi::Connection) -> duckdb::Result<T> + Send + 'static,
@@ -134,6 +134,27 @@ async fn on_pooled<T: Send + 'static>(
     .map_err(|e| ApiError::Query(crate::engine::execute::sql_error(&e)))
 }
 
+/// What a caller confined by `access` sees of the catalog: the tables and
+/// views its roles let it read, and the schemas it may create in.
+pub(crate) fn confine(
+    databases: &mut Vec<catalogs::DatabaseEntry>,
+    access: &crate::engine::guard::access::Access,
+) {
+    for d in databases.iter_mut() {
+        for s in &mut d.schemas {
+            s.tables.retain(|t| access.sees(&d.name, &s.name, &t.name));
+        }
+        d.schemas.retain(|s| {
+            !s.tables.is_empty()
+                || access
+                    .write
+                    .iter()
+                    .any(|p| p.covers_schema(&d.name, &s.name))
+        });
+    }
+    databases.retain(|d| !d.schemas.is_empty());
+}
+
 /// Lists databases, schemas and tables.
 #[utoipa::path(get, path = "/catalog", tag = "catalog",
     responses(
@@ -152,21 +173,8 @@ pub async fn list(
         catalogs::list(conn, &declared)
     })
     .await?;
-    // A confined caller sees what its roles grant, nothing else.
     if let Some(access) = &auth.access {
-        for d in &mut databases {
-            for s in &mut d.schemas {
-                s.tables.retain(|t| access.sees(&d.name, &s.name, &t.name));
-            }
-            d.schemas.retain(|s| {
-                !s.tables.is_empty()
-                    || access
-                        .write
-                        .iter()
-                        .any(|p| p.covers_schema(&d.name, &s.name))
-            });
-        }
-        databases.retain(|d| !d.schemas.is_empty());
+        confine(&mut databases, access);
     }
     Ok(Json(CatalogList {
         databases: databases

@@ -317,6 +317,12 @@ impl ApiError {
 pub use crate::problems::outcome_of;
 
 impl ApiError {
+    /// The problem this error answers with (the Flight SQL listener sends
+    /// its title and detail in a gRPC status).
+    pub fn problem(&self) -> Problem {
+        self.parts().0
+    }
+
     /// How a query refused with this error ended, for its audit line: the
     /// status, the problem's short type and DuckDB's error class.
     pub fn outcome(&self) -> crate::engine::queries::Outcome {

@@ -215,6 +215,34 @@ pub struct ServerConfig {
     #[arg(long, env = "DUCKGATE_PROBE_LISTEN")]
     pub probe_listen: Option<SocketAddr>,
 
+    /// Address of the Arrow Flight SQL listener (gRPC): ADBC, JDBC and
+    /// other Flight SQL clients run statements there with the same tokens,
+    /// guard, pool, limits and audit as `POST /query`. Off by default.
+    #[arg(long, env = "DUCKGATE_FLIGHT_LISTEN")]
+    pub flight_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain of the Flight SQL listener: with
+    /// DUCKGATE_FLIGHT_TLS_KEY it serves TLS (`grpc+tls://`); without both,
+    /// plain gRPC (`grpc://`).
+    #[arg(long, env = "DUCKGATE_FLIGHT_TLS_CERT", requires = "flight_tls_key")]
+    pub flight_tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of DUCKGATE_FLIGHT_TLS_CERT.
+    #[arg(long, env = "DUCKGATE_FLIGHT_TLS_KEY", requires = "flight_tls_cert")]
+    pub flight_tls_key: Option<std::path::PathBuf>,
+
+    /// Flight SQL results and prepared statements kept at once (all
+    /// identities together): a ticket or handle beyond that is refused with
+    /// RESOURCE_EXHAUSTED until some are fetched, closed or expire.
+    #[arg(long, env = "DUCKGATE_FLIGHT_MAX_TICKETS", default_value_t = 256)]
+    pub flight_max_tickets: usize,
+
+    /// How long a Flight SQL ticket may wait for its DoGet (the query runs
+    /// from GetFlightInfo on, holding its connection), and how long an
+    /// unused prepared statement is kept.
+    #[arg(long, env = "DUCKGATE_FLIGHT_TICKET_TTL_MS", default_value_t = 60_000)]
+    pub flight_ticket_ttl_ms: u64,
+
     /// How long a graceful shutdown lets running queries finish before it
     /// interrupts them.
     #[arg(long, env = "DUCKGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]

@@ -266,12 +266,25 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
             st.done = true;
             st.guard.take();
             before_abort().await;
-            Some((Err(std::io::Error::other(reason)), st))
+            // The error itself where the worker recorded it (same text), so
+            // a reader of batches (the Flight SQL listener) can tell a cap
+            // from a timeout.
+            let recorded = st
+                .control
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            let err = match recorded {
+                Some(e) if e.to_string() == reason => std::io::Error::other(e),
+                _ => std::io::Error::other(reason),
+            };
+            Some((Err(err), st))
         }
         Some(Msg::Fail(e)) => {
             st.done = true;
             before_abort().await;
-            Some((Err(std::io::Error::other(e.to_string())), st))
+            Some((Err(std::io::Error::other(e)), st))
         }
         Some(Msg::Start { .. }) => None,
         None => {
@@ -310,7 +323,7 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
                 }
                 None => {
                     before_abort().await;
-                    Some((Err(std::io::Error::other(err.to_string())), st))
+                    Some((Err(std::io::Error::other(err)), st))
                 }
             }
         }

@@ -5,6 +5,7 @@ mod clients;
 mod conformance;
 mod deploy;
 mod faults;
+mod flight;
 mod guard_corpus;
 mod httpfs_settings;
 mod nesting;

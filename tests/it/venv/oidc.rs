@@ -14,21 +14,21 @@ use serde_json::{json, Value};
 
 use crate::common::{eventually, python, sleeping_sql, test_python, App, Gateway};
 
-const AUDIENCE: &str = "duckgate-test";
+pub(super) const AUDIENCE: &str = "duckgate-test";
 /// A static query token beside the issuer's identities.
 const STATIC: &str = "static-token-4f1e9a2c77";
 
 /// The issuer, a child process for the test's life.
-struct Issuer {
+pub(super) struct Issuer {
     child: Child,
     _stdin: ChildStdin,
     /// `http://127.0.0.1:<port>`: the issuer (`iss`) and its base URL.
-    base: String,
+    pub(super) base: String,
     client: reqwest::Client,
 }
 
 impl Issuer {
-    fn start() -> Issuer {
+    pub(super) fn start() -> Issuer {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/oidc_issuer.py");
         let mut child = Command::new(test_python())
             .arg(script)
@@ -72,7 +72,7 @@ impl Issuer {
     }
 
     /// A token of `key` signed with `alg`, carrying `claims`.
-    async fn mint(&self, key: &str, alg: &str, claims: Value) -> String {
+    pub(super) async fn mint(&self, key: &str, alg: &str, claims: Value) -> String {
         self.mint_with(json!({"key": key, "alg": alg, "claims": claims}))
             .await
     }
@@ -111,7 +111,7 @@ impl Issuer {
 
     /// Good claims for `sub`: this issuer, our audience, five minutes
     /// left, two roles.
-    fn claims(&self, sub: &str) -> Value {
+    pub(super) fn claims(&self, sub: &str) -> Value {
         let now = now();
         json!({
             "iss": self.base, "aud": AUDIENCE, "sub": sub,

@@ -1,0 +1,809 @@
+//! The Flight SQL service: each call authenticates with the HTTP API's
+//! extractor, runs statements through [`results::start`] and keeps what a
+//! client fetches later in [`Tickets`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{self as types, DataType, Schema, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+    CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
+    CommandGetTables, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
+    FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+};
+use axum::extract::FromRequestParts;
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::api::auth::QueryAuth;
+use crate::api::AppState;
+use crate::engine::Param;
+use crate::flight::results::{self, Started};
+use crate::flight::status;
+use crate::flight::tickets::{self, Handle, Tickets};
+
+type DoGetStream = <FlightSql as FlightService>::DoGetStream;
+
+/// Parameter rows a DoPut may bind.
+const MAX_PARAM_ROWS: usize = 10_000;
+
+/// Tables whose Arrow schema one GetTables may read (`include_schema`):
+/// each is a `LIMIT 0` query through the guard.
+const MAX_SCHEMA_TABLES: usize = 500;
+
+/// The Flight SQL service over the gateway's state.
+pub struct FlightSql {
+    state: AppState,
+    /// Results waiting for their DoGet, and prepared statements.
+    pub tickets: Arc<Tickets>,
+    /// What GetSqlInfo answers.
+    sql_info: SqlInfoData,
+}
+
+impl FlightSql {
+    pub fn new(state: AppState) -> Self {
+        let server = &state.config.server;
+        let tickets = Arc::new(Tickets::new(
+            server.flight_max_tickets,
+            Duration::from_millis(server.flight_ticket_ttl_ms),
+        ));
+        let read_only = state.engine.rules().policy == crate::config::Policy::ReadOnly;
+        let sql_info = sql_info(read_only, &state.health.duckdb_version);
+        Self {
+            state,
+            tickets,
+            sql_info,
+        }
+    }
+
+    /// The caller, from the `authorization` metadata, read by the HTTP
+    /// API's own extractor (query tokens, OIDC JWTs).
+    async fn auth<T>(&self, request: &Request<T>) -> Result<QueryAuth, Status> {
+        let value = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes());
+        self.auth_header(value).await
+    }
+
+    async fn auth_header(&self, value: Option<&[u8]>) -> Result<QueryAuth, Status> {
+        let mut builder = axum::http::Request::builder();
+        if let Some(v) = value {
+            builder = builder.header(axum::http::header::AUTHORIZATION, v);
+        }
+        let (mut parts, ()) = builder
+            .body(())
+            .map_err(|_| Status::unauthenticated("the authorization metadata is not readable"))?
+            .into_parts();
+        QueryAuth::from_request_parts(&mut parts, &self.state)
+            .await
+            .map_err(|e| status::of_api(&e, None))
+    }
+
+    /// The FlightInfo of a started result, kept for its DoGet.
+    fn result_info(
+        &self,
+        auth: &QueryAuth,
+        started: Started,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = started.schema.clone();
+        let handle = self.tickets.keep_result(auth.name.clone(), started)?;
+        let ticket = TicketStatementQuery {
+            statement_handle: handle.to_vec().into(),
+        };
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+            .with_endpoint(
+                FlightEndpoint::new().with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+            )
+            .with_descriptor(descriptor)
+            .with_ordered(true);
+        Ok(Response::new(info))
+    }
+
+    /// Runs a statement that changes data: the rows it changed (DuckDB's
+    /// `Count`), or -1 where it reports none.
+    async fn update(
+        &self,
+        auth: &QueryAuth,
+        sql: String,
+        params: Vec<Param>,
+    ) -> Result<i64, Status> {
+        let started = results::start(&self.state, auth, sql, params).await?;
+        let counts =
+            started.schema.fields().len() == 1 && started.schema.field(0).name() == "Count";
+        let mut batches = started.batches;
+        let mut n = 0i64;
+        while let Some(batch) = batches.next().await {
+            let batch = batch?;
+            if counts {
+                if let Some(c) = batch.column(0).as_primitive_opt::<types::Int64Type>() {
+                    n += c.iter().flatten().sum::<i64>();
+                }
+            }
+        }
+        Ok(if counts { n } else { -1 })
+    }
+
+    /// The databases, schemas and tables the caller may query, as
+    /// `GET /catalog` lists them.
+    async fn databases(
+        &self,
+        auth: &QueryAuth,
+    ) -> Result<Vec<crate::engine::catalogs::DatabaseEntry>, Status> {
+        let declared = self.state.catalogs.clone();
+        let mut databases = crate::api::catalog::on_pooled(&self.state, &auth.name, move |conn| {
+            crate::engine::catalogs::list(conn, &declared)
+        })
+        .await
+        .map_err(|e| status::of_api(&e, None))?;
+        // A caller confined by roles sees what they grant.
+        if let Some(access) = &auth.access {
+            crate::api::catalog::confine(&mut databases, access);
+        }
+        Ok(databases)
+    }
+}
+
+/// A FlightInfo whose ticket is the command itself (metadata calls: the
+/// DoGet authenticates again and reads the catalog then).
+fn command_info(
+    any: Any,
+    schema: &Schema,
+    descriptor: FlightDescriptor,
+) -> Result<Response<FlightInfo>, Status> {
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(any.encode_to_vec())))
+        .with_descriptor(descriptor);
+    Ok(Response::new(info))
+}
+
+/// Batches as Flight data; dictionaries pass as DuckDB made them.
+fn flight_data(
+    schema: SchemaRef,
+    batches: BoxStream<'static, Result<RecordBatch, Status>>,
+) -> DoGetStream {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_dictionary_handling(DictionaryHandling::Resend)
+        .build(batches.map_err(FlightError::from))
+        .map_err(Status::from);
+    Box::pin(stream)
+}
+
+fn one_batch(batch: Result<RecordBatch, FlightError>) -> Result<Response<DoGetStream>, Status> {
+    let batch = batch.map_err(|e| Status::internal(format!("building the answer: {e}")))?;
+    let schema = batch.schema();
+    Ok(Response::new(flight_data(
+        schema,
+        futures::stream::iter([Ok(batch)]).boxed(),
+    )))
+}
+
+/// GetSqlInfo's answer.
+fn sql_info(read_only: bool, duckdb_version: &str) -> SqlInfoData {
+    let mut b = SqlInfoDataBuilder::new();
+    b.append(SqlInfo::FlightSqlServerName, "duckgate");
+    b.append(
+        SqlInfo::FlightSqlServerVersion,
+        format!("{} (DuckDB {duckdb_version})", env!("CARGO_PKG_VERSION")).as_str(),
+    );
+    b.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+    b.append(SqlInfo::FlightSqlServerReadOnly, read_only);
+    b.append(SqlInfo::FlightSqlServerSql, true);
+    b.append(SqlInfo::FlightSqlServerSubstrait, false);
+    // SqlSupportedTransaction::None: every statement commits on its own.
+    b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+    b.append(SqlInfo::FlightSqlServerCancel, true);
+    b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    b.append(SqlInfo::SqlDdlCatalog, false);
+    b.append(SqlInfo::SqlDdlSchema, false);
+    b.append(SqlInfo::SqlDdlTable, !read_only);
+    b.build().expect("a fixed set of SqlInfo values")
+}
+
+/// `%` and `_` of a Flight SQL filter pattern.
+fn like(pattern: &str, text: &str) -> bool {
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('%', rest)) => (0..=t.len()).any(|i| go(rest, &t[i..])),
+            Some(('_', rest)) => !t.is_empty() && go(rest, &t[1..]),
+            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
+}
+
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Row `i` of a parameter column as a statement parameter: numbers,
+/// booleans and text as themselves, other types as their text (DuckDB
+/// casts it to the parameter's type).
+fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
+    if a.is_null(i) {
+        return Ok(Param::Null);
+    }
+    Ok(match a.data_type() {
+        DataType::Null => Param::Null,
+        DataType::Boolean => Param::Bool(a.as_boolean().value(i)),
+        DataType::Int8 => Param::Int(a.as_primitive::<types::Int8Type>().value(i).into()),
+        DataType::Int16 => Param::Int(a.as_primitive::<types::Int16Type>().value(i).into()),
+        DataType::Int32 => Param::Int(a.as_primitive::<types::Int32Type>().value(i).into()),
+        DataType::Int64 => Param::Int(a.as_primitive::<types::Int64Type>().value(i)),
+        DataType::UInt8 => Param::Int(a.as_primitive::<types::UInt8Type>().value(i).into()),
+        DataType::UInt16 => Param::Int(a.as_primitive::<types::UInt16Type>().value(i).into()),
+        DataType::UInt32 => Param::Int(a.as_primitive::<types::UInt32Type>().value(i).into()),
+        DataType::UInt64 => Param::UInt(a.as_primitive::<types::UInt64Type>().value(i)),
+        DataType::Float32 => Param::Float(a.as_primitive::<types::Float32Type>().value(i).into()),
+        DataType::Float64 => Param::Float(a.as_primitive::<types::Float64Type>().value(i)),
+        DataType::Utf8 => Param::Text(a.as_string::<i32>().value(i).to_string()),
+        DataType::LargeUtf8 => Param::Text(a.as_string::<i64>().value(i).to_string()),
+        DataType::Utf8View => Param::Text(a.as_string_view().value(i).to_string()),
+        DataType::Decimal128(width, scale) if *scale >= 0 => Param::Decimal {
+            width: *width,
+            scale: *scale as u8,
+            value: a.as_primitive::<types::Decimal128Type>().value(i),
+        },
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            return Err(status::invalid(
+                "a BLOB parameter cannot be bound over Flight SQL yet; pass it as text and cast it in SQL (e.g. from_hex(?))",
+            ))
+        }
+        _ => {
+            let f = ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default())
+                .map_err(|e| status::invalid(format!("a parameter of type {}: {e}", a.data_type())))?;
+            Param::Text(f.value(i).to_string())
+        }
+    })
+}
+
+/// The parameter rows of a DoPut's batches.
+async fn read_params(stream: PeekableFlightDataStream) -> Result<Vec<Vec<Param>>, Status> {
+    let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+        stream.map_err(FlightError::from),
+    );
+    let mut rows = Vec::new();
+    while let Some(batch) = batches.next().await {
+        let batch = batch.map_err(Status::from)?;
+        if rows.len() + batch.num_rows() > MAX_PARAM_ROWS {
+            return Err(Status::resource_exhausted(format!(
+                "more than {MAX_PARAM_ROWS} parameter rows in one DoPut"
+            )));
+        }
+        for r in 0..batch.num_rows() {
+            rows.push(
+                batch
+                    .columns()
+                    .iter()
+                    .map(|c| param_of(c, r))
+                    .collect::<Result<Vec<_>, _>>()?,
+            );
+        }
+    }
+    Ok(rows)
+}
+
+/// The result handle in a FlightInfo's first ticket (a cancel's target).
+fn handle_of_info(info: &FlightInfo) -> Result<Handle, Status> {
+    let ticket = info
+        .endpoint
+        .first()
+        .and_then(|e| e.ticket.as_ref())
+        .ok_or_else(|| status::invalid("the FlightInfo has no ticket"))?;
+    let any =
+        Any::decode(&*ticket.ticket).map_err(|_| status::invalid("not a ticket of this server"))?;
+    let t: TicketStatementQuery = any
+        .unpack()
+        .ok()
+        .flatten()
+        .ok_or_else(|| status::invalid("not a statement ticket of this server"))?;
+    tickets::parse(&t.statement_handle)
+}
+
+/// One line and one count per call: method, identity, gRPC code, time.
+fn observe<T>(method: &'static str, who: Option<&str>, t0: Instant, r: &Result<T, Status>) {
+    let code = match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(s) => s.code(),
+    };
+    let code_label = format!("{code:?}");
+    metrics::counter!("duckgate_flight_requests_total", "method" => method, "code" => code_label.clone())
+        .increment(1);
+    tracing::info!(
+        route = "flight",
+        method,
+        identity = who.unwrap_or("-"),
+        code = %code_label,
+        elapsed_ms = crate::engine::queries::elapsed_ms(t0.elapsed()),
+        "flight call"
+    );
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for FlightSql {
+    type FlightService = FlightSql;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let t0 = Instant::now();
+        // Bearer as on every call, or Basic with the token as the password
+        // (the user name is not checked: the token names the identity).
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let token = if let Some(basic) = header
+            .strip_prefix("Basic ")
+            .or_else(|| header.strip_prefix("basic "))
+        {
+            use base64::Engine as _;
+            let decoded = base64::engine::general_purpose::STANDARD
+                .decode(basic.trim())
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| Status::unauthenticated("unreadable basic credentials"))?;
+            decoded
+                .split_once(':')
+                .map(|(_, p)| p.to_string())
+                .unwrap_or_default()
+        } else {
+            header
+                .strip_prefix("Bearer ")
+                .or_else(|| header.strip_prefix("bearer "))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let bearer = format!("Bearer {token}");
+        let r = self
+            .auth_header((!token.is_empty()).then_some(bearer.as_bytes()))
+            .await;
+        observe("Handshake", r.as_ref().ok().map(|a| &*a.name), t0, &r);
+        r?;
+        let answer: Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>> =
+            Box::pin(futures::stream::iter([Ok(HandshakeResponse {
+                protocol_version: 0,
+                payload: Default::default(),
+            })]));
+        let mut response = Response::new(answer);
+        if !token.is_empty() {
+            if let Ok(v) = bearer.parse() {
+                response.metadata_mut().insert("authorization", v);
+            }
+        }
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await;
+        let r = match &auth {
+            Ok(auth) => match self.tickets.room() {
+                Err(e) => Err(e),
+                Ok(()) => match results::start(&self.state, auth, query.query, Vec::new()).await {
+                    Ok(started) => self.result_info(auth, started, request.into_inner()),
+                    Err(e) => Err(e),
+                },
+            },
+            Err(e) => Err(e.clone()),
+        };
+        observe(
+            "GetFlightInfo",
+            auth.as_ref().ok().map(|a| &*a.name),
+            t0,
+            &r,
+        );
+        r
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let handle = tickets::parse(&query.prepared_statement_handle)?;
+            let prepared = self.tickets.prepared(&handle, &auth.name)?;
+            let params = match prepared.params.len() {
+                0 => Vec::new(),
+                1 => prepared.params[0].clone(),
+                n => {
+                    return Err(status::invalid(format!(
+                        "{n} parameter rows are bound; a query runs with one"
+                    )))
+                }
+            };
+            self.tickets.room()?;
+            let started = results::start(&self.state, &auth, prepared.sql, params).await?;
+            self.result_info(&auth, started, request.into_inner())
+        }
+        .await;
+        observe("GetFlightInfo", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = tickets::parse(&ticket.statement_handle)
+            .and_then(|h| self.tickets.take_result(&h, &auth.name));
+        observe("DoGet", Some(&auth.name), t0, &r);
+        let started = r?;
+        Ok(Response::new(flight_data(started.schema, started.batches)))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = self.update(&auth, command.query, Vec::new()).await;
+        observe("DoPut", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let handle = tickets::parse(&query.prepared_statement_handle)?;
+            // The handle must be the caller's before its rows are read.
+            self.tickets.prepared(&handle, &auth.name)?;
+            let rows = read_params(request.into_inner()).await?;
+            self.tickets.bind(&handle, &auth.name, rows)?;
+            Ok(DoPutPreparedStatementResult {
+                prepared_statement_handle: Some(query.prepared_statement_handle.clone()),
+            })
+        }
+        .await;
+        observe("DoPut", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let handle = tickets::parse(&query.prepared_statement_handle)?;
+            let prepared = self.tickets.prepared(&handle, &auth.name)?;
+            let rows = read_params(request.into_inner()).await?;
+            let sets = match (rows.is_empty(), prepared.params.is_empty()) {
+                (false, _) => rows,
+                (true, false) => prepared.params,
+                (true, true) => vec![Vec::new()],
+            };
+            let mut total = 0i64;
+            for params in sets {
+                let n = self.update(&auth, prepared.sql.clone(), params).await?;
+                total = if n < 0 || total < 0 { -1 } else { total + n };
+            }
+            Ok(total)
+        }
+        .await;
+        observe("DoPut", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let limits = &self.state.config.limits;
+            if query.query.len() as u64 > limits.max_sql_bytes {
+                return Err(status::of_api(
+                    &crate::api::error::ApiError::PayloadTooLarge {
+                        limit: limits.max_sql_bytes,
+                    },
+                    None,
+                ));
+            }
+            let handle = self.tickets.prepare(auth.name.clone(), query.query)?;
+            // The schemas are known once the statement runs with its
+            // parameters (the FlightInfo carries the result's).
+            Ok(ActionCreatePreparedStatementResult {
+                prepared_statement_handle: handle.to_vec().into(),
+                dataset_schema: Default::default(),
+                parameter_schema: Default::default(),
+            })
+        }
+        .await;
+        observe("CreatePreparedStatement", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<(), Status> {
+        let auth = self.auth(&request).await?;
+        let handle = tickets::parse(&query.prepared_statement_handle)?;
+        self.tickets.close(&handle, &auth.name)
+    }
+
+    async fn do_action_cancel_query(
+        &self,
+        query: ActionCancelQueryRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCancelQueryResult, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let info = FlightInfo::decode(&*query.info)
+                .map_err(|_| status::invalid("the request holds no FlightInfo"))?;
+            let handle = handle_of_info(&info)?;
+            let cancelled = self.tickets.cancel(&handle, &auth.name)?;
+            // CancelResult (not re-exported): 1 CANCELLED, 3 NOT_CANCELLABLE.
+            Ok(ActionCancelQueryResult {
+                result: if cancelled { 1 } else { 3 },
+            })
+        }
+        .await;
+        observe("CancelQuery", Some(&auth.name), t0, &r);
+        r
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        if request.get_ref().r#type != "CancelFlightInfo" {
+            return Err(status::invalid(format!(
+                "action {:?} is not supported",
+                request.get_ref().r#type
+            )));
+        }
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let cancel = CancelFlightInfoRequest::decode(&*request.get_ref().body)
+                .map_err(|_| status::invalid("the request is not a CancelFlightInfoRequest"))?;
+            let info = cancel
+                .info
+                .ok_or_else(|| status::invalid("the request holds no FlightInfo"))?;
+            let handle = handle_of_info(&info)?;
+            let cancelled = self.tickets.cancel(&handle, &auth.name)?;
+            Ok(CancelFlightInfoResult::new(if cancelled {
+                CancelStatus::Cancelled
+            } else {
+                CancelStatus::NotCancellable
+            }))
+        }
+        .await;
+        observe("CancelFlightInfo", Some(&auth.name), t0, &r);
+        let result = r?;
+        let body = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))))
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.into_builder().schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = self.databases(&auth).await;
+        observe("GetCatalogs", Some(&auth.name), t0, &r);
+        let mut b = query.into_builder();
+        for d in r? {
+            b.append(d.name);
+        }
+        one_batch(b.build())
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.clone().into_builder().schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = self.databases(&auth).await;
+        observe("GetDbSchemas", Some(&auth.name), t0, &r);
+        let mut b = query.into_builder();
+        for d in r? {
+            for s in &d.schemas {
+                b.append(&d.name, &s.name);
+            }
+        }
+        one_batch(b.build())
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.clone().into_builder().schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let databases = self.databases(&auth).await?;
+            let mut rows = Vec::new();
+            for d in &databases {
+                if query.catalog.as_ref().is_some_and(|c| c != &d.name) {
+                    continue;
+                }
+                for s in &d.schemas {
+                    if query
+                        .db_schema_filter_pattern
+                        .as_ref()
+                        .is_some_and(|p| !like(p, &s.name))
+                    {
+                        continue;
+                    }
+                    for t in &s.tables {
+                        let kind = t.kind.to_uppercase();
+                        let wanted = query
+                            .table_name_filter_pattern
+                            .as_ref()
+                            .is_none_or(|p| like(p, &t.name))
+                            && (query.table_types.is_empty() || query.table_types.contains(&kind));
+                        if wanted {
+                            rows.push((d.name.clone(), s.name.clone(), t.name.clone(), kind));
+                        }
+                    }
+                }
+            }
+            if query.include_schema && rows.len() > MAX_SCHEMA_TABLES {
+                return Err(Status::resource_exhausted(format!(
+                    "{} tables match; with their schemas at most {MAX_SCHEMA_TABLES} are listed at once: narrow the filters",
+                    rows.len()
+                )));
+            }
+            let mut b = query.clone().into_builder();
+            for (c, s, t, kind) in rows {
+                let schema = if query.include_schema {
+                    // The table's columns as a query of it returns them,
+                    // through the guard like any query of the caller's.
+                    let sql = format!("SELECT * FROM {}.{}.{} LIMIT 0", quoted(&c), quoted(&s), quoted(&t));
+                    match results::start(&self.state, &auth, sql, Vec::new()).await {
+                        Ok(started) => started.schema.clone(),
+                        // What the caller may not read is not listed.
+                        Err(e) if e.code() == tonic::Code::PermissionDenied => continue,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    Arc::new(Schema::empty())
+                };
+                b.append(c, s, t, kind, &schema)
+                    .map_err(|e| Status::internal(format!("building the answer: {e}")))?;
+            }
+            Ok(b.build())
+        }
+        .await;
+        observe("GetTables", Some(&auth.name), t0, &r);
+        one_batch(r?)
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.into_builder().schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.auth(&request).await?;
+        let mut b = query.into_builder();
+        b.append("TABLE");
+        b.append("VIEW");
+        one_batch(b.build())
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.clone().into_builder(&self.sql_info).schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.auth(&request).await?;
+        one_batch(query.into_builder(&self.sql_info).build())
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

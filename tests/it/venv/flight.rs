@@ -1,0 +1,619 @@
+//! The Arrow Flight SQL listener (`DUCKGATE_FLIGHT_LISTEN`), driven by the
+//! clients people use: ADBC's Flight SQL driver (the Go driver in
+//! `adbc-driver-flightsql`) for queries, prepared statements, metadata and
+//! cancel, and pyarrow's plain Flight client where a test needs the raw
+//! calls (tickets, CancelFlightInfo). Answers are compared with Python
+//! DuckDB's own Arrow for the same SQL; refusals are asserted by gRPC code
+//! and message.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{eventually, python, App, Gateway};
+
+const TOKEN: &str = "analyst:flight-token-7c1d";
+const SECRET: &str = "flight-token-7c1d";
+const OTHER: &str = "auditor:flight-other-9e2a";
+const OTHER_SECRET: &str = "flight-other-9e2a";
+
+/// A gateway with the Flight SQL listener on a free port, and its URI.
+async fn gateway(extra: &[(&str, &str)]) -> (App, String) {
+    let mut b = Gateway::builder()
+        .env("DUCKGATE_FLIGHT_LISTEN", "127.0.0.1:0")
+        .env("DUCKGATE_QUERY_TOKENS", format!("{TOKEN},{OTHER}"));
+    for (k, v) in extra {
+        b = b.env(k, v);
+    }
+    let app = b.spawn_app().await;
+    let uri = eventually("the Flight SQL address", Duration::from_secs(10), || {
+        let log = app.log_text();
+        async move {
+            log.lines()
+                .find_map(|l| {
+                    let rest = l.split("Flight SQL listening on ").nth(1)?;
+                    Some(rest.split_whitespace().next()?.to_string())
+                })
+                .ok_or("not logged yet")
+        }
+    })
+    .await;
+    (app, uri)
+}
+
+/// Python shared by the scripts: an ADBC connection and raw Flight helpers.
+const PRELUDE: &str = r#"
+import json, sys, threading, time
+import adbc_driver_flightsql as af
+import adbc_driver_flightsql.dbapi as fs
+import pyarrow as pa
+import pyarrow.flight as fl
+
+URI, TOKEN = sys.argv[1], sys.argv[2]
+
+def connect(token=TOKEN):
+    kw = {}
+    if token is not None:
+        kw[af.DatabaseOptions.AUTHORIZATION_HEADER.value] = "Bearer " + token
+    return fs.connect(URI, db_kwargs=kw, autocommit=True)
+
+def error_of(f):
+    try:
+        f()
+    except Exception as e:
+        return str(e)
+    return None
+
+# Flight SQL commands by hand (pyarrow has plain Flight only).
+def field(n, data):
+    if isinstance(data, str):
+        data = data.encode()
+    out, v = bytes([n << 3 | 2]), len(data)
+    while v >= 0x80:
+        out += bytes([v & 0x7F | 0x80]); v >>= 7
+    return out + bytes([v]) + data
+
+def command(name, payload):
+    return field(1, "type.googleapis.com/arrow.flight.protocol.sql." + name) + field(2, payload)
+
+def options(token):
+    return fl.FlightCallOptions(headers=[(b"authorization", ("Bearer " + token).encode())])
+
+def raw_client():
+    return fl.FlightClient(URI)
+"#;
+
+fn run(uri: &str, script: &str) -> Value {
+    let out = python(&format!("{PRELUDE}\n{script}"), &[uri, SECRET]);
+    let last = out.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The audit lines of queries that came through Flight SQL.
+fn flight_audit_lines(app: &App) -> Vec<String> {
+    app.log_text()
+        .lines()
+        .filter(|l| l.contains("query ended") && l.contains("api=\"flight\""))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_answers_match_duckdbs_own_arrow() {
+    let (app, uri) = gateway(&[]).await;
+    let v = run(
+        &uri,
+        r#"
+import duckdb
+QUERIES = [
+    "SELECT 1::TINYINT a, -2::SMALLINT b, 3::INTEGER c, 4::BIGINT d, 5::UTINYINT e, 60000::USMALLINT f, 4000000000::UINTEGER g, 18446744073709551615::UBIGINT h, true AS t",
+    "SELECT 1.23::DECIMAL(4,2) a, -123456789012345.678::DECIMAL(18,3) b, 1234567890123456789012345.6789::DECIMAL(38,4) c, 1.5::FLOAT f, -0.25::DOUBLE d, 1e308::DOUBLE big",
+    "SELECT DATE '2024-02-29' AS d, DATE '1900-01-01' AS early, TIME '12:34:56.789' AS t, TIMESTAMP '2024-01-01 12:34:56.789' AS ts, TIMESTAMP_MS '2024-01-01 00:00:01.5' AS ms, TIMESTAMP_NS '2024-01-01 00:00:00.123456789' AS ns, TIMESTAMPTZ '2024-06-01 12:00:00+02' AS tz",
+    "SELECT INTERVAL '1 year 2 months 3 days 04:05:06.789' i, INTERVAL '-90 minutes' neg",
+    "SELECT [1, 2, NULL] l, [[1], [2, 3], []] ll, ['a', 'b']::VARCHAR[] s, {'a': 1, 'b': 'x', 'c': [1.5]} st, MAP {'k1': 1, 'k2': 2} m, [{'x': 1}, NULL] ls",
+    "SELECT '\\xAA\\x00\\xFF'::BLOB b, ''::BLOB empty, NULL::BLOB n",
+    "SELECT NULL::INTEGER i, NULL::VARCHAR v, NULL::DATE d, NULL::INTEGER[] l, NULL n",
+    "SELECT 'héllo wörld ✓ 😀' u, '日本語テキスト' j, '' e, 'a''quote\"' q",
+    "SELECT 'a'::ENUM('a', 'b') e, '550e8400-e29b-41d4-a716-446655440000'::UUID u",
+    "SELECT i, i::VARCHAR s, i % 7 = 0 b FROM range(250000) t(i) ORDER BY i",
+    "SELECT * FROM range(0) t(i)",
+]
+# The gateway's session time zone.
+ref = duckdb.connect()
+ref.sql("SET TimeZone = 'UTC'")
+conn = connect()
+cur = conn.cursor()
+out = []
+for q in QUERIES:
+    cur.execute(q)
+    got = cur.fetch_arrow_table()
+    want = ref.sql(q).arrow().read_all()
+    out.append({
+        "sql": q,
+        "rows": got.num_rows,
+        "same_values": got.to_pylist() == want.to_pylist(),
+        "same_types": got.schema.equals(want.schema),
+        "got_types": str(got.schema),
+        "want_types": str(want.schema),
+        "got": repr(got.slice(0, 2).to_pylist())[:400],
+        "want": repr(want.slice(0, 2).to_pylist())[:400],
+    })
+info = conn.adbc_get_info()
+print(json.dumps({"results": out, "info": {k: str(v) for k, v in info.items()}}))
+"#,
+    );
+    for r in v["results"].as_array().unwrap() {
+        assert!(r["same_values"].as_bool().unwrap(), "values differ: {r:#}");
+        assert!(r["same_types"].as_bool().unwrap(), "types differ: {r:#}");
+    }
+    assert_eq!(v["results"][9]["rows"], 250000);
+    assert_eq!(v["results"][10]["rows"], 0);
+    assert_eq!(v["info"]["vendor_name"], "duckgate");
+    assert!(v["info"]["vendor_version"]
+        .as_str()
+        .unwrap()
+        .contains("DuckDB v1.5.5"));
+    // One audit line per statement, as POST /query writes it, marked flight.
+    let audit = flight_audit_lines(&app);
+    assert_eq!(audit.len(), 11, "{audit:#?}");
+    assert!(
+        audit
+            .iter()
+            .all(|l| l.contains("token=analyst") && l.contains("outcome=ok")),
+        "{audit:#?}"
+    );
+    assert!(
+        !app.log_text().contains(SECRET),
+        "the token reached the log"
+    );
+    // The calls by method and code; the queries count as /query's do.
+    let m = app.get_text("/metrics").await;
+    let calls = crate::common::metric(
+        &m,
+        "duckgate_flight_requests_total{method=\"GetFlightInfo\",code=\"Ok\"}",
+    );
+    assert_eq!(calls, 11.0, "{m}");
+    assert!(crate::common::metric(&m, "duckgate_queries_total{outcome=\"ok\"}") >= 11.0);
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_prepared_statements_bind_parameters_and_updates_count_rows() {
+    let (app, uri) = gateway(&[("DUCKGATE_POLICY", "read-write")]).await;
+    let v = run(
+        &uri,
+        r#"
+import datetime, decimal
+conn = connect()
+cur = conn.cursor()
+cur.execute("SELECT ? + 1 AS n, ? AS s, ?::DECIMAL(10,2) AS d, ?::DATE + 1 AS day, ? IS NULL AS isnull, ?::DOUBLE AS f",
+            parameters=(41, "hé ✓", decimal.Decimal("12.50"), datetime.date(2024, 2, 28), None, 2.5))
+row = cur.fetchone()
+cur.execute("CREATE TABLE t (id INTEGER, name VARCHAR)")
+def update(sql):
+    cur.adbc_statement.set_sql_query(sql)
+    n = cur.adbc_statement.execute_update()
+    return n[0] if isinstance(n, tuple) else n
+inserted = update("INSERT INTO t VALUES (1, 'one'), (2, 'two')")
+cur.executemany("INSERT INTO t VALUES (?, ?)", [(3, "three"), (4, "four"), (5, None)])
+many = cur.rowcount
+cur.executemany("UPDATE t SET name = upper(name) WHERE id <= ?", [(2,)])
+updated = cur.rowcount
+cur.execute("SELECT id, name FROM t ORDER BY id")
+rows = cur.fetchall()
+# The same prepared statement, run again with other parameters.
+cur.execute("SELECT count(*) FROM t WHERE id > ?", parameters=(1,))
+c1 = cur.fetchone()[0]
+cur.execute("SELECT count(*) FROM t WHERE id > ?", parameters=(3,))
+c2 = cur.fetchone()[0]
+# A statement the policy refuses, with parameters: refused at execute.
+refused = error_of(lambda: cur.execute("SELECT current_setting(?)", parameters=("threads",)))
+print(json.dumps({"row": [str(x) for x in row], "inserted": inserted, "many": many, "updated": updated,
+                  "rows": rows, "c1": c1, "c2": c2, "refused": refused}))
+"#,
+    );
+    assert_eq!(
+        v["row"],
+        serde_json::json!(["42", "hé ✓", "12.50", "2024-02-29", "True", "2.5"])
+    );
+    assert_eq!(v["inserted"], 2, "{v:#}");
+    assert_eq!(v["many"], 3);
+    assert_eq!(v["updated"], 2);
+    assert_eq!(
+        v["rows"],
+        serde_json::json!([[1, "ONE"], [2, "TWO"], [3, "three"], [4, "four"], [5, null]])
+    );
+    assert_eq!((v["c1"].as_i64(), v["c2"].as_i64()), (Some(4), Some(2)));
+    let refused = v["refused"].as_str().unwrap();
+    assert!(refused.contains("current_setting"), "{refused}");
+    assert!(!app.log_text().contains(SECRET));
+
+    // Read-only (the default): a write is the guard's refusal.
+    let (_ro, uri) = gateway(&[]).await;
+    let v = run(
+        &uri,
+        r#"
+cur = connect().cursor()
+print(json.dumps({"err": error_of(lambda: cur.execute("CREATE TABLE x (a INTEGER)"))}))
+"#,
+    );
+    let err = v["err"].as_str().unwrap();
+    assert!(err.contains("(PermissionDenied;"), "{err}");
+    assert!(err.contains("Statement not allowed"), "{err}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_metadata_lists_catalogs_schemas_and_tables() {
+    let (_app, uri) = gateway(&[("DUCKGATE_POLICY", "read-write")]).await;
+    let v = run(
+        &uri,
+        r#"
+conn = connect()
+cur = conn.cursor()
+cur.execute("CREATE SCHEMA sales")
+cur.execute("CREATE TABLE sales.orders (id BIGINT, amount DECIMAL(10,2), placed TIMESTAMP, tags VARCHAR[])")
+cur.execute("CREATE TABLE client.notes (body VARCHAR)")
+cur.execute("CREATE VIEW sales.big AS SELECT * FROM sales.orders WHERE amount > 100")
+objects = conn.adbc_get_objects().read_all().to_pylist()
+filtered = conn.adbc_get_objects(depth="tables", db_schema_filter="sales", table_name_filter="ord%").read_all().to_pylist()
+schema = conn.adbc_get_table_schema("orders", db_schema_filter="sales")
+types = conn.adbc_get_table_types()
+print(json.dumps({"objects": objects, "filtered": filtered, "schema": str(schema), "types": types}))
+"#,
+    );
+    let objects = v["objects"].as_array().unwrap();
+    let memory = objects
+        .iter()
+        .find(|c| c["catalog_name"] == "memory")
+        .unwrap_or_else(|| panic!("{objects:#?}"));
+    let schemas = memory["catalog_db_schemas"].as_array().unwrap();
+    let sales = schemas
+        .iter()
+        .find(|s| s["db_schema_name"] == "sales")
+        .unwrap();
+    let mut tables: Vec<(String, String)> = sales["db_schema_tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["table_name"].as_str().unwrap().to_string(),
+                t["table_type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    tables.sort();
+    assert_eq!(
+        tables,
+        [
+            ("big".into(), "VIEW".into()),
+            ("orders".into(), "TABLE".into())
+        ]
+    );
+    let f = &v["filtered"];
+    assert_eq!(f.as_array().unwrap().len(), 1, "{f:#}");
+    assert_eq!(
+        f[0]["catalog_db_schemas"].as_array().unwrap().len(),
+        1,
+        "{f:#}"
+    );
+    assert_eq!(
+        f[0]["catalog_db_schemas"][0]["db_schema_tables"][0]["table_name"],
+        "orders"
+    );
+    let schema = v["schema"].as_str().unwrap();
+    for col in [
+        "id: int64",
+        "amount: decimal128(10, 2)",
+        "placed: timestamp[us]",
+        "tags: list<",
+    ] {
+        assert!(schema.contains(col), "{col} not in {schema}");
+    }
+    assert_eq!(v["types"], serde_json::json!(["TABLE", "VIEW"]));
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_refusals_reach_the_client_as_grpc_errors() {
+    let (app, uri) = gateway(&[("DUCKGATE_MAX_ROWS", "1000")]).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+OTHER = "{OTHER_SECRET}"
+cur = connect().cursor()
+out = {{}}
+out["guard"] = error_of(lambda: cur.execute("SELECT current_setting('threads')"))
+out["sql"] = error_of(lambda: cur.execute("SELECT * FROM no_such_table"))
+def capped(n):
+    cur.execute(f"SELECT * FROM range({{n}})")
+    return cur.fetch_arrow_table().num_rows
+out["at_cap"] = capped(1000)
+out["past_cap"] = error_of(lambda: capped(1001))
+out["far_past_cap"] = error_of(lambda: capped(5_000_000))
+out["wrong_token"] = error_of(lambda: connect("not-a-token").cursor().execute("SELECT 1"))
+out["no_token"] = error_of(lambda: connect(None).cursor().execute("SELECT 1"))
+# A ticket is bound to the identity that asked for it.
+client = raw_client()
+desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, "SELECT 42 AS answer")))
+info = client.get_flight_info(desc, options(TOKEN))
+ticket = info.endpoints[0].ticket
+out["other_identity"] = error_of(lambda: client.do_get(ticket, options(OTHER)).read_all())
+out["owner"] = client.do_get(ticket, options(TOKEN)).read_all().to_pylist()
+out["again"] = error_of(lambda: client.do_get(ticket, options(TOKEN)).read_all())
+out["forged"] = error_of(lambda: client.do_get(fl.Ticket(command("TicketStatementQuery", field(1, b"0" * 16))), options(TOKEN)).read_all())
+print(json.dumps(out))
+"#
+        ),
+    );
+    let has = |k: &str, parts: &[&str]| {
+        let e = v[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k}: no error: {v:#}"));
+        for p in parts {
+            assert!(e.contains(p), "{k}: {p:?} not in {e}");
+        }
+    };
+    has(
+        "guard",
+        &[
+            "(PermissionDenied;",
+            "Statement not allowed",
+            "current_setting",
+        ],
+    );
+    has("sql", &["(InvalidArgument;", "SQL error", "no_such_table"]);
+    assert_eq!(v["at_cap"], 1000);
+    has("past_cap", &["(ResourceExhausted;", "more than 1000 rows"]);
+    has(
+        "far_past_cap",
+        &["(ResourceExhausted;", "more than 1000 rows"],
+    );
+    has(
+        "wrong_token",
+        &["(Unauthenticated;", "not valid for queries"],
+    );
+    has(
+        "no_token",
+        &["(Unauthenticated;", "bearer token is required"],
+    );
+    has("other_identity", &["another identity"]);
+    assert_eq!(v["owner"], serde_json::json!([{"answer": 42}]));
+    has("again", &["no such ticket"]);
+    has("forged", &["no such ticket"]);
+    let log = app.log_text();
+    assert!(
+        !log.contains(SECRET) && !log.contains(OTHER_SECRET),
+        "a token reached the log"
+    );
+    assert!(!log.contains("not-a-token"));
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_cancel_interrupts_the_query() {
+    let (app, uri) = gateway(&[("DUCKGATE_POOL_SIZE", "1")]).await;
+    let started = Instant::now();
+    let v = run(
+        &uri,
+        r#"
+out = {}
+conn = connect()
+cur = conn.cursor()
+# ADBC's cancel (the client drops the call) while DuckDB runs.
+t = threading.Timer(1.0, cur.adbc_cancel)
+t.start()
+t0 = time.time()
+out["adbc_cancel"] = error_of(lambda: cur.execute("SELECT sleep_ms(30000) IS NULL AS slept"))
+out["adbc_cancel_s"] = time.time() - t0
+# The pool's one connection is free again.
+cur2 = connect().cursor()
+t0 = time.time()
+cur2.execute("SELECT 7 AS seven")
+out["next"] = cur2.fetchone()[0]
+out["next_s"] = time.time() - t0
+# CancelFlightInfo on a result waiting for its DoGet.
+client = raw_client()
+desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, "SELECT * FROM range(1000000000)")))
+info = client.get_flight_info(desc, options(TOKEN))
+res = list(client.do_action(fl.Action("CancelFlightInfo", field(1, info.serialize())), options(TOKEN)))
+out["cancel_status"] = res[0].body.to_pybytes().hex()
+out["after_cancel"] = error_of(lambda: client.do_get(info.endpoints[0].ticket, options(TOKEN)).read_all())
+print(json.dumps(out))
+"#,
+    );
+    assert!(v["adbc_cancel"].is_string(), "{v:#}");
+    assert!(v["adbc_cancel_s"].as_f64().unwrap() < 10.0, "{v:#}");
+    assert_eq!(v["next"], 7);
+    assert!(v["next_s"].as_f64().unwrap() < 5.0, "{v:#}");
+    // CancelFlightInfoResult { status: CANCEL_STATUS_CANCELLED (1) }.
+    assert_eq!(v["cancel_status"], "0801");
+    assert!(v["after_cancel"]
+        .as_str()
+        .unwrap()
+        .contains("no such ticket"));
+    assert!(started.elapsed() < Duration::from_secs(25));
+    // Both cancelled queries ended (audit lines) without finishing.
+    let audit = flight_audit_lines(&app);
+    let not_ok = audit.iter().filter(|l| !l.contains("outcome=ok")).count();
+    assert!(not_ok >= 2, "{audit:#?}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_serves_tls_with_a_certificate_and_key() {
+    let certs = tempfile::tempdir().unwrap();
+    crate::common::pg_tls::make_certificates(certs.path());
+    let (_app, uri) = gateway(&[
+        (
+            "DUCKGATE_FLIGHT_TLS_CERT",
+            certs.path().join("server.crt").to_str().unwrap(),
+        ),
+        (
+            "DUCKGATE_FLIGHT_TLS_KEY",
+            certs.path().join("server.key").to_str().unwrap(),
+        ),
+    ])
+    .await;
+    assert!(uri.starts_with("grpc+tls://"), "{uri}");
+    let ca = certs.path().join("ca.pem");
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+CA = open({ca:?}).read()
+def tls_connect():
+    return fs.connect(URI, db_kwargs={{
+        af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN,
+        af.DatabaseOptions.TLS_ROOT_CERTS.value: CA,
+    }}, autocommit=True)
+cur = tls_connect().cursor()
+cur.execute("SELECT 'over tls' AS s")
+out = {{"row": cur.fetchone()[0]}}
+# Without the CA the server's certificate is not trusted.
+out["untrusted"] = error_of(lambda: connect().cursor().execute("SELECT 1"))
+# Plain gRPC to the TLS port fails.
+plain = URI.replace("grpc+tls://", "grpc://")
+out["plain"] = error_of(lambda: fs.connect(plain, db_kwargs={{af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN}}, autocommit=True).cursor().execute("SELECT 1"))
+print(json.dumps(out))
+"#,
+            ca = ca.to_str().unwrap()
+        ),
+    );
+    assert_eq!(v["row"], "over tls");
+    assert!(v["untrusted"].is_string(), "{v:#}");
+    assert!(v["plain"].is_string(), "{v:#}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_tickets_are_bounded_in_number_and_age() {
+    let (app, uri) = gateway(&[
+        ("DUCKGATE_FLIGHT_MAX_TICKETS", "2"),
+        ("DUCKGATE_FLIGHT_TICKET_TTL_MS", "1000"),
+    ])
+    .await;
+    let v = run(
+        &uri,
+        r#"
+client = raw_client()
+def info(sql):
+    desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, sql)))
+    return client.get_flight_info(desc, options(TOKEN))
+a = info("SELECT 1 AS a")
+b = info("SELECT * FROM range(100000000)")
+out = {"third": error_of(lambda: info("SELECT 3 AS c"))}
+out["first"] = client.do_get(a.endpoints[0].ticket, options(TOKEN)).read_all().to_pylist()
+# A place is free again once a ticket is fetched.
+c = info("SELECT 3 AS c")
+time.sleep(3)
+out["expired"] = error_of(lambda: client.do_get(b.endpoints[0].ticket, options(TOKEN)).read_all())
+out["after"] = client.do_get(info("SELECT 4 AS d").endpoints[0].ticket, options(TOKEN)).read_all().to_pylist()
+print(json.dumps(out))
+"#,
+    );
+    let third = v["third"].as_str().unwrap();
+    assert!(third.contains("DUCKGATE_FLIGHT_MAX_TICKETS"), "{third}");
+    assert_eq!(v["first"], serde_json::json!([{"a": 1}]));
+    assert!(
+        v["expired"].as_str().unwrap().contains("no such ticket"),
+        "{v:#}"
+    );
+    assert_eq!(v["after"], serde_json::json!([{"d": 4}]));
+    // The expired result's query ended, interrupted, not as a whole answer.
+    let audit = flight_audit_lines(&app);
+    assert!(
+        audit.iter().any(|l| !l.contains("outcome=ok")),
+        "{audit:#?}"
+    );
+    assert!(app.log_text().contains("Flight SQL tickets expired"));
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_accepts_oidc_jwts_as_the_http_api_does() {
+    use crate::venv::oidc::{Issuer, AUDIENCE};
+    let issuer = Issuer::start();
+    let (app, uri) = gateway(&[
+        ("DUCKGATE_OIDC_ISSUER", issuer.base.as_str()),
+        ("DUCKGATE_OIDC_AUDIENCE", AUDIENCE),
+    ])
+    .await;
+    let jwt = issuer.mint("rsa-1", "RS256", issuer.claims("carol")).await;
+    let mut expired = issuer.claims("carol");
+    expired["exp"] = serde_json::json!(expired["iat"].as_i64().unwrap() - 3600);
+    expired["iat"] = serde_json::json!(expired["iat"].as_i64().unwrap() - 7200);
+    let expired = issuer.mint("rsa-1", "RS256", expired).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+JWT, EXPIRED = "{jwt}", "{expired}"
+cur = connect(JWT).cursor()
+cur.execute("SELECT 'as carol' AS who")
+out = {{"row": cur.fetchone()[0]}}
+out["expired"] = error_of(lambda: connect(EXPIRED).cursor().execute("SELECT 1"))
+# A JWT identity's ticket is not the static token's.
+client = raw_client()
+desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, "SELECT 1 AS one")))
+info = client.get_flight_info(desc, options(JWT))
+out["static"] = error_of(lambda: client.do_get(info.endpoints[0].ticket, options(TOKEN)).read_all())
+out["jwt"] = client.do_get(info.endpoints[0].ticket, options(JWT)).read_all().to_pylist()
+print(json.dumps(out))
+"#
+        ),
+    );
+    assert_eq!(v["row"], "as carol");
+    let e = v["expired"].as_str().unwrap();
+    assert!(
+        e.contains("(Unauthenticated;") && e.contains("expired"),
+        "{e}"
+    );
+    assert!(v["static"].as_str().unwrap().contains("another identity"));
+    assert_eq!(v["jwt"], serde_json::json!([{"one": 1}]));
+    let audit = flight_audit_lines(&app);
+    assert!(
+        audit.iter().any(|l| l.contains("token=oidc:carol")),
+        "{audit:#?}"
+    );
+    let log = app.log_text();
+    assert!(
+        !log.contains(&jwt) && !log.contains(&expired),
+        "a JWT reached the log"
+    );
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_stops_accepting_with_the_gateway() {
+    let (app, uri) = gateway(&[("DUCKGATE_SHUTDOWN_GRACE_MS", "200")]).await;
+    let addr = uri.trim_start_matches("grpc://").to_string();
+    let v = run(
+        &uri,
+        r#"
+cur = connect().cursor()
+cur.execute("SELECT 1 AS one")
+print(json.dumps({"one": cur.fetchone()[0]}))
+"#,
+    );
+    assert_eq!(v["one"], 1);
+    std::net::TcpStream::connect(&addr).expect("the listener accepts while the gateway runs");
+    drop(app);
+    eventually(
+        "the Flight SQL listener closed",
+        Duration::from_secs(15),
+        || {
+            let addr = addr.clone();
+            async move {
+                match std::net::TcpStream::connect(&addr) {
+                    Ok(_) => Err("still accepting"),
+                    Err(_) => Ok(()),
+                }
+            }
+        },
+    )
+    .await;
+}

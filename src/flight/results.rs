@@ -19,8 +19,8 @@ use crate::api::auth::QueryAuth;
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Format;
-use crate::engine::queries::{Outcome, Registration, Running};
 use crate::engine::execute::RunLimits;
+use crate::engine::queries::{Outcome, Registration, Running};
 use crate::engine::{execute, Param, QueryJob};
 use crate::flight::status;
 

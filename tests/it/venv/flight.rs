@@ -617,3 +617,75 @@ print(json.dumps({"one": cur.fetchone()[0]}))
     )
     .await;
 }
+
+/// Roles confine Flight SQL callers as they do HTTP ones (issue 39): the
+/// token `analyst` holds a role that reads `orders` only; through ADBC its
+/// statements read `orders`, a hidden table is a missing one, and the
+/// metadata calls list what it may read. The unconfined token sees both.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_callers_are_confined_by_their_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    duckdb::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE orders AS SELECT range AS id FROM range(5);
+             CREATE TABLE payroll AS SELECT range AS emp FROM range(3);",
+        )
+        .unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(
+        &config,
+        "[[role]]\nname = \"reader\"\nmembers = [\"analyst\"]\nread = [\"ops.main.orders\"]\n",
+    )
+    .unwrap();
+    let (_app, uri) = gateway(&[
+        ("DUCKGATE_DATABASE", db.to_str().unwrap()),
+        ("DUCKGATE_CONFIG", config.to_str().unwrap()),
+    ])
+    .await;
+    let script = r#"
+def tables(token):
+    conn = connect(token)
+    out = []
+    for c in conn.adbc_get_objects(depth="tables").read_all().to_pylist():
+        for s in c["catalog_db_schemas"] or []:
+            for t in s["db_schema_tables"] or []:
+                out.append(c["catalog_name"] + "." + s["db_schema_name"] + "." + t["table_name"])
+    return sorted(out)
+
+def count(token, sql):
+    cur = connect(token).cursor()
+    cur.execute(sql)
+    return cur.fetchall()
+
+OTHER = sys.argv[3]
+print(json.dumps({
+    "orders": count(TOKEN, "SELECT count(*) FROM orders"),
+    "payroll": error_of(lambda: count(TOKEN, "SELECT * FROM payroll")),
+    "mine": tables(TOKEN),
+    "other": tables(OTHER),
+    "other_payroll": count(OTHER, "SELECT count(*) FROM payroll"),
+}))
+"#;
+    let out = python(
+        &format!("{PRELUDE}\n{script}"),
+        &[&uri, SECRET, OTHER_SECRET],
+    );
+    let v: Value = serde_json::from_str(out.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["orders"], serde_json::json!([[5]]), "{v}");
+    let refusal = v["payroll"].as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("Table with name payroll does not exist"),
+        "{refusal}"
+    );
+    assert_eq!(v["mine"], serde_json::json!(["ops.main.orders"]), "{v}");
+    assert_eq!(
+        v["other"],
+        serde_json::json!(["ops.main.orders", "ops.main.payroll"]),
+        "{v}"
+    );
+    assert_eq!(v["other_payroll"], serde_json::json!([[3]]), "{v}");
+}

@@ -8,6 +8,7 @@ mod faults;
 mod flight;
 mod guard_corpus;
 mod httpfs_settings;
+mod lake_grants;
 mod nesting;
 mod oidc;
 mod parquet;

@@ -144,13 +144,8 @@ pub(crate) fn confine(
         for s in &mut d.schemas {
             s.tables.retain(|t| access.sees(&d.name, &s.name, &t.name));
         }
-        d.schemas.retain(|s| {
-            !s.tables.is_empty()
-                || access
-                    .write
-                    .iter()
-                    .any(|p| p.covers_schema(&d.name, &s.name))
-        });
+        d.schemas
+            .retain(|s| !s.tables.is_empty() || access.may_create_in(&d.name, &s.name));
     }
     databases.retain(|d| !d.schemas.is_empty());
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::{ConfigError, ConfigFile};
-use crate::engine::guard::access::{Access, ColumnGrant, Pattern};
+use crate::engine::guard::access::{Access, ColumnGrant, Grants, Pattern};
 
 /// One role, as declared.
 #[derive(Debug, Clone, Deserialize)]
@@ -83,7 +83,7 @@ fn patterns(role: &str, what: &str, texts: &[String]) -> Result<Vec<Pattern>, Co
 }
 
 /// One role's grants as the guard reads them.
-fn compile(r: &RoleSpec) -> Result<Access, ConfigError> {
+fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
     let mut columns = Vec::new();
     for (table, cols) in &r.columns {
         let table =
@@ -101,8 +101,7 @@ fn compile(r: &RoleSpec) -> Result<Access, ConfigError> {
             columns: cols.clone(),
         });
     }
-    Ok(Access {
-        roles: vec![Arc::from(r.name.as_str())],
+    Ok(Grants {
         read: patterns(&r.name, "read", &r.read)?,
         write: patterns(&r.name, "write", &r.write)?,
         columns,
@@ -113,7 +112,7 @@ fn compile(r: &RoleSpec) -> Result<Access, ConfigError> {
 /// name and its JWT roles.
 #[derive(Debug, Default)]
 pub struct Roles {
-    roles: Vec<(RoleSpec, Access)>,
+    roles: Vec<(RoleSpec, Arc<Grants>)>,
 }
 
 impl Roles {
@@ -121,7 +120,7 @@ impl Roles {
     pub fn new(specs: &[RoleSpec]) -> Result<Self, ConfigError> {
         let roles = specs
             .iter()
-            .map(|s| Ok((s.clone(), compile(s)?)))
+            .map(|s| Ok((s.clone(), Arc::new(compile(s)?))))
             .collect::<Result<_, ConfigError>>()?;
         Ok(Self { roles })
     }
@@ -135,34 +134,24 @@ impl Roles {
     /// (roles of that name that are declared; others mean nothing), or
     /// `None` when it holds no role: not confined.
     pub fn access(&self, name: &str, claimed: &[Arc<str>]) -> Option<Arc<Access>> {
-        let mut held = self.roles.iter().filter(|(spec, _)| {
-            spec.members.iter().any(|m| m == name)
-                || claimed.iter().any(|c| c.eq_ignore_ascii_case(&spec.name))
-        });
-        let (_, first) = held.next()?;
-        let mut access = first.clone();
-        for (_, more) in held {
-            access.roles.extend(more.roles.iter().cloned());
-            access.read.extend(more.read.iter().cloned());
-            access.write.extend(more.write.iter().cloned());
-            access.columns.extend(more.columns.iter().cloned());
-        }
-        // A table one role narrows and another grants whole is read whole.
-        let whole: Vec<Pattern> = self
+        let held: Vec<&(RoleSpec, Arc<Grants>)> = self
             .roles
             .iter()
-            .filter(|(spec, _)| access.roles.iter().any(|r| **r == *spec.name))
-            .filter(|(spec, _)| spec.columns.is_empty())
-            .flat_map(|(_, a)| a.read.clone())
+            .filter(|(spec, _)| {
+                spec.members.iter().any(|m| m == name)
+                    || claimed.iter().any(|c| c.eq_ignore_ascii_case(&spec.name))
+            })
             .collect();
-        if !whole.is_empty() {
-            access.columns.retain(|g| {
-                !whole
-                    .iter()
-                    .any(|p| p.as_str().eq_ignore_ascii_case(g.table.as_str()))
-            });
+        if held.is_empty() {
+            return None;
         }
-        Some(Arc::new(access))
+        Some(Arc::new(Access {
+            roles: held
+                .iter()
+                .map(|(spec, _)| Arc::from(spec.name.as_str()))
+                .collect(),
+            grants: held.iter().map(|(_, g)| g.clone()).collect(),
+        }))
     }
 
     /// Checks that every grant names something that exists in `objects`
@@ -170,8 +159,8 @@ impl Roles {
     /// pattern a table or view, a `*` table part a schema, a column grant
     /// a table with those columns. The error names the grant.
     pub fn check_against(&self, objects: &[CatalogObject]) -> Result<(), ConfigError> {
-        for (spec, access) in &self.roles {
-            for (what, list) in [("read", &access.read), ("write", &access.write)] {
+        for (spec, grants) in &self.roles {
+            for (what, list) in [("read", &grants.read), ("write", &grants.write)] {
                 for p in list {
                     let exists = objects.iter().any(|o| {
                         p.matches(&o.catalog, &o.schema, &o.name)
@@ -187,7 +176,7 @@ impl Roles {
                     }
                 }
             }
-            for g in &access.columns {
+            for g in &grants.columns {
                 let tables: Vec<&CatalogObject> = objects
                     .iter()
                     .filter(|o| g.table.matches(&o.catalog, &o.schema, &o.name))

@@ -32,6 +32,7 @@
 //! (INSERT, UPDATE, DELETE, MERGE) of granted tables and CREATE TABLE /
 //! VIEW in granted schemas; every other DDL is refused.
 
+use std::cell::LazyCell;
 use std::sync::Arc;
 
 use super::describe::PlanObject;
@@ -149,19 +150,48 @@ pub struct ColumnGrant {
     pub columns: Vec<String>,
 }
 
-/// What one confined caller may read and change: the union of its roles'
-/// grants.
+/// What one role grants.
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    /// What it may read.
+    pub read: Vec<Pattern>,
+    /// What it may change (rows of tables; new tables and views where the
+    /// pattern's table part is `*`); what it may change it may read too (an
+    /// UPDATE's WHERE reads, and a table it created is its own).
+    pub write: Vec<Pattern>,
+    /// Tables it may read only some columns of.
+    pub columns: Vec<ColumnGrant>,
+}
+
+impl Grants {
+    fn may_read(&self, catalog: &str, schema: &str, name: &str) -> bool {
+        self.read
+            .iter()
+            .chain(&self.write)
+            .any(|p| p.matches(catalog, schema, name))
+    }
+
+    /// Whether this role lets `column` of a table it may read be read: yes
+    /// where it narrows the table to no columns.
+    fn column(&self, catalog: &str, schema: &str, table: &str, column: &str) -> bool {
+        let mut narrowing = self
+            .columns
+            .iter()
+            .filter(|g| g.table.matches(catalog, schema, table))
+            .peekable();
+        narrowing.peek().is_none()
+            || narrowing.any(|g| g.columns.iter().any(|c| c.eq_ignore_ascii_case(column)))
+    }
+}
+
+/// What one confined caller may read and change: what any of its roles
+/// grants (a column one role narrows away and another grants is read).
 #[derive(Debug, Clone, Default)]
 pub struct Access {
     /// The roles it holds, for refusals and the audit line.
     pub roles: Vec<Arc<str>>,
-    /// What it may read.
-    pub read: Vec<Pattern>,
-    /// What it may change (rows of tables; new tables and views where the
-    /// pattern's table part is `*`).
-    pub write: Vec<Pattern>,
-    /// Tables it may read only some columns of.
-    pub columns: Vec<ColumnGrant>,
+    /// Each role's grants.
+    pub grants: Vec<Arc<Grants>>,
 }
 
 impl Access {
@@ -179,17 +209,25 @@ impl Access {
     }
 
     /// Whether it may read `catalog.schema.name` (what it may change it may
-    /// read too: an UPDATE's WHERE reads, and a table it created is its own).
+    /// read too).
     pub fn may_read(&self, catalog: &str, schema: &str, name: &str) -> bool {
-        self.read
+        self.grants
             .iter()
-            .chain(&self.write)
-            .any(|p| p.matches(catalog, schema, name))
+            .any(|g| g.may_read(catalog, schema, name))
     }
 
     /// Whether it may change `catalog.schema.name`.
     pub fn may_write(&self, catalog: &str, schema: &str, name: &str) -> bool {
-        self.write.iter().any(|p| p.matches(catalog, schema, name))
+        self.grants
+            .iter()
+            .any(|g| g.write.iter().any(|p| p.matches(catalog, schema, name)))
+    }
+
+    /// Whether it may create tables and views in `catalog.schema`.
+    pub fn may_create_in(&self, catalog: &str, schema: &str) -> bool {
+        self.grants
+            .iter()
+            .any(|g| g.write.iter().any(|p| p.covers_schema(catalog, schema)))
     }
 
     /// Whether the object exists for it at all (it may read it).
@@ -197,18 +235,12 @@ impl Access {
         self.may_read(catalog, schema, name)
     }
 
-    /// Whether it may read `column` of the table (true where no column
-    /// grant narrows the table).
+    /// Whether it may read `column` of the table: some role that lets it
+    /// read the table narrows it to no columns, or to some holding this one.
     pub fn may_read_column(&self, catalog: &str, schema: &str, table: &str, column: &str) -> bool {
-        let narrowing: Vec<&ColumnGrant> = self
-            .columns
+        self.grants
             .iter()
-            .filter(|g| g.table.matches(catalog, schema, table))
-            .collect();
-        narrowing.is_empty()
-            || narrowing
-                .iter()
-                .any(|g| g.columns.iter().any(|c| c.eq_ignore_ascii_case(column)))
+            .any(|g| g.may_read(catalog, schema, table) && g.column(catalog, schema, table, column))
     }
 
     /// Checks an accepted statement's plan against the grants. `named`
@@ -220,8 +252,8 @@ impl Access {
         sql: &str,
         named: impl FnOnce() -> Named,
     ) -> Result<(), Refusal> {
-        let mut named = Lazy::new(named);
-        if named.get().describes {
+        let named = LazyCell::new(named);
+        if named.describes {
             return Err(forbid(
                 "DESCRIBE",
                 "DuckDB answers it from the whole catalog; GET /catalog lists what this \
@@ -240,7 +272,7 @@ impl Access {
             ));
         }
         for o in &accepted.objects {
-            self.check_object(o, sql, &mut named)?;
+            self.check_object(o, sql, &named)?;
         }
         Ok(())
     }
@@ -249,7 +281,7 @@ impl Access {
         &self,
         o: &PlanObject,
         sql: &str,
-        named: &mut Lazy<F>,
+        named: &LazyCell<Named, F>,
     ) -> Result<(), Refusal> {
         let full = format!("{}.{}.{}", o.catalog, o.schema, o.name);
         match o.action.as_str() {
@@ -306,15 +338,12 @@ impl Access {
         &self,
         o: &PlanObject,
         sql: &str,
-        named: &mut Lazy<F>,
+        named: &LazyCell<Named, F>,
     ) -> Refusal {
-        let written = named.get().tables.iter().find(|t| {
-            t.name.eq_ignore_ascii_case(&o.name)
-                && (t.schema.is_empty()
-                    || t.schema.eq_ignore_ascii_case(&o.schema)
-                    || t.schema.eq_ignore_ascii_case(&o.catalog))
-                && (t.catalog.is_empty() || t.catalog.eq_ignore_ascii_case(&o.catalog))
-        });
+        let written = named
+            .tables
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(&o.name) && names(t, &o.catalog, &o.schema));
         match written {
             Some(t) => missing_table(t, sql),
             None => forbid(
@@ -351,12 +380,7 @@ impl Access {
         for t in tables {
             let candidates: Vec<(String, String)> = existing(&t.name)
                 .into_iter()
-                .filter(|(c, s)| {
-                    (t.catalog.is_empty() || t.catalog.eq_ignore_ascii_case(c))
-                        && (t.schema.is_empty()
-                            || t.schema.eq_ignore_ascii_case(s)
-                            || (t.catalog.is_empty() && t.schema.eq_ignore_ascii_case(c)))
-                })
+                .filter(|(c, s)| names(t, c, s))
                 .collect();
             if candidates.is_empty() {
                 let here = t.at.and_then(|p| place(sql, p));
@@ -403,27 +427,14 @@ fn without_hints(message: &str) -> String {
         .join("\n")
 }
 
-/// A value computed once, when first needed.
-struct Lazy<F: FnOnce() -> Named> {
-    init: Option<F>,
-    value: Option<Named>,
-}
-
-impl<F: FnOnce() -> Named> Lazy<F> {
-    fn new(init: F) -> Self {
-        Self {
-            init: Some(init),
-            value: None,
-        }
-    }
-
-    fn get(&mut self) -> &Named {
-        if self.value.is_none() {
-            let init = self.init.take().expect("initialised once");
-            self.value = Some(init());
-        }
-        self.value.as_ref().expect("just set")
-    }
+/// Whether `t`, as written, may name an object of `catalog.schema` (the
+/// parts it leaves out DuckDB fills from its search path; `a.b` is a
+/// schema and a name, or a catalog and a name).
+fn names(t: &NamedTable, catalog: &str, schema: &str) -> bool {
+    (t.catalog.is_empty() || t.catalog.eq_ignore_ascii_case(catalog))
+        && (t.schema.is_empty()
+            || t.schema.eq_ignore_ascii_case(schema)
+            || (t.catalog.is_empty() && t.schema.eq_ignore_ascii_case(catalog)))
 }
 
 #[cfg(test)]
@@ -442,6 +453,35 @@ mod tests {
         for bad in ["orders", "a.b", "a.b.c.d", "a..c", r#""a.b.c"#] {
             assert!(Pattern::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_column_one_role_narrows_away_another_may_grant() {
+        let grants = |read: &str, narrow: Option<(&str, &[&str])>| {
+            Arc::new(Grants {
+                read: vec![Pattern::parse(read).unwrap()],
+                write: Vec::new(),
+                columns: narrow
+                    .map(|(t, cols)| ColumnGrant {
+                        table: Pattern::parse(t).unwrap(),
+                        columns: cols.iter().map(|c| c.to_string()).collect(),
+                    })
+                    .into_iter()
+                    .collect(),
+            })
+        };
+        let support = grants("db.main.customers", Some(("db.main.customers", &["id"])));
+        let billing = grants("db.main.*", None);
+        let other = grants("db.main.orders", None);
+        let access = |gs: Vec<Arc<Grants>>| Access {
+            roles: Vec::new(),
+            grants: gs,
+        };
+        let narrowed = access(vec![support.clone(), other]);
+        assert!(narrowed.may_read_column("db", "main", "customers", "id"));
+        assert!(!narrowed.may_read_column("db", "main", "customers", "email"));
+        let whole = access(vec![support, billing]);
+        assert!(whole.may_read_column("db", "main", "customers", "email"));
     }
 
     #[test]

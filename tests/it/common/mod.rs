@@ -113,6 +113,20 @@ impl Endpoint {
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 
+    /// POST /query `sql` (a JSON body) with `token`: status and JSON body.
+    pub async fn run_sql(&self, token: &str, sql: &str) -> (u16, serde_json::Value) {
+        let r = self
+            .client
+            .post(self.url("/query"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "sql": sql }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
     /// GET `path` with `token`: status and JSON body.
     pub async fn get(&self, path: &str, token: &str) -> (u16, serde_json::Value) {
         self.call(reqwest::Method::GET, path, token).await

@@ -50,21 +50,8 @@ fn operator_database(path: &std::path::Path) -> Vec<Vec<Option<String>>> {
     rows
 }
 
-async fn run(g: &Gateway, token: &str, sql: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .post(g.url("/query"))
-        .bearer_auth(token)
-        .json(&json!({ "sql": sql }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 async fn rows(g: &Gateway, token: &str, sql: &str) -> Value {
-    let (status, body) = run(g, token, sql).await;
+    let (status, body) = g.run_sql(token, sql).await;
     assert_eq!(status, 200, "{sql}: {body}");
     body["rows"].clone()
 }
@@ -97,7 +84,7 @@ async fn client_objects_live_in_their_schema_and_main_stays_the_operators() {
         "DROP TABLE client.drafts",
     ];
     for sql in allowed {
-        let (status, body) = run(&g, ALICE, sql).await;
+        let (status, body) = g.run_sql(ALICE, sql).await;
         assert_eq!(status, 200, "{sql}: {body}");
     }
     // Every spelling that reaches main, and names that would shadow it.
@@ -148,7 +135,7 @@ async fn client_objects_live_in_their_schema_and_main_stays_the_operators() {
     ];
     let mut wrong = Vec::new();
     for sql in &refused {
-        let (status, body) = run(&g, ALICE, sql).await;
+        let (status, body) = g.run_sql(ALICE, sql).await;
         let kind = body["type"].as_str().unwrap_or("");
         if status != 403 || !kind.ends_with("statement-forbidden") {
             wrong.push(format!("{sql}: {status} {body}"));

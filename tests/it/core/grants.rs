@@ -85,19 +85,6 @@ fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
     Ok(Value::Array(out))
 }
 
-async fn run(g: &Gateway, token: &str, sql: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .post(g.url("/query"))
-        .bearer_auth(token)
-        .json(&json!({ "sql": sql }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 /// The spellings of a table of `main` in database `ops`.
 fn spellings(name: &str) -> Vec<String> {
     vec![
@@ -191,13 +178,13 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         for template in READS {
             let sql = template.replace("{o}", o).replace("{c}", &c);
             let want = reference(&reference_db, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-            let (status, body) = run(&g, ALICE, &sql).await;
+            let (status, body) = g.run_sql(ALICE, &sql).await;
             assert_eq!(status, 200, "{sql}: {body}");
             assert_eq!(body["rows"], want, "{sql}");
             attempts += 1;
         }
     }
-    let (status, body) = run(&g, ALICE, "EXPLAIN SELECT * FROM orders").await;
+    let (status, body) = g.run_sql(ALICE, "EXPLAIN SELECT * FROM orders").await;
     assert_eq!(status, 200, "{body}");
     attempts += 1;
 
@@ -210,8 +197,8 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         for template in HIDDEN {
             let sql = template.replace("{x}", &name);
             let control = template.replace("{x}", &missing);
-            let (status, body) = run(&g, ALICE, &sql).await;
-            let (want_status, want) = run(&g, ALICE, &control).await;
+            let (status, body) = g.run_sql(ALICE, &sql).await;
+            let (want_status, want) = g.run_sql(ALICE, &control).await;
             assert_eq!(status, 400, "{sql}: {body}");
             assert_eq!(status, want_status, "{sql}: {body} vs {control}: {want}");
             for key in ["type", "title", "error_class", "line", "column"] {
@@ -239,7 +226,7 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         // Bob, who holds no role, reads it.
         if !name.contains("deals") {
             let sql = format!("SELECT count(*) FROM {name}");
-            let (status, body) = run(&g, BOB, &sql).await;
+            let (status, body) = g.run_sql(BOB, &sql).await;
             assert_eq!(status, 200, "{sql}: {body}");
             assert_eq!(body["rows"], reference(&reference_db, &sql).unwrap());
             attempts += 1;
@@ -253,7 +240,7 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         "SELECT salary FROM orders",
         "SELECT * FROM deal",
     ] {
-        let (status, body) = run(&g, ALICE, sql).await;
+        let (status, body) = g.run_sql(ALICE, sql).await;
         assert_eq!(status, 400, "{sql}: {body}");
         let text = body.to_string();
         assert!(
@@ -292,7 +279,7 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         ("CREATE SEQUENCE client.s", "DDL"),
     ];
     for (sql, what) in refused {
-        let (status, body) = run(&g, ALICE, sql).await;
+        let (status, body) = g.run_sql(ALICE, sql).await;
         assert_eq!(status, 403, "{sql}: {body}");
         assert!(
             body["detail"].as_str().unwrap().contains(what),
@@ -301,7 +288,7 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         attempts += 1;
     }
     for (sql, _) in &refused[..10] {
-        let (status, body) = run(&g, BOB, sql).await;
+        let (status, body) = g.run_sql(BOB, sql).await;
         assert_eq!(status, 200, "bob: {sql}: {body}");
         attempts += 1;
     }
@@ -313,13 +300,13 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         "UPDATE client.mine SET amount = 2 WHERE id = 99",
         "DELETE FROM client.mine WHERE id = 0",
     ] {
-        let (status, body) = run(&g, ALICE, sql).await;
+        let (status, body) = g.run_sql(ALICE, sql).await;
         assert_eq!(status, 200, "{sql}: {body}");
         reference_db.execute_batch(sql).unwrap();
         attempts += 1;
     }
     let sql = "SELECT * FROM client.mine ORDER BY ALL";
-    let (status, body) = run(&g, ALICE, sql).await;
+    let (status, body) = g.run_sql(ALICE, sql).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["rows"], reference(&reference_db, sql).unwrap());
     attempts += 1;

@@ -12,19 +12,6 @@ use crate::common::{extension_dir, python, Gateway};
 const ALICE: &str = "alice-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdef01";
 
-async fn run(g: &Gateway, token: &str, sql: &str) -> (u16, Value) {
-    let r = g
-        .client
-        .post(g.url("/query"))
-        .bearer_auth(token)
-        .json(&json!({ "sql": sql }))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test]
 #[ignore = "tier venv: needs the DuckLake extension and Python DuckDB; scripts/test installs them"]
 async fn a_lakes_tables_are_granted_like_the_gateways_own() {
@@ -66,10 +53,10 @@ async fn a_lakes_tables_are_granted_like_the_gateways_own() {
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
         .start();
 
-    let (status, body) = run(&g, ALICE, "SELECT count(*) FROM lake.events").await;
+    let (status, body) = g.run_sql(ALICE, "SELECT count(*) FROM lake.events").await;
     assert_eq!((status, &body["rows"]), (200, &counts[0]), "{body}");
-    let (hidden, hidden_body) = run(&g, ALICE, "SELECT count(*) FROM lake.hidden").await;
-    let (missing, missing_body) = run(&g, ALICE, "SELECT count(*) FROM lake.nosuch").await;
+    let (hidden, hidden_body) = g.run_sql(ALICE, "SELECT count(*) FROM lake.hidden").await;
+    let (missing, missing_body) = g.run_sql(ALICE, "SELECT count(*) FROM lake.nosuch").await;
     assert_eq!(
         (hidden, missing),
         (400, 400),
@@ -85,7 +72,7 @@ async fn a_lakes_tables_are_granted_like_the_gateways_own() {
             .replace("hidden", "nosuch"),
         missing_body["detail"].as_str().unwrap()
     );
-    let (status, body) = run(&g, BOB, "SELECT count(*) FROM lake.hidden").await;
+    let (status, body) = g.run_sql(BOB, "SELECT count(*) FROM lake.hidden").await;
     assert_eq!((status, &body["rows"]), (200, &counts[1]), "{body}");
 
     let (status, catalog) = g.get("/catalog", ALICE).await;

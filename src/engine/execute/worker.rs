@@ -125,7 +125,7 @@ pub(super) fn work_inner(
                         r,
                         &job.sql,
                         || guard::named_tables(&slot.raw, &job.sql),
-                        |name| tables_named(&slot.conn, name),
+                        || tables_and_views(&slot.conn),
                     ),
                     None => r,
                 };
@@ -316,18 +316,18 @@ pub(super) fn mark_quick(
     }
 }
 
-/// The (catalog, schema) of every table and view named `name`
-/// (case-insensitively), by DuckDB's catalog; none if it cannot be read.
-fn tables_named(conn: &crate::engine::ffi::Connection, name: &str) -> Vec<(String, String)> {
+/// Every table and view (catalog, schema, name), by DuckDB's catalog;
+/// none if it cannot be read.
+fn tables_and_views(conn: &crate::engine::ffi::Connection) -> Vec<(String, String, String)> {
     let rows = conn
         .prepare(
-            "SELECT database_name, schema_name FROM duckdb_tables() WHERE lower(table_name) = lower(?) \
-             UNION ALL SELECT database_name, schema_name FROM duckdb_views() \
-             WHERE lower(view_name) = lower(?) AND NOT internal",
+            "SELECT database_name, schema_name, table_name FROM duckdb_tables() \
+             UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views() \
+             WHERE NOT internal",
         )
         .and_then(|mut s| {
-            s.query_map([name, name], |r| Ok((r.get(0)?, r.get(1)?)))?
-                .collect::<duckdb::Result<Vec<(String, String)>>>()
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<duckdb::Result<Vec<(String, String, String)>>>()
         });
     rows.unwrap_or_else(|e| {
         tracing::error!(error.cause = %e, "the catalog could not be read to hide a confined caller's error");

@@ -359,14 +359,15 @@ impl Access {
     /// exist (whatever else is wrong with it), a name that exists nowhere
     /// gets DuckDB's plain answer (not the variants that tell whether its
     /// schema or catalog exists), and DuckDB's hints, which may name
-    /// objects it cannot see, are dropped. `existing(name)` lists the
-    /// (catalog, schema) of every table and view of that name.
+    /// objects it cannot see, are dropped. `existing()` lists every table
+    /// and view (catalog, schema, name), read once whatever the number of
+    /// names the text holds.
     pub fn hide(
         &self,
         refusal: Refusal,
         sql: &str,
         named: impl FnOnce() -> Named,
-        existing: impl Fn(&str) -> Vec<(String, String)>,
+        existing: impl FnOnce() -> Vec<(String, String, String)>,
     ) -> Refusal {
         // A parse error comes before the catalog, and so does a count of
         // statements; a bind error or a refusal of what binding found (a
@@ -375,11 +376,21 @@ impl Access {
             return refusal;
         }
         let named = named();
+        if named.tables.is_empty() {
+            return without_hints_in(refusal);
+        }
+        let mut by_name: std::collections::HashMap<String, Vec<(String, String)>> =
+            std::collections::HashMap::new();
+        for (c, s, n) in existing() {
+            by_name.entry(n.to_lowercase()).or_default().push((c, s));
+        }
         let mut tables: Vec<&NamedTable> = named.tables.iter().collect();
         tables.sort_by_key(|t| t.at.unwrap_or(usize::MAX));
         for t in tables {
-            let candidates: Vec<(String, String)> = existing(&t.name)
+            let candidates: Vec<&(String, String)> = by_name
+                .get(&t.name.to_lowercase())
                 .into_iter()
+                .flatten()
                 .filter(|(c, s)| names(t, c, s))
                 .collect();
             if candidates.is_empty() {
@@ -396,13 +407,7 @@ impl Access {
                 return missing_table(t, sql);
             }
         }
-        match refusal {
-            Refusal::Bind { message, at } => Refusal::Bind {
-                message: without_hints(&message),
-                at,
-            },
-            other => other,
-        }
+        without_hints_in(refusal)
     }
 }
 
@@ -412,6 +417,17 @@ fn missing_table(t: &NamedTable, sql: &str) -> Refusal {
     Refusal::Bind {
         message: format!("Catalog Error: Table with name {} does not exist!", t.name),
         at: t.at.and_then(|p| place(sql, p)),
+    }
+}
+
+/// `refusal` without DuckDB's hints in its message.
+fn without_hints_in(refusal: Refusal) -> Refusal {
+    match refusal {
+        Refusal::Bind { message, at } => Refusal::Bind {
+            message: without_hints(&message),
+            at,
+        },
+        other => other,
     }
 }
 

@@ -7,7 +7,9 @@
 //! its connection's context; the pipe shim (`src/engine/pipe.cpp`), a file
 //! system through which DuckDB's own writers stream an answer; and the secret
 //! shim (`src/engine/secrets.cpp`), which installs credentials through
-//! DuckDB's secret manager without SQL text.
+//! DuckDB's secret manager without SQL text; and the policy shim
+//! (`src/engine/policy.cpp`), which applies roles' row filters and column
+//! masks to the plans DuckDB optimizes.
 //!
 //! Two ways to get DuckDB:
 //!
@@ -31,7 +33,7 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 8] = [
+const SHIMS: [&str; 9] = [
     "src/engine/guard/describe.cpp",
     "src/engine/errors.cpp",
     "src/engine/memory.cpp",
@@ -40,6 +42,7 @@ const SHIMS: [&str; 8] = [
     "src/engine/progress.cpp",
     "src/engine/pipe.cpp",
     "src/engine/secrets.cpp",
+    "src/engine/policy.cpp",
 ];
 
 /// The npm package carrying the official build of this DuckDB release.

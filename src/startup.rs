@@ -247,15 +247,27 @@ async fn open_roles(
         .await
         .map_err(|e| anyhow::anyhow!("checking the roles' grants: {e:?}"))?;
     let declared = catalogs.to_vec();
-    let objects = tokio::task::spawn_blocking(move || {
-        let out = engine::catalogs::objects(&slot.conn, &declared);
+    let roles = Arc::new(roles);
+    let checked = roles.clone();
+    tokio::task::spawn_blocking(move || {
+        let out = (|| {
+            let objects = engine::catalogs::objects(&slot.conn, &declared)
+                .context("reading the catalog to check the roles' grants")?;
+            checked.check_against(&objects)?;
+            // Each row filter and mask binds (DuckDB's binder, on the
+            // guard's connection, which runs nothing else meanwhile).
+            for (what, doc) in checked.policy_checks(&objects) {
+                engine::policy::check(&slot.raw, &doc).map_err(|e| {
+                    crate::config::ConfigError::new("DUCKGATE_CONFIG", format!("{what}: {e}"))
+                })?;
+            }
+            anyhow::Ok(())
+        })();
         lease.release(slot);
         out
     })
     .await
-    .context("checking the roles' grants")?
-    .context("reading the catalog to check the roles' grants")?;
-    roles.check_against(&objects)?;
+    .context("checking the roles' grants")??;
     for role in &plan.roles {
         for decision in ["allowed", "refused"] {
             metrics::counter!("duckgate_grant_decisions_total", "role" => role.name.clone(), "decision" => decision)
@@ -263,7 +275,7 @@ async fn open_roles(
         }
     }
     tracing::info!(roles = plan.roles.len(), "roles and grants checked");
-    Ok(Arc::new(roles))
+    Ok(roles)
 }
 
 /// Step 5: the state replicas share (if any), the spool (local, or S3 for

@@ -414,7 +414,7 @@ impl QueryAuth {
     /// declared, is confined to nothing: an issuer's every token is not
     /// the operator's to trust with every table.
     fn with_roles(mut self, roles: &crate::config::roles::Roles, jwt: bool) -> Self {
-        self.access = roles.access(&self.name, &self.roles);
+        self.access = roles.access(&self.name, &self.roles, &self.claims);
         if self.access.is_none() && jwt && roles.any() {
             self.access = Some(Arc::default());
         }

@@ -14,6 +14,10 @@
 //! write = ["memory.client.*"]
 //! [role.columns]
 //! "memory.main.customers" = ["id", "country"]
+//! [role.rows]
+//! "memory.main.orders" = "tenant_id = claim('tenant')"
+//! [role.masks."memory.main.customers"]
+//! email = "NULL"
 //! ```
 
 use std::collections::BTreeMap;
@@ -22,7 +26,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use super::{ConfigError, ConfigFile};
-use crate::engine::guard::access::{Access, ColumnGrant, Grants, Pattern};
+use crate::engine::guard::access::{
+    Access, ColumnGrant, ColumnMasks, Grants, Pattern, RowFilter, TablePolicy,
+};
 
 /// One role, as declared.
 #[derive(Debug, Clone, Deserialize)]
@@ -44,6 +50,14 @@ pub struct RoleSpec {
     /// columns it may read.
     #[serde(default)]
     pub columns: BTreeMap<String, Vec<String>>,
+    /// Row filters: the table (a pattern) and a boolean expression over its
+    /// row, `claim('name')` standing for the caller's claim.
+    #[serde(default)]
+    pub rows: BTreeMap<String, String>,
+    /// Column masks: the table (a pattern), and each masked column with
+    /// the expression read in its place.
+    #[serde(default)]
+    pub masks: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -101,10 +115,44 @@ fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
             columns: cols.clone(),
         });
     }
+    let pattern = |what: &str, table: &str| {
+        Pattern::parse(table).map_err(|e| error(format!("role '{}', {what}: {e}", r.name)))
+    };
+    let mut rows = Vec::new();
+    for (table, filter) in &r.rows {
+        if filter.trim().is_empty() {
+            return Err(error(format!(
+                "role '{}', rows of {table}: the filter is empty",
+                r.name
+            )));
+        }
+        rows.push(RowFilter {
+            table: pattern("rows", table)?,
+            filter: filter.clone(),
+        });
+    }
+    let mut masks = Vec::new();
+    for (table, columns) in &r.masks {
+        if let Some((c, _)) = columns.iter().find(|(_, m)| m.trim().is_empty()) {
+            return Err(error(format!(
+                "role '{}', masks of {table}: the mask of {c} is empty",
+                r.name
+            )));
+        }
+        masks.push(ColumnMasks {
+            table: pattern("masks", table)?,
+            masks: columns
+                .iter()
+                .map(|(c, m)| (c.clone(), m.clone()))
+                .collect(),
+        });
+    }
     Ok(Grants {
         read: patterns(&r.name, "read", &r.read)?,
         write: patterns(&r.name, "write", &r.write)?,
         columns,
+        rows,
+        masks,
     })
 }
 
@@ -133,7 +181,12 @@ impl Roles {
     /// The grants of the caller `name` holding the JWT roles `claimed`
     /// (roles of that name that are declared; others mean nothing), or
     /// `None` when it holds no role: not confined.
-    pub fn access(&self, name: &str, claimed: &[Arc<str>]) -> Option<Arc<Access>> {
+    pub fn access(
+        &self,
+        name: &str,
+        claimed: &[Arc<str>],
+        claims: &Arc<serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<Arc<Access>> {
         let held: Vec<&(RoleSpec, Arc<Grants>)> = self
             .roles
             .iter()
@@ -151,6 +204,7 @@ impl Roles {
                 .map(|(spec, _)| Arc::from(spec.name.as_str()))
                 .collect(),
             grants: held.iter().map(|(_, g)| g.clone()).collect(),
+            claims: claims.clone(),
         }))
     }
 
@@ -201,8 +255,68 @@ impl Roles {
                     }
                 }
             }
+            for (what, table) in grants
+                .rows
+                .iter()
+                .map(|r| ("rows", &r.table))
+                .chain(grants.masks.iter().map(|m| ("masks", &m.table)))
+            {
+                if !objects
+                    .iter()
+                    .any(|o| !o.name.is_empty() && table.matches(&o.catalog, &o.schema, &o.name))
+                {
+                    return Err(error(format!(
+                        "role '{}', {what} of '{}': no such table",
+                        spec.name,
+                        table.as_str()
+                    )));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// The policy documents ([`crate::engine::policy`]) that bind each
+    /// role's row filters and masks, one per role and table of `objects`
+    /// they name, with no claims (`claim()` reads NULL): DuckDB binding
+    /// each says whether it is an expression over its table's row, of
+    /// columns that exist. Each comes with what names it in an error.
+    pub fn policy_checks(&self, objects: &[CatalogObject]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (spec, grants) in &self.roles {
+            let only = Access {
+                roles: Vec::new(),
+                grants: vec![Arc::new(Grants {
+                    read: vec![Pattern::parse("*.*.*").expect("a pattern")],
+                    rows: grants.rows.clone(),
+                    masks: grants.masks.clone(),
+                    ..Grants::default()
+                })],
+                claims: Arc::default(),
+            };
+            for o in objects.iter().filter(|o| !o.name.is_empty()) {
+                let TablePolicy { filter, masks } =
+                    only.table_policy(&o.catalog, &o.schema, &o.name);
+                if filter.is_none() && masks.is_empty() {
+                    continue;
+                }
+                let doc = serde_json::json!({
+                    "tables": [{
+                        "catalog": o.catalog, "schema": o.schema, "name": o.name,
+                        "filter": filter, "masks": masks,
+                    }],
+                    "claims": {},
+                });
+                out.push((
+                    format!(
+                        "role '{}', rows or masks of {}.{}.{}",
+                        spec.name, o.catalog, o.schema, o.name
+                    ),
+                    doc.to_string(),
+                ));
+            }
+        }
+        out
     }
 }
 

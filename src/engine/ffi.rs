@@ -114,6 +114,11 @@ impl Connection {
         self.conn.set_prepared_statement_cache_capacity(capacity)
     }
 
+    /// The database it is a connection of.
+    pub fn database(&self) -> &RawDatabase {
+        &self._db
+    }
+
     /// See `duckdb::Connection::flush_prepared_statement_cache`.
     pub fn flush_prepared_statement_cache(&self) {
         self.conn.flush_prepared_statement_cache()

@@ -13,6 +13,7 @@ pub mod listing;
 pub mod memory;
 pub mod nesting;
 pub mod pipe;
+pub mod policy;
 pub mod pool;
 pub mod priority;
 pub mod progress;
@@ -146,6 +147,13 @@ impl Engine {
             return Err(EngineError::Setup {
                 step: "CSV pipe",
                 message: "DuckDB refused the pipe file system".into(),
+            });
+        }
+        // Roles' row filters and masks are applied by DuckDB's optimizer.
+        if !policy::register(&db) {
+            return Err(EngineError::Setup {
+                step: "row policies",
+                message: "DuckDB refused the policy optimizer extension".into(),
             });
         }
 

@@ -57,6 +57,9 @@ pub struct Slot {
     /// it is `conn`'s own switch, never moved to another slot or past
     /// `conn`'s life (see [`Slot::track_progress`]).
     progress: Option<crate::engine::progress::ProgressSwitch>,
+    /// The row policy installed on `conn` (a policy document, see
+    /// [`crate::engine::policy`]), if any.
+    policy: Option<String>,
 }
 
 /// The guard's verdict on one text, remembered on its connection.
@@ -80,6 +83,19 @@ impl Slot {
             // on `conn` meanwhile and runs its next query on this thread.
             unsafe { p.set(on) };
         }
+    }
+
+    /// Installs `spec` as `conn`'s row policy (or none), unless it is the
+    /// one installed. A change flushes `conn`'s prepared statements: their
+    /// plans hold the policy (and claims) they were optimized under.
+    pub fn use_policy(&mut self, spec: Option<String>) -> Result<(), String> {
+        if self.policy == spec {
+            return Ok(());
+        }
+        crate::engine::policy::install(self.conn.database(), self.connection_id, spec.as_deref())?;
+        self.conn.flush_prepared_statement_cache();
+        self.policy = spec;
+        Ok(())
     }
 
     /// The verdict on `sql`, if it is current (judged in `epoch`).
@@ -167,6 +183,7 @@ impl managed::Manager for Manager {
             pipe_token: crate::engine::pipe::token(&self.db),
             copies: BoundedCache::new(VERDICT_CACHE),
             progress,
+            policy: None,
         })
     }
 

@@ -54,6 +54,12 @@ int duckgate_error_place(const char *sql, uint64_t position, uint64_t *offset, c
 int duckgate_excerpt_position(const char *sql, const char *excerpt, uint64_t max_line, uint64_t *position);
 void duckgate_errors_free(char *text);
 
+// policy.cpp: roles' row filters and column masks, applied to optimized plans.
+int duckgate_policy_register(void *database);
+char *duckgate_policy_set(void *database, uint64_t connection_id, const char *spec, size_t len);
+char *duckgate_policy_check(void *connection, const char *spec, size_t len);
+void duckgate_policy_free(char *text);
+
 // guard/describe.cpp: what a statement's plan calls and scans.
 char *duckgate_plan_names(void *connection, const char *sql);
 char *duckgate_describe_sql(void *connection, const char *sql);

@@ -148,6 +148,19 @@ pub(super) fn work_inner(
             return tx.fail(QueryError::Refused(r));
         }
     }
+    // Row filters and masks: installed on the connection before anything
+    // is prepared on it (DuckDB's optimizer applies them, `engine::policy`).
+    let policy = match &job.rules.access {
+        Some(access) => match access.policy(&accepted) {
+            Ok(p) => p,
+            Err(r) => return tx.fail(QueryError::Refused(r)),
+        },
+        None => None,
+    };
+    if let Err(e) = slot.use_policy(policy) {
+        tracing::error!(error.cause = %e, "a row policy could not be installed");
+        return tx.fail(QueryError::Internal(format!("row policy: {e}")));
+    }
     if let Some(t) = &job.tracker {
         let _ = t.kind.set(accepted.kind.clone());
         t.advance(crate::engine::queries::QueryState::Running);

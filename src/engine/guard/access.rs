@@ -161,6 +161,49 @@ pub struct Grants {
     pub write: Vec<Pattern>,
     /// Tables it may read only some columns of.
     pub columns: Vec<ColumnGrant>,
+    /// Tables whose rows it reads through a filter.
+    pub rows: Vec<RowFilter>,
+    /// Tables some of whose columns it reads masked.
+    pub masks: Vec<ColumnMasks>,
+}
+
+/// A role's row filter on a table: operator SQL over the table's row, where
+/// `claim('name')` stands for the caller's claim of that name.
+#[derive(Debug, Clone)]
+pub struct RowFilter {
+    /// The table (a pattern).
+    pub table: Pattern,
+    /// The filter: a boolean expression.
+    pub filter: String,
+}
+
+/// A role's masks of a table's columns: what is read in their place
+/// (operator SQL over the table's row, cast to the column's type).
+#[derive(Debug, Clone)]
+pub struct ColumnMasks {
+    /// The table (a pattern).
+    pub table: Pattern,
+    /// Column and mask.
+    pub masks: Vec<(String, String)>,
+}
+
+/// What a caller's roles make of one table it reads: the filter its rows
+/// pass (`None`: every row) and the masked columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TablePolicy {
+    /// The rows it reads: some role's filter holds (a role reading the
+    /// table unfiltered lifts them all).
+    pub filter: Option<String>,
+    /// Columns every role that reads the table masks, with the first
+    /// role's mask.
+    pub masks: Vec<(String, String)>,
+}
+
+impl TablePolicy {
+    /// Whether it changes what the caller reads.
+    pub fn applies(&self) -> bool {
+        self.filter.is_some() || !self.masks.is_empty()
+    }
 }
 
 impl Grants {
@@ -192,6 +235,9 @@ pub struct Access {
     pub roles: Vec<Arc<str>>,
     /// Each role's grants.
     pub grants: Vec<Arc<Grants>>,
+    /// The caller's claims (a JWT's; none for a query token), which row
+    /// filters and masks read as `claim('name')`.
+    pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Access {
@@ -233,6 +279,120 @@ impl Access {
     /// Whether the object exists for it at all (it may read it).
     pub fn sees(&self, catalog: &str, schema: &str, name: &str) -> bool {
         self.may_read(catalog, schema, name)
+    }
+
+    /// What its roles make of reading `catalog.schema.name` (see
+    /// [`TablePolicy`]): the roles that read it, each filtering its rows
+    /// by every filter of its own that names the table (none: all rows),
+    /// the caller reading what any of them reads; a column masked by every
+    /// one of them.
+    pub fn table_policy(&self, catalog: &str, schema: &str, name: &str) -> TablePolicy {
+        let readers: Vec<&Grants> = self
+            .grants
+            .iter()
+            .map(|g| &**g)
+            .filter(|g| g.may_read(catalog, schema, name))
+            .collect();
+        let mut filters = Vec::new();
+        let mut unfiltered = readers.is_empty();
+        for g in &readers {
+            let own: Vec<String> = g
+                .rows
+                .iter()
+                .filter(|r| r.table.matches(catalog, schema, name))
+                .map(|r| format!("({}\n)", r.filter))
+                .collect();
+            if own.is_empty() {
+                unfiltered = true;
+                break;
+            }
+            filters.push(format!("({})", own.join(" AND ")));
+        }
+        let filter = (!unfiltered).then(|| filters.join(" OR "));
+        let mut masks: Vec<(String, String)> = Vec::new();
+        if let Some((first, others)) = readers.split_first() {
+            let masks_of = |g: &Grants| -> Vec<(String, String)> {
+                g.masks
+                    .iter()
+                    .filter(|m| m.table.matches(catalog, schema, name))
+                    .flat_map(|m| m.masks.iter().cloned())
+                    .collect()
+            };
+            let others: Vec<Vec<(String, String)>> = others.iter().map(|g| masks_of(g)).collect();
+            for (column, mask) in masks_of(first) {
+                let everyone = others
+                    .iter()
+                    .all(|o| o.iter().any(|(c, _)| c.eq_ignore_ascii_case(&column)));
+                if everyone && !masks.iter().any(|(c, _)| c.eq_ignore_ascii_case(&column)) {
+                    masks.push((column, mask));
+                }
+            }
+        }
+        TablePolicy { filter, masks }
+    }
+
+    /// Whether any of its roles filters rows or masks columns.
+    pub fn has_policies(&self) -> bool {
+        self.grants
+            .iter()
+            .any(|g| !g.rows.is_empty() || !g.masks.is_empty())
+    }
+
+    /// The policy document ([`crate::engine::policy`]) for running an
+    /// accepted statement, when a table it reads is filtered or masked for
+    /// this caller; `None` when none is. A statement that changes such a
+    /// table is refused: its rows are the caller's to read, not to change
+    /// (an INSERT could add rows the filter hides, an UPDATE write masked
+    /// values back).
+    pub fn policy(&self, accepted: &Accepted) -> Result<Option<String>, Refusal> {
+        if !self.has_policies() {
+            return Ok(None);
+        }
+        let mut tables: Vec<(&PlanObject, TablePolicy)> = Vec::new();
+        let mut any = false;
+        for o in &accepted.objects {
+            let read = o.action == "read";
+            if !read && !matches!(o.action.as_str(), "insert" | "update" | "delete" | "merge") {
+                continue;
+            }
+            let p = self.table_policy(&o.catalog, &o.schema, &o.name);
+            if !read {
+                if p.applies() {
+                    return Err(forbid(
+                        format!("table {}.{}.{}", o.catalog, o.schema, o.name),
+                        "its rows are filtered or its columns masked for this identity's roles: \
+                         it may read them, not change them",
+                    ));
+                }
+                continue;
+            }
+            if tables
+                .iter()
+                .any(|(t, _)| t.catalog == o.catalog && t.schema == o.schema && t.name == o.name)
+            {
+                continue;
+            }
+            any |= p.applies();
+            tables.push((o, p));
+        }
+        if !any {
+            return Ok(None);
+        }
+        let tables: Vec<serde_json::Value> = tables
+            .into_iter()
+            .map(|(o, p)| {
+                serde_json::json!({
+                    "catalog": o.catalog,
+                    "schema": o.schema,
+                    "name": o.name,
+                    "filter": p.filter,
+                    "masks": p.masks,
+                })
+            })
+            .collect();
+        Ok(Some(
+            serde_json::json!({ "tables": tables, "claims": &*self.claims }).to_string(),
+        ))
     }
 
     /// Whether it may read `column` of the table: some role that lets it
@@ -484,6 +644,7 @@ mod tests {
                     })
                     .into_iter()
                     .collect(),
+                ..Grants::default()
             })
         };
         let support = grants("db.main.customers", Some(("db.main.customers", &["id"])));
@@ -492,12 +653,64 @@ mod tests {
         let access = |gs: Vec<Arc<Grants>>| Access {
             roles: Vec::new(),
             grants: gs,
+            claims: Arc::default(),
         };
         let narrowed = access(vec![support.clone(), other]);
         assert!(narrowed.may_read_column("db", "main", "customers", "id"));
         assert!(!narrowed.may_read_column("db", "main", "customers", "email"));
         let whole = access(vec![support, billing]);
         assert!(whole.may_read_column("db", "main", "customers", "email"));
+    }
+
+    #[test]
+    fn roles_see_the_union_of_their_rows_and_mask_what_all_mask() {
+        let role = |read: &str, rows: &[&str], masks: &[(&str, &str)]| {
+            Arc::new(Grants {
+                read: vec![Pattern::parse(read).unwrap()],
+                rows: rows
+                    .iter()
+                    .map(|f| RowFilter {
+                        table: Pattern::parse("db.main.orders").unwrap(),
+                        filter: f.to_string(),
+                    })
+                    .collect(),
+                masks: vec![ColumnMasks {
+                    table: Pattern::parse("db.main.orders").unwrap(),
+                    masks: masks
+                        .iter()
+                        .map(|(c, m)| (c.to_string(), m.to_string()))
+                        .collect(),
+                }],
+                ..Grants::default()
+            })
+        };
+        let access = |gs: Vec<Arc<Grants>>| Access {
+            roles: Vec::new(),
+            grants: gs,
+            claims: Arc::default(),
+        };
+        let tenant = role("db.main.orders", &["a = 1", "b = 2"], &[("email", "NULL")]);
+        let region = role(
+            "db.main.*",
+            &["r = 'eu'"],
+            &[("email", "'x'"), ("phone", "NULL")],
+        );
+        let auditor = role("db.main.orders", &[], &[]);
+        let p = access(vec![tenant.clone()]).table_policy("db", "main", "orders");
+        assert_eq!(p.filter.as_deref(), Some("((a = 1\n) AND (b = 2\n))"));
+        assert_eq!(p.masks, vec![("email".to_string(), "NULL".to_string())]);
+        let p = access(vec![tenant.clone(), region.clone()]).table_policy("db", "main", "orders");
+        assert_eq!(
+            p.filter.as_deref(),
+            Some("((a = 1\n) AND (b = 2\n)) OR ((r = 'eu'\n))")
+        );
+        // phone: the tenant role reads it unmasked.
+        assert_eq!(p.masks, vec![("email".to_string(), "NULL".to_string())]);
+        let p = access(vec![tenant, region, auditor]).table_policy("db", "main", "orders");
+        assert!(!p.applies(), "{p:?}");
+        // A table no role filters or masks.
+        let p = access(vec![role("db.main.*", &[], &[])]).table_policy("db", "main", "other");
+        assert!(!p.applies());
     }
 
     #[test]

@@ -56,7 +56,7 @@ fn operator_database(path: &std::path::Path) {
 }
 
 /// DuckDB's answer to `sql` on `conn`: rows of JSON values, or its error.
-fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
+pub(super) fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
     use duckdb::types::Value as V;
     let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
     let mut rows = stmt.query([]).map_err(|e| e.to_string())?;
@@ -86,7 +86,7 @@ fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
 }
 
 /// The spellings of a table of `main` in database `ops`.
-fn spellings(name: &str) -> Vec<String> {
+pub(super) fn spellings(name: &str) -> Vec<String> {
     vec![
         name.to_string(),
         format!("main.{name}"),

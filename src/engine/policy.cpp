@@ -1,0 +1,705 @@
+// Row filters and column masks of a confined caller, applied to the plan
+// DuckDB runs.
+//
+// A role may filter the rows of a table it reads (`tenant_id =
+// claim('tenant')`) and mask columns (`email = "NULL"`). The gateway installs
+// the caller's policy on the pooled connection before it prepares anything
+// (`duckgate_policy_set`, a `ClientContextState` of that connection), and an
+// optimizer extension of the database applies it to every plan the
+// connection optimizes while it is installed:
+//
+// - Before DuckDB's optimizers run, every scan of a catalog table gets the
+//   policy decision for that table, found by its bound (resolved) name, so
+//   views, CTEs, subqueries and lake tables are covered: DuckDB's binder has
+//   expanded them all into scans. A scan of a table the policy does not
+//   list is refused (fail closed: the gateway lists every table the
+//   statement reads). A filtered scan becomes
+//       Projection (masks; the scan's old table index) <- Filter (policy,
+//       with a projection map) <- Get (a new table index)
+//   so the rest of the plan, which refers to the scan's columns by the old
+//   index, now reads the masked values, and no binding is rewritten.
+// - Nothing the client wrote is evaluated on a row the filter removes.
+//   DuckDB's filter pushdown and filter pull-up stop at a filter that has a
+//   projection map (they treat it as a barrier: `PushdownFilter`,
+//   `PullupFilter`), so the client's predicates end above the policy filter
+//   instead of in it or in the scan; the join order optimizer treats a
+//   projection as a relation of its own and optimizes what is below it
+//   alone (one relation: nothing to reorder), so it does not take the
+//   policy's predicates into the join graph either.
+// - After DuckDB's optimizers ran, the plan is checked: every scan of a
+//   filtered table must still sit directly under a filter this extension
+//   put there, with no filter pushed into the scan. Otherwise the statement
+//   fails (a DuckDB upgrade that moves filters differently breaks loudly,
+//   not silently).
+//
+// Claim values are DuckDB values put in the policy's parse tree in place of
+// `claim('name')` calls (strings, numbers, booleans, lists, NULL when the
+// caller has no such claim), never text spliced into SQL. A policy is
+// operator text; it is bound as `SELECT <filter>, <masks> FROM <table>`, and
+// must plan to exactly a projection over that table's scan (no subqueries,
+// aggregates or windows).
+
+#include "shims.h"
+#include "duckdb.hpp"
+#include "duckdb/main/client_context.hpp"
+#include "duckdb/main/client_context_state.hpp"
+#include "duckdb/main/connection.hpp"
+#include "duckdb/main/connection_manager.hpp"
+#include "duckdb/main/capi/capi_internal.hpp"
+#include "duckdb/main/config.hpp"
+#include "duckdb/main/database.hpp"
+#include "duckdb/optimizer/optimizer.hpp"
+#include "duckdb/optimizer/optimizer_extension.hpp"
+#include "duckdb/parser/keyword_helper.hpp"
+#include "duckdb/parser/parser.hpp"
+#include "duckdb/parser/parsed_expression_iterator.hpp"
+#include "duckdb/parser/expression/constant_expression.hpp"
+#include "duckdb/parser/expression/function_expression.hpp"
+#include "duckdb/parser/query_node/select_node.hpp"
+#include "duckdb/parser/statement/select_statement.hpp"
+#include "duckdb/planner/binder.hpp"
+#include "duckdb/planner/planner.hpp"
+#include "duckdb/planner/expression_iterator.hpp"
+#include "duckdb/planner/expression/bound_cast_expression.hpp"
+#include "duckdb/planner/expression/bound_columnref_expression.hpp"
+#include "duckdb/planner/operator/logical_filter.hpp"
+#include "duckdb/planner/operator/logical_get.hpp"
+#include "duckdb/planner/operator/logical_comparison_join.hpp"
+#include "duckdb/planner/filter/optional_filter.hpp"
+#include "duckdb/planner/table_filter.hpp"
+#include "duckdb/planner/operator/logical_projection.hpp"
+#include "duckdb/catalog/catalog_entry/table_catalog_entry.hpp"
+#include "duckdb/common/types/value.hpp"
+#include "yyjson.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <unordered_set>
+
+using namespace duckdb;
+using namespace duckdb_yyjson;
+
+// Named: the shims are compiled as one translation unit.
+namespace duckgate_policy {
+
+const char *const STATE_KEY = "duckgate_policy";
+
+// One table the statement reads, and what the caller's roles make of it.
+struct TablePolicy {
+	string catalog;
+	string schema;
+	string name;
+	// The row filter (operator SQL, `claim()` calls in it), if any.
+	bool filtered = false;
+	string filter;
+	// Masked columns: name, mask (operator SQL).
+	vector<std::pair<string, string>> masks;
+
+	bool Applies() const {
+		return filtered || !masks.empty();
+	}
+};
+
+struct PolicyState : public ClientContextState {
+	vector<TablePolicy> tables;
+	// The caller's claims, as DuckDB values, by name (and dotted path).
+	case_insensitive_map_t<Value> claims;
+	// Filters put into the plan being optimized, for the check after
+	// DuckDB's optimizers.
+	std::unordered_set<LogicalOperator *> inserted;
+
+	const TablePolicy *Find(TableCatalogEntry &table) const {
+		auto catalog = table.ParentCatalog().GetName();
+		for (auto &t : tables) {
+			if (t.catalog == catalog && t.schema == table.schema.name && t.name == table.name) {
+				return &t;
+			}
+		}
+		return nullptr;
+	}
+};
+
+// A JSON value as a DuckDB value: strings, integers, reals, booleans, lists
+// of those; NULL for null; any other (an object) as its JSON text.
+Value ToValue(yyjson_val *v) {
+	if (!v || yyjson_is_null(v)) {
+		return Value();
+	}
+	if (yyjson_is_str(v)) {
+		return Value(string(yyjson_get_str(v), yyjson_get_len(v)));
+	}
+	if (yyjson_is_bool(v)) {
+		return Value::BOOLEAN(yyjson_get_bool(v));
+	}
+	if (yyjson_is_sint(v)) {
+		return Value::BIGINT(yyjson_get_sint(v));
+	}
+	if (yyjson_is_uint(v)) {
+		return Value::UBIGINT(yyjson_get_uint(v));
+	}
+	if (yyjson_is_real(v)) {
+		return Value::DOUBLE(yyjson_get_real(v));
+	}
+	if (yyjson_is_arr(v)) {
+		vector<Value> items;
+		size_t idx, max;
+		yyjson_val *item;
+		yyjson_arr_foreach(v, idx, max, item) {
+			items.push_back(ToValue(item));
+		}
+		if (items.empty()) {
+			return Value::LIST(LogicalType::VARCHAR, {});
+		}
+		auto type = items[0].type();
+		for (auto &i : items) {
+			if (i.type() != type) {
+				// Mixed kinds: every item as text.
+				vector<Value> texts;
+				for (auto &x : items) {
+					texts.push_back(x.IsNull() ? Value(LogicalType::VARCHAR) : Value(x.ToString()));
+				}
+				return Value::LIST(LogicalType::VARCHAR, std::move(texts));
+			}
+		}
+		return Value::LIST(type, std::move(items));
+	}
+	size_t len = 0;
+	char *text = yyjson_val_write(v, 0, &len);
+	if (!text) {
+		return Value();
+	}
+	string json(text, len);
+	free(text);
+	return Value(json);
+}
+
+// Adds `obj`'s members to `out` by name, and nested objects' members by
+// dotted path (`org.tenant`), as the gateway reads claims.
+void AddClaims(yyjson_val *obj, const string &prefix, case_insensitive_map_t<Value> &out, idx_t depth) {
+	size_t idx, max;
+	yyjson_val *key, *val;
+	yyjson_obj_foreach(obj, idx, max, key, val) {
+		string name = prefix + string(yyjson_get_str(key), yyjson_get_len(key));
+		if (out.find(name) == out.end()) {
+			out[name] = ToValue(val);
+		}
+		if (yyjson_is_obj(val) && depth < 8) {
+			AddClaims(val, name + ".", out, depth + 1);
+		}
+	}
+}
+
+string Text(yyjson_val *obj, const char *key) {
+	auto v = yyjson_obj_get(obj, key);
+	if (!v || !yyjson_is_str(v)) {
+		throw InvalidInputException("policy: '%s' is not a string", key);
+	}
+	return string(yyjson_get_str(v), yyjson_get_len(v));
+}
+
+// Reads the gateway's policy document (see `engine::policy`).
+shared_ptr<PolicyState> ReadSpec(const char *spec, size_t len) {
+	auto doc = yyjson_read(spec, len, 0);
+	if (!doc) {
+		throw InvalidInputException("policy: not JSON");
+	}
+	auto state = make_shared_ptr<PolicyState>();
+	try {
+		auto root = yyjson_doc_get_root(doc);
+		auto tables = yyjson_obj_get(root, "tables");
+		if (!tables || !yyjson_is_arr(tables)) {
+			throw InvalidInputException("policy: no tables");
+		}
+		size_t idx, max;
+		yyjson_val *t;
+		yyjson_arr_foreach(tables, idx, max, t) {
+			TablePolicy p;
+			p.catalog = Text(t, "catalog");
+			p.schema = Text(t, "schema");
+			p.name = Text(t, "name");
+			auto filter = yyjson_obj_get(t, "filter");
+			if (filter && yyjson_is_str(filter)) {
+				p.filtered = true;
+				p.filter = string(yyjson_get_str(filter), yyjson_get_len(filter));
+			}
+			auto masks = yyjson_obj_get(t, "masks");
+			if (masks && yyjson_is_arr(masks)) {
+				size_t i, n;
+				yyjson_val *m;
+				yyjson_arr_foreach(masks, i, n, m) {
+					if (!yyjson_is_arr(m) || yyjson_arr_size(m) != 2 || !yyjson_is_str(yyjson_arr_get(m, 0)) ||
+					    !yyjson_is_str(yyjson_arr_get(m, 1))) {
+						throw InvalidInputException("policy: a mask is [column, expression]");
+					}
+					p.masks.emplace_back(yyjson_get_str(yyjson_arr_get(m, 0)),
+					                     yyjson_get_str(yyjson_arr_get(m, 1)));
+				}
+			}
+			state->tables.push_back(std::move(p));
+		}
+		auto claims = yyjson_obj_get(root, "claims");
+		if (claims && yyjson_is_obj(claims)) {
+			AddClaims(claims, "", state->claims, 0);
+		}
+	} catch (...) {
+		yyjson_doc_free(doc);
+		throw;
+	}
+	yyjson_doc_free(doc);
+	return state;
+}
+
+// Replaces every `claim('name')` in `expr` by the claim's value.
+void BindClaims(unique_ptr<ParsedExpression> &expr, const case_insensitive_map_t<Value> &claims) {
+	if (expr->GetExpressionClass() == ExpressionClass::FUNCTION) {
+		auto &f = expr->Cast<FunctionExpression>();
+		if (StringUtil::CIEquals(f.function_name, "claim") && f.schema.empty() && f.catalog.empty()) {
+			if (f.children.size() != 1 || f.children[0]->GetExpressionClass() != ExpressionClass::CONSTANT ||
+			    f.children[0]->Cast<ConstantExpression>().value.type().id() != LogicalTypeId::VARCHAR) {
+				throw InvalidInputException("claim() takes one name, a string constant");
+			}
+			auto name = f.children[0]->Cast<ConstantExpression>().value.GetValue<string>();
+			auto found = claims.find(name);
+			auto value = found == claims.end() ? Value(LogicalType::VARCHAR) : found->second;
+			expr = make_uniq<ConstantExpression>(std::move(value));
+			return;
+		}
+	}
+	ParsedExpressionIterator::EnumerateChildren(
+	    *expr, [&](unique_ptr<ParsedExpression> &child) { BindClaims(child, claims); });
+}
+
+// A policy bound against its table: the filter (if any) and each mask,
+// referring to the columns of `scan` by (scan's table index, position in its
+// column ids).
+struct BoundPolicy {
+	unique_ptr<Expression> filter;
+	// Column index in the table -> mask.
+	vector<std::pair<idx_t, unique_ptr<Expression>>> masks;
+	idx_t scan_index = 0;
+	vector<ColumnIndex> scan_columns;
+};
+
+string Qualified(const string &catalog, const string &schema, const string &name) {
+	return KeywordHelper::WriteOptionallyQuoted(catalog) + "." + KeywordHelper::WriteOptionallyQuoted(schema) + "." +
+	       KeywordHelper::WriteOptionallyQuoted(name);
+}
+
+// Binds `policy` on `context` (in its current transaction) as `SELECT
+// <filter>, <masks> FROM <table>`.
+BoundPolicy Bind(ClientContext &context, TableCatalogEntry &table, const TablePolicy &policy,
+                 const case_insensitive_map_t<Value> &claims) {
+	string sql = "SELECT ";
+	sql += policy.filtered ? "(" + policy.filter + "\n)" : "TRUE";
+	for (auto &m : policy.masks) {
+		if (!table.ColumnExists(m.first)) {
+			throw BinderException("policy of %s: no column \"%s\" to mask", policy.name, m.first);
+		}
+		sql += ", (" + m.second + "\n)";
+	}
+	sql += " FROM " + Qualified(policy.catalog, policy.schema, policy.name);
+	Parser parser(context.GetParserOptions());
+	parser.ParseQuery(sql);
+	if (parser.statements.size() != 1 || parser.statements[0]->type != StatementType::SELECT_STATEMENT) {
+		throw BinderException("policy of %s: a filter or mask is one expression", policy.name);
+	}
+	auto &select = parser.statements[0]->Cast<SelectStatement>();
+	if (select.node->type != QueryNodeType::SELECT_NODE) {
+		throw BinderException("policy of %s: a filter or mask is one expression", policy.name);
+	}
+	auto &node = select.node->Cast<SelectNode>();
+	if (node.select_list.size() != policy.masks.size() + 1) {
+		throw BinderException("policy of %s: a filter or mask is one expression", policy.name);
+	}
+	for (auto &e : node.select_list) {
+		BindClaims(e, claims);
+	}
+	Planner planner(context);
+	planner.CreatePlan(std::move(parser.statements[0]));
+	auto &plan = planner.plan;
+	if (!plan || plan->type != LogicalOperatorType::LOGICAL_PROJECTION || plan->children.size() != 1 ||
+	    plan->children[0]->type != LogicalOperatorType::LOGICAL_GET || !plan->children[0]->children.empty()) {
+		throw BinderException("policy of %s: a filter or mask reads only its table's row (no subqueries, "
+		                      "aggregates or windows)",
+		                      policy.name);
+	}
+	auto &get = plan->children[0]->Cast<LogicalGet>();
+	BoundPolicy bound;
+	bound.scan_index = get.table_index;
+	bound.scan_columns = get.GetColumnIds();
+	auto &exprs = plan->expressions;
+	for (auto &e : exprs) {
+		bool plain = true;
+		ExpressionIterator::EnumerateExpression(e, [&](Expression &child) {
+			auto cls = child.GetExpressionClass();
+			if (cls == ExpressionClass::BOUND_SUBQUERY || cls == ExpressionClass::BOUND_PARAMETER ||
+			    cls == ExpressionClass::BOUND_AGGREGATE || cls == ExpressionClass::BOUND_WINDOW) {
+				plain = false;
+			}
+			if (cls == ExpressionClass::BOUND_COLUMN_REF &&
+			    child.Cast<BoundColumnRefExpression>().binding.table_index != get.table_index) {
+				plain = false;
+			}
+		});
+		if (!plain) {
+			throw BinderException("policy of %s: a filter or mask reads only its table's row", policy.name);
+		}
+	}
+	if (policy.filtered) {
+		bound.filter = std::move(exprs[0]);
+		if (bound.filter->return_type != LogicalType::BOOLEAN) {
+			bound.filter = BoundCastExpression::AddCastToType(context, std::move(bound.filter), LogicalType::BOOLEAN);
+		}
+	}
+	for (idx_t i = 0; i < policy.masks.size(); i++) {
+		auto &column = table.GetColumn(policy.masks[i].first);
+		auto mask = BoundCastExpression::AddCastToType(context, std::move(exprs[i + 1]), column.Type());
+		bound.masks.emplace_back(column.Logical().index, std::move(mask));
+	}
+	return bound;
+}
+
+// Points `expr`'s references to the policy's own scan at `get`'s columns
+// (adding the columns `get` does not read yet), as `get` will be numbered
+// (`index`).
+void Retarget(unique_ptr<Expression> &expr, const BoundPolicy &bound, LogicalGet &get, idx_t index) {
+	ExpressionIterator::EnumerateExpression(expr, [&](Expression &child) {
+		if (child.GetExpressionClass() != ExpressionClass::BOUND_COLUMN_REF) {
+			return;
+		}
+		auto &ref = child.Cast<BoundColumnRefExpression>();
+		if (ref.binding.table_index != bound.scan_index) {
+			return;
+		}
+		auto &wanted = bound.scan_columns[ref.binding.column_index];
+		auto &ids = get.GetMutableColumnIds();
+		idx_t position = ids.size();
+		for (idx_t i = 0; i < ids.size(); i++) {
+			if (!ids[i].IsVirtualColumn() && ids[i].GetPrimaryIndex() == wanted.GetPrimaryIndex() &&
+			    !ids[i].HasChildren()) {
+				position = i;
+				break;
+			}
+		}
+		if (position == ids.size()) {
+			get.AddColumnId(wanted.GetPrimaryIndex());
+		}
+		ref.binding = ColumnBinding(index, position);
+	});
+}
+
+// Wraps the scan `op` of `table` in the policy (see the header).
+unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &state, const TablePolicy &policy,
+                                 TableCatalogEntry &table, unique_ptr<LogicalOperator> op) {
+	auto &get = op->Cast<LogicalGet>();
+	if (!get.projection_ids.empty() || !get.table_filters.filters.empty()) {
+		throw PermissionException("a row policy could not be applied to this statement");
+	}
+	BoundPolicy bound;
+	try {
+		bound = Bind(input.context, table, policy, state.claims);
+	} catch (std::exception &) {
+		// Start-up bound it without claims: the caller's claims do not fit
+		// it (a list where a value is compared, say). Neither the policy's
+		// text nor a place in it is the client's to see.
+		throw PermissionException("the row policy of %s does not apply to this identity's claims", policy.name);
+	}
+	// The scan keeps its columns under a new index; the old one becomes the
+	// projection's, so the plan above reads the projection.
+	auto old_index = get.table_index;
+	auto new_index = input.optimizer.binder.GenerateTableIndex();
+	auto original = get.GetColumnIds().size();
+	op->ResolveOperatorTypes();
+	auto original_types = op->types;
+	if (bound.filter) {
+		Retarget(bound.filter, bound, get, new_index);
+	}
+	for (auto &m : bound.masks) {
+		Retarget(m.second, bound, get, new_index);
+	}
+	if (get.GetColumnIds().empty()) {
+		// A filter that reads no column (`claim('x') = 'y'`): the scan still
+		// returns one, so the filter has a row to pass or drop.
+		get.AddColumnId(0);
+	}
+	get.table_index = new_index;
+	auto scanned = get.GetColumnIds().size();
+	unique_ptr<LogicalOperator> below = std::move(op);
+	below->ResolveOperatorTypes();
+	if (bound.filter) {
+		auto filter = make_uniq<LogicalFilter>(std::move(bound.filter));
+		// The barrier: DuckDB's filter pushdown and pull-up stop at a filter
+		// with a projection map.
+		for (idx_t i = 0; i < scanned; i++) {
+			filter->projection_map.push_back(i);
+		}
+		filter->children.push_back(std::move(below));
+		state.inserted.insert(filter.get());
+		below = std::move(filter);
+		below->ResolveOperatorTypes();
+	}
+	vector<unique_ptr<Expression>> select;
+	auto &ids = below->type == LogicalOperatorType::LOGICAL_GET ? below->Cast<LogicalGet>().GetColumnIds()
+	                                                             : below->children[0]->Cast<LogicalGet>().GetColumnIds();
+	idx_t outputs = MaxValue<idx_t>(original, 1);
+	for (idx_t i = 0; i < outputs; i++) {
+		unique_ptr<Expression> e;
+		if (i < original && !ids[i].IsVirtualColumn()) {
+			for (auto &m : bound.masks) {
+				if (m.first == ids[i].GetPrimaryIndex() && m.second) {
+					e = m.second->Copy();
+				}
+			}
+		}
+		if (!e) {
+			auto type = i < original ? original_types[i] : below->types[i];
+			e = make_uniq<BoundColumnRefExpression>(type, ColumnBinding(new_index, i));
+		}
+		select.push_back(std::move(e));
+	}
+	auto projection = make_uniq<LogicalProjection>(old_index, std::move(select));
+	projection->children.push_back(std::move(below));
+	projection->ResolveOperatorTypes();
+	return std::move(projection);
+}
+
+void Apply(OptimizerExtensionInput &input, PolicyState &state, unique_ptr<LogicalOperator> &op) {
+	for (auto &child : op->children) {
+		Apply(input, state, child);
+	}
+	if (op->type != LogicalOperatorType::LOGICAL_GET) {
+		return;
+	}
+	auto table = op->Cast<LogicalGet>().GetTable();
+	if (!table) {
+		// A table function that reads no catalog table: the grants decide.
+		return;
+	}
+	auto policy = state.Find(*table);
+	if (!policy) {
+		throw PermissionException("a row policy could not be applied to this statement");
+	}
+	if (policy->Applies()) {
+		op = Wrap(input, state, *policy, *table, std::move(op));
+	}
+}
+
+void PreOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &plan) {
+	auto state = input.context.registered_state->Get<PolicyState>(STATE_KEY);
+	if (!state || !plan) {
+		return;
+	}
+	state->inserted.clear();
+	Apply(input, *state, plan);
+}
+
+// Whether the filters DuckDB pushed into a filtered scan evaluate nothing
+// the client wrote: a Top-N's or a join's dynamic bound and bloom filter
+// compare a column with values from rows that passed the policy. Anything
+// else (a client predicate that got past the barrier) is refused.
+bool PolicySafe(const TableFilter &filter) {
+	switch (filter.filter_type) {
+	case TableFilterType::DYNAMIC_FILTER:
+	case TableFilterType::BLOOM_FILTER:
+		return true;
+	case TableFilterType::OPTIONAL_FILTER: {
+		auto &child = filter.Cast<OptionalFilter>().child_filter;
+		return !child || PolicySafe(*child);
+	}
+	default:
+		return false;
+	}
+}
+
+// Whether `get` reads the table under one of this plan's policy filters.
+bool UnderPolicy(PolicyState &state, LogicalOperator &op, TableCatalogEntry &table) {
+	if (op.type == LogicalOperatorType::LOGICAL_FILTER && state.inserted.count(&op) && op.children.size() == 1 &&
+	    op.children[0]->type == LogicalOperatorType::LOGICAL_GET) {
+		auto other = op.children[0]->Cast<LogicalGet>().GetTable();
+		if (other && other.get() == &table) {
+			return true;
+		}
+	}
+	for (auto &child : op.children) {
+		if (UnderPolicy(state, *child, table)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// DuckDB's late materialization (a Top-N or LIMIT over a scan): the scan
+// reads again the rows whose row ids the filtered side returned, as the
+// left side of a semi join on the row id (no expression of the client's is
+// evaluated before the join).
+bool LateMaterialized(PolicyState &state, LogicalGet &get, LogicalOperator *parent, TableCatalogEntry &table) {
+	if (!parent || parent->type != LogicalOperatorType::LOGICAL_COMPARISON_JOIN || parent->children.size() != 2 ||
+	    parent->children[0].get() != &get) {
+		return false;
+	}
+	auto &join = parent->Cast<LogicalComparisonJoin>();
+	if (join.join_type != JoinType::SEMI || join.conditions.empty() || !get.table_filters.filters.empty()) {
+		return false;
+	}
+	auto bindings = get.GetColumnBindings();
+	auto &ids = get.GetColumnIds();
+	for (auto &cond : join.conditions) {
+		if (cond.comparison != ExpressionType::COMPARE_EQUAL ||
+		    cond.left->GetExpressionClass() != ExpressionClass::BOUND_COLUMN_REF) {
+			return false;
+		}
+		auto &ref = cond.left->Cast<BoundColumnRefExpression>();
+		bool row_id = false;
+		for (idx_t i = 0; i < bindings.size(); i++) {
+			if (bindings[i] == ref.binding) {
+				auto index = get.projection_ids.empty() ? i : get.projection_ids[i];
+				row_id = index < ids.size() && ids[index].IsVirtualColumn();
+			}
+		}
+		if (!row_id) {
+			return false;
+		}
+	}
+	return UnderPolicy(state, *parent->children[1], table);
+}
+
+void Check(PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
+	if (op.type == LogicalOperatorType::LOGICAL_GET) {
+		auto &get = op.Cast<LogicalGet>();
+		auto table = get.GetTable();
+		if (table) {
+			auto policy = state.Find(*table);
+			if (!policy) {
+				throw PermissionException("a row policy could not be applied to this statement");
+			}
+			if (policy->filtered) {
+				bool under = parent && state.inserted.count(parent);
+				for (auto &entry : get.table_filters.filters) {
+					under = under && PolicySafe(*entry.second);
+				}
+				if (!under && !LateMaterialized(state, get, parent, *table)) {
+					throw PermissionException("a row policy could not be applied to this statement");
+				}
+			}
+		}
+	}
+	for (auto &child : op.children) {
+		Check(state, *child, &op);
+	}
+}
+
+void PostOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &plan) {
+	auto state = input.context.registered_state->Get<PolicyState>(STATE_KEY);
+	if (!state || !plan) {
+		return;
+	}
+	Check(*state, *plan, nullptr);
+}
+
+shared_ptr<ClientContext> FindContext(void *database, uint64_t connection_id) {
+	auto wrapper = static_cast<DatabaseWrapper *>(database);
+	if (!wrapper || !wrapper->database) {
+		return nullptr;
+	}
+	auto &instance = *wrapper->database->instance;
+	for (auto &context : ConnectionManager::Get(instance).GetConnectionList()) {
+		if (context && context->GetConnectionId() == connection_id) {
+			return context;
+		}
+	}
+	return nullptr;
+}
+
+char *CopyOut(const string &text) {
+	auto out = static_cast<char *>(malloc(text.size() + 1));
+	if (!out) {
+		return nullptr;
+	}
+	memcpy(out, text.data(), text.size());
+	out[text.size()] = '\0';
+	return out;
+}
+
+} // namespace duckgate_policy
+
+
+extern "C" {
+
+// Registers the policy optimizer extension with the database. 0 on success.
+int duckgate_policy_register(void *database) {
+	try {
+		auto wrapper = static_cast<DatabaseWrapper *>(database);
+		if (!wrapper || !wrapper->database) {
+			return -1;
+		}
+		OptimizerExtension extension;
+		extension.pre_optimize_function = duckgate_policy::PreOptimize;
+		extension.optimize_function = duckgate_policy::PostOptimize;
+		OptimizerExtension::Register(DBConfig::GetConfig(*wrapper->database->instance), std::move(extension));
+		return 0;
+	} catch (...) {
+		return -1;
+	}
+}
+
+// Installs the policy document `spec` (`len` bytes) on the connection with
+// this id, or removes it (`spec` NULL). Call it while the connection runs
+// nothing. NULL on success, else a malloc'd error text (free with
+// `duckgate_policy_free`).
+char *duckgate_policy_set(void *database, uint64_t connection_id, const char *spec, size_t len) {
+	try {
+		auto context = duckgate_policy::FindContext(database, connection_id);
+		if (!context) {
+			return duckgate_policy::CopyOut("no such connection");
+		}
+		if (!spec) {
+			context->registered_state->Remove(duckgate_policy::STATE_KEY);
+			return nullptr;
+		}
+		// Without the optimizer (or its extensions) nothing would apply it.
+		auto &config = DBConfig::GetConfig(*context);
+		if (!ClientConfig::GetConfig(*context).enable_optimizer ||
+		    config.options.disabled_optimizers.count(OptimizerType::EXTENSION)) {
+			return duckgate_policy::CopyOut("DuckDB's optimizer extensions are disabled: row policies cannot be applied");
+		}
+		auto state = duckgate_policy::ReadSpec(spec, len);
+		// Insert keeps an existing entry: the old policy goes first.
+		context->registered_state->Remove(duckgate_policy::STATE_KEY);
+		context->registered_state->Insert(duckgate_policy::STATE_KEY, std::move(state));
+		return nullptr;
+	} catch (std::exception &ex) {
+		ErrorData error(ex);
+		return duckgate_policy::CopyOut(error.RawMessage());
+	} catch (...) {
+		return duckgate_policy::CopyOut("the policy could not be installed");
+	}
+}
+
+// Binds each table policy of `spec` (claims as in the document) on
+// `connection` (a `duckdb::Connection*`), in a transaction of its own: NULL
+// when all bind, else a malloc'd error naming what does not.
+char *duckgate_policy_check(void *connection, const char *spec, size_t len) {
+	try {
+		auto conn = reinterpret_cast<Connection *>(connection);
+		auto &context = *conn->context;
+		auto state = duckgate_policy::ReadSpec(spec, len);
+		context.RunFunctionInTransaction([&]() {
+			for (auto &t : state->tables) {
+				auto &table = Catalog::GetEntry<TableCatalogEntry>(context, t.catalog, t.schema, t.name);
+				duckgate_policy::Bind(context, table, t, state->claims);
+			}
+		});
+		return nullptr;
+	} catch (std::exception &ex) {
+		ErrorData error(ex);
+		return duckgate_policy::CopyOut(error.RawMessage());
+	} catch (...) {
+		return duckgate_policy::CopyOut("the policy could not be bound");
+	}
+}
+
+void duckgate_policy_free(char *text) {
+	free(text);
+}
+
+} // extern "C"

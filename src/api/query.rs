@@ -304,13 +304,10 @@ async fn run_query(
         read_only: reads_only,
         ..
     } = request;
-    let timeout_ms = timeout_ms.map_or(limits.default_query_timeout_ms(), |t| {
-        t.min(limits.max_query_timeout_ms)
-    });
+    let timeout_ms = limits.query_timeout_ms(timeout_ms);
     // A cut is clean only where the client asked for it; the server's caps
     // end the answer in an error (see `QueryJob::rows_asked`).
-    let rows_asked = max_rows.is_some_and(|r| r <= limits.max_rows);
-    let max_rows = max_rows.map_or(limits.default_rows(), |r| r.min(limits.max_rows));
+    let (max_rows, rows_asked) = limits.rows(max_rows);
 
     // Whether a statement reads S3 is DuckDB's to say: with expired
     // credentials S3 refuses its request, and the retry below answers.

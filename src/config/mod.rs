@@ -621,6 +621,24 @@ impl LimitsConfig {
             .unwrap_or(self.max_rows)
             .min(self.max_rows)
     }
+
+    /// The time limit of a query whose client asked for `asked` ms: that,
+    /// clamped to `DUCKGATE_MAX_QUERY_TIMEOUT_MS`; none asked, the default.
+    pub fn query_timeout_ms(&self, asked: Option<u64>) -> u64 {
+        asked.map_or(self.default_query_timeout_ms(), |t| {
+            t.min(self.max_query_timeout_ms)
+        })
+    }
+
+    /// The row limit of a result whose client asked for `asked` rows, and
+    /// whether a cut there is the client's (a clean end) rather than the
+    /// server's cap (an error: see `QueryJob::rows_asked`).
+    pub fn rows(&self, asked: Option<u64>) -> (u64, bool) {
+        (
+            asked.map_or(self.default_rows(), |r| r.min(self.max_rows)),
+            asked.is_some_and(|r| r <= self.max_rows),
+        )
+    }
 }
 
 /// A configuration that cannot run: the message names the setting.

@@ -189,6 +189,11 @@ impl ResultEncoder {
         ));
     }
 
+    /// The schema the answer carries (after [`ResultEncoder::unsigned_huge`]).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
     /// The batches are DuckDB's own VARCHAR rendering of every column (the
     /// query was wrapped in casts), so CSV is written with DuckDB's COPY
     /// rules only: NULL empty, a value quoted when it is empty or holds a

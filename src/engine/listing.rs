@@ -19,7 +19,9 @@ pub struct QueryInfo {
     /// The roles of the identity that started it (an OIDC identity's roles
     /// claim; empty for query tokens).
     pub roles: Vec<String>,
-    /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
+    /// How it came: `query` (`POST /query`, `GET /query`), `statement` (`POST /statements`),
+    /// `flight` (a Flight SQL statement) or `flight-describe` (a Flight SQL prepared statement
+    /// described at its create).
     pub api: String,
     /// The statement kind, once the guard has read it.
     pub kind: Option<String>,

@@ -36,7 +36,9 @@ pub struct Running {
     pub owner: Arc<str>,
     /// The owner's roles (an OIDC identity's; none for query tokens).
     pub roles: Vec<Arc<str>>,
-    /// How it came: `query` (`POST /query`) or `statement` (`POST /statements`).
+    /// How it came: `query` (`POST /query`, `GET /query`), `statement` (`POST /statements`),
+    /// `flight` (a Flight SQL statement) or `flight-describe` (a Flight SQL prepared statement
+    /// described at its create).
     pub api: &'static str,
     /// The SQL, cut to the registry's limit (on a character boundary).
     pub sql: String,

@@ -11,7 +11,8 @@
 //!   `POST /query` builds, in the Arrow IPC format, run by
 //!   [`execute::run`](crate::engine::execute::run): the guard, the pool and
 //!   its admission (shares, shedding), the time limit, the row and byte caps
-//!   (an error the client sees, never a short result), the registry of
+//!   (an error the client sees, never a short result; a call's `timeout_ms`
+//!   and `max_rows` headers as [`options`] reads them), the registry of
 //!   running queries (listed in `/queries`, cancellable, one audit line with
 //!   `api=flight`) and the credential retry;
 //! - the IPC stream DuckDB's batches were written to is read back into
@@ -19,6 +20,10 @@
 //!   DuckDB's Arrow export, as over HTTP;
 //! - errors are the HTTP problems mapped to gRPC codes ([`status`]), with
 //!   the problem's title and detail as the message.
+//!
+//! A prepared statement is described when it is created (the guard, then
+//! DuckDB's prepare: [`crate::engine::execute::describe`]), so drivers read
+//! its columns before they execute it.
 //!
 //! The statement runs from `GetFlightInfo` on, so SQL errors and refusals
 //! answer that call (where clients expect them) and the FlightInfo carries
@@ -30,6 +35,7 @@
 //! goes away; `CancelFlightInfo` and `CancelQuery` cancel it like
 //! `DELETE /queries/{id}`.
 
+mod options;
 mod results;
 mod service;
 pub mod status;

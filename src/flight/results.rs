@@ -16,12 +16,15 @@ use futures::StreamExt;
 use tonic::Status;
 
 use crate::api::auth::QueryAuth;
+use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Format;
+use crate::engine::execute::describe::{DescribeSlot, Described};
 use crate::engine::execute::RunLimits;
 use crate::engine::queries::{Outcome, Registration, Running};
-use crate::engine::{execute, Param, QueryJob};
+use crate::engine::{execute, Param, QueryJob, QueryOutput};
+use crate::flight::options::CallOptions;
 use crate::flight::status;
 
 /// A statement that ran: its schema known, its batches to come.
@@ -34,50 +37,31 @@ pub struct Started {
     pub batches: BoxStream<'static, Result<RecordBatch, Status>>,
 }
 
-/// Runs `sql` with `params` for `auth` as `POST /query` would with no
-/// options (the default time limit and row cap): returns once DuckDB has
-/// produced the schema (and usually the first rows), or its error.
+/// Runs `sql` with `params` for `auth` as `POST /query` would with the
+/// call's `options` (else the default time limit and row cap): returns once
+/// DuckDB has produced the schema (and usually the first rows), or its
+/// error.
 pub async fn start(
     state: &AppState,
     auth: &QueryAuth,
     sql: String,
     params: Vec<Param>,
+    options: CallOptions,
 ) -> Result<Started, Status> {
     let started = Instant::now();
     let limits = &state.config.limits;
-    if sql.len() as u64 > limits.max_sql_bytes {
-        return Err(status::of_api(
-            &crate::api::error::ApiError::PayloadTooLarge {
-                limit: limits.max_sql_bytes,
-            },
-            None,
-        ));
-    }
-    if sql.trim().is_empty() {
-        return Err(status::invalid("No SQL: the request holds no SQL text"));
-    }
-    let timeout = Duration::from_millis(limits.default_query_timeout_ms());
-    let epoch = state.health.epoch();
-    let reg = state
-        .queries
-        .register_as(
-            "flight",
-            None,
-            auth.name.clone(),
-            auth.roles.clone(),
-            &sql,
-            epoch,
-        )
-        .map_err(|e| status::of_api(&crate::api::request::id_error(e), None))?;
+    admit(limits, &sql)?;
+    let reg = register(state, "flight", auth, &sql)?;
     let running = reg.running.clone();
     let id = running.id.clone();
-    // No option to ask for fewer rows: every cap is the gateway's, and a
-    // result past one fails rather than ends short.
+    // A cut is clean only where the client asked for it (`max_rows`); the
+    // server's caps fail the result rather than end it short.
+    let (max_rows, rows_asked) = limits.rows(options.max_rows);
     let run_limits = RunLimits {
         started,
-        timeout,
-        max_rows: limits.default_rows(),
-        rows_asked: false,
+        timeout: Duration::from_millis(limits.query_timeout_ms(options.timeout_ms)),
+        max_rows,
+        rows_asked,
         stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
         max_value_bytes: limits.max_value_bytes,
     };
@@ -90,18 +74,9 @@ pub async fn start(
         Format::Arrow,
         limits.max_result_bytes,
     );
-    let deadline = started + timeout;
-    let (pool, shutdown) = (&state.engine.pool, &state.shutdown);
-    let ran = with_fresh_credentials(&state.rotator, &state.health, deadline, |retried| {
-        let mut job = job.clone();
-        job.retried = retried;
-        execute::run(pool, job, shutdown.clone())
-    })
-    .await;
-    let output = match ran {
-        Ok((output, _)) => output,
+    let output = match run(state, job).await {
+        Ok(output) => output,
         Err(e) => {
-            let e = crate::api::error::ApiError::Query(e);
             running.set_outcome(e.outcome());
             // Dropping the registration writes the audit line.
             drop(reg);
@@ -135,6 +110,124 @@ pub async fn start(
         })
         .boxed(),
     })
+}
+
+/// Describes `sql` for `auth` without running it: the guard and the
+/// caller's grants as for [`start`], then DuckDB's prepare reports the
+/// result's and the parameters' Arrow schemas. Listed, cancellable and
+/// audited like a query (it binds the statement, which may read a file's
+/// metadata), as `api=flight-describe`: ADBC prepares every statement it
+/// executes, so each query through it is one description and one run.
+pub async fn describe(
+    state: &AppState,
+    auth: &QueryAuth,
+    sql: String,
+    options: CallOptions,
+) -> Result<Described, Status> {
+    let started = Instant::now();
+    let limits = &state.config.limits;
+    admit(limits, &sql)?;
+    let reg = register(state, "flight-describe", auth, &sql)?;
+    let running = reg.running.clone();
+    let id = running.id.clone();
+    let out = DescribeSlot::default();
+    let run_limits = RunLimits {
+        started,
+        timeout: Duration::from_millis(limits.query_timeout_ms(options.timeout_ms)),
+        max_rows: limits.default_rows(),
+        rows_asked: false,
+        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
+        max_value_bytes: limits.max_value_bytes,
+    };
+    let job = QueryJob::describe(
+        sql,
+        state.engine.rules_for(auth.access.clone()),
+        run_limits,
+        running.clone(),
+        out.clone(),
+    );
+    let ended = match run(state, job).await {
+        Ok(mut output) => {
+            // The body is empty; its end is the worker's.
+            let mut end = Ok(());
+            while let Some(chunk) = output.body.next().await {
+                if let Err(e) = chunk {
+                    end = Err(status::of_body(&e, Some(&id)));
+                    break;
+                }
+            }
+            end
+        }
+        Err(e) => {
+            running.set_outcome(e.outcome());
+            drop(reg);
+            return Err(status::of_api(&e, Some(&id)));
+        }
+    };
+    running.set_outcome(Outcome {
+        status: if ended.is_ok() { 200 } else { 500 },
+        kind: if ended.is_ok() { "ok" } else { "failed" }.into(),
+        error_class: None,
+    });
+    drop(reg);
+    ended?;
+    out.get().cloned().ok_or_else(|| {
+        status::of_api(
+            &ApiError::Internal("the statement was not described".into()),
+            Some(&id),
+        )
+    })
+}
+
+/// The SQL's size and presence, checked before anything else.
+fn admit(limits: &crate::config::LimitsConfig, sql: &str) -> Result<(), Status> {
+    if sql.len() as u64 > limits.max_sql_bytes {
+        return Err(status::of_api(
+            &ApiError::PayloadTooLarge {
+                limit: limits.max_sql_bytes,
+            },
+            None,
+        ));
+    }
+    if sql.trim().is_empty() {
+        return Err(status::invalid("No SQL: the request holds no SQL text"));
+    }
+    Ok(())
+}
+
+/// The statement's entry in the registry of running queries, as `api`
+/// (`flight`, or `flight-describe` for a description).
+fn register(
+    state: &AppState,
+    api: &'static str,
+    auth: &QueryAuth,
+    sql: &str,
+) -> Result<Registration, Status> {
+    state
+        .queries
+        .register_as(
+            api,
+            None,
+            auth.name.clone(),
+            auth.roles.clone(),
+            sql,
+            state.health.epoch(),
+        )
+        .map_err(|e| status::of_api(&crate::api::request::id_error(e), None))
+}
+
+/// Runs `job` with the credential retry, by its deadline.
+async fn run(state: &AppState, job: QueryJob) -> Result<QueryOutput, ApiError> {
+    let deadline = job.started + job.timeout;
+    let (pool, shutdown) = (&state.engine.pool, &state.shutdown);
+    with_fresh_credentials(&state.rotator, &state.health, deadline, |retried| {
+        let mut job = job.clone();
+        job.retried = retried;
+        execute::run(pool, job, shutdown.clone())
+    })
+    .await
+    .map(|(output, _)| output)
+    .map_err(ApiError::Query)
 }
 
 /// Reads the IPC body into batches and keeps the query registered until
@@ -202,10 +295,7 @@ impl Reader {
                 error_class: None,
             });
         }
-        status::of_api(
-            &crate::api::error::ApiError::Internal(cause),
-            Some(&self.id),
-        )
+        status::of_api(&ApiError::Internal(cause), Some(&self.id))
     }
 
     /// The next batch, an error that ends the result, or `None` at its end.

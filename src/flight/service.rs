@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{self as types, DataType, Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
@@ -24,7 +25,8 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{
     Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
-    FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+    FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
+    Ticket,
 };
 use axum::extract::FromRequestParts;
 use futures::stream::BoxStream;
@@ -35,6 +37,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::api::auth::QueryAuth;
 use crate::api::AppState;
 use crate::engine::Param;
+use crate::flight::options::CallOptions;
 use crate::flight::results::{self, Started};
 use crate::flight::status;
 use crate::flight::tickets::{self, Handle, Tickets};
@@ -127,8 +130,9 @@ impl FlightSql {
         auth: &QueryAuth,
         sql: String,
         params: Vec<Param>,
+        options: CallOptions,
     ) -> Result<i64, Status> {
-        let started = results::start(&self.state, auth, sql, params).await?;
+        let started = results::start(&self.state, auth, sql, params, options).await?;
         let counts =
             started.schema.fields().len() == 1 && started.schema.field(0).name() == "Count";
         let mut batches = started.batches;
@@ -177,6 +181,16 @@ fn command_info(
         .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(any.encode_to_vec())))
         .with_descriptor(descriptor);
     Ok(Response::new(info))
+}
+
+/// A schema as the IPC message a prepared statement's answer carries.
+fn ipc_schema(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(|e: arrow::error::ArrowError| {
+            Status::internal(format!("encoding a schema: {e}"))
+        })?;
+    Ok(bytes)
 }
 
 /// Batches as Flight data; dictionaries pass as DuckDB made them.
@@ -414,12 +428,19 @@ impl FlightSqlService for FlightSql {
         let t0 = Instant::now();
         let auth = self.auth(&request).await;
         let r = match &auth {
-            Ok(auth) => match self.tickets.room() {
+            Ok(auth) => match self
+                .tickets
+                .room()
+                .and_then(|()| CallOptions::of(request.metadata()))
+            {
                 Err(e) => Err(e),
-                Ok(()) => match results::start(&self.state, auth, query.query, Vec::new()).await {
-                    Ok(started) => self.result_info(auth, started, request.into_inner()),
-                    Err(e) => Err(e),
-                },
+                Ok(options) => {
+                    match results::start(&self.state, auth, query.query, Vec::new(), options).await
+                    {
+                        Ok(started) => self.result_info(auth, started, request.into_inner()),
+                        Err(e) => Err(e),
+                    }
+                }
             },
             Err(e) => Err(e.clone()),
         };
@@ -452,7 +473,8 @@ impl FlightSqlService for FlightSql {
                 }
             };
             self.tickets.room()?;
-            let started = results::start(&self.state, &auth, prepared.sql, params).await?;
+            let options = CallOptions::of(request.metadata())?;
+            let started = results::start(&self.state, &auth, prepared.sql, params, options).await?;
             self.result_info(&auth, started, request.into_inner())
         }
         .await;
@@ -481,7 +503,10 @@ impl FlightSqlService for FlightSql {
     ) -> Result<i64, Status> {
         let t0 = Instant::now();
         let auth = self.auth(&request).await?;
-        let r = self.update(&auth, command.query, Vec::new()).await;
+        let r = match CallOptions::of(request.metadata()) {
+            Ok(options) => self.update(&auth, command.query, Vec::new(), options).await,
+            Err(e) => Err(e),
+        };
         observe("DoPut", Some(&auth.name), t0, &r);
         r
     }
@@ -518,6 +543,7 @@ impl FlightSqlService for FlightSql {
         let r = async {
             let handle = tickets::parse(&query.prepared_statement_handle)?;
             let prepared = self.tickets.prepared(&handle, &auth.name)?;
+            let options = CallOptions::of(request.metadata())?;
             let rows = read_params(request.into_inner()).await?;
             let sets = match (rows.is_empty(), prepared.params.is_empty()) {
                 (false, _) => rows,
@@ -526,7 +552,9 @@ impl FlightSqlService for FlightSql {
             };
             let mut total = 0i64;
             for params in sets {
-                let n = self.update(&auth, prepared.sql.clone(), params).await?;
+                let n = self
+                    .update(&auth, prepared.sql.clone(), params, options)
+                    .await?;
                 total = if n < 0 || total < 0 { -1 } else { total + n };
             }
             Ok(total)
@@ -544,22 +572,25 @@ impl FlightSqlService for FlightSql {
         let t0 = Instant::now();
         let auth = self.auth(&request).await?;
         let r = async {
-            let limits = &self.state.config.limits;
-            if query.query.len() as u64 > limits.max_sql_bytes {
-                return Err(status::of_api(
-                    &crate::api::error::ApiError::PayloadTooLarge {
-                        limit: limits.max_sql_bytes,
-                    },
-                    None,
-                ));
-            }
+            self.tickets.room()?;
+            let options = CallOptions::of(request.metadata())?;
+            // Drivers and BI tools ask for the result's columns before they
+            // execute (JDBC's getMetaData, ADBC's ExecuteSchema): DuckDB's
+            // prepare says, after the guard and the caller's grants. A
+            // result whose types follow the parameters' values (`SELECT ?
+            // + 1`) has none yet: the FlightInfo of the execution carries it.
+            let described =
+                results::describe(&self.state, &auth, query.query.clone(), options).await?;
             let handle = self.tickets.prepare(auth.name.clone(), query.query)?;
-            // The schemas are known once the statement runs with its
-            // parameters (the FlightInfo carries the result's).
             Ok(ActionCreatePreparedStatementResult {
                 prepared_statement_handle: handle.to_vec().into(),
-                dataset_schema: Default::default(),
-                parameter_schema: Default::default(),
+                dataset_schema: described
+                    .dataset
+                    .as_deref()
+                    .map(ipc_schema)
+                    .transpose()?
+                    .unwrap_or_default(),
+                parameter_schema: ipc_schema(&described.parameters)?,
             })
         }
         .await;
@@ -745,7 +776,7 @@ impl FlightSqlService for FlightSql {
                     // The table's columns as a query of it returns them,
                     // through the guard like any query of the caller's.
                     let sql = format!("SELECT * FROM {}.{}.{} LIMIT 0", quoted(&c), quoted(&s), quoted(&t));
-                    match results::start(&self.state, &auth, sql, Vec::new()).await {
+                    match results::start(&self.state, &auth, sql, Vec::new(), CallOptions::default()).await {
                         Ok(started) => started.schema.clone(),
                         // What the caller may not read is not listed.
                         Err(e) if e.code() == tonic::Code::PermissionDenied => continue,

@@ -154,6 +154,9 @@ pub struct QueryJob {
     /// Keep the result here (an async statement's spool) instead of
     /// encoding it: `format` is then unused, and the answer's body is empty.
     pub sink: Option<Arc<dyn BatchSink>>,
+    /// Describe the statement here instead of running it (see
+    /// [`super::describe`]): the answer's body is empty.
+    pub describe: Option<super::describe::DescribeSlot>,
 }
 
 /// The bounds of one run, whichever way its result leaves.
@@ -245,7 +248,32 @@ impl QueryJob {
             max_value_bytes,
             tracker: Some(tracker),
             sink,
+            describe: None,
         }
+    }
+
+    /// A statement described, not run: after the guard and the caller's
+    /// grants, DuckDB prepares it and `out` receives its result's and
+    /// parameters' Arrow schemas (Flight SQL's `CreatePreparedStatement`).
+    pub fn describe(
+        sql: String,
+        rules: Arc<guard::Rules>,
+        limits: RunLimits,
+        tracker: Arc<crate::engine::queries::Running>,
+        out: super::describe::DescribeSlot,
+    ) -> Self {
+        let mut job = Self::new(
+            sql,
+            Vec::new(),
+            rules,
+            limits,
+            tracker,
+            Format::Arrow,
+            u64::MAX,
+            None,
+        );
+        job.describe = Some(out);
+        job
     }
 }
 

@@ -10,11 +10,13 @@
 //! - `worker`: the blocking half, from the guard to the writer.
 //! - `stream`, `csv_copy`, `spool`: the three writers (encoded batches,
 //!   DuckDB's own CSV COPY, an async statement's spool).
+//! - [`describe`]: a statement's result and parameter schemas, not run.
 //! - `wrap`: the statement wrappers that let DuckDB render values as text.
 //! - `sender`: the channel between the two halves, and how a begun body ends.
 
 mod control;
 mod csv_copy;
+pub mod describe;
 pub mod error;
 mod inline;
 pub mod job;

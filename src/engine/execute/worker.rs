@@ -165,6 +165,10 @@ pub(super) fn work_inner(
         let _ = t.kind.set(accepted.kind.clone());
         t.advance(crate::engine::queries::QueryState::Running);
     }
+    // Described, not run: nothing executes, the catalog stays as it is.
+    if let Some(out) = &job.describe {
+        return super::describe::describe(&slot.raw, &accepted, &job.sql, tx, control, out);
+    }
     // A statement that may change the catalog makes every verdict older
     // than it stale, whatever its outcome: the epoch moves when it starts
     // (so nothing judged while it runs is kept) and when it is over.
@@ -321,6 +325,10 @@ pub(super) fn mark_quick(
     control: &QueryControl,
     took: std::time::Duration,
 ) {
+    // A description's time says nothing of the statement's.
+    if job.describe.is_some() {
+        return;
+    }
     let quick = outcome.is_ok()
         && took <= QUICK
         && control.sent.load(std::sync::atomic::Ordering::Relaxed) <= super::sender::INLINE_BYTES;

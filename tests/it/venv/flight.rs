@@ -243,6 +243,155 @@ print(json.dumps({"err": error_of(lambda: cur.execute("CREATE TABLE x (a INTEGER
     assert!(err.contains("Statement not allowed"), "{err}");
 }
 
+/// CreatePreparedStatement answers the result's and the parameters' Arrow
+/// schemas before anything runs (what JDBC's `getMetaData` and ADBC's
+/// `ExecuteSchema` / `GetParameterSchema` read): the result's equals Python
+/// DuckDB's own Arrow schema of the same query and the schema the execution
+/// then streams; each parameter is typed as DuckDB types the expression it
+/// meets; a result whose types follow the values (`? + 1`, where DuckDB
+/// itself reports no result types) has none yet; described statements are
+/// not run (an INSERT adds no row), and the guard refuses at the create.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_prepared_statements_report_their_schemas_before_they_run() {
+    let (app, uri) = gateway(&[("DUCKGATE_POLICY", "read-write")]).await;
+    let v = run(
+        &uri,
+        r#"
+import duckdb
+ref = duckdb.connect()
+ref.sql("SET TimeZone = 'UTC'")
+cur = connect().cursor()
+
+def described(sql):
+    params = cur.adbc_prepare(sql)
+    try:
+        dataset = pa.schema(cur.adbc_statement.execute_schema())
+    except Exception as e:
+        dataset = "error: " + str(e)
+    return dataset, params
+
+QUERIES = [
+    "SELECT 1::TINYINT a, -2::SMALLINT b, 3::INTEGER c, 4::BIGINT d, 5::UTINYINT e, 18446744073709551615::UBIGINT h, true AS t",
+    "SELECT 1.23::DECIMAL(4,2) a, 1234567890123456789012345.6789::DECIMAL(38,4) c, 1.5::FLOAT f, -0.25::DOUBLE d",
+    "SELECT DATE '2024-02-29' AS d, TIME '12:34:56.789' AS t, TIMESTAMP '2024-01-01 12:34:56.789' AS ts, TIMESTAMP_MS '2024-01-01 00:00:01.5' AS ms, TIMESTAMP_NS '2024-01-01 00:00:00.123456789' AS ns, TIMESTAMPTZ '2024-06-01 12:00:00+02' AS tz, INTERVAL '1 day' i",
+    "SELECT [1, 2, NULL] l, [[1], [2, 3], []] ll, {'a': 1, 'b': 'x', 'c': [1.5]} st, MAP {'k1': 1, 'k2': 2} m, '\\xAA'::BLOB b, NULL n",
+    "SELECT 'a'::ENUM('a', 'b') e, '550e8400-e29b-41d4-a716-446655440000'::UUID u, 'héllo' s",
+    "SELECT i, i::VARCHAR s, i % 7 = 0 b FROM range(250000) t(i) ORDER BY i",
+    "SELECT count(*) AS n, sum(x) AS total FROM (SELECT 1.5::DECIMAL(10,2) AS x) GROUP BY ALL",
+]
+out = {"queries": []}
+for q in QUERIES:
+    got, params = described(q)
+    want = ref.sql(q).arrow().schema
+    cur.execute(q)
+    ran = cur.fetch_arrow_table().schema
+    out["queries"].append({"sql": q, "got": str(got), "want": str(want),
+                           "same_as_duckdb": isinstance(got, pa.Schema) and got.equals(want),
+                           "same_as_run": isinstance(got, pa.Schema) and got.equals(ran),
+                           "params": len(params)})
+# UHUGEINT: DuckDB exports a signed Decimal128 of its bits; the gateway's
+# answers carry Decimal256(39, 0) (docs/api.md), and so does the description.
+got, _ = described("SELECT 340282366920938463463374607431768211455::UHUGEINT u")
+cur.execute("SELECT 340282366920938463463374607431768211455::UHUGEINT u")
+out["uhugeint"] = {"got": str(got), "ran": str(cur.fetch_arrow_table().schema)}
+
+# Parameters, typed as DuckDB types the expression each one meets.
+PARAMS = [
+    ("SELECT ?::INTEGER + 1 AS n, ?::DATE AS d", "SELECT NULL::INTEGER AS \"1\", NULL::DATE AS \"2\"", (1, "2024-01-01")),
+    ("SELECT r FROM range(10) t(r) WHERE r > ?", "SELECT (SELECT r FROM range(1) t(r)) AS \"1\"", (5,)),
+    ("SELECT $name::VARCHAR AS v", "SELECT NULL::VARCHAR AS \"name\"", None),
+]
+out["params"] = []
+for q, shape, values in PARAMS:
+    dataset, params = described(q)
+    ref.execute("PREPARE p AS " + q)
+    duck = ref.sql("SELECT parameter_types, result_types FROM duckdb_prepared_statements() WHERE name = 'p'").fetchone()
+    ref.execute("DEALLOCATE p")
+    want_params = ref.sql(shape).arrow().schema
+    row = {"sql": q, "params": str(params), "want_params": str(want_params),
+           "same_params": params.equals(want_params),
+           "count_as_duckdb": len(params) == len(duck[0])}
+    if values is not None:
+        want = ref.execute(q, values).arrow().read_all().schema
+        row["dataset"], row["want"] = str(dataset), str(want)
+        row["same_dataset"] = isinstance(dataset, pa.Schema) and dataset.equals(want)
+    out["params"].append(row)
+
+# A result whose type follows the parameter's value: DuckDB reports none.
+dataset, params = described("SELECT ? + 1 AS n")
+ref.execute("PREPARE p AS SELECT ? + 1 AS n")
+out["untyped"] = {"dataset": str(dataset), "params": str(params),
+                  "duckdb_result_types": ref.sql("SELECT result_types FROM duckdb_prepared_statements()").fetchone()[0]}
+cur.execute("SELECT ? + 1 AS n", parameters=(41,))
+out["untyped"]["row"] = cur.fetchone()[0]
+
+# Described, not run: a prepared INSERT adds nothing until it executes.
+cur.execute("CREATE TABLE t (id INTEGER)")
+dataset, params = described("INSERT INTO t VALUES (?)")
+cur.execute("SELECT count(*) FROM t")
+out["insert"] = {"dataset": str(dataset), "params": str(params), "rows": cur.fetchone()[0]}
+ref.execute("CREATE TABLE t (id INTEGER)")
+out["insert"]["want"] = str(ref.execute("INSERT INTO t VALUES (1)").arrow().read_all().schema)
+out["insert"]["want_params"] = str(ref.sql('SELECT id AS "1" FROM t').arrow().read_all().schema)
+
+# The guard judges the create: a refused function never gets a handle.
+out["refused"] = error_of(lambda: cur.adbc_prepare("SELECT current_setting('threads')"))
+out["missing"] = error_of(lambda: cur.adbc_prepare("SELECT * FROM no_such_table"))
+print(json.dumps(out))
+"#,
+    );
+    for q in v["queries"].as_array().unwrap() {
+        assert_eq!(q["same_as_duckdb"], true, "{q:#}");
+        assert_eq!(q["same_as_run"], true, "{q:#}");
+        assert_eq!(q["params"], 0, "{q:#}");
+    }
+    let u = &v["uhugeint"];
+    assert_eq!(u["got"], "u: decimal256(39, 0)", "{u:#}");
+    assert_eq!(u["got"], u["ran"], "{u:#}");
+    for p in v["params"].as_array().unwrap() {
+        assert_eq!(p["same_params"], true, "{p:#}");
+        assert_eq!(p["count_as_duckdb"], true, "{p:#}");
+        if p.get("same_dataset").is_some() {
+            assert_eq!(p["same_dataset"], true, "{p:#}");
+        }
+    }
+    let untyped = &v["untyped"];
+    assert_eq!(untyped["duckdb_result_types"], Value::Null, "{untyped:#}");
+    assert!(
+        untyped["dataset"]
+            .as_str()
+            .unwrap()
+            .contains("did not provide schema"),
+        "{untyped:#}"
+    );
+    assert_eq!(untyped["params"], "1: null", "{untyped:#}");
+    assert_eq!(untyped["row"], 42);
+    let insert = &v["insert"];
+    assert_eq!(insert["rows"], 0, "{insert:#}");
+    assert_eq!(insert["dataset"], insert["want"], "{insert:#}");
+    assert_eq!(insert["params"], insert["want_params"], "{insert:#}");
+    let refused = v["refused"].as_str().unwrap();
+    assert!(
+        refused.contains("(PermissionDenied;") && refused.contains("current_setting"),
+        "{refused}"
+    );
+    let missing = v["missing"].as_str().unwrap();
+    assert!(
+        missing.contains("(InvalidArgument;") && missing.contains("no_such_table"),
+        "{missing}"
+    );
+    // A description is audited apart from the runs, never with the token.
+    let log = app.log_text();
+    let described = log
+        .lines()
+        .filter(|l| l.contains("query ended") && l.contains("api=\"flight-describe\""))
+        .count();
+    // At least one per `described()` call above (ADBC describes its runs too).
+    assert!(described >= 13, "{described}");
+    assert!(!log.contains(SECRET));
+}
+
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
 async fn flight_metadata_lists_catalogs_schemas_and_tables() {
@@ -390,6 +539,179 @@ print(json.dumps(out))
         "a token reached the log"
     );
     assert!(!log.contains("not-a-token"));
+}
+
+/// HTTP's limits hold over Flight SQL, and the client sees each one: the
+/// byte cap fails the result (before its first batch, or at the DoGet after
+/// some) and never ends it short; `max_rows` and `timeout_ms` come as call
+/// headers (ADBC's `rpc.call_header.*`, a JDBC URL's parameters) with
+/// HTTP's meaning (the client's own cut is a clean end, the server's cap an
+/// error; the time limit clamped by DUCKGATE_MAX_QUERY_TIMEOUT_MS); a timed
+/// out query, by the header or by the client's gRPC deadline, is
+/// interrupted and its connection serves the next query at once.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_limits_fail_visibly_and_timeouts_cancel() {
+    let (app, uri) = gateway(&[
+        ("DUCKGATE_POOL_SIZE", "1"),
+        ("DUCKGATE_MAX_RESULT_BYTES", "1000000"),
+        ("DUCKGATE_MAX_ROWS", "100000"),
+        ("DUCKGATE_QUERY_TIMEOUT_MS", "2000"),
+        ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "4000"),
+    ])
+    .await;
+    let started = Instant::now();
+    let v = run(
+        &uri,
+        r#"
+def with_headers(**headers):
+    kw = {af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN}
+    for k, v in headers.items():
+        kw[af.DatabaseOptions.RPC_CALL_HEADER_PREFIX.value + k] = str(v)
+    return fs.connect(URI, db_kwargs=kw, autocommit=True)
+
+def table(conn, sql):
+    cur = conn.cursor()
+    cur.execute(sql)
+    return cur.fetch_arrow_table()
+
+def timed(f):
+    t0 = time.time()
+    r = error_of(f)
+    return {"error": r, "s": time.time() - t0}
+
+out = {}
+plain = connect()
+# The byte cap: a result past it fails however it is read.
+out["bytes_small"] = table(plain, "SELECT i FROM range(1000) t(i)").num_rows
+big = "SELECT i, repeat('x', 200) AS s FROM range(100000) t(i)"
+out["bytes_table"] = error_of(lambda: table(plain, big))
+def rows_of_fetchall():
+    cur = plain.cursor(); cur.execute(big); return len(cur.fetchall())
+out["bytes_fetchall"] = error_of(rows_of_fetchall)
+def rows_of_df():
+    cur = plain.cursor(); cur.execute(big); return len(cur.fetch_df())
+out["bytes_df"] = error_of(rows_of_df)
+# The DoGet of a result past the cap after its first batches.
+client = raw_client()
+desc = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, big)))
+info = client.get_flight_info(desc, options(TOKEN))
+reader = client.do_get(info.endpoints[0].ticket, options(TOKEN))
+got = {"rows": 0}
+def read_all():
+    for chunk in reader:
+        got["rows"] += chunk.data.num_rows
+out["bytes_doget"] = error_of(read_all)
+out["bytes_doget_rows"] = got["rows"]
+
+# max_rows: the client's cut is a clean end; past the server's cap, an error.
+out["max_rows"] = table(with_headers(max_rows=10), "SELECT * FROM range(1000) t(i)").to_pylist()[-1]
+out["max_rows_count"] = table(with_headers(max_rows=10), "SELECT * FROM range(1000) t(i)").num_rows
+out["max_rows_over_cap"] = error_of(lambda: table(with_headers(max_rows=500000), "SELECT * FROM range(200000) t(i)"))
+out["max_rows_bad"] = error_of(lambda: table(with_headers(max_rows=0), "SELECT 1"))
+out["timeout_bad"] = error_of(lambda: table(with_headers(timeout_ms="soon"), "SELECT 1"))
+
+# timeout_ms: the header's limit, not the default's 2 s; the connection
+# (the pool's only one) serves the next query at once.
+sleepy = "SELECT sleep_ms(30000) IS NULL AS slept"
+out["timeout"] = timed(lambda: table(with_headers(timeout_ms=500), sleepy))
+out["after_timeout"] = timed(lambda: table(plain, "SELECT 7 AS seven").to_pylist())
+# Clamped by DUCKGATE_MAX_QUERY_TIMEOUT_MS (4 s), not the default's 2 s.
+out["clamped"] = timed(lambda: table(with_headers(timeout_ms=600000), sleepy))
+# The client's own gRPC deadline (ADBC's query timeout): the query stops.
+deadline = fs.connect(URI, db_kwargs={
+    af.DatabaseOptions.AUTHORIZATION_HEADER.value: "Bearer " + TOKEN,
+    af.DatabaseOptions.TIMEOUT_QUERY.value: "1",
+}, autocommit=True)
+out["deadline"] = timed(lambda: table(deadline, sleepy))
+out["after_deadline"] = timed(lambda: table(plain, "SELECT 8 AS eight").to_pylist())
+print(json.dumps(out))
+"#,
+    );
+    assert_eq!(v["bytes_small"], 1000);
+    for k in ["bytes_table", "bytes_fetchall", "bytes_df", "bytes_doget"] {
+        let e = v[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k}: read whole past the byte cap: {v:#}"));
+        // ADBC: `(ResourceExhausted; ...)`; pyarrow: `resource exhausted`.
+        let lower = e.to_lowercase();
+        assert!(
+            lower.contains("resource") && lower.contains("exhausted"),
+            "{k}: {e}"
+        );
+        assert!(
+            e.contains("Result larger than the gateway's cap"),
+            "{k}: {e}"
+        );
+    }
+    // The stream failed after some batches: a partial read is an error.
+    assert!(v["bytes_doget_rows"].as_u64().unwrap() < 100_000, "{v:#}");
+    assert_eq!(v["max_rows"], serde_json::json!({"i": 9}));
+    assert_eq!(v["max_rows_count"], 10);
+    let over = v["max_rows_over_cap"].as_str().unwrap_or_default();
+    assert!(
+        over.contains("(ResourceExhausted;") && over.contains("more than 100000 rows"),
+        "{over}"
+    );
+    let bad = v["max_rows_bad"].as_str().unwrap_or_default();
+    assert!(
+        bad.contains("(InvalidArgument;") && bad.contains("max_rows"),
+        "{bad}"
+    );
+    let bad = v["timeout_bad"].as_str().unwrap_or_default();
+    assert!(
+        bad.contains("(InvalidArgument;") && bad.contains("timeout_ms"),
+        "{bad}"
+    );
+    let t = &v["timeout"];
+    let e = t["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("(DeadlineExceeded;") && e.contains("Query timed out"),
+        "{t:#}"
+    );
+    assert!(t["s"].as_f64().unwrap() < 1.5, "{t:#}");
+    assert_eq!(
+        v["after_timeout"]["error"],
+        Value::Null,
+        "{:#}",
+        v["after_timeout"]
+    );
+    assert!(v["after_timeout"]["s"].as_f64().unwrap() < 1.0, "{v:#}");
+    let c = &v["clamped"];
+    assert!(
+        c["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("(DeadlineExceeded;"),
+        "{c:#}"
+    );
+    let s = c["s"].as_f64().unwrap();
+    assert!((3.5..8.0).contains(&s), "{c:#}");
+    let d = &v["deadline"];
+    assert!(
+        d["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("DeadlineExceeded"),
+        "{d:#}"
+    );
+    assert!(d["s"].as_f64().unwrap() < 2.5, "{d:#}");
+    assert_eq!(v["after_deadline"]["error"], Value::Null, "{v:#}");
+    assert!(v["after_deadline"]["s"].as_f64().unwrap() < 1.0, "{v:#}");
+    // Nothing waited for the 30 s sleeps.
+    assert!(started.elapsed() < Duration::from_secs(25));
+    // The audit lines say what ended the timed-out queries.
+    let audit = flight_audit_lines(&app);
+    let timeouts = audit
+        .iter()
+        .filter(|l| l.contains("outcome=query-timeout"))
+        .count();
+    assert_eq!(timeouts, 2, "{audit:#?}");
+    // The client's own deadline: the query ended as a client gone.
+    assert!(
+        audit.iter().any(|l| l.contains("outcome=client-gone")),
+        "{audit:#?}"
+    );
 }
 
 #[tokio::test]

@@ -11,6 +11,7 @@ mod httpfs_settings;
 mod lake_grants;
 mod nesting;
 mod oidc;
+mod openapi_client;
 mod parquet;
 mod replay;
 mod s3_capacity;

@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, ConfigFile};
 use crate::engine::guard::access::{
-    Access, ColumnGrant, ColumnMasks, Grants, Pattern, RowFilter, TablePolicy,
+    Access, ColumnGrant, ColumnMasks, Grants, Pattern, RoleLimits, RowFilter, TablePolicy,
 };
 
 /// One role, as declared.
@@ -58,6 +58,9 @@ pub struct RoleSpec {
     /// the expression read in its place.
     #[serde(default)]
     pub masks: BTreeMap<String, BTreeMap<String, String>>,
+    /// Caps on one statement of its members, below the gateway's own.
+    #[serde(default)]
+    pub limits: RoleLimits,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +156,7 @@ fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
         columns,
         rows,
         masks,
+        limits: r.limits,
     })
 }
 

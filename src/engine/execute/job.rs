@@ -227,12 +227,27 @@ impl QueryJob {
     ) -> Self {
         let RunLimits {
             started,
-            timeout,
-            max_rows,
-            rows_asked,
+            mut timeout,
+            mut max_rows,
+            mut rows_asked,
             stall_timeout,
             max_value_bytes,
         } = limits;
+        // A confined caller's roles may cap it lower than the gateway does;
+        // a cut at a role's cap is the server's (an error), not the client's.
+        let mut max_bytes = max_bytes;
+        if let Some(role) = rules.access.as_ref().map(|a| a.limits()) {
+            if let Some(cap) = role.max_rows.filter(|&cap| cap < max_rows) {
+                max_rows = cap;
+                rows_asked = false;
+            }
+            if let Some(ms) = role.max_query_timeout_ms {
+                timeout = timeout.min(Duration::from_millis(ms));
+            }
+            if let Some(cap) = role.max_result_bytes.filter(|_| sink.is_none()) {
+                max_bytes = max_bytes.min(cap);
+            }
+        }
         QueryJob {
             sql,
             params,

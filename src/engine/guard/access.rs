@@ -165,6 +165,20 @@ pub struct Grants {
     pub rows: Vec<RowFilter>,
     /// Tables some of whose columns it reads masked.
     pub masks: Vec<ColumnMasks>,
+    /// Caps on what one of its statements may take.
+    pub limits: RoleLimits,
+}
+
+/// A role's caps on one statement, below the gateway's own (`[role.limits]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoleLimits {
+    /// Rows of one result; past them it fails, as past `DUCKGATE_MAX_ROWS`.
+    pub max_rows: Option<u64>,
+    /// Encoded bytes of one `/query` answer.
+    pub max_result_bytes: Option<u64>,
+    /// How long one statement may run.
+    pub max_query_timeout_ms: Option<u64>,
 }
 
 /// A role's row filter on a table: operator SQL over the table's row, where
@@ -329,6 +343,23 @@ impl Access {
             }
         }
         TablePolicy { filter, masks }
+    }
+
+    /// The caps on its statements: for each, the most any of its roles
+    /// allows (none where a role sets none, or it holds no role).
+    pub fn limits(&self) -> RoleLimits {
+        let most = |f: fn(&RoleLimits) -> Option<u64>| {
+            self.grants
+                .iter()
+                .map(|g| f(&g.limits))
+                .try_fold(0u64, |acc, l| l.map(|l| acc.max(l)))
+                .filter(|_| !self.grants.is_empty())
+        };
+        RoleLimits {
+            max_rows: most(|l| l.max_rows),
+            max_result_bytes: most(|l| l.max_result_bytes),
+            max_query_timeout_ms: most(|l| l.max_query_timeout_ms),
+        }
     }
 
     /// Whether any of its roles filters rows or masks columns.

@@ -357,3 +357,60 @@ async fn a_row_filter_that_does_not_bind_stops_start_up_naming_it() {
         );
     }
 }
+
+/// `[role.limits]` caps its members' statements below the gateway's own:
+/// a result past the role's rows fails (never a silent cut), a smaller
+/// `max_rows` the client asks for is a clean cut, a statement past the
+/// role's time limit is stopped; the token holding no role is not capped.
+#[tokio::test]
+async fn a_roles_limits_cap_its_members_statements() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(
+        &config,
+        "[[role]]\nname = \"small\"\nmembers = [\"alice\"]\nread = []\n\
+         [role.limits]\nmax_rows = 5\nmax_query_timeout_ms = 800\n",
+    )
+    .unwrap();
+    let g = Gateway::builder()
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .start();
+    let sql = "SELECT * FROM range(10)";
+    let (status, body) = g.run_sql(ALICE, sql).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["type"], "urn:duckgate:problem:result-too-large",
+        "{body}"
+    );
+    let (status, bytes) = post(&g, ALICE, json!({"sql": sql, "max_rows": 3})).await;
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (status, body["rows"].as_array().map(Vec::len)),
+        (200, Some(3)),
+        "{body}"
+    );
+    let (status, body) = g.run_sql(BOB, sql).await;
+    assert_eq!(
+        (status, body["row_count"].clone()),
+        (200, json!(10)),
+        "{body}"
+    );
+
+    let slow = crate::common::sleeping_sql(std::time::Duration::from_secs(5));
+    let started = std::time::Instant::now();
+    let (status, body) = g.run_sql(ALICE, &slow).await;
+    assert_eq!(status, 504, "{body}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let (status, body) = g
+        .run_sql(
+            BOB,
+            &crate::common::sleeping_sql(std::time::Duration::from_millis(1200)),
+        )
+        .await;
+    assert_eq!(status, 200, "bob is not capped: {body}");
+}

@@ -123,12 +123,18 @@ pub(crate) async fn on_pooled<T: Send + 'static>(
             AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
         })?;
     tokio::task::spawn_blocking(move || {
-        let out = f(&slot.conn);
+        let mut slot = slot;
+        // A confined caller's row policy may still be installed on the
+        // connection (it stays for that caller's next statement): the
+        // gateway's own reading of the catalog (a lake's metadata tables)
+        // runs under none.
+        let out = slot.use_policy(None).map(|()| f(&slot.conn));
         lease.release(slot);
         out
     })
     .await
     .map_err(|e| ApiError::Internal(format!("catalog worker: {e}")))?
+    .map_err(|e| ApiError::Internal(format!("row policy: {e}")))?
     // DuckDB's error, read as a query's: a catalog whose database is down
     // is 502 upstream-error (its connection string withheld), not 500.
     .map_err(|e| ApiError::Query(crate::engine::execute::sql_error(&e)))

@@ -149,4 +149,15 @@ async fn a_lake_tables_rows_are_filtered_and_columns_masked() {
     assert_eq!((status, &body["rows"]), (200, &json!([["***"]])), "{body}");
     let (status, body) = g.run_sql(BOB, sql).await;
     assert_eq!(status, 400, "every row, the cast fails: {body}");
+    // The gateway reads the lake's metadata tables on pooled connections
+    // where alice's policy stays installed: not under it.
+    for _ in 0..3 {
+        let (status, body) = g.run_sql(ALICE, "SELECT count(*) FROM lake.sales").await;
+        assert_eq!(status, 200, "{body}");
+        for token in [ALICE, BOB] {
+            let (status, catalog) = g.get("/catalog", token).await;
+            assert_eq!(status, 200, "{catalog}");
+            assert!(catalog.to_string().contains("\"sales\""), "{catalog}");
+        }
+    }
 }

@@ -861,6 +861,26 @@ end
     })
 }
 
+/// A counter of the gateway's `/metrics` (0 when absent), read with a
+/// plain HTTP/1.0 GET (this part of the benchmark is not async).
+fn gateway_counter(g: &Gateway, name: &str) -> Result<f64> {
+    let addr = g.base.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr)?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .sum())
+}
+
 fn us(v: f64) -> String {
     format!("{v:.0} µs")
 }
@@ -902,6 +922,7 @@ fn bench_cpu(opts: &Opts, table: &mut Table) -> Result<()> {
             inproc_cpu(&conn, &sql, 0.5)?;
             let (mut gw, mut gu, mut gs, mut ip) = (vec![], vec![], vec![], vec![]);
             let (mut gn, mut inn) = (0, 0);
+            let inline_before = gateway_counter(&g, "duckgate_queries_inline_total")?;
             for _ in 0..rounds {
                 let (t, u, s, n) = gateway_cpu(opts, g.pid(), &g.url("/query"), Some(&body), secs)?;
                 gw.push(t);
@@ -912,16 +933,19 @@ fn bench_cpu(opts: &Opts, table: &mut Table) -> Result<()> {
                 ip.push(t);
                 inn += n;
             }
+            // How many ran on the request's own thread (`execute::inline`).
+            let inline = gateway_counter(&g, "duckgate_queries_inline_total")? - inline_before;
             let (gw, ip) = (median(gw), median(ip));
             let ratio = gw / ip;
             table.add(
                 "11",
                 name.clone(),
                 format!(
-                    "{} (user {}, system {}; {gn} requests, /proc of the gateway)",
+                    "{} (user {}, system {}; {gn} requests, {:.0}% inline; /proc of the gateway)",
                     us(gw),
                     us(median(gu)),
-                    us(median(gs))
+                    us(median(gs)),
+                    100.0 * inline / gn.max(1) as f64
                 ),
                 format!(
                     "{} ({inn} queries: prepare, execute, fetch Arrow; /proc of this process)",

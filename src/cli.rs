@@ -14,7 +14,11 @@ pub fn main() -> std::process::ExitCode {
     crate::runtime_builder()
         .build()
         .expect("the tokio runtime")
-        .block_on(serve())
+        .block_on(async {
+            let code = serve().await;
+            crate::telemetry::flush();
+            code
+        })
 }
 
 async fn serve() -> std::process::ExitCode {
@@ -31,12 +35,14 @@ async fn serve() -> std::process::ExitCode {
         .resolve()
         .and_then(|_| crate::load_tokens(&config, config.server.listen).map(|_| ()))
     {
+        crate::telemetry::flush();
         eprintln!("duckgate: {e}");
         return std::process::ExitCode::from(2);
     }
     let listener = match tokio::net::TcpListener::bind(config.server.listen).await {
         Ok(l) => l,
         Err(e) => {
+            crate::telemetry::flush();
             eprintln!(
                 "duckgate: DUCKGATE_LISTEN: cannot listen on {}: {e}",
                 config.server.listen
@@ -48,6 +54,7 @@ async fn serve() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // One line, naming the setting where there is one.
+            crate::telemetry::flush();
             eprintln!("duckgate: {}", format!("{e:#}").replace('\n', " "));
             std::process::ExitCode::from(2)
         }

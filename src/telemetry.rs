@@ -60,10 +60,119 @@ pub fn init(format: LogFormat) {
     let _ = subscriber(
         format,
         filter(),
-        std::io::stderr.with_max_level(tracing::Level::TRACE),
+        BatchedStderr.with_max_level(tracing::Level::TRACE),
         ansi,
     )
     .try_init();
+}
+
+/// Writes what the log holds but has not written yet (see [`BatchedStderr`]):
+/// before the process writes to stderr itself, and before it exits.
+pub fn flush() {
+    batch().flush();
+}
+
+/// How long an INFO or DEBUG line may wait to be written.
+const BATCH_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Bytes of waiting lines that are written at once, without waiting.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// stderr, written in batches. Every query logs two INFO lines (the access
+/// line, the audit line) and writing each was a system call on the
+/// request's thread: here INFO and DEBUG lines are gathered and written by
+/// a thread of their own at most [`BATCH_DELAY`] later (or at once past
+/// [`BATCH_BYTES`]), one `write` for many lines. A WARN or ERROR line goes
+/// out at once, after every line before it, so the order holds and what
+/// matters is never held back by a crash.
+#[derive(Clone, Copy)]
+pub struct BatchedStderr;
+
+/// The lines waiting, and the thread that writes them.
+struct Batch {
+    waiting: std::sync::Mutex<Vec<u8>>,
+    /// Parked until a line comes to an empty batch; `None` if it could not
+    /// start (then every line is written at once).
+    writer: Option<std::thread::Thread>,
+}
+
+impl Batch {
+    /// Writes the waiting lines, then `line`. stderr's lock orders the
+    /// writes; the batch is locked only to take its lines, so a request
+    /// adding its line never waits for a write.
+    fn write_out(&self, line: &[u8]) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut err = std::io::stderr().lock();
+        let lines = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|p| p.into_inner()));
+        err.write_all(&lines)?;
+        err.write_all(line)
+    }
+
+    fn flush(&self) {
+        let _ = self.write_out(&[]);
+    }
+}
+
+fn batch() -> &'static Batch {
+    static BATCH: std::sync::OnceLock<Batch> = std::sync::OnceLock::new();
+    BATCH.get_or_init(|| {
+        let writer = std::thread::Builder::new()
+            .name("duckgate-log".into())
+            .spawn(|| loop {
+                std::thread::park();
+                std::thread::sleep(BATCH_DELAY);
+                batch().flush();
+            })
+            .ok()
+            .map(|h| h.thread().clone());
+        Batch {
+            waiting: std::sync::Mutex::new(Vec::new()),
+            writer,
+        }
+    })
+}
+
+/// One log line on its way into the batch.
+pub struct BatchedLine {
+    /// WARN or ERROR: written at once.
+    urgent: bool,
+}
+
+impl std::io::Write for BatchedLine {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let b = batch();
+        if let (false, Some(writer)) = (self.urgent, &b.writer) {
+            let mut waiting = b.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            if waiting.len() + line.len() < BATCH_BYTES {
+                let was_empty = waiting.is_empty();
+                waiting.extend_from_slice(line);
+                if was_empty {
+                    writer.unpark();
+                }
+                return Ok(line.len());
+            }
+        }
+        b.write_out(line)?;
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for BatchedStderr {
+    type Writer = BatchedLine;
+
+    fn make_writer(&'a self) -> BatchedLine {
+        BatchedLine { urgent: true }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> BatchedLine {
+        BatchedLine {
+            urgent: *meta.level() <= tracing::Level::WARN,
+        }
+    }
 }
 
 #[cfg(test)]

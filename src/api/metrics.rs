@@ -302,19 +302,69 @@ pub fn register_zeroes(secrets: &[String]) {
 /// Records requests by route and status, and their duration.
 pub async fn track(req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().to_string();
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let method = req.method().clone();
     let response = next.run(req).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("duckgate_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!("duckgate_http_request_duration_seconds", "route" => route)
-        .record(started.elapsed().as_secs_f64());
+    let route = route.as_ref().map_or("unmatched", |p| p.as_str());
+    let (requests, duration) = http_handles(route, &method, response.status().as_u16());
+    requests.increment(1);
+    duration.record(started.elapsed().as_secs_f64());
     response
+}
+
+/// The request counter and duration histogram of a route, method and
+/// status, looked up by label once per thread rather than per request (a
+/// thread records into one recorder for its life: the process's, or its
+/// gateway's in a program that runs several).
+fn http_handles(
+    route: &str,
+    method: &axum::http::Method,
+    status: u16,
+) -> (metrics::Counter, metrics::Histogram) {
+    type ByRoute = std::collections::HashMap<String, HttpHandles>;
+    thread_local! {
+        static HANDLES: std::cell::RefCell<ByRoute> = Default::default();
+    }
+    HANDLES.with_borrow_mut(|handles| {
+        // Bounded: routes are the route table's; methods and statuses few.
+        if handles.len() > 256 {
+            handles.clear();
+        }
+        if !handles.contains_key(route) {
+            let owned = route.to_owned();
+            let duration = metrics::histogram!("duckgate_http_request_duration_seconds", "route" => owned.clone());
+            handles.insert(
+                owned,
+                HttpHandles {
+                    duration,
+                    requests: Vec::new(),
+                },
+            );
+        }
+        let h = handles.get_mut(route).expect("inserted above");
+        let counter = match h
+            .requests
+            .iter()
+            .find(|(m, s, _)| m == method && *s == status)
+        {
+            Some((_, _, c)) => c.clone(),
+            None => {
+                let c = metrics::counter!("duckgate_http_requests_total", "route" => route.to_owned(), "method" => method.to_string(), "status" => status.to_string());
+                if h.requests.len() < 64 {
+                    h.requests.push((method.clone(), status, c.clone()));
+                }
+                c
+            }
+        };
+        (counter, h.duration.clone())
+    })
+}
+
+/// A route's cached metric handles.
+struct HttpHandles {
+    duration: metrics::Histogram,
+    /// By method and status.
+    requests: Vec<(axum::http::Method, u16, metrics::Counter)>,
 }
 
 /// Prometheus metrics.

@@ -74,12 +74,30 @@ pub(super) fn finish(
         Ok(()) => "ok",
         Err(e) => e.outcome(),
     };
-    metrics::counter!("duckgate_queries_total", "outcome" => label).increment(1);
-    metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label)
-        .record(started.elapsed().as_secs_f64());
+    let (queries, duration) = outcome_handles(label);
+    queries.increment(1);
+    duration.record(started.elapsed().as_secs_f64());
     sender.control.finish();
     drop(sender);
     lease.release(slot);
+}
+
+/// The query counter and duration histogram of an outcome, looked up by
+/// label once per thread (a thread records into one recorder for its life).
+fn outcome_handles(label: &'static str) -> (metrics::Counter, metrics::Histogram) {
+    thread_local! {
+        static HANDLES: std::cell::RefCell<Vec<(&'static str, metrics::Counter, metrics::Histogram)>> =
+            const { std::cell::RefCell::new(Vec::new()) };
+    }
+    HANDLES.with_borrow_mut(|handles| {
+        if let Some((_, c, h)) = handles.iter().find(|(l, _, _)| *l == label) {
+            return (c.clone(), h.clone());
+        }
+        let c = metrics::counter!("duckgate_queries_total", "outcome" => label);
+        let h = metrics::histogram!("duckgate_query_duration_seconds", "outcome" => label);
+        handles.push((label, c.clone(), h.clone()));
+        (c, h)
+    })
 }
 
 pub(super) fn work_inner(

@@ -237,7 +237,12 @@ async fn open_roles(
     engine: &Arc<Engine>,
     catalogs: &[Catalog],
 ) -> anyhow::Result<Arc<crate::config::roles::Roles>> {
-    let roles = crate::config::roles::Roles::new(&plan.roles)?;
+    let sources: Vec<crate::config::sources::SourceSpec> = plan
+        .catalogs
+        .iter()
+        .flat_map(|c| c.sources.iter().cloned())
+        .collect();
+    let roles = crate::config::roles::Roles::new(&plan.roles, &sources)?;
     if !roles.any() {
         return Ok(Arc::new(roles));
     }

@@ -21,6 +21,8 @@ pub enum CatalogKind {
     Delta,
     /// A DuckDB database file.
     DuckDb,
+    /// The operator's named sources (`[[source]]`), one view each.
+    Sources,
 }
 
 impl CatalogKind {
@@ -31,6 +33,7 @@ impl CatalogKind {
             CatalogKind::Iceberg => "iceberg",
             CatalogKind::Delta => "delta",
             CatalogKind::DuckDb => "duckdb",
+            CatalogKind::Sources => "sources",
         }
     }
 
@@ -48,7 +51,7 @@ impl CatalogKind {
             }
             CatalogKind::Iceberg => vec!["avro", "iceberg"],
             CatalogKind::Delta => vec!["delta"],
-            CatalogKind::DuckDb => vec![],
+            CatalogKind::DuckDb | CatalogKind::Sources => vec![],
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct AttachSpec {
     pub password_file: Option<PathBuf>,
     /// Whether clients may only read (the default).
     pub read_only: bool,
+    /// Sources only: the named sources.
+    pub sources: Vec<super::sources::SourceSpec>,
 }
 
 impl std::fmt::Debug for AttachSpec {
@@ -82,6 +87,7 @@ impl std::fmt::Debug for AttachSpec {
             .field("data_path", &self.data_path)
             .field("password_file", &self.password_file)
             .field("read_only", &self.read_only)
+            .field("sources", &self.sources)
             .finish()
     }
 }
@@ -112,6 +118,9 @@ impl AttachSpec {
     /// Every S3 location the declaration names (the catalog's own stored
     /// data path is checked again once attached).
     pub fn s3_locations(&self) -> Vec<&str> {
+        if self.kind == CatalogKind::Sources {
+            return self.sources.iter().flat_map(|s| s.s3_paths()).collect();
+        }
         let path = self.path.strip_prefix("ducklake:").unwrap_or(&self.path);
         [Some(path), self.data_path.as_deref()]
             .into_iter()
@@ -124,6 +133,9 @@ impl AttachSpec {
     /// of a DuckLake, the directory of a DuckDB file), which DuckDB's
     /// `allowed_directories` must name.
     pub fn local_dirs(&self) -> Vec<String> {
+        if self.kind == CatalogKind::Sources {
+            return self.sources.iter().flat_map(|s| s.local_dirs()).collect();
+        }
         let mut out = Vec::new();
         let path = self.path.strip_prefix("ducklake:").unwrap_or(&self.path);
         for p in [Some(path), self.data_path.as_deref()]
@@ -142,7 +154,9 @@ impl AttachSpec {
                     }
                     // A file: its own path is enough.
                     CatalogKind::DuckLake | CatalogKind::DuckDb => p.to_string(),
-                    CatalogKind::Iceberg | CatalogKind::Delta => format!("{p}/"),
+                    CatalogKind::Iceberg | CatalogKind::Delta | CatalogKind::Sources => {
+                        format!("{p}/")
+                    }
                 }
             };
             out.push(dir);
@@ -295,12 +309,32 @@ fn parse(
             data_path: f.data_path,
             password_file: f.password_file,
             read_only: f.read_only,
+            sources: Vec::new(),
         };
         for location in spec.s3_locations() {
             check_in_scope(location, s3_prefixes).map_err(err)?;
         }
         spec.password()?;
         out.push(spec);
+    }
+    let sources = super::sources::sources_in(config, s3_prefixes)?;
+    if !sources.is_empty() {
+        let name = super::sources::CATALOG;
+        if out.iter().any(|o| o.name.eq_ignore_ascii_case(name)) {
+            return Err(ConfigError::new(
+                "DUCKGATE_CONFIG",
+                format!("catalog `{name}`: the name is the named sources' ([[source]])"),
+            ));
+        }
+        out.push(AttachSpec {
+            name: name.to_string(),
+            kind: CatalogKind::Sources,
+            path: String::new(),
+            data_path: None,
+            password_file: None,
+            read_only: true,
+            sources,
+        });
     }
     Ok(out)
 }

@@ -14,6 +14,7 @@ pub mod attach;
 pub mod oidc;
 pub mod roles;
 pub mod s3;
+pub mod sources;
 
 use s3::S3Settings;
 

@@ -25,9 +25,11 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::sources::SourceSpec;
+
 use super::{ConfigError, ConfigFile};
 use crate::engine::guard::access::{
-    Access, ColumnGrant, ColumnMasks, Grants, Pattern, RoleLimits, RowFilter, TablePolicy,
+    Access, ColumnGrant, ColumnMasks, Grants, Pattern, RoleLimits, RowFilter, TablePolicy, LISTINGS,
 };
 
 /// One role, as declared.
@@ -61,6 +63,10 @@ pub struct RoleSpec {
     /// Caps on one statement of its members, below the gateway's own.
     #[serde(default)]
     pub limits: RoleLimits,
+    /// Whether its members may read any file or S3 path the gateway's path
+    /// guard allows (off: only the named sources it grants).
+    #[serde(default)]
+    pub raw_paths: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -157,6 +163,7 @@ fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
         rows,
         masks,
         limits: r.limits,
+        raw_paths: r.raw_paths,
     })
 }
 
@@ -165,16 +172,26 @@ fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
 #[derive(Debug, Default)]
 pub struct Roles {
     roles: Vec<(RoleSpec, Arc<Grants>)>,
+    /// The named sources: each name and its paths.
+    sources: Arc<Vec<(String, Vec<String>)>>,
 }
 
 impl Roles {
-    /// The declared roles (checked by [`roles_in`]).
-    pub fn new(specs: &[RoleSpec]) -> Result<Self, ConfigError> {
+    /// The declared roles (checked by [`roles_in`]), and the named
+    /// sources their grants may name.
+    pub fn new(specs: &[RoleSpec], sources: &[SourceSpec]) -> Result<Self, ConfigError> {
         let roles = specs
             .iter()
             .map(|s| Ok((s.clone(), Arc::new(compile(s)?))))
             .collect::<Result<_, ConfigError>>()?;
-        Ok(Self { roles })
+        let sources = sources
+            .iter()
+            .map(|s| (s.name.clone(), s.paths.clone()))
+            .collect();
+        Ok(Self {
+            roles,
+            sources: Arc::new(sources),
+        })
     }
 
     /// Whether any role is declared.
@@ -209,6 +226,7 @@ impl Roles {
                 .collect(),
             grants: held.iter().map(|(_, g)| g.clone()).collect(),
             claims: claims.clone(),
+            sources: self.sources.clone(),
         }))
     }
 
@@ -297,7 +315,28 @@ impl Roles {
                     ..Grants::default()
                 })],
                 claims: Arc::default(),
+                sources: Arc::default(),
             };
+            // What the role sees of DuckDB's catalog listings: the
+            // gateway writes these filters from its grants' names.
+            let listings = Access {
+                roles: Vec::new(),
+                grants: vec![grants.clone()],
+                claims: Arc::default(),
+                sources: Arc::default(),
+            };
+            let functions: Vec<serde_json::Value> = LISTINGS
+                .iter()
+                .filter_map(|f| {
+                    let p = listings.listing(f)?;
+                    Some(serde_json::json!({ "name": f, "filter": p.filter, "masks": p.masks }))
+                })
+                .collect();
+            out.push((
+                format!("role '{}', its catalog listings", spec.name),
+                serde_json::json!({ "tables": [], "functions": functions, "claims": {} })
+                    .to_string(),
+            ));
             for o in objects.iter().filter(|o| !o.name.is_empty()) {
                 let TablePolicy { filter, masks } =
                     only.table_policy(&o.catalog, &o.schema, &o.name);

@@ -250,6 +250,9 @@ struct FileConfig {
     /// Roles, read by `config::roles`.
     #[serde(default, rename = "role")]
     _role: Vec<toml::Value>,
+    /// Named sources, read by `config::sources`.
+    #[serde(default, rename = "source")]
+    _source: Vec<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -358,6 +358,42 @@ impl Engine {
                         })?;
                     spec.path.clone()
                 }
+                CatalogKind::Sources => {
+                    // One view per source, in a database file of its own,
+                    // attached read-only: creating a view binds its reader
+                    // (a source whose files cannot be read stops start-up).
+                    std::fs::create_dir_all(&catalogs_dir).map_err(|source| {
+                        EngineError::DataDir {
+                            path: catalogs_dir.clone(),
+                            source,
+                        }
+                    })?;
+                    let file = catalogs_dir.join(format!("{}.duckdb", spec.name));
+                    let file = sql_string(&file.to_string_lossy());
+                    let run = |sql: String, what: &str| {
+                        control.execute_batch(&sql).map_err(|e| {
+                            let _ =
+                                control.execute_batch(&format!("DETACH DATABASE IF EXISTS {name}"));
+                            fail(what, &e)
+                        })
+                    };
+                    run(format!("ATTACH {file} AS {name}"), "ATTACH")?;
+                    for source in &spec.sources {
+                        run(
+                            format!(
+                                "CREATE VIEW {name}.main.{} AS {}",
+                                sql_ident(&source.name),
+                                source.select()
+                            ),
+                            &format!("source `{}`", source.name),
+                        )?;
+                    }
+                    run(
+                        format!("DETACH {name}; ATTACH {file} AS {name} (READ_ONLY)"),
+                        "ATTACH",
+                    )?;
+                    String::new()
+                }
                 CatalogKind::DuckDb => {
                     let options = if spec.read_only { " (READ_ONLY)" } else { "" };
                     control
@@ -374,7 +410,10 @@ impl Engine {
                 name: spec.name.clone(),
                 kind: spec.kind,
                 read_only: spec.read_only
-                    || matches!(spec.kind, CatalogKind::Iceberg | CatalogKind::Delta),
+                    || matches!(
+                        spec.kind,
+                        CatalogKind::Iceberg | CatalogKind::Delta | CatalogKind::Sources
+                    ),
                 metadata: (spec.kind == CatalogKind::DuckLake).then(|| spec.path.clone()),
                 location,
             });

@@ -32,6 +32,12 @@
 //   fails (a DuckDB upgrade that moves filters differently breaks loudly,
 //   not silently).
 //
+// The same holds for DuckDB's catalog listings (`duckdb_tables()` and the
+// others in `LISTINGS`): a confined caller's scan of one is filtered to
+// the objects its roles let it see (the gateway writes those filters), so
+// `information_schema`, `SHOW TABLES` and `DESCRIBE` answer from its part of
+// the catalog; a listing the document does not name is refused.
+//
 // Claim values are DuckDB values put in the policy's parse tree in place of
 // `claim('name')` calls (strings, numbers, booleans, lists, NULL when the
 // caller has no such claim), never text spliced into SQL. A policy is
@@ -84,8 +90,25 @@ namespace duckgate_policy {
 
 const char *const STATE_KEY = "duckgate_policy";
 
-// One table the statement reads, and what the caller's roles make of it.
+// DuckDB's catalog functions a confined caller may scan, each only through
+// the listing policy the gateway sends for it (`functions` of the document):
+// `information_schema`, `SHOW TABLES` and the rest are views and queries over
+// these, so they list only what the caller may see.
+const char *const LISTINGS[] = {"duckdb_schemas", "duckdb_tables", "duckdb_views", "duckdb_columns"};
+
+bool IsListing(const string &function) {
+	for (auto name : LISTINGS) {
+		if (function == name) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// One table the statement reads (or catalog function it scans: `function`,
+// named by `name`), and what the caller's roles make of it.
 struct TablePolicy {
+	bool function = false;
 	string catalog;
 	string schema;
 	string name;
@@ -111,7 +134,16 @@ struct PolicyState : public ClientContextState {
 	const TablePolicy *Find(TableCatalogEntry &table) const {
 		auto catalog = table.ParentCatalog().GetName();
 		for (auto &t : tables) {
-			if (t.catalog == catalog && t.schema == table.schema.name && t.name == table.name) {
+			if (!t.function && t.catalog == catalog && t.schema == table.schema.name && t.name == table.name) {
+				return &t;
+			}
+		}
+		return nullptr;
+	}
+
+	const TablePolicy *FindFunction(const string &function) const {
+		for (auto &t : tables) {
+			if (t.function && t.name == function) {
 				return &t;
 			}
 		}
@@ -210,13 +242,25 @@ shared_ptr<PolicyState> ReadSpec(const char *spec, size_t len) {
 		if (!tables || !yyjson_is_arr(tables)) {
 			throw InvalidInputException("policy: no tables");
 		}
-		size_t idx, max;
-		yyjson_val *t;
-		yyjson_arr_foreach(tables, idx, max, t) {
+		auto functions = yyjson_obj_get(root, "functions");
+		if (functions && !yyjson_is_arr(functions)) {
+			throw InvalidInputException("policy: functions is a list");
+		}
+		auto entries = yyjson_arr_size(tables) + (functions ? yyjson_arr_size(functions) : 0);
+		for (size_t idx = 0; idx < entries; idx++) {
 			TablePolicy p;
-			p.catalog = Text(t, "catalog");
-			p.schema = Text(t, "schema");
+			auto t = idx < yyjson_arr_size(tables) ? yyjson_arr_get(tables, idx)
+			                                        : yyjson_arr_get(functions, idx - yyjson_arr_size(tables));
+			if (idx < yyjson_arr_size(tables)) {
+				p.catalog = Text(t, "catalog");
+				p.schema = Text(t, "schema");
+			} else {
+				p.function = true;
+			}
 			p.name = Text(t, "name");
+			if (p.function && !IsListing(p.name)) {
+				throw InvalidInputException("policy: %s is not a catalog listing", p.name);
+			}
 			auto filter = yyjson_obj_get(t, "filter");
 			if (filter && yyjson_is_str(filter)) {
 				p.filtered = true;
@@ -286,18 +330,15 @@ string Qualified(const string &catalog, const string &schema, const string &name
 }
 
 // Binds `policy` on `context` (in its current transaction) as `SELECT
-// <filter>, <masks> FROM <table>`.
-BoundPolicy Bind(ClientContext &context, TableCatalogEntry &table, const TablePolicy &policy,
-                 const case_insensitive_map_t<Value> &claims) {
+// <filter>, <masks> FROM <table>` (or `FROM <function>()`).
+BoundPolicy Bind(ClientContext &context, const TablePolicy &policy, const case_insensitive_map_t<Value> &claims) {
 	string sql = "SELECT ";
 	sql += policy.filtered ? "(" + policy.filter + "\n)" : "TRUE";
 	for (auto &m : policy.masks) {
-		if (!table.ColumnExists(m.first)) {
-			throw BinderException("policy of %s: no column \"%s\" to mask", policy.name, m.first);
-		}
 		sql += ", (" + m.second + "\n)";
 	}
-	sql += " FROM " + Qualified(policy.catalog, policy.schema, policy.name);
+	sql += " FROM " + (policy.function ? KeywordHelper::WriteOptionallyQuoted(policy.name) + "()"
+	                                   : Qualified(policy.catalog, policy.schema, policy.name));
 	Parser parser(context.GetParserOptions());
 	parser.ParseQuery(sql);
 	if (parser.statements.size() != 1 || parser.statements[0]->type != StatementType::SELECT_STATEMENT) {
@@ -351,10 +392,22 @@ BoundPolicy Bind(ClientContext &context, TableCatalogEntry &table, const TablePo
 			bound.filter = BoundCastExpression::AddCastToType(context, std::move(bound.filter), LogicalType::BOOLEAN);
 		}
 	}
+	// A mask is of a column of the scan (of the table's, or the function's
+	// result), cast to its type.
 	for (idx_t i = 0; i < policy.masks.size(); i++) {
-		auto &column = table.GetColumn(policy.masks[i].first);
-		auto mask = BoundCastExpression::AddCastToType(context, std::move(exprs[i + 1]), column.Type());
-		bound.masks.emplace_back(column.Logical().index, std::move(mask));
+		auto &column = policy.masks[i].first;
+		idx_t index = get.names.size();
+		for (idx_t j = 0; j < get.names.size(); j++) {
+			if (StringUtil::CIEquals(get.names[j], column)) {
+				index = j;
+				break;
+			}
+		}
+		if (index == get.names.size() || index >= get.returned_types.size()) {
+			throw BinderException("policy of %s: no column \"%s\" to mask", policy.name, column);
+		}
+		auto mask = BoundCastExpression::AddCastToType(context, std::move(exprs[i + 1]), get.returned_types[index]);
+		bound.masks.emplace_back(index, std::move(mask));
 	}
 	return bound;
 }
@@ -388,16 +441,16 @@ void Retarget(unique_ptr<Expression> &expr, const BoundPolicy &bound, LogicalGet
 	});
 }
 
-// Wraps the scan `op` of `table` in the policy (see the header).
+// Wraps the scan `op` in the policy (see the header).
 unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &state, const TablePolicy &policy,
-                                 TableCatalogEntry &table, unique_ptr<LogicalOperator> op) {
+                                 unique_ptr<LogicalOperator> op) {
 	auto &get = op->Cast<LogicalGet>();
 	if (!get.projection_ids.empty() || !get.table_filters.filters.empty()) {
 		throw PermissionException("a row policy could not be applied to this statement");
 	}
 	BoundPolicy bound;
 	try {
-		bound = Bind(input.context, table, policy, state.claims);
+		bound = Bind(input.context, policy, state.claims);
 	} catch (std::exception &) {
 		// Start-up bound it without claims: the caller's claims do not fit
 		// it (a list where a value is compared, say). Neither the policy's
@@ -470,17 +523,22 @@ void Apply(OptimizerExtensionInput &input, PolicyState &state, unique_ptr<Logica
 	if (op->type != LogicalOperatorType::LOGICAL_GET) {
 		return;
 	}
-	auto table = op->Cast<LogicalGet>().GetTable();
-	if (!table) {
+	auto &get = op->Cast<LogicalGet>();
+	auto table = get.GetTable();
+	const TablePolicy *policy;
+	if (table) {
+		policy = state.Find(*table);
+	} else if (IsListing(get.function.name)) {
+		policy = state.FindFunction(get.function.name);
+	} else {
 		// A table function that reads no catalog table: the grants decide.
 		return;
 	}
-	auto policy = state.Find(*table);
 	if (!policy) {
 		throw PermissionException("a row policy could not be applied to this statement");
 	}
 	if (policy->Applies()) {
-		op = Wrap(input, state, *policy, *table, std::move(op));
+		op = Wrap(input, state, *policy, std::move(op));
 	}
 }
 
@@ -567,6 +625,17 @@ void Check(PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
 	if (op.type == LogicalOperatorType::LOGICAL_GET) {
 		auto &get = op.Cast<LogicalGet>();
 		auto table = get.GetTable();
+		if (!table && IsListing(get.function.name)) {
+			auto policy = state.FindFunction(get.function.name);
+			if (!policy) {
+				throw PermissionException("a row policy could not be applied to this statement");
+			}
+			// A catalog listing takes no pushed filter: it must sit under
+			// its own.
+			if (policy->filtered && (!parent || !state.inserted.count(parent) || !get.table_filters.filters.empty())) {
+				throw PermissionException("a row policy could not be applied to this statement");
+			}
+		}
 		if (table) {
 			auto policy = state.Find(*table);
 			if (!policy) {
@@ -685,8 +754,11 @@ char *duckgate_policy_check(void *connection, const char *spec, size_t len) {
 		auto state = duckgate_policy::ReadSpec(spec, len);
 		context.RunFunctionInTransaction([&]() {
 			for (auto &t : state->tables) {
-				auto &table = Catalog::GetEntry<TableCatalogEntry>(context, t.catalog, t.schema, t.name);
-				duckgate_policy::Bind(context, table, t, state->claims);
+				if (!t.function) {
+					// The table must exist (a view has no scan to filter).
+					Catalog::GetEntry<TableCatalogEntry>(context, t.catalog, t.schema, t.name);
+				}
+				duckgate_policy::Bind(context, t, state->claims);
 			}
 		});
 		return nullptr;

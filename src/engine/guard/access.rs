@@ -25,17 +25,21 @@
 //! what it may write it may read (an UPDATE's WHERE reads its rows).
 //!
 //! Allow, don't deny: a confined caller's plan may scan catalog tables it
-//! is granted and the generators in [`GENERATORS`]; readers of files and
-//! S3, DuckDB's catalog functions (`duckdb_tables()`, `information_schema`)
-//! and `DESCRIBE`/`SHOW` (answered from the catalog, with no scan to check)
-//! are refused; `GET /catalog` lists what it may read. Of the writes, rows
-//! (INSERT, UPDATE, DELETE, MERGE) of granted tables and CREATE TABLE /
-//! VIEW in granted schemas; every other DDL is refused.
+//! is granted, the generators in [`GENERATORS`] and DuckDB's catalog
+//! listings in [`LISTINGS`], each filtered to what its roles let it see
+//! ([`Access::listing`], applied by `engine::policy` like a row filter), so
+//! `duckdb_tables()`, `information_schema`, `SHOW TABLES` and `GET
+//! /catalog` show its part of the catalog and nothing else. `DESCRIBE x`
+//! reads what `SELECT * FROM x` reads (its columns are what it tells).
+//! Readers of files and S3 and DuckDB's other catalog functions are
+//! refused. Of the writes, rows (INSERT, UPDATE, DELETE, MERGE) of granted
+//! tables and CREATE TABLE / VIEW in granted schemas; every other DDL is
+//! refused.
 
 use std::cell::LazyCell;
 use std::sync::Arc;
 
-use super::describe::PlanObject;
+use super::describe::{PlanObject, SourceRead};
 use super::tree::{Named, NamedTable};
 use super::{forbid, Accepted, Refusal};
 use crate::engine::errors::place;
@@ -50,6 +54,18 @@ pub const GENERATORS: &[&str] = &[
     "repeat_row",
     "json_each",
     "json_tree",
+];
+
+/// DuckDB's catalog listings a confined caller may scan, each filtered to
+/// what it may see ([`Access::listing`]): `information_schema`'s tables,
+/// columns and schemata and `SHOW`'s queries read these.
+/// (`duckdb_databases()`, which shows file paths, stays refused for every
+/// caller by the function list.)
+pub const LISTINGS: &[&str] = &[
+    "duckdb_schemas",
+    "duckdb_tables",
+    "duckdb_views",
+    "duckdb_columns",
 ];
 
 /// One part of a [`Pattern`]: a name (compared as DuckDB compares
@@ -139,6 +155,42 @@ impl Pattern {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// The pattern as a DuckDB condition over the columns that hold a
+    /// catalog's, schema's and object's names (as many of them as given:
+    /// one for databases, two for schemas), compared as [`Part::matches`]
+    /// compares.
+    fn condition(&self, columns: &[&str]) -> String {
+        let parts: Vec<String> = self
+            .parts
+            .iter()
+            .zip(columns)
+            .filter_map(|(part, column)| match part {
+                Part::Any => None,
+                Part::Name(n) => Some(format!("lower({column}) = {}", sql_text(&n.to_lowercase()))),
+            })
+            .collect();
+        if parts.is_empty() {
+            "TRUE".into()
+        } else {
+            parts.join(" AND ")
+        }
+    }
+}
+
+/// `text` as a DuckDB string literal.
+fn sql_text(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The conditions joined by OR (`FALSE` when there are none).
+fn any_of(conditions: impl IntoIterator<Item = String>) -> String {
+    let all: Vec<String> = conditions.into_iter().map(|c| format!("({c})")).collect();
+    if all.is_empty() {
+        "FALSE".into()
+    } else {
+        all.join(" OR ")
+    }
 }
 
 /// A table narrowed to some of its columns.
@@ -167,6 +219,9 @@ pub struct Grants {
     pub masks: Vec<ColumnMasks>,
     /// Caps on what one of its statements may take.
     pub limits: RoleLimits,
+    /// Whether its members may read any file or S3 path the gateway's path
+    /// guard allows, not only the named sources it grants.
+    pub raw_paths: bool,
 }
 
 /// A role's caps on one statement, below the gateway's own (`[role.limits]`).
@@ -221,6 +276,44 @@ impl TablePolicy {
 }
 
 impl Grants {
+    /// Whether it may read the object whose names `columns` hold, as SQL
+    /// (what [`Grants::may_read`] decides).
+    fn reads_sql(&self, columns: &[&str]) -> String {
+        any_of(
+            self.read
+                .iter()
+                .chain(&self.write)
+                .map(|p| p.condition(columns)),
+        )
+    }
+
+    /// Whether it narrows the object to some columns, as SQL.
+    fn narrows_sql(&self, columns: &[&str]) -> String {
+        any_of(self.columns.iter().map(|g| g.table.condition(columns)))
+    }
+
+    /// Whether `column` (a column holding a column's name) is one it
+    /// narrows the object to, as SQL.
+    fn column_sql(&self, columns: &[&str], column: &str) -> String {
+        any_of(self.columns.iter().map(|g| {
+            let names: Vec<String> = g
+                .columns
+                .iter()
+                .map(|c| sql_text(&c.to_lowercase()))
+                .collect();
+            format!(
+                "{} AND lower({column}) IN ({})",
+                g.table.condition(columns),
+                names.join(", ")
+            )
+        }))
+    }
+
+    /// Whether it filters the object's rows, as SQL.
+    fn filters_sql(&self, columns: &[&str]) -> String {
+        any_of(self.rows.iter().map(|r| r.table.condition(columns)))
+    }
+
     fn may_read(&self, catalog: &str, schema: &str, name: &str) -> bool {
         self.read
             .iter()
@@ -252,6 +345,9 @@ pub struct Access {
     /// The caller's claims (a JWT's; none for a query token), which row
     /// filters and masks read as `claim('name')`.
     pub claims: Arc<serde_json::Map<String, serde_json::Value>>,
+    /// The named sources (`[[source]]`): each name and the paths its view
+    /// reads, which a grant of `sources.main.<name>` lets it read.
+    pub sources: Arc<Vec<(String, Vec<String>)>>,
 }
 
 impl Access {
@@ -345,6 +441,84 @@ impl Access {
         TablePolicy { filter, masks }
     }
 
+    /// What it sees of DuckDB's catalog listing `function` (one of
+    /// [`LISTINGS`]): a filter to the objects its roles let it read, and
+    /// masks where a listing would tell more than it may know (definitions,
+    /// which may name other objects; a filtered table's row count; a
+    /// narrowed table's column count).
+    /// `None` for any other function.
+    pub fn listing(&self, function: &str) -> Option<TablePolicy> {
+        let sees = |names: &[&str]| any_of(self.grants.iter().map(|g| g.reads_sql(names)));
+        let all_patterns = |names: &[&str]| {
+            any_of(
+                self.grants
+                    .iter()
+                    .flat_map(|g| g.read.iter().chain(&g.write))
+                    .map(|p| p.condition(names)),
+            )
+        };
+        let table = ["database_name", "schema_name", "table_name"];
+        let unless = |condition: String, column: &str| {
+            (
+                column.to_string(),
+                format!("CASE WHEN {condition} THEN NULL ELSE {column} END"),
+            )
+        };
+        // A role that reads the table whole (unnarrowed / unfiltered) lifts
+        // the narrowing / filter, as for reads.
+        let narrowed = format!(
+            "NOT ({})",
+            any_of(self.grants.iter().map(|g| format!(
+                "({}) AND NOT ({})",
+                g.reads_sql(&table),
+                g.narrows_sql(&table)
+            )))
+        );
+        let filtered = format!(
+            "NOT ({})",
+            any_of(self.grants.iter().map(|g| format!(
+                "({}) AND NOT ({})",
+                g.reads_sql(&table),
+                g.filters_sql(&table)
+            )))
+        );
+        let (filter, masks) = match function {
+            "duckdb_schemas" => (all_patterns(&["database_name", "schema_name"]), Vec::new()),
+            // Definitions are not shown: a view's query, a key's or a
+            // default's text may name what the caller cannot see.
+            "duckdb_tables" => (
+                sees(&table),
+                vec![
+                    ("sql".to_string(), "NULL".to_string()),
+                    unless(narrowed, "column_count"),
+                    unless(filtered, "estimated_size"),
+                ],
+            ),
+            "duckdb_views" => (
+                sees(&["database_name", "schema_name", "view_name"]),
+                vec![("sql".to_string(), "NULL".to_string())],
+            ),
+            "duckdb_columns" => (
+                any_of(self.grants.iter().map(|g| {
+                    format!(
+                        "({}) AND (NOT ({}) OR ({}))",
+                        g.reads_sql(&table),
+                        g.narrows_sql(&table),
+                        g.column_sql(&table, "column_name")
+                    )
+                })),
+                // Positions stay the table's own (tools order columns by
+                // them): a gap shows where a column not granted sits.
+                Vec::new(),
+            ),
+            _ => return None,
+        };
+        Some(TablePolicy {
+            filter: Some(filter),
+            masks,
+        })
+    }
+
     /// The caps on its statements: for each, the most any of its roles
     /// allows (none where a role sets none, or it holds no role).
     pub fn limits(&self) -> RoleLimits {
@@ -376,7 +550,15 @@ impl Access {
     /// (an INSERT could add rows the filter hides, an UPDATE write masked
     /// values back).
     pub fn policy(&self, accepted: &Accepted) -> Result<Option<String>, Refusal> {
-        if !self.has_policies() {
+        let mut listings: Vec<&str> = accepted
+            .sources
+            .iter()
+            .map(String::as_str)
+            .filter(|s| LISTINGS.contains(s))
+            .collect();
+        listings.sort_unstable();
+        listings.dedup();
+        if !self.has_policies() && listings.is_empty() {
             return Ok(None);
         }
         let mut tables: Vec<(&PlanObject, TablePolicy)> = Vec::new();
@@ -406,7 +588,7 @@ impl Access {
             any |= p.applies();
             tables.push((o, p));
         }
-        if !any {
+        if !any && listings.is_empty() {
             return Ok(None);
         }
         let tables: Vec<serde_json::Value> = tables
@@ -421,8 +603,20 @@ impl Access {
                 })
             })
             .collect();
+        let functions: Vec<serde_json::Value> = listings
+            .into_iter()
+            .filter_map(|f| {
+                let p = self.listing(f)?;
+                Some(serde_json::json!({ "name": f, "filter": p.filter, "masks": p.masks }))
+            })
+            .collect();
         Ok(Some(
-            serde_json::json!({ "tables": tables, "claims": &*self.claims }).to_string(),
+            serde_json::json!({
+                "tables": tables,
+                "functions": functions,
+                "claims": &*self.claims,
+            })
+            .to_string(),
         ))
     }
 
@@ -432,6 +626,23 @@ impl Access {
         self.grants
             .iter()
             .any(|g| g.may_read(catalog, schema, table) && g.column(catalog, schema, table, column))
+    }
+
+    /// Whether it may read what `read` (a reader's scan) was bound to: any
+    /// path, where a role of its grants raw paths (the gateway's path guard
+    /// has checked them); else only the paths of named sources it may read,
+    /// each exactly as the source names it.
+    fn may_read_paths(&self, read: &SourceRead) -> bool {
+        if self.grants.iter().any(|g| g.raw_paths) {
+            return true;
+        }
+        !read.paths.is_empty()
+            && read.paths.iter().all(|p| {
+                self.sources.iter().any(|(name, paths)| {
+                    paths.contains(p)
+                        && self.may_read(crate::config::sources::CATALOG, "main", name)
+                })
+            })
     }
 
     /// Checks an accepted statement's plan against the grants. `named`
@@ -444,22 +655,38 @@ impl Access {
         named: impl FnOnce() -> Named,
     ) -> Result<(), Refusal> {
         let named = LazyCell::new(named);
-        if named.describes {
+        // One DESCRIBE, SHOW or SUMMARIZE as the whole statement: the shim
+        // planned what it describes. Another (one in a subquery) would be
+        // answered from the whole catalog.
+        let describes = named.describes;
+        if describes > 1 || (describes == 1 && !accepted.described) {
             return Err(forbid(
                 "DESCRIBE",
-                "DuckDB answers it from the whole catalog; GET /catalog lists what this \
-                 identity may read",
+                "inside another statement DuckDB answers it from the whole catalog; send it \
+                 alone (GET /catalog lists what this identity may read)",
             ));
         }
-        if let Some(source) = accepted
-            .sources
-            .iter()
-            .find(|s| !GENERATORS.contains(&s.as_str()))
-        {
+        for read in &accepted.reads {
+            let f = read.function.as_str();
+            if GENERATORS.contains(&f) || LISTINGS.contains(&f) || self.may_read_paths(read) {
+                continue;
+            }
+            // A named source it may not see is as missing as a table.
+            if let Some(t) = named.tables.iter().find(|t| {
+                names(t, crate::config::sources::CATALOG, "main")
+                    && self
+                        .sources
+                        .iter()
+                        .any(|(n, _)| n.eq_ignore_ascii_case(&t.name))
+                    && !self.may_read(crate::config::sources::CATALOG, "main", &t.name)
+            }) {
+                return Err(missing_table(t, sql));
+            }
             return Err(forbid(
-                format!("function {source}()"),
-                "this identity's roles grant catalog tables only: files, S3 and DuckDB's \
-                 catalog functions are not granted (GET /catalog lists what it may read)",
+                format!("function {f}()"),
+                "this identity's roles grant catalog tables and named sources: other files, \
+                 S3 paths and DuckDB's catalog functions but its listings are not granted \
+                 (GET /catalog lists what it may read)",
             ));
         }
         for o in &accepted.objects {
@@ -685,6 +912,7 @@ mod tests {
             roles: Vec::new(),
             grants: gs,
             claims: Arc::default(),
+            sources: Arc::default(),
         };
         let narrowed = access(vec![support.clone(), other]);
         assert!(narrowed.may_read_column("db", "main", "customers", "id"));
@@ -719,6 +947,7 @@ mod tests {
             roles: Vec::new(),
             grants: gs,
             claims: Arc::default(),
+            sources: Arc::default(),
         };
         let tenant = role("db.main.orders", &["a = 1", "b = 2"], &[("email", "NULL")]);
         let region = role(

@@ -31,6 +31,8 @@
 #include "duckdb/parser/parsed_data/create_index_info.hpp"
 #include "duckdb/parser/parsed_data/create_schema_info.hpp"
 #include "duckdb/parser/parsed_data/alter_table_info.hpp"
+#include "duckdb/parser/query_node/select_node.hpp"
+#include "duckdb/parser/tableref/showref.hpp"
 #include "duckdb/common/enums/catalog_type.hpp"
 #include "duckdb/common/enums/statement_type.hpp"
 #include "duckdb/planner/planner.hpp"
@@ -336,6 +338,14 @@ struct PlanObject {
 	vector<string> columns;
 };
 
+// A table function a plan scans that reads no catalog table, with the
+// paths it was bound to (its first argument: a string or a list of them),
+// as a named source's view or the client's text gave them.
+struct SourceRead {
+	string function;
+	vector<string> paths;
+};
+
 class PlanNames : public LogicalOperatorVisitor {
 public:
 	vector<string> functions;
@@ -344,6 +354,7 @@ public:
 	// Table functions scanned that read no catalog table (readers,
 	// generators, DuckDB's catalog functions).
 	vector<string> sources;
+	vector<SourceRead> reads;
 	bool unreadable = false;
 
 	void VisitOperator(LogicalOperator &op) override {
@@ -354,6 +365,20 @@ public:
 			auto table = get.GetTable();
 			if (!table) {
 				sources.push_back(get.function.name);
+				SourceRead read {get.function.name, {}};
+				if (!get.parameters.empty() && !get.parameters[0].IsNull()) {
+					auto &first = get.parameters[0];
+					if (first.type().id() == LogicalTypeId::VARCHAR) {
+						read.paths.push_back(StringValue::Get(first));
+					} else if (first.type().id() == LogicalTypeId::LIST) {
+						for (auto &item : ListValue::GetChildren(first)) {
+							if (!item.IsNull() && item.type().id() == LogicalTypeId::VARCHAR) {
+								read.paths.push_back(StringValue::Get(item));
+							}
+						}
+					}
+				}
+				reads.push_back(std::move(read));
 			} else {
 				PlanObject object = Of(*table, "read");
 				for (auto &column : get.GetColumnIds()) {
@@ -629,6 +654,40 @@ static void AddPosition(yyjson_mut_doc *doc, yyjson_mut_val *root, const ErrorDa
 	}
 }
 
+// Whether `statement` is, as a whole, one `SELECT * FROM <show>` as DuckDB's
+// parser makes of `DESCRIBE x`, `SHOW x`, `SUMMARIZE x`, `SHOW TABLES`, ...:
+// the kind (`describe`, `summarize`, `show`; NULL when it is not) and, for
+// a DESCRIBE, the query whose columns it lists (its plan is discarded by the
+// binder; NULL for the others, whose plans scan what they read).
+static std::pair<const char *, QueryNode *> DescribedQuery(SQLStatement &statement) {
+	if (statement.type != StatementType::SELECT_STATEMENT) {
+		return {nullptr, nullptr};
+	}
+	auto &select = statement.Cast<SelectStatement>();
+	if (!select.node || select.node->type != QueryNodeType::SELECT_NODE || !select.node->cte_map.map.empty() ||
+	    !select.node->modifiers.empty()) {
+		return {nullptr, nullptr};
+	}
+	auto &node = select.node->Cast<SelectNode>();
+	if (!node.from_table || node.from_table->type != TableReferenceType::SHOW_REF || node.where_clause ||
+	    !node.groups.group_expressions.empty() || node.having || node.qualify || node.sample ||
+	    node.select_list.size() != 1 || node.select_list[0]->GetExpressionClass() != ExpressionClass::STAR) {
+		return {nullptr, nullptr};
+	}
+	auto &show = node.from_table->Cast<ShowRef>();
+	switch (show.show_type) {
+	case ShowType::DESCRIBE:
+		if (!show.query) {
+			return {nullptr, nullptr};
+		}
+		return {"describe", show.query.get()};
+	case ShowType::SUMMARY:
+		return {"summarize", nullptr};
+	default:
+		return {show.query ? nullptr : "show", nullptr};
+	}
+}
+
 extern "C" {
 
 // Binds `sql` (one statement) on `connection` in a transaction of its own and
@@ -653,11 +712,29 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		vector<string> json_exprs;
 		vector<string> modified;
 		vector<string> read;
+		const char *described_kind = nullptr;
 		context.RunFunctionInTransaction([&]() {
 			Parser parser(context.GetParserOptions());
 			parser.ParseQuery(string(sql));
 			if (parser.statements.size() != 1) {
 				throw InvalidInputException("expected exactly one statement");
+			}
+			// `DESCRIBE x`, `SHOW x`, `SUMMARIZE x`, `SHOW TABLES`: DuckDB's
+			// binder answers a DESCRIBE from the plan of its query and keeps
+			// only the result's column list, so that query is planned here too
+			// and what it reads counts as read (the caller learns its columns).
+			auto described = DescribedQuery(*parser.statements[0]);
+			if (described.first) {
+				described_kind = described.first;
+				if (described.second) {
+					auto inner = make_uniq<SelectStatement>();
+					inner->node = described.second->Copy();
+					Planner inner_planner(context);
+					inner_planner.CreatePlan(std::move(inner));
+					if (inner_planner.plan) {
+						names.VisitOperator(*inner_planner.plan);
+					}
+				}
 			}
 			Planner planner(context);
 			planner.CreatePlan(std::move(parser.statements[0]));
@@ -698,6 +775,16 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		}
 		yyjson_mut_obj_add_val(doc, root, "objects", objects);
 		AddStrings(doc, root, "sources", names.sources);
+		auto reads = yyjson_mut_arr(doc);
+		for (auto &r : names.reads) {
+			auto obj = yyjson_mut_arr_add_obj(doc, reads);
+			yyjson_mut_obj_add_strcpy(doc, obj, "function", r.function.c_str());
+			AddStrings(doc, obj, "paths", r.paths);
+		}
+		yyjson_mut_obj_add_val(doc, root, "reads", reads);
+		if (described_kind) {
+			yyjson_mut_obj_add_str(doc, root, "described", described_kind);
+		}
 	} catch (std::exception &ex) {
 		ErrorData error(ex);
 		root = yyjson_mut_obj(doc);

@@ -59,6 +59,13 @@ pub struct PlanNames {
     /// (`read_parquet`), generators (`range`), DuckDB's catalog functions.
     #[serde(default)]
     pub sources: Vec<String>,
+    /// Each of `sources` scanned, with the paths it was bound to.
+    #[serde(default)]
+    pub reads: Vec<SourceRead>,
+    /// `describe`, `summarize` or `show` when the statement is one of
+    /// those as a whole; a DESCRIBE's objects are what its query reads.
+    #[serde(default)]
+    pub described: Option<String>,
     /// The binder's error, if binding failed.
     #[serde(default)]
     pub error: Option<String>,
@@ -69,6 +76,18 @@ pub struct PlanNames {
     /// the SQL (see [`crate::engine::errors::place`]).
     #[serde(default)]
     pub position: Option<usize>,
+}
+
+/// A table function a bound plan scans that reads no catalog table, with
+/// the paths it was bound to (its first argument, where that is a string
+/// or a list of strings): a named source's view's or the client's.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct SourceRead {
+    /// The function, e.g. `read_parquet`, `range`.
+    pub function: String,
+    /// Its paths (none for a generator).
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 /// A catalog object a bound plan reads or changes, named as DuckDB resolved

@@ -76,6 +76,12 @@ pub struct Accepted {
     pub objects: Vec<describe::PlanObject>,
     /// Table functions the plan scans that read no catalog table.
     pub sources: Vec<String>,
+    /// Each of them with the paths it was bound to.
+    pub reads: Vec<describe::SourceRead>,
+    /// The statement is one `DESCRIBE`, `SHOW` or `SUMMARIZE`, whose
+    /// objects are what the described query reads (DuckDB's binder keeps
+    /// only a DESCRIBE's column list, so the shim plans its query too).
+    pub described: bool,
 }
 
 /// A query's result columns, and the query in DuckDB's own rendering (to
@@ -187,7 +193,9 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
     match statement.kind.as_str() {
         "SELECT" => {
             let plan = check_plan(raw, sql, rules)?;
-            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
+            (accepted.objects, accepted.sources, accepted.reads) =
+                (plan.objects, plan.sources, plan.reads);
+            accepted.described = plan.described.is_some();
             accepted.result = Some(ResultShape {
                 types: plan.types,
                 names: plan.names,
@@ -208,7 +216,8 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
             })?;
             check_write(raw, inner, &accepted.kind, rules)?;
             let plan = check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
-            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
+            (accepted.objects, accepted.sources, accepted.reads) =
+                (plan.objects, plan.sources, plan.reads);
         }
         _ => {
             // Writes too: DuckDB binds the whole statement (the query of a
@@ -218,7 +227,8 @@ pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, 
             // plan calls and every database it changes.
             check_write(raw, statement, &accepted.kind, rules)?;
             let plan = check_plan(raw, sql, rules).map_err(|r| in_kind(r, &accepted.kind))?;
-            (accepted.objects, accepted.sources) = (plan.objects, plan.sources);
+            (accepted.objects, accepted.sources, accepted.reads) =
+                (plan.objects, plan.sources, plan.reads);
         }
     }
     Ok(accepted)
@@ -538,6 +548,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 result: None,
                 objects: Vec::new(),
                 sources: Vec::new(),
+                reads: Vec::new(),
+                described: false,
             }),
         }
     };
@@ -550,6 +562,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 result: None,
                 objects: Vec::new(),
                 sources: Vec::new(),
+                reads: Vec::new(),
+                described: false,
             })
         }
         "EXPLAIN" => {
@@ -563,6 +577,8 @@ fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted, Refusal> {
                 result: None,
                 objects: Vec::new(),
                 sources: Vec::new(),
+                reads: Vec::new(),
+                described: false,
             })
         }
         "INSERT" | "UPDATE" | "DELETE" => {

@@ -410,8 +410,8 @@ pub struct NamedTable {
 pub struct Named {
     /// Every base-table reference (CTE names too: the parse cannot tell).
     pub tables: Vec<NamedTable>,
-    /// A `DESCRIBE` or `SHOW` of a table or query.
-    pub describes: bool,
+    /// How many `DESCRIBE`, `SHOW` or `SUMMARIZE` it holds.
+    pub describes: usize,
 }
 
 /// Collects what `value` (a parse tree) names into `out`.
@@ -431,7 +431,7 @@ pub fn named_tables(value: &Value, out: &mut Named) {
                             .and_then(Value::as_u64)
                             .and_then(|p| usize::try_from(p).ok()),
                     }),
-                    "SHOW_REF" => out.describes = true,
+                    "SHOW_REF" => out.describes += 1,
                     _ => {}
                 }
             }

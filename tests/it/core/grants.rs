@@ -50,6 +50,7 @@ fn operator_database(path: &std::path::Path) {
          CREATE TABLE sales.deals AS SELECT i AS deal FROM range(3) t(i);
          CREATE VIEW v_orders AS SELECT id, amount FROM orders WHERE amount > 0;
          CREATE VIEW v_payroll AS SELECT emp FROM payroll;
+         CREATE VIEW v_deals AS SELECT deal FROM sales.deals;
          CREATE SCHEMA client;",
     )
     .unwrap();
@@ -57,7 +58,6 @@ fn operator_database(path: &std::path::Path) {
 
 /// DuckDB's answer to `sql` on `conn`: rows of JSON values, or its error.
 pub(super) fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
-    use duckdb::types::Value as V;
     let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
     let mut rows = stmt.query([]).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
@@ -65,24 +65,31 @@ pub(super) fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, S
         let n = row.as_ref().column_count();
         let mut values = Vec::new();
         for i in 0..n {
-            let v: V = row.get(i).unwrap();
-            values.push(match v {
-                V::Null => Value::Null,
-                V::Boolean(b) => json!(b),
-                V::TinyInt(x) => json!(x),
-                V::SmallInt(x) => json!(x),
-                V::Int(x) => json!(x),
-                V::BigInt(x) => json!(x),
-                V::HugeInt(x) => json!(x as i64),
-                V::UBigInt(x) => json!(x),
-                V::Double(x) => json!(x),
-                V::Text(s) => json!(s),
-                other => panic!("{sql}: a type the corpus does not use: {other:?}"),
-            });
+            values.push(json_of(sql, row.get(i).unwrap()));
         }
         out.push(Value::Array(values));
     }
     Ok(Value::Array(out))
+}
+
+/// A DuckDB value as the gateway's JSON answer writes it.
+fn json_of(sql: &str, v: duckdb::types::Value) -> Value {
+    use duckdb::types::Value as V;
+    match v {
+        V::Null => Value::Null,
+        V::Boolean(b) => json!(b),
+        V::TinyInt(x) => json!(x),
+        V::SmallInt(x) => json!(x),
+        V::Int(x) => json!(x),
+        V::BigInt(x) => json!(x),
+        V::HugeInt(x) => json!(x as i64),
+        V::UBigInt(x) => json!(x),
+        V::Double(x) => json!(x),
+        V::Decimal(d) => json!(d.to_string().parse::<f64>().unwrap()),
+        V::Text(s) => json!(s),
+        V::List(items) => Value::Array(items.into_iter().map(|i| json_of(sql, i)).collect()),
+        other => panic!("{sql}: a type the corpus does not use: {other:?}"),
+    }
 }
 
 /// The spellings of a table of `main` in database `ops`.
@@ -265,11 +272,14 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         ),
         ("SELECT count(email) FROM customers", "column email"),
         ("SELECT * FROM v_payroll", "view"),
-        ("SELECT * FROM duckdb_tables()", "duckdb_tables"),
-        ("SELECT * FROM information_schema.tables", "duckdb_tables"),
-        ("SELECT table_name FROM duckdb_columns()", "duckdb_columns"),
-        ("DESCRIBE orders", "DESCRIBE"),
-        ("SHOW TABLES", "DESCRIBE"),
+        ("SELECT * FROM duckdb_constraints()", "duckdb_constraints"),
+        (
+            "SELECT * FROM information_schema.table_constraints",
+            "duckdb_constraints",
+        ),
+        ("SELECT * FROM duckdb_indexes()", "duckdb_indexes"),
+        ("DESCRIBE customers", "column email"),
+        ("SELECT * FROM (DESCRIBE orders)", "DESCRIBE"),
         (
             "INSERT INTO orders VALUES (100, 1, 1, 'x')",
             "table ops.main.orders",
@@ -378,6 +388,173 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
 
     assert!(attempts >= 200, "{attempts} attempts");
     eprintln!("grants corpus: {attempts} attempts");
+}
+
+/// What alice's part of the catalog is, made by DuckDB: the operator's
+/// database without what she may not see.
+fn alices_part(path: &std::path::Path) {
+    let conn = duckdb::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "DROP TABLE payroll; DROP VIEW v_deals; DROP SCHEMA sales CASCADE;
+         ALTER TABLE customers DROP COLUMN email;",
+    )
+    .unwrap();
+}
+
+/// Catalog listings: DuckDB's `duckdb_tables()`, `duckdb_columns()`,
+/// `information_schema`, `SHOW` and `DESCRIBE` answer a confined caller
+/// from its part of the catalog: each answer equals DuckDB's over a copy
+/// of the database holding only that part, and bob's over the whole one.
+#[tokio::test]
+async fn an_identity_lists_only_what_it_may_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    let whole = dir.path().join("whole.duckdb");
+    std::fs::copy(&db, &whole).unwrap();
+    let part = dir.path().join("part.duckdb");
+    std::fs::copy(&db, &part).unwrap();
+    alices_part(&part);
+    let open = |path: &std::path::Path| {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        conn.execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", path.display()))
+            .unwrap();
+        conn
+    };
+    let (whole_db, part_db) = (open(&whole), open(&part));
+    let config = dir.path().join("roles.toml");
+    std::fs::write(&config, ROLES).unwrap();
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .start();
+    // Each listing, restricted to database ops where DuckDB's own answer
+    // has more (its in-memory database): alice's answer has nothing else.
+    let listings = [
+        "SELECT database_name, schema_name, table_name, estimated_size, has_primary_key \
+         FROM duckdb_tables() {where} ORDER BY ALL",
+        "SELECT table_name, column_count FROM duckdb_tables() {where} \
+         AND table_name <> 'customers' ORDER BY ALL",
+        "SELECT database_name, schema_name, view_name, comment FROM duckdb_views() \
+         {where} AND NOT internal ORDER BY ALL",
+        "SELECT database_name, schema_name, table_name, column_name, data_type, is_nullable \
+         FROM duckdb_columns() {where} ORDER BY ALL",
+        "SELECT table_name, column_name FROM duckdb_columns() {where} \
+         ORDER BY table_name, column_index",
+        "SELECT database_name, schema_name FROM duckdb_schemas() {where} AND NOT internal \
+         ORDER BY ALL",
+        "SELECT table_catalog, table_schema, table_name, table_type FROM \
+         information_schema.tables {where_tc} ORDER BY ALL",
+        "SELECT table_schema, table_name, column_name, data_type FROM \
+         information_schema.columns {where_tc} ORDER BY ALL",
+        "SELECT catalog_name, schema_name FROM information_schema.schemata \
+         WHERE catalog_name = 'ops' ORDER BY ALL",
+        "SELECT schemaname, tablename FROM pg_catalog.pg_tables ORDER BY ALL",
+        "SELECT t.table_name, count(*) FROM duckdb_tables() t JOIN duckdb_columns() c \
+         USING (table_oid) {where_t} GROUP BY ALL ORDER BY ALL",
+        "SELECT o.id, t.table_name FROM orders o, duckdb_tables() t {where_t} \
+         AND o.id < 2 ORDER BY ALL",
+    ];
+    let mut attempts = 0;
+    for template in listings {
+        let alice_sql = template
+            .replace("{where}", "WHERE true")
+            .replace("{where_tc}", "")
+            .replace("{where_t}", "WHERE true");
+        let ops_sql = template
+            .replace("{where}", "WHERE database_name = 'ops'")
+            .replace("{where_tc}", "WHERE table_catalog = 'ops'")
+            .replace("{where_t}", "WHERE t.database_name = 'ops'");
+        let (status, body) = g.run_sql(ALICE, &alice_sql).await;
+        assert_eq!(status, 200, "{alice_sql}: {body}");
+        let want = reference(&part_db, &ops_sql).unwrap_or_else(|e| panic!("{ops_sql}: {e}"));
+        assert_eq!(body["rows"], want, "alice: {alice_sql}");
+        let text = body.to_string();
+        assert!(
+            !text.contains("\"payroll\"") && !text.contains(" payroll"),
+            "{alice_sql}: {body}"
+        );
+        let (status, body) = g.run_sql(BOB, &ops_sql).await;
+        assert_eq!(status, 200, "{ops_sql}: {body}");
+        let whole_rows = reference(&whole_db, &ops_sql).unwrap();
+        assert_eq!(body["rows"], whole_rows, "bob: {ops_sql}");
+        assert_ne!(
+            whole_rows, want,
+            "{ops_sql}: the control shows nothing hidden"
+        );
+        attempts += 2;
+    }
+    // A table narrowed to some columns has no column count (it would count
+    // the others; its columns keep their positions), and no definition reads anything but NULL (a view's
+    // query or a key may name what she cannot see).
+    for (sql, nulls) in [
+        (
+            "SELECT column_count FROM duckdb_tables() WHERE table_name = 'customers'",
+            json!([[null]]),
+        ),
+        (
+            "SELECT count(*) FROM duckdb_tables() WHERE sql IS NOT NULL",
+            json!([[0]]),
+        ),
+        (
+            "SELECT count(*) FROM information_schema.views WHERE view_definition IS NOT NULL",
+            json!([[0]]),
+        ),
+    ] {
+        let (status, body) = g.run_sql(ALICE, sql).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["rows"], nulls, "{sql}");
+        let (_, body) = g.run_sql(BOB, sql).await;
+        let bobs = reference(&whole_db, sql).unwrap();
+        assert_eq!(body["rows"], bobs, "bob: {sql}");
+        assert_ne!(bobs, nulls, "{sql}");
+        attempts += 2;
+    }
+    // SHOW and DESCRIBE, sent alone, in their parts of the catalog.
+    for sql in [
+        "SHOW TABLES",
+        "SHOW ALL TABLES",
+        "SHOW TABLES FROM main",
+        "DESCRIBE orders",
+        "DESCRIBE ops.main.v_orders",
+        "DESCRIBE SELECT id, name FROM customers",
+        "SHOW orders",
+        "SUMMARIZE orders",
+        "SUMMARIZE SELECT id, name FROM customers",
+    ] {
+        let (status, body) = g.run_sql(ALICE, sql).await;
+        assert_eq!(status, 200, "{sql}: {body}");
+        let rows = |v: &Value| -> Value {
+            // SHOW ALL TABLES lists DuckDB's in-memory database too.
+            Value::Array(
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| r[0] != "memory")
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let want = reference(&part_db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        assert_eq!(rows(&body["rows"]), rows(&want), "{sql}");
+        attempts += 1;
+    }
+    // A hidden table described is as missing as one that does not exist.
+    let (status, body) = g.run_sql(ALICE, "DESCRIBE payroll").await;
+    let (_, control) = g.run_sql(ALICE, "DESCRIBE nosuch_7").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .replace("payroll", "nosuch_7"),
+        control["detail"].as_str().unwrap()
+    );
+    attempts += 1;
+    assert!(attempts >= 28, "{attempts} attempts");
+    eprintln!("listing corpus: {attempts} attempts");
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ mod queries;
 mod query_api;
 mod reload;
 mod shedding;
+mod sources;
 mod statements;
 mod storage_faults;
 mod token_share;

@@ -62,6 +62,7 @@ fn main() {
     }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/engine/shims.h");
+    println!("cargo:rerun-if-changed=src/engine/shim_context.hpp");
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
     println!("cargo:rerun-if-env-changed=DUCKGATE_LIBDUCKDB_TGZ");
 

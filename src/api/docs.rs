@@ -83,6 +83,7 @@ use crate::api::{
         statements::StatementStatus,
         statements::StatementList,
         statements::Discarded,
+        crate::statements::State,
         links::SignedLink,
         catalog::CatalogList,
         catalog::DatabaseInfo,

@@ -218,17 +218,6 @@ pub fn describe() {
     metrics_process::Collector::default().describe();
 }
 
-/// The `state` labels of `duckgate_statements`.
-const STATEMENT_STATES: [&str; 7] = [
-    "queued",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "expired",
-    "lost",
-];
-
 /// Creates every series the gateway records, at zero, before anything
 /// happens: a counter that appears only with its first event shows "no
 /// data" on dashboards, and an alert on `rate(...) > 0` or on its absence
@@ -255,8 +244,8 @@ pub fn register_zeroes(secrets: &[String]) {
     }
     // Creating the handle registers the histogram (no sample recorded).
     let _ = metrics::histogram!("duckgate_query_duration_seconds", "outcome" => "ok");
-    for state in STATEMENT_STATES {
-        metrics::gauge!("duckgate_statements", "state" => state).set(0.0);
+    for state in crate::statements::State::ALL {
+        metrics::gauge!("duckgate_statements", "state" => state.as_str()).set(0.0);
     }
     for route in ["query", "admin"] {
         for reason in ["missing", "wrong"] {

@@ -50,6 +50,16 @@ struct Classifier {
     seen: BoundedCache<bool>,
 }
 
+/// Whether a text reads S3, and, when this is its first reading, DuckDB's
+/// parse of it: the first layer of the guard's verdict, handed on so the
+/// guard judges that parse instead of parsing the text again.
+pub struct Classified {
+    /// The text reads S3 (it waits for the S3 share).
+    pub s3: bool,
+    /// The parse the class came from; `None` when the class was remembered.
+    pub parsed: Option<crate::engine::guard::Parsed>,
+}
+
 /// Who may take a pooled connection, and when.
 pub struct Admission {
     /// `size` permits: the queries that may hold a connection at once.
@@ -67,7 +77,8 @@ pub struct Admission {
     /// The share of S3 queries.
     s3: S3Share,
     /// Parses SQL (DuckDB's parser, nothing bound or read) to tell S3
-    /// queries apart before they take a connection.
+    /// queries apart before they take a connection; a new text's parse goes
+    /// on to the guard ([`Classified`]).
     classifier: Mutex<Classifier>,
     /// How long permits are held lately, for the expected wait.
     hold: Arc<HoldTime>,
@@ -136,17 +147,23 @@ impl Admission {
 
     /// Whether `sql` reads S3 by DuckDB's parse of it (an `s3://` path, or a
     /// table of a lake). Unparsable SQL is not: the guard refuses it on its
-    /// connection.
-    pub fn reads_s3(&self, sql: &str) -> bool {
+    /// connection. A text classified before is not parsed again; a new one
+    /// is parsed here, once, and its parse goes on to the guard
+    /// ([`crate::engine::guard::check_parsed`]).
+    pub fn classify(&self, sql: &str) -> Classified {
         let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(&s3) = classifier.seen.get(sql) {
-            return s3;
+            return Classified { s3, parsed: None };
         }
-        let s3 = crate::engine::guard::reads_s3(&classifier.raw, sql, &self.s3.lakes);
+        let parsed = crate::engine::guard::parse(&classifier.raw, sql);
+        let s3 = parsed.reads_s3(&self.s3.lakes);
         if sql.len() <= CLASSIFIED_TEXT_BYTES {
             classifier.seen.insert(sql.to_string(), s3);
         }
-        s3
+        Classified {
+            s3,
+            parsed: Some(parsed),
+        }
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.

@@ -286,3 +286,29 @@ pub fn library_version() -> String {
             .into_owned()
     }
 }
+
+/// Takes the answer of a shim that reports success as NULL and a failure as
+/// a malloc'd message (`policy.cpp`, `secrets.cpp`): the message, copied,
+/// after `free` (that shim's own free function) released it.
+///
+/// # Safety
+///
+/// `text` is NULL or a NUL-terminated string the shim of `free` returned and
+/// nothing else owns; it is freed here and must not be used afterwards.
+pub(crate) unsafe fn shim_result(
+    text: *mut std::ffi::c_char,
+    free: unsafe extern "C" fn(*mut std::ffi::c_char),
+) -> Result<(), String> {
+    if text.is_null() {
+        return Ok(());
+    }
+    // SAFETY: non-null, a NUL-terminated string from the shim (the caller's
+    // promise), copied here before it is freed exactly once.
+    let message = unsafe { std::ffi::CStr::from_ptr(text) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: `free` is the shim's own free function for `text`; not used
+    // afterwards.
+    unsafe { free(text) };
+    Err(message)
+}

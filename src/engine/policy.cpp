@@ -46,6 +46,7 @@
 // aggregates or windows).
 
 #include "shims.h"
+#include "shim_context.hpp"
 #include "duckdb.hpp"
 #include "duckdb/main/client_context.hpp"
 #include "duckdb/main/client_context_state.hpp"
@@ -665,20 +666,6 @@ void PostOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &p
 	Check(*state, *plan, nullptr);
 }
 
-shared_ptr<ClientContext> FindContext(void *database, uint64_t connection_id) {
-	auto wrapper = static_cast<DatabaseWrapper *>(database);
-	if (!wrapper || !wrapper->database) {
-		return nullptr;
-	}
-	auto &instance = *wrapper->database->instance;
-	for (auto &context : ConnectionManager::Get(instance).GetConnectionList()) {
-		if (context && context->GetConnectionId() == connection_id) {
-			return context;
-		}
-	}
-	return nullptr;
-}
-
 char *CopyOut(const string &text) {
 	auto out = static_cast<char *>(malloc(text.size() + 1));
 	if (!out) {
@@ -717,7 +704,7 @@ int duckgate_policy_register(void *database) {
 // `duckgate_policy_free`).
 char *duckgate_policy_set(void *database, uint64_t connection_id, const char *spec, size_t len) {
 	try {
-		auto context = duckgate_policy::FindContext(database, connection_id);
+		auto context = duckgate_shim::FindClientContext(database, connection_id);
 		if (!context) {
 			return duckgate_policy::CopyOut("no such connection");
 		}

@@ -19,9 +19,9 @@
 //! neither `filter` nor `masks`: a scan of a table it does not list is
 //! refused.
 
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 
-use crate::engine::ffi::{RawConnection, RawDatabase};
+use crate::engine::ffi::{shim_result, RawConnection, RawDatabase};
 
 extern "C" {
     fn duckgate_policy_register(database: *mut c_void) -> i32;
@@ -39,21 +39,6 @@ extern "C" {
     fn duckgate_policy_free(text: *mut c_char);
 }
 
-/// Takes a shim's answer: NULL is success, else a malloc'd message.
-fn answer(text: *mut c_char) -> Result<(), String> {
-    if text.is_null() {
-        return Ok(());
-    }
-    // SAFETY: non-null answers are malloc'd NUL-terminated strings from the
-    // shim, copied here before being freed exactly once.
-    let message = unsafe { CStr::from_ptr(text) }
-        .to_string_lossy()
-        .into_owned();
-    // SAFETY: as above; not used afterwards.
-    unsafe { duckgate_policy_free(text) };
-    Err(message)
-}
-
 /// Registers the optimizer extension that applies installed policies;
 /// once, before any client query.
 pub fn register(db: &RawDatabase) -> bool {
@@ -69,8 +54,14 @@ pub fn register(db: &RawDatabase) -> bool {
 pub fn install(db: &RawDatabase, connection_id: u64, spec: Option<&str>) -> Result<(), String> {
     let (ptr, len) = spec.map_or((std::ptr::null(), 0), |s| (s.as_ptr().cast(), s.len()));
     // SAFETY: `db` is open; `ptr` is NULL or `len` readable bytes that
-    // outlive the call; the shim catches every C++ exception.
-    answer(unsafe { duckgate_policy_set(db.as_ptr().cast(), connection_id, ptr, len) })
+    // outlive the call; the shim catches every C++ exception and answers
+    // NULL or a message for `duckgate_policy_free`, used once.
+    unsafe {
+        shim_result(
+            duckgate_policy_set(db.as_ptr().cast(), connection_id, ptr, len),
+            duckgate_policy_free,
+        )
+    }
 }
 
 /// Binds every table policy of `spec` on `conn`: whether each filter and
@@ -78,6 +69,12 @@ pub fn install(db: &RawDatabase, connection_id: u64, spec: Option<&str>) -> Resu
 pub fn check(conn: &RawConnection, spec: &str) -> Result<(), String> {
     // SAFETY: `conn` is a live connection (a `duckdb::Connection*`) used by
     // this thread alone for the call; `spec` outlives it; the shim catches
-    // every C++ exception.
-    answer(unsafe { duckgate_policy_check(conn.as_ptr().cast(), spec.as_ptr().cast(), spec.len()) })
+    // every C++ exception and answers NULL or a message for
+    // `duckgate_policy_free`, used once.
+    unsafe {
+        shim_result(
+            duckgate_policy_check(conn.as_ptr().cast(), spec.as_ptr().cast(), spec.len()),
+            duckgate_policy_free,
+        )
+    }
 }

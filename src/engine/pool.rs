@@ -19,7 +19,7 @@ use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::engine::admission::{AcquireError, Admission, Held, OwnedS3Permit, Shares};
+use crate::engine::admission::{AcquireError, Admission, Classified, Held, OwnedS3Permit, Shares};
 use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::Accepted;
@@ -361,9 +361,10 @@ impl QueryPool {
         })
     }
 
-    /// Whether `sql` reads S3 (see [`Admission::reads_s3`]).
-    pub fn reads_s3(&self, sql: &str) -> bool {
-        self.admission.reads_s3(sql)
+    /// Whether `sql` reads S3, with its parse if it is new (see
+    /// [`Admission::classify`]).
+    pub fn classify(&self, sql: &str) -> Classified {
+        self.admission.classify(sql)
     }
 
     /// A place for a CSV answer written by DuckDB's COPY, if one is free.

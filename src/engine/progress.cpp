@@ -11,6 +11,7 @@
 // after it was destroyed.
 
 #include "shims.h"
+#include "shim_context.hpp"
 #include "duckdb.hpp"
 #include "duckdb/main/capi/capi_internal.hpp"
 #include "duckdb/main/client_config.hpp"
@@ -19,20 +20,6 @@
 #include "duckdb/main/database.hpp"
 
 using namespace duckdb;
-
-static shared_ptr<ClientContext> FindContext(void *database, uint64_t connection_id) {
-	auto wrapper = static_cast<DatabaseWrapper *>(database);
-	if (!wrapper || !wrapper->database) {
-		return nullptr;
-	}
-	auto &instance = *wrapper->database->instance;
-	for (auto &context : ConnectionManager::Get(instance).GetConnectionList()) {
-		if (context && context->GetConnectionId() == connection_id) {
-			return context;
-		}
-	}
-	return nullptr;
-}
 
 extern "C" {
 
@@ -43,7 +30,7 @@ extern "C" {
 // progress bookkeeping DuckDB does after every task).
 int duckgate_track_progress(void *database, uint64_t connection_id, bool **flag) {
 	try {
-		auto context = FindContext(database, connection_id);
+		auto context = duckgate_shim::FindClientContext(database, connection_id);
 		if (!context) {
 			return 1;
 		}
@@ -63,7 +50,7 @@ int duckgate_track_progress(void *database, uint64_t connection_id, bool **flag)
 int duckgate_query_progress(void *database, uint64_t connection_id, double *percentage, uint64_t *rows_processed,
                             uint64_t *total_rows) {
 	try {
-		auto context = FindContext(database, connection_id);
+		auto context = duckgate_shim::FindClientContext(database, connection_id);
 		if (!context) {
 			return 1;
 		}

@@ -2,9 +2,9 @@
 //! `secrets.cpp`), never as SQL text: no statement that DuckDB's query log,
 //! profiler or a hook could record ever holds a credential.
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CString};
 
-use crate::engine::ffi::RawConnection;
+use crate::engine::ffi::{shim_result, RawConnection};
 
 extern "C" {
     fn duckgate_install_secret(
@@ -19,21 +19,6 @@ extern "C" {
     ) -> *mut c_char;
     fn duckgate_logging_off(connection: *mut c_void) -> *mut c_char;
     fn duckgate_secrets_free(text: *mut c_char);
-}
-
-/// Takes a shim's answer: NULL is success, else a malloc'd message.
-fn answer(text: *mut c_char) -> Result<(), String> {
-    if text.is_null() {
-        return Ok(());
-    }
-    // SAFETY: non-null answers are malloc'd NUL-terminated strings from the
-    // shim, copied here before being freed exactly once.
-    let message = unsafe { CStr::from_ptr(text) }
-        .to_string_lossy()
-        .into_owned();
-    // SAFETY: as above; not used afterwards.
-    unsafe { duckgate_secrets_free(text) };
-    Err(message)
 }
 
 /// Creates or replaces the temporary S3 secret `name` with `options`
@@ -104,11 +89,19 @@ fn install(
             scope_ptrs.len(),
         )
     };
-    answer(text).map_err(|class| format!("DuckDB {class} error while installing the secret"))
+    // SAFETY: the shim's answer, NULL or a message for
+    // `duckgate_secrets_free`, used once.
+    unsafe { shim_result(text, duckgate_secrets_free) }
+        .map_err(|class| format!("DuckDB {class} error while installing the secret"))
 }
 
 /// `Ok` when DuckDB's logging (log storage, the query log file) is off.
 pub fn logging_off(conn: &RawConnection) -> Result<(), String> {
     // SAFETY: as in `install_s3`; the shim takes only the connection.
-    answer(unsafe { duckgate_logging_off(conn.as_ptr().cast()) })
+    unsafe {
+        shim_result(
+            duckgate_logging_off(conn.as_ptr().cast()),
+            duckgate_secrets_free,
+        )
+    }
 }

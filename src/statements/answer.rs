@@ -146,10 +146,9 @@ fn find_here(
 fn lost(row: &Row) -> Error {
     Error::Lost {
         id: row.id.clone(),
-        was: if row.state == "lost" {
-            "running".into()
-        } else {
-            row.state.clone()
+        was: match row.state {
+            State::Lost => State::Running,
+            other => other,
         },
     }
 }
@@ -217,15 +216,15 @@ pub async fn result(ctx: &Context, found: Found) -> Result<(Ident, Arc<SpoolResu
     if row.lost() {
         return Err(lost(&row));
     }
-    match row.state.as_str() {
-        "queued" | "running" => Err(Error::Running(id.clone())),
-        "succeeded" if !row.expired && row.result.is_some() => {
+    match row.state {
+        State::Queued | State::Running => Err(Error::Running(id.clone())),
+        State::Succeeded if !row.expired && row.result.is_some() => {
             let result = replication::copy_of(ctx, &row).await?;
             Ok((Ident::of_status(&row.status), result))
         }
-        "succeeded" | "expired" => Err(Error::Expired(id.clone())),
-        "cancelled" => Err(QueryError::CancelledByRequest.into()),
-        _ => Err(Error::Failed {
+        State::Succeeded | State::Expired => Err(Error::Expired(id.clone())),
+        State::Cancelled => Err(QueryError::CancelledByRequest.into()),
+        State::Failed | State::Lost => Err(Error::Failed {
             id: id.clone(),
             problem: row.status["problem"].clone(),
         }),
@@ -286,17 +285,7 @@ pub async fn discard(ctx: &Context, found: Found, id: String) -> Result<Discarde
     let s = match found {
         Found::Local(s) => s,
         Found::Remote(row) => {
-            let before = if row.lost() {
-                State::Lost
-            } else {
-                serde_json::from_value(serde_json::Value::String(
-                    remote_status(&row)["state"]
-                        .as_str()
-                        .unwrap_or("queued")
-                        .into(),
-                ))
-                .unwrap_or(State::Queued)
-            };
+            let before = row.answered_state();
             return Ok(Discarded {
                 id,
                 state: before,

@@ -47,7 +47,7 @@ pub enum Error {
         /// The id.
         id: String,
         /// The state it was in.
-        was: String,
+        was: super::State,
     },
     /// It failed and has no result; `problem` is its failure's document.
     #[error("statement {id} failed")]
@@ -118,7 +118,7 @@ impl Error {
             ),
             Error::Lost { id, was } => Problem::new(
                 &kind::STATEMENT_LOST,
-                format!("statement {id} was {was} on a replica that stopped before it finished; its state is lost and it has no result: submit it again"),
+                format!("statement {id} was {} on a replica that stopped before it finished; its state is lost and it has no result: submit it again", was.as_str()),
             ),
             Error::Failed { id, problem } => Problem::new(
                 &kind::STATEMENT_FAILED,

@@ -77,8 +77,11 @@ impl Settings {
 }
 
 /// Where a statement is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = StatementState)]
 pub enum State {
     /// Waiting for its share of the pool.
     Queued,
@@ -97,6 +100,36 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in declaration order (`state as usize` indexes it).
+    pub const ALL: [State; 7] = [
+        State::Queued,
+        State::Running,
+        State::Succeeded,
+        State::Failed,
+        State::Cancelled,
+        State::Expired,
+        State::Lost,
+    ];
+
+    /// Its name in status documents, the shared state's `state` column and
+    /// the `duckgate_statements` gauge's label (serde's name of it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Queued => "queued",
+            State::Running => "running",
+            State::Succeeded => "succeeded",
+            State::Failed => "failed",
+            State::Cancelled => "cancelled",
+            State::Expired => "expired",
+            State::Lost => "lost",
+        }
+    }
+
+    /// The state of this name, if it is one.
+    pub fn parse(name: &str) -> Option<State> {
+        State::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
     /// Whether the statement has ended (neither queued nor running).
     pub fn finished(self) -> bool {
         !matches!(self, State::Queued | State::Running)
@@ -265,23 +298,12 @@ impl Statements {
     }
 
     fn publish(map: &HashMap<Key, Arc<Statement>>) {
-        let mut counts = [0usize; 7];
+        let mut counts = [0usize; State::ALL.len()];
         for s in map.values() {
             counts[s.lock().state as usize] += 1;
         }
-        for (state, n) in [
-            "queued",
-            "running",
-            "succeeded",
-            "failed",
-            "cancelled",
-            "expired",
-            "lost",
-        ]
-        .iter()
-        .zip(counts)
-        {
-            metrics::gauge!("duckgate_statements", "state" => *state).set(n as f64);
+        for (state, n) in State::ALL.iter().zip(counts) {
+            metrics::gauge!("duckgate_statements", "state" => state.as_str()).set(n as f64);
         }
     }
 
@@ -618,5 +640,21 @@ impl Statements {
             drop(map);
             drop(expired);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::State;
+
+    #[test]
+    fn a_state_has_one_name_everywhere() {
+        for state in State::ALL {
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(json.as_str(), Some(state.as_str()));
+            assert_eq!(State::parse(state.as_str()), Some(state));
+            assert_eq!(State::ALL[state as usize], state);
+        }
+        assert_eq!(State::parse("done"), None);
     }
 }

@@ -17,7 +17,7 @@ use crate::engine::QueryError;
 
 use super::shared::{Reservation, Row, Shared, SharedError};
 use super::spool::{ResultMeta, SpoolResult};
-use super::status::status_json;
+use super::status::status_of;
 use super::{Context, Error, Statement};
 
 /// Commands another replica asks of this one through the shared state (a
@@ -164,7 +164,7 @@ pub async fn tick(
         };
         // Its end is published once; a row still `queued` or `running`
         // for a statement that ended here is published again (repaired).
-        if s.done.is_cancelled() && matches!(row_state.as_str(), "queued" | "running") {
+        if s.done.is_cancelled() && !row_state.finished() {
             s.published
                 .store(false, std::sync::atomic::Ordering::SeqCst);
         }
@@ -209,14 +209,14 @@ pub async fn publish(ctx: &Context, shared: &Shared, s: &Statement) -> Result<()
     }
     // Read before the status: once `done` fired, the status is final.
     let finished = s.done.is_cancelled();
-    let status = status_json(&ctx.statements, ctx.db(), s);
-    let st = status["state"].as_str().unwrap_or("queued").to_string();
+    let status = status_of(&ctx.statements, ctx.db(), s);
+    let state = status.state;
     // Its state is set a moment before `done` fires: a status that says it
     // ended, read in that moment, waits for the next round, which publishes
     // it with its result. (Published without, another replica answered the
     // succeeded statement's page 410 statement-expired: 4 of 5,000
     // hand-offs under load.)
-    if !finished && !matches!(st.as_str(), "queued" | "running") {
+    if !finished && state.finished() {
         return Ok(());
     }
     let result = finished.then(|| s.shared_result()).flatten();
@@ -224,8 +224,8 @@ pub async fn publish(ctx: &Context, shared: &Shared, s: &Statement) -> Result<()
         .publish(
             &s.running.owner,
             &s.running.id,
-            &st,
-            &status.to_string(),
+            state,
+            &serde_json::to_string(&status).unwrap_or_default(),
             result.as_deref(),
             finished.then_some(ctx.statements.settings.ttl),
         )

@@ -14,6 +14,8 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::State;
+
 /// Schema version 1: the tables as the first releases created them (with
 /// `CREATE ... IF NOT EXISTS`, before the schema had versions).
 const SCHEMA_V1: &str = "
@@ -147,9 +149,8 @@ pub struct Row {
     pub id: String,
     /// The replica that runs (or ran) it.
     pub replica: String,
-    /// `queued`, `running`, `succeeded`, `failed`, `cancelled`, `expired`
-    /// or `lost`.
-    pub state: String,
+    /// Its state in the shared state's `state` column.
+    pub state: State,
     /// Its status document, as its owner last published it.
     pub status: serde_json::Value,
     /// Its result's metadata ([`super::spool::ResultMeta`]), once it
@@ -164,8 +165,19 @@ pub struct Row {
 impl Row {
     /// Whether its owner died before it finished.
     pub fn lost(&self) -> bool {
-        self.state == "lost"
-            || (matches!(self.state.as_str(), "queued" | "running") && !self.owner_alive)
+        self.state == State::Lost || (!self.state.finished() && !self.owner_alive)
+    }
+
+    /// The state a reader answers: `lost` once its owner died before it
+    /// finished, `expired` once a success is past its expiry.
+    pub fn answered_state(&self) -> State {
+        if self.lost() {
+            State::Lost
+        } else if self.expired && self.state == State::Succeeded {
+            State::Expired
+        } else {
+            self.state
+        }
     }
 }
 
@@ -277,12 +289,25 @@ fn row_sql() -> String {
     )
 }
 
+/// A `state` column's value. Only the gateway writes it; a name this
+/// release does not know (a newer replica's) reads as lost: nothing here can
+/// say what it means.
+fn column_state(name: &str) -> State {
+    State::parse(name).unwrap_or_else(|| {
+        tracing::warn!(
+            state = name,
+            "a statement row in the shared state has a state this release does not know"
+        );
+        State::Lost
+    })
+}
+
 fn row(r: &tokio_postgres::Row) -> Row {
     Row {
         token: r.get(0),
         id: r.get(1),
         replica: r.get(2),
-        state: r.get(3),
+        state: column_state(r.get(3)),
         status: serde_json::from_str(r.get::<_, &str>(4)).unwrap_or_default(),
         result: r.get(5),
         owner_alive: r.get(6),
@@ -552,7 +577,7 @@ impl Shared {
         &self,
         token: &str,
         id: &str,
-        state: &str,
+        state: State,
         status: &str,
         result: Option<&str>,
         ttl: Option<Duration>,
@@ -568,7 +593,15 @@ impl Shared {
                     result = $6::text::jsonb,
                     expires_at = now() + make_interval(secs => $7::float8)
                  WHERE token = $1 AND id = $2 AND replica = $3 AND state IN ('queued', 'running')",
-                &[&token, &id, &self.replica, &state, &status, &result, &ttl],
+                &[
+                    &token,
+                    &id,
+                    &self.replica,
+                    &state.as_str(),
+                    &status,
+                    &result,
+                    &ttl,
+                ],
             )
             .await
             .map_err(db)?;
@@ -626,7 +659,7 @@ impl Shared {
     /// state there.
     pub async fn mine(
         &self,
-    ) -> Result<std::collections::HashMap<(String, String), String>, SharedError> {
+    ) -> Result<std::collections::HashMap<(String, String), State>, SharedError> {
         let rows = self
             .client()
             .await?
@@ -638,7 +671,7 @@ impl Shared {
             .map_err(db)?;
         Ok(rows
             .iter()
-            .map(|r| ((r.get(0), r.get(1)), r.get(2)))
+            .map(|r| ((r.get(0), r.get(1)), column_state(r.get(2))))
             .collect())
     }
 

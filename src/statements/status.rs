@@ -20,8 +20,8 @@ pub struct StatementStatus {
     /// The name of the token that submitted it.
     pub token: String,
     /// `queued` (waiting for the statements' share of the pool), `running`,
-    /// `succeeded`, `failed`, `cancelled` or `expired`.
-    #[schema(value_type = String)]
+    /// `succeeded`, `failed`, `cancelled`, `expired`, or (with replicas)
+    /// `lost`.
     pub state: StatementState,
     /// The statement kind, once the guard has read it.
     pub kind: Option<String>,
@@ -89,7 +89,6 @@ pub struct Discarded {
     /// The statement's id.
     pub id: String,
     /// The state it was in.
-    #[schema(value_type = String)]
     pub state: StatementState,
     /// Whether it was running (or queued) and was asked to stop.
     pub cancelled: bool,
@@ -160,12 +159,13 @@ pub fn status_json(statements: &Statements, db: &RawDatabase, s: &Statement) -> 
 
 /// The status document of a statement another replica keeps (or kept),
 /// as read from the shared state: expired once past its expiry.
+/// The document is the owner's (a newer release may add fields); its state
+/// is the row's, typed ([`Row::answered_state`]).
 pub fn remote_status(row: &Row) -> serde_json::Value {
     let mut status = row.status.clone();
-    if row.lost() {
-        status["state"] = "lost".into();
-    } else if row.expired && row.state == "succeeded" {
-        status["state"] = "expired".into();
+    let state = row.answered_state();
+    status["state"] = state.as_str().into();
+    if state == StatementState::Expired {
         if let Some(o) = status.as_object_mut() {
             o.remove("result");
         }

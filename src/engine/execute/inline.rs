@@ -85,7 +85,8 @@ pub(super) fn run(
     slot.track_progress(false);
     // Not `block_in_place`: it hands the worker's core to another thread
     // on every call, and measured here it cut `SELECT 42` to a tenth.
-    let outcome = work_inner(&mut slot, job, &sender, &control, false);
+    // Only a text judged here before runs inline: there is no parse to hand on.
+    let outcome = work_inner(&mut slot, job, None, &sender, &control, false);
     drop(watch);
     // An answer that did not fit, or a run stopped for its budget (one
     // that finished in the same instant stands).

@@ -8,6 +8,7 @@
 //! - [`error`]: why a query did not produce a complete result.
 //! - `control`: what may interrupt a query, and the watchdog.
 //! - `worker`: the blocking half, from the guard to the writer.
+//! - `verdict`: the guard's verdicts remembered on a pooled connection.
 //! - `stream`, `csv_copy`, `spool`: the three writers (encoded batches,
 //!   DuckDB's own CSV COPY, an async statement's spool).
 //! - [`describe`]: a statement's result and parameter schemas, not run.
@@ -25,6 +26,7 @@ mod sender;
 mod sentinel;
 mod spool;
 mod stream;
+mod verdict;
 mod worker;
 mod wrap;
 
@@ -65,7 +67,10 @@ pub async fn run(
     // A client waits the acquire timeout; a kept result (an async
     // statement) waits as long as its own deadline allows.
     let owner = job.tracker.as_ref().map(|t| t.owner.clone());
-    let s3 = pool.reads_s3(&job.sql);
+    // A new text is parsed here, once: the parse tells admission whether it
+    // reads S3 and goes on to the guard on the pooled connection.
+    let classified = pool.classify(&job.sql);
+    let s3 = classified.s3;
     let acquired = match job.sink {
         None => futures::future::Either::Left(pool.acquire(owner.as_ref(), s3)),
         Some(_) => futures::future::Either::Right(pool.acquire_within(
@@ -76,26 +81,7 @@ pub async fn run(
         )),
     };
     let (slot, lease) = tokio::select! {
-        r = acquired => r.map_err(|e| match e {
-            AcquireError::Timeout
-            | AcquireError::TokenShare
-            | AcquireError::S3Share
-            | AcquireError::Shed { .. }
-                if job.sink.is_some() =>
-            {
-                QueryError::Timeout(job.timeout)
-            }
-            AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
-            AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
-            AcquireError::S3Share => QueryError::S3Share(pool.acquire_timeout()),
-            AcquireError::Shed { expected, ahead } => QueryError::Shed {
-                expected,
-                ahead,
-                limit: pool.acquire_timeout(),
-            },
-            AcquireError::Closed => QueryError::ShuttingDown,
-            AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
-        })?,
+        r = acquired => r.map_err(|e| not_admitted(e, &job, pool))?,
         _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
         _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
     };
@@ -132,9 +118,37 @@ pub async fn run(
     {
         let control = control.clone();
         let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || work(slot, lease, job, tx, control, runtime, csv_copy));
+        let parsed = classified.parsed;
+        tokio::task::spawn_blocking(move || {
+            work(slot, lease, job, parsed, tx, control, runtime, csv_copy)
+        });
     }
     answer(rx, control, guard, reply).await
+}
+
+/// The error of a query admission turned away: a client's waits are the
+/// pool's; a kept result's (an async statement's) are its own time limit.
+fn not_admitted(e: AcquireError, job: &QueryJob, pool: &QueryPool) -> QueryError {
+    match e {
+        AcquireError::Timeout
+        | AcquireError::TokenShare
+        | AcquireError::S3Share
+        | AcquireError::Shed { .. }
+            if job.sink.is_some() =>
+        {
+            QueryError::Timeout(job.timeout)
+        }
+        AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
+        AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
+        AcquireError::S3Share => QueryError::S3Share(pool.acquire_timeout()),
+        AcquireError::Shed { expected, ahead } => QueryError::Shed {
+            expected,
+            ahead,
+            limit: pool.acquire_timeout(),
+        },
+        AcquireError::Closed => QueryError::ShuttingDown,
+        AcquireError::Backend(e) => QueryError::Internal(e.to_string()),
+    }
 }
 
 /// What the answer needs of the job (which the worker takes).

@@ -12,7 +12,8 @@ use super::error::{error_class, run_error, QueryError};
 use super::job::QueryJob;
 use super::sender::{Msg, Sender};
 use super::stream::{oversized_value, row_cap, within_row_limit};
-use super::worker::{column_types, execute_arrow, judged};
+use super::verdict::judged;
+use super::worker::{column_types, execute_arrow};
 use super::wrap::MAX_WRAPPER_BYTES;
 
 /// Runs one accepted statement into `sink` (an async statement's spool),

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::encode::{self, Format};
 use crate::engine::guard;
 use crate::engine::pipe;
-use crate::engine::pool::{Lease, Pooled, Verdict};
+use crate::engine::pool::{Lease, Pooled};
 
 use super::control::{cancel_error, QueryControl};
 use super::csv_copy::copy_csv;
@@ -21,13 +21,17 @@ use super::parquet_copy::{copy_parquet, parquet_copy};
 use super::sender::{Msg, Sender};
 use super::spool::spool_statement;
 use super::stream::stream_statement;
+use super::verdict::{judged, verdict};
 use super::wrap::{arrow_interval_sql, csv_text_sql, json_text_sql, MAX_WRAPPER_BYTES};
 
 /// The blocking half. Owns the pooled connection until it returns.
+/// `parsed`: DuckDB's parse of the job's text, when admission made one.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn work(
     mut slot: Pooled,
     lease: Arc<Lease>,
     job: QueryJob,
+    parsed: Option<guard::Parsed>,
     tx: mpsc::Sender<Msg>,
     control: Arc<QueryControl>,
     runtime: tokio::runtime::Handle,
@@ -43,7 +47,14 @@ pub(super) fn work(
         stall: job.stall_timeout,
         inline: None,
     };
-    let outcome = work_inner(&mut slot, &job, &sender, &control, csv_copy.is_some());
+    let outcome = work_inner(
+        &mut slot,
+        &job,
+        parsed,
+        &sender,
+        &control,
+        csv_copy.is_some(),
+    );
     drop(csv_copy);
     mark_quick(&mut slot, &job, &outcome, &control, started.elapsed());
     finish(slot, &lease, &job, &outcome, sender, started);
@@ -103,6 +114,7 @@ fn outcome_handles(label: &'static str) -> (metrics::Counter, metrics::Histogram
 pub(super) fn work_inner(
     slot: &mut Pooled,
     job: &QueryJob,
+    parsed: Option<guard::Parsed>,
     tx: &Sender,
     control: &QueryControl,
     csv_copy: bool,
@@ -115,41 +127,9 @@ pub(super) fn work_inner(
         slot.conn.flush_prepared_statement_cache();
         slot.prepared_epoch = epoch;
     }
-    // A verdict is kept per text, not per policy: a write accepted for a
-    // read-write request is judged again for a read-only one (a GET of the
-    // same text, a request that asked for `read_only`), which refuses it.
-    let reads_only = job.rules.policy == crate::config::Policy::ReadOnly;
-    let cached = slot
-        .verdict(&job.sql, epoch)
-        .filter(|v| v.accepted.read_only || !reads_only);
-    let accepted = match cached {
-        Some(v) => v.accepted.clone(),
-        None => match guard::check(&slot.raw, &job.sql, &job.rules) {
-            Ok(a) => {
-                let a = Arc::new(a);
-                slot.verdicts.insert(
-                    job.sql.clone(),
-                    Verdict {
-                        epoch,
-                        accepted: a.clone(),
-                        quick: false,
-                    },
-                );
-                a
-            }
-            Err(r) => {
-                let r = match &job.rules.access {
-                    Some(access) => access.hide(
-                        r,
-                        &job.sql,
-                        || guard::named_tables(&slot.raw, &job.sql),
-                        || tables_and_views(&slot.conn),
-                    ),
-                    None => r,
-                };
-                return tx.fail(QueryError::Refused(r));
-            }
-        },
+    let accepted = match verdict(slot, job, parsed, epoch) {
+        Ok(a) => a,
+        Err(r) => return tx.fail(QueryError::Refused(r)),
     };
     // The verdict is the text's; the grants are the caller's.
     if let Some(access) = &job.rules.access {
@@ -355,52 +335,8 @@ pub(super) fn mark_quick(
     }
 }
 
-/// Every table and view (catalog, schema, name), by DuckDB's catalog;
-/// none if it cannot be read.
-fn tables_and_views(conn: &crate::engine::ffi::Connection) -> Vec<(String, String, String)> {
-    let rows = conn
-        .prepare(
-            "SELECT database_name, schema_name, table_name FROM duckdb_tables() \
-             UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views() \
-             WHERE NOT internal",
-        )
-        .and_then(|mut s| {
-            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                .collect::<duckdb::Result<Vec<(String, String, String)>>>()
-        });
-    rows.unwrap_or_else(|e| {
-        tracing::error!(error.cause = %e, "the catalog could not be read to hide a confined caller's error");
-        Vec::new()
-    })
-}
-
 /// A statement whose last run took at most this long may run inline.
 pub(super) const QUICK: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// Whether the guard accepts a wrapper the gateway built (judged once per
-/// text and catalog epoch, like any statement).
-pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> bool {
-    if slot.verdict(sql, epoch).is_some() {
-        return true;
-    }
-    match guard::check(&slot.raw, sql, rules) {
-        Ok(a) => {
-            slot.verdicts.insert(
-                sql.to_string(),
-                Verdict {
-                    epoch,
-                    accepted: Arc::new(a),
-                    quick: false,
-                },
-            );
-            true
-        }
-        Err(r) => {
-            tracing::warn!(refusal = ?r, "the guard refused a wrapper; using the statement's own values");
-            false
-        }
-    }
-}
 
 /// The job's parameters as DuckDB values, once their count is right.
 pub(super) fn param_values(

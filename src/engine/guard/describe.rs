@@ -296,6 +296,8 @@ pub enum DescribeError {
 
 /// Parses `sql` with DuckDB's parser, using `conn`'s parser options.
 pub fn describe(conn: &RawConnection, sql: &str) -> Result<Vec<Statement>, DescribeError> {
+    #[cfg(feature = "test-hooks")]
+    parse_counts::count(sql);
     let doc: Document = call_shim(duckgate_describe_sql, conn, sql)?;
     match doc.error {
         Some(message) => Err(DescribeError::Parse {
@@ -322,4 +324,38 @@ pub fn schema_has(conn: &RawConnection, schema: &str, name: &str) -> Result<bool
         duckgate_schema_has(c, c_schema.as_ptr(), c_name.as_ptr())
     })
     .map(|v| v == 1)
+}
+
+/// Test hook (`test-hooks`): how many times [`describe`] parsed a text
+/// holding [`parse_counts::MARK`], so a test counts the parses of its own
+/// text among other tests'.
+#[cfg(feature = "test-hooks")]
+pub mod parse_counts {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// Only texts holding this are counted.
+    pub const MARK: &str = "count_parses_";
+
+    static COUNTS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+    pub(super) fn count(sql: &str) {
+        if sql.contains(MARK) {
+            let mut counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+            *counts
+                .get_or_insert_with(HashMap::new)
+                .entry(sql.to_string())
+                .or_default() += 1;
+        }
+    }
+
+    /// How many times `sql` was parsed.
+    pub fn of(sql: &str) -> usize {
+        let counts = COUNTS.lock().unwrap_or_else(|p| p.into_inner());
+        counts
+            .as_ref()
+            .and_then(|c| c.get(sql))
+            .copied()
+            .unwrap_or(0)
+    }
 }

@@ -13,6 +13,11 @@
 //!    macros expanded, so a view over a refused function is refused too.
 //!    Binding may read files, which is why it comes after the paths passed.
 //!
+//! The first layer is the text's alone ([`Parsed`]): admission parses a new
+//! text before it takes a connection, to know whether it reads S3
+//! ([`Parsed::reads_s3`]), and the guard judges that same parse
+//! ([`check_parsed`]) rather than parsing the text again.
+//!
 //! Allow, don't deny: statement kinds, functions, internal views and URL
 //! forms not named as allowed are refused.
 
@@ -153,10 +158,60 @@ fn forbid(kind: impl Into<String>, reason: impl Into<String>) -> Refusal {
 
 const READ_ONLY: &str = "the read-only policy admits queries only";
 
+/// DuckDB's parse of one text (its parser only: nothing bound, nothing read,
+/// no I/O), the first layer of the guard's verdict. It does not depend on
+/// the connection, the catalog or the caller, so one parse serves both
+/// readers of a cold text: admission, which must know before a connection
+/// is taken whether the text reads S3 ([`Parsed::reads_s3`], for the S3
+/// share), and the guard on the pooled connection ([`check_parsed`]), which
+/// judges the same parse and binds it. A cold text is thus parsed three
+/// times in all (here, by the binder's `plan_names`, by `prepare`), not four
+/// as when admission and the guard parsed it each on their own.
+#[derive(Debug)]
+pub struct Parsed {
+    statements: Result<Vec<Statement>, DescribeError>,
+}
+
+/// DuckDB's parse of `sql` on `raw` (any connection of the database: the
+/// parse reads no catalog).
+pub fn parse(raw: &RawConnection, sql: &str) -> Parsed {
+    Parsed {
+        statements: describe::describe(raw, sql),
+    }
+}
+
+impl Parsed {
+    /// Whether the text reads S3: an `s3://` URL anywhere in the tree
+    /// (reader paths, replacement scans), or a table of one of `lakes`
+    /// (operator catalogs, whose data are on S3). Unparsable SQL is not: the
+    /// guard refuses it. A view over S3 data is seen only by binding, which
+    /// may itself read S3: it counts as local work.
+    pub fn reads_s3(&self, lakes: &[String]) -> bool {
+        fn statement(s: &Statement, lakes: &[String]) -> bool {
+            s.parts.iter().any(|p| tree::mentions_s3(p, lakes))
+                || s.inner.as_deref().is_some_and(|i| statement(i, lakes))
+        }
+        self.statements
+            .as_ref()
+            .is_ok_and(|all| all.iter().any(|s| statement(s, lakes)))
+    }
+}
+
 /// Classifies `sql` and applies `rules`. `raw` is the parser twin of the
 /// pooled connection the statement will run on (same database and catalog).
 pub fn check(raw: &RawConnection, sql: &str, rules: &Rules) -> Result<Accepted, Refusal> {
-    let statements = describe::describe(raw, sql).map_err(|e| match e {
+    check_parsed(raw, sql, parse(raw, sql), rules)
+}
+
+/// [`check`] of a text already parsed (by [`parse`], on any connection of
+/// the database): the parse is judged, then bound on `raw`.
+pub fn check_parsed(
+    raw: &RawConnection,
+    sql: &str,
+    parsed: Parsed,
+    rules: &Rules,
+) -> Result<Accepted, Refusal> {
+    let statements = parsed.statements.map_err(|e| match e {
         DescribeError::Parse { message, position } => Refusal::Parse {
             message,
             at: position.and_then(|p| place(sql, p)),
@@ -258,20 +313,6 @@ fn check_write(
         check_plan(raw, query, rules).map_err(|r| in_kind(unplaced(r), kind))?;
     }
     Ok(())
-}
-
-/// Whether `sql` reads S3, by DuckDB's parse of it alone (nothing bound,
-/// nothing read, so it costs no I/O and cannot hang): an `s3://` URL
-/// anywhere in the tree (reader paths, replacement scans), or a table of one
-/// of `lakes` (operator catalogs, whose data are on S3). Unparsable SQL is
-/// not: the guard refuses it. A view over S3 data is seen only by binding,
-/// which may itself read S3: it counts as local work.
-pub fn reads_s3(raw: &RawConnection, sql: &str, lakes: &[String]) -> bool {
-    fn statement(s: &Statement, lakes: &[String]) -> bool {
-        s.parts.iter().any(|p| tree::mentions_s3(p, lakes))
-            || s.inner.as_deref().is_some_and(|i| statement(i, lakes))
-    }
-    describe::describe(raw, sql).is_ok_and(|all| all.iter().any(|s| statement(s, lakes)))
 }
 
 /// The tables `sql` names as the client wrote them (CTE names included),

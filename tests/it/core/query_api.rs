@@ -762,3 +762,37 @@ async fn a_value_past_the_value_limit_is_422_in_every_format() {
         assert_eq!(r.status(), 200, "{format}");
     }
 }
+
+/// A new text is parsed by DuckDB's parser once for admission (whether it
+/// reads S3) and the guard, which judges admission's parse; a text the
+/// connection judged before is not parsed again. Needs `test-hooks`.
+#[cfg(feature = "test-hooks")]
+#[tokio::test]
+async fn a_new_text_is_parsed_once_for_admission_and_the_guard() {
+    use duckgate::engine::guard::describe::parse_counts;
+    let g = Gateway::builder()
+        .env("DUCKGATE_POOL_SIZE", 1)
+        .spawn_app()
+        .await;
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let sql = format!("SELECT 42 AS {}{unique}", parse_counts::MARK);
+    g.query_ok(&sql).await;
+    assert_eq!(parse_counts::of(&sql), 1, "a new text");
+    g.query_ok(&sql).await;
+    assert_eq!(
+        parse_counts::of(&sql),
+        1,
+        "judged on this connection before"
+    );
+    // Refused at the parse layer (no S3 is configured): one parse too.
+    let s3 = format!(
+        "SELECT * FROM read_parquet('s3://bucket/{}{unique}.parquet')",
+        parse_counts::MARK
+    );
+    let r = g.query(serde_json::json!({ "sql": s3 })).await;
+    assert_eq!(r.status(), 403, "{}", r.text().await.unwrap());
+    assert_eq!(parse_counts::of(&s3), 1, "a refused S3 read");
+}

@@ -203,6 +203,7 @@ pub fn router(state: AppState) -> Router {
     let catalog_routes = shed_beyond(
         Router::new()
             .route("/catalog", get(catalog::list))
+            .route("/catalog/functions", get(catalog::functions))
             .route("/catalog/{database}/{schema}/{table}", get(catalog::table)),
         shed,
     )

@@ -918,6 +918,8 @@ async fn the_console_has_strict_headers_and_can_be_turned_off() {
         "/ui/console.js",
         "/ui/api.js",
         "/ui/editor.js",
+        "/ui/complete.js",
+        "/ui/sha256.js",
         "/ui/grid.js",
         "/ui/chart.js",
         "/ui/console.css",

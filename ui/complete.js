@@ -6,7 +6,7 @@
 
 const MAX_SHOWN = 40;
 /** A word, and the qualified names (`db.schema.ta`) a caret may end. */
-const WORD_BEFORE = /(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")*")\.)*[A-Za-z_][A-Za-z0-9_$]*$|(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")*")\.)+$/;
+const WORD_BEFORE = /(?<![A-Za-z0-9_$"])(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")*")\.)*[A-Za-z_][A-Za-z0-9_$]*$|(?<![A-Za-z0-9_$"])(?:(?:[A-Za-z_][A-Za-z0-9_$]*|"(?:[^"]|"")*")\.)+$/;
 
 /**
  * The word the caret ends in `text` (up to `caret`): `{parts}`,

@@ -131,6 +131,7 @@ async function run(opts) {
   const inNewTab = opts !== null && typeof opts === 'object' && opts.newTab === true;
   const sql = ui.editor.value;
   if (!sql.trim()) return;
+  if (ui.editor.completer) ui.editor.completer.close();
   const tab = inNewTab || !ui.active ? addTab() : ui.active;
   tab.sql = sql;
   tab.state = 'running';
@@ -531,6 +532,13 @@ function redrawChart() {
   $('chart-tip').hidden = true;
   const { note, layout } = draw($('chart'), result.columns, result.rows, $('chart-kind').value, result.chart);
   ui.chartLayout = layout;
+  // Where the bands are, for whoever points at them (the browser test).
+  if (layout) {
+    const { left, top, width, height, band, count } = layout;
+    $('chart').dataset.layout = JSON.stringify({ left, top, width, height, band, count });
+  } else {
+    delete $('chart').dataset.layout;
+  }
   $('chart-note').textContent = note;
 }
 

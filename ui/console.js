@@ -187,20 +187,23 @@ function label(state) {
 }
 
 // DuckDB gives a percentage only where it can estimate the work (a scan
-// of a table); elsewhere (a recursive CTE, a remote read) it has none, and
-// a spinner says "working" instead of a bar that sits at 0%.
+// of a table); elsewhere (a recursive CTE, a remote read) it has none, or
+// 0% with nothing processed that never moves (its estimate of another
+// operator): a spinner says "working" instead of a bar that sits at 0%.
 function showProgress(q) {
   $('progress').hidden = false;
   const p = q && q.progress;
-  const pct = p && typeof p.percentage === 'number' ? p.percentage : null;
+  let pct = p && typeof p.percentage === 'number' ? p.percentage : null;
+  if (pct === 0 && !(p.rows_processed > 0)) pct = null;
   $('progress-track').hidden = pct === null;
   $('progress-spinner').hidden = pct !== null;
   $('progress-fill').style.width = pct === null ? '0%' : `${Math.max(0, Math.min(100, pct))}%`;
   const parts = [];
   if (pct !== null) parts.push(`${pct.toFixed(1)}%`);
   else parts.push('progress unknown');
-  if (p && p.total_rows > 0) parts.push(`${fmtInt(p.rows_processed)} of ${fmtInt(p.total_rows)} rows processed`);
-  else if (p && p.rows_processed > 0) parts.push(`${fmtInt(p.rows_processed)} rows processed`);
+  if (p && p.rows_processed > 0) {
+    parts.push(p.total_rows > 0 ? `${fmtInt(p.rows_processed)} of ${fmtInt(p.total_rows)} rows processed` : `${fmtInt(p.rows_processed)} rows processed`);
+  }
   if (q) parts.push(`${fmtInt(q.rows)} result rows`);
   if (q && q.state) parts.push(q.state);
   $('progress-text').textContent = parts.join(' · ');
@@ -875,6 +878,20 @@ function columnCandidates(t) {
   return null;
 }
 
+/**
+ * Whether `t` is found by its bare name: the gateway's search path is
+ * `client,main` of its own database (`main` alone under the read-only
+ * policy), so a table there needs no qualification unless `client` holds
+ * one of the same name first.
+ */
+function resolvesUnqualified(t, tables) {
+  const home = defaultDb();
+  if (!home || t.db !== home.name) return false;
+  if (t.schema === 'client') return true;
+  return t.schema === 'main'
+    && !tables.some((x) => x.db === home.name && x.schema === 'client' && same(x.table, t.table));
+}
+
 /** Candidates for a dotted path whose last part is being typed. */
 function completions(parts, sql) {
   const path = parts.slice(0, -1);
@@ -892,10 +909,7 @@ function completions(parts, sql) {
     // find them), the columns of the tables the SQL names, databases,
     // then functions.
     const named = new Set((sql.match(/[A-Za-z_][A-Za-z0-9_$]*/g) || []).map((w) => w.toLowerCase()));
-    for (const t of tables) {
-      const plain = home && t.db === home.name && t.schema === 'main';
-      out.push(tableItem(t, !plain));
-    }
+    for (const t of tables) out.push(tableItem(t, !resolvesUnqualified(t, tables)));
     let loading = 0;
     for (const t of tables) {
       if (!named.has(t.table.toLowerCase()) || loading > 8) continue;

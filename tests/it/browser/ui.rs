@@ -1386,7 +1386,22 @@ async fn the_console_for_a_working_day() {
     // Columns after `table.`: those GET /catalog/{db}/{schema}/{table} lists.
     b.keys("#sql", " WHERE sales_monthly.").await;
     let items = b.completion_list("the column list").await;
-    let (_, detail) = g.get("/catalog/memory/main/sales_monthly", TOKEN).await;
+    // Where the gateway put the table (`client` under the read-write policy).
+    let (db, schema) = dbs
+        .iter()
+        .flat_map(|d| d["schemas"].as_array().unwrap().iter().map(move |s| (d, s)))
+        .find(|(_, s)| {
+            s["tables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == "sales_monthly")
+        })
+        .map(|(d, s)| (d["name"].as_str().unwrap(), s["name"].as_str().unwrap()))
+        .unwrap();
+    let (_, detail) = g
+        .get(&format!("/catalog/{db}/{schema}/sales_monthly"), TOKEN)
+        .await;
     let columns: Vec<String> = detail["columns"]
         .as_array()
         .unwrap()
@@ -1417,7 +1432,8 @@ async fn the_console_for_a_working_day() {
     .filter(|l| !l.starts_with('#'))
     .filter_map(|l| {
         let mut c = l.split('\t');
-        Some((c.next()?.to_string(), c.nth(1)?.to_string()))
+        // DuckDB's names compared as the guard compares them.
+        Some((c.next()?.to_ascii_lowercase(), c.nth(1)?.to_string()))
     })
     .collect();
     for f in &functions {
@@ -1666,8 +1682,12 @@ async fn the_console_for_a_working_day() {
         .await;
     let (status, q) = g.get(&format!("/queries/{id}"), TOKEN).await;
     assert_eq!(status, 200, "{q}");
+    // No estimate: no percentage, or 0% with nothing processed (DuckDB's
+    // figure for another operator, which never moves).
+    let p = &q["progress"];
     assert!(
-        q["progress"]["percentage"].is_null(),
+        p["percentage"].is_null()
+            || (p["percentage"].as_f64() == Some(0.0) && p["rows_processed"].as_u64() == Some(0)),
         "DuckDB has an estimate after all: {q}"
     );
     assert_eq!(shown[0], true, "no bar without an estimate");

@@ -220,7 +220,7 @@ async function watch(run, status) {
       api.getJson(api.statementPath(run.id)).catch((e) => e),
     ]);
     if (q) showProgress(q);
-    else showProgress({ progress: status.progress, rows: status.rows, state: status.state });
+    else showProgress({ progress: status.progress, rows: status.rows });
     if (s instanceof Error) {
       finish(run, 'failed');
       runProblem(run, s.doc || { title: String(s) }, s.status);

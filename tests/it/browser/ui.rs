@@ -4,7 +4,12 @@
 //! with DuckDB in-process, watch a long query's progress and cancel it,
 //! see a bad query's problem, download a result and compare it with
 //! `/query`'s answer, chart, and check that the page asked nothing of any
-//! origin but the gateway. Screenshots go to `docs/screenshots/`.
+//! origin but the gateway; then the working day (`the_console_for_a_working_day`):
+//! the catalog panel against `GET /catalog`, autocompletion against
+//! `/catalog` and `/catalog/functions`, result tabs, the cell viewer, the
+//! chart's axes and tooltip, the spinner where DuckDB has no estimate, and
+//! the history per token across sessions. Screenshots go to
+//! `docs/screenshots/`.
 //!
 //! `scripts/test-env` installs Debian's `chromium` and `chromium-driver`
 //! where it may; where neither is found the browser test prints why and

@@ -2,6 +2,8 @@
 //! clients can query, with the same tokens as `/query`. The answers come
 //! from DuckDB's own catalog views on a pooled connection, limited to the
 //! gateway's database and the operator-declared catalogs.
+//! `GET /catalog/functions`: the functions a caller may call, from the
+//! guard's allow-list (no connection needed).
 
 use axum::extract::{Path, State};
 use axum::Json;

@@ -1,5 +1,8 @@
-// A quick chart of a result with one category column and one or more
-// numeric columns: bars or lines, drawn on a canvas by this file.
+// A quick chart of a result: one column on the x axis (as categories, in
+// the result's order) and one or more numeric columns as series, bars or
+// lines, drawn on a canvas by this file. The caller picks the axes
+// (`spec`); `hit` answers which row a point of the canvas is over, for the
+// tooltip.
 
 import { isNumericType } from './grid.js';
 
@@ -55,9 +58,19 @@ function fmt(v) {
   return String(Number(v.toPrecision(6)));
 }
 
-/** Draws `rows` on `canvas`; answers a note on what was left out. */
-export function draw(canvas, columns, rows, kind) {
-  const spec = chartable(columns);
+/** The columns that can be a series (numeric ones). */
+export function numericColumns(columns) {
+  return columns.map((c, i) => (isNumericType(c.type) ? i : -1)).filter((i) => i >= 0);
+}
+
+/**
+ * Draws `rows` on `canvas` with `spec` ({category, series}; by default
+ * chartable's); answers `{note, layout}`: a note on what was left out and
+ * where the bands are (for `hit`).
+ */
+export function draw(canvas, columns, rows, kind, spec) {
+  spec = spec || chartable(columns);
+  if (spec && spec.series.length === 0) spec = null;
   const ctx = canvas.getContext('2d');
   const dpr = window.devicePixelRatio || 1;
   const cssW = canvas.clientWidth || 900;
@@ -69,8 +82,8 @@ export function draw(canvas, columns, rows, kind) {
   ctx.font = '12px system-ui, sans-serif';
   if (!spec) {
     ctx.fillStyle = '#666';
-    ctx.fillText('A chart needs a category column and at least one numeric column.', 20, 30);
-    return 'not chartable';
+    ctx.fillText('A chart needs an x column and at least one numeric y column.', 20, 30);
+    return { note: 'not chartable', layout: null };
   }
   const limit = kind === 'bar' ? MAX_BARS : MAX_POINTS;
   const data = rows.slice(0, limit);
@@ -159,5 +172,15 @@ export function draw(canvas, columns, rows, kind) {
     lx += 28 + ctx.measureText(name).width;
   });
   note += ` · x: ${columns[spec.category].name}`;
-  return note;
+  return { note, layout: { left: pad.left, top: pad.top, width: w, height: h, band, count: data.length, spec } };
 }
+
+/** The row index under the canvas point (`x`, `y` in CSS pixels), or -1. */
+export function hit(layout, x, y) {
+  if (!layout || layout.count === 0) return -1;
+  if (y < layout.top || y > layout.top + layout.height) return -1;
+  const i = Math.floor((x - layout.left) / layout.band);
+  return i >= 0 && i < layout.count ? i : -1;
+}
+
+export { COLORS };

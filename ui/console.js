@@ -1,15 +1,20 @@
-// The duckgate console: type SQL, run it as an async statement, watch its
-// progress, cancel it, page its result into a virtual table, chart it,
-// download it. Every request goes to this gateway's public API with the
-// tab's token (see api.js): nothing here is more than curl could do.
+// The duckgate console: type SQL (with names completed from the catalog
+// and the functions the guard allows), run it as an async statement, watch
+// its progress, cancel it, page its result into a virtual table in one of
+// several result tabs, open a cell, chart it, download it. Every request
+// goes to this gateway's public API with the tab's token (see api.js):
+// nothing here is more than curl could do.
 
 import * as api from './api.js';
 import { Editor, errorRange } from './editor.js';
-import { Grid } from './grid.js';
-import { chartable, draw } from './chart.js';
+import { Grid, cellText } from './grid.js';
+import { chartable, draw, hit, numericColumns, COLORS } from './chart.js';
+import { sha256hex } from './sha256.js';
 
 const $ = (id) => document.getElementById(id);
-const HISTORY_KEY = 'duckgate.history';
+/** History lives in local storage under this prefix and a hash of the token. */
+const HISTORY_PREFIX = 'duckgate.history.';
+const HISTORY_MAX = 200;
 const POLL_MS = 250;
 const FIRST_PAGE = 1000;
 const PAGE = 50000;
@@ -20,8 +25,16 @@ const TERMINAL = new Set(['succeeded', 'failed', 'cancelled', 'expired']);
 const ui = {
   editor: null,
   grid: null,
-  run: null, // the statement being watched: {id, started, timer, cancelled}
-  result: null, // {id, columns, rows}
+  run: null, // the statement being watched: {id, started, timer, cancelled, tab}
+  tabs: [], // result tabs: {n, sql, state, result, problem}
+  active: null, // the tab shown
+  tabSeq: 0,
+  gridFor: null, // the result the grid shows
+  catalog: [], // GET /catalog's databases
+  columns: new Map(), // 'db\0schema\0table' -> [{name, type}] or a Promise
+  functions: [], // GET /catalog/functions
+  historyKey: null,
+  chartLayout: null,
 };
 
 function setStatus(state, text) {
@@ -66,7 +79,10 @@ async function connect(token) {
   $('login').close();
   $('who').textContent = token ? 'token set' : 'anonymous';
   $('signout').hidden = false;
+  ui.historyKey = historyKey(token);
+  renderHistory();
   loadCatalog();
+  loadFunctions();
   return true;
 }
 
@@ -112,14 +128,22 @@ function showProblem(doc, status, sql) {
 async function run(opts) {
   if (ui.run) return;
   const shared = opts !== null && typeof opts === 'object' && opts.shared === true;
+  const inNewTab = opts !== null && typeof opts === 'object' && opts.newTab === true;
   const sql = ui.editor.value;
   if (!sql.trim()) return;
-  clearProblem();
-  resetResult();
+  if (ui.editor.completer) ui.editor.completer.close();
+  const tab = inNewTab || !ui.active ? addTab() : ui.active;
+  tab.sql = sql;
+  tab.state = 'running';
+  tab.result = null;
+  tab.problem = null;
+  activate(tab);
   const started = performance.now();
-  const run = { id: null, started, sql, shared, done: false };
+  const run = { id: null, started, sql, shared, done: false, tab };
   ui.run = run;
+  renderTabs();
   $('run').disabled = true;
+  $('run-new').disabled = true;
   $('cancel').disabled = false;
   $('stmt-id').textContent = '';
   setStatus('submitting', 'Submitting…');
@@ -135,11 +159,11 @@ async function run(opts) {
       return;
     }
     if (e instanceof api.Problem) {
-      showProblem(e.doc, e.status, sql);
+      runProblem(run, e.doc, e.status, sql);
       remember(run, 'failed', 0);
       if (e.status === 401) showLogin('The gateway refused the token.');
     } else {
-      showProblem({ title: 'Network error', detail: String(e) });
+      runProblem(run, { title: 'Network error', detail: String(e) });
     }
     return;
   }
@@ -162,15 +186,24 @@ function label(state) {
   return { submitting: 'Submitting', queued: 'Queued', running: 'Running', cancelling: 'Cancelling' }[state] || state;
 }
 
+// DuckDB gives a percentage only where it can estimate the work (a scan
+// of a table); elsewhere (a recursive CTE, a remote read) it has none, or
+// 0% with nothing processed that never moves (its estimate of another
+// operator): a spinner says "working" instead of a bar that sits at 0%.
 function showProgress(q) {
   $('progress').hidden = false;
   const p = q && q.progress;
-  const pct = p && typeof p.percentage === 'number' ? p.percentage : null;
-  $('progress-fill').style.width = pct === null ? '100%' : `${Math.max(0, Math.min(100, pct))}%`;
-  $('progress-fill').classList.toggle('indeterminate', pct === null);
+  let pct = p && typeof p.percentage === 'number' ? p.percentage : null;
+  if (pct === 0 && !(p.rows_processed > 0)) pct = null;
+  $('progress-track').hidden = pct === null;
+  $('progress-spinner').hidden = pct !== null;
+  $('progress-fill').style.width = pct === null ? '0%' : `${Math.max(0, Math.min(100, pct))}%`;
   const parts = [];
   if (pct !== null) parts.push(`${pct.toFixed(1)}%`);
-  if (p) parts.push(`${fmtInt(p.rows_processed)} of ${fmtInt(p.total_rows)} rows processed`);
+  else parts.push('progress unknown');
+  if (p && p.rows_processed > 0) {
+    parts.push(p.total_rows > 0 ? `${fmtInt(p.rows_processed)} of ${fmtInt(p.total_rows)} rows processed` : `${fmtInt(p.rows_processed)} rows processed`);
+  }
   if (q) parts.push(`${fmtInt(q.rows)} result rows`);
   if (q && q.state) parts.push(q.state);
   $('progress-text').textContent = parts.join(' · ');
@@ -187,10 +220,10 @@ async function watch(run, status) {
       api.getJson(api.statementPath(run.id)).catch((e) => e),
     ]);
     if (q) showProgress(q);
-    else if (status.progress) showProgress({ progress: status.progress, rows: status.rows });
+    else showProgress({ progress: status.progress, rows: status.rows });
     if (s instanceof Error) {
       finish(run, 'failed');
-      showProblem(s.doc || { title: String(s) }, s.status);
+      runProblem(run, s.doc || { title: String(s) }, s.status);
       return;
     }
     status = s;
@@ -200,7 +233,7 @@ async function watch(run, status) {
   if (status.state === 'succeeded') {
     finish(run, 'succeeded', status);
     remember(run, 'succeeded', status.rows, elapsed);
-    await loadResult(status);
+    await loadResult(status, run.tab);
   } else if (status.state === 'cancelled') {
     finish(run, 'cancelled', status);
     remember(run, 'cancelled', status.rows, elapsed);
@@ -213,7 +246,7 @@ async function watch(run, status) {
   } else {
     finish(run, status.state, status);
     remember(run, status.state, 0, elapsed);
-    if (status.problem) showProblem(status.problem, status.problem.status, run.sql);
+    if (status.problem) runProblem(run, status.problem, status.problem.status, run.sql);
     setStatus('failed', `${status.problem ? status.problem.title : status.state} after ${fmtMs(elapsed)}`);
   }
 }
@@ -222,7 +255,12 @@ function finish(run, state, status) {
   run.done = true;
   clearInterval(run.timer);
   if (ui.run === run) ui.run = null;
+  if (run.tab) {
+    run.tab.state = state === 'idle' ? 'empty' : state;
+    renderTabs();
+  }
   $('run').disabled = false;
+  $('run-new').disabled = false;
   $('cancel').disabled = true;
   $('progress').hidden = state !== 'cancelled';
   if (state === 'failed') setStatus('failed', 'Failed');
@@ -246,54 +284,147 @@ async function cancel() {
   }
 }
 
+// ---------------------------------------------------------------- result tabs
+
+/** A problem of `run`, kept with its tab (shown again when the tab is). */
+function runProblem(run, doc, status, sql) {
+  if (run.tab) run.tab.problem = { doc, status, sql };
+  if (!run.tab || ui.active === run.tab) showProblem(doc, status, sql);
+}
+
+function addTab() {
+  const tab = { n: ++ui.tabSeq, sql: '', state: 'empty', result: null, problem: null };
+  ui.tabs.push(tab);
+  return tab;
+}
+
+function closeTab(tab) {
+  if (ui.run && ui.run.tab === tab) return;
+  const i = ui.tabs.indexOf(tab);
+  if (i < 0) return;
+  ui.tabs.splice(i, 1);
+  if (ui.active === tab) {
+    const next = ui.tabs[Math.min(i, ui.tabs.length - 1)] || null;
+    ui.active = null;
+    if (next) activate(next);
+    else resetResult();
+  }
+  renderTabs();
+}
+
+function tabTitle(tab) {
+  const one = tab.sql.replace(/\s+/g, ' ').trim();
+  return one.length > 28 ? one.slice(0, 27) + '…' : one || 'empty';
+}
+
+function renderTabs() {
+  const strip = $('result-tabs');
+  strip.replaceChildren();
+  strip.hidden = ui.tabs.length === 0;
+  for (const tab of ui.tabs) {
+    const box = document.createElement('span');
+    box.className = 'rtab';
+    box.dataset.n = String(tab.n);
+    box.dataset.state = tab.state;
+    box.setAttribute('aria-selected', String(tab === ui.active));
+    const name = document.createElement('button');
+    name.type = 'button';
+    name.className = 'rtab-name';
+    name.setAttribute('role', 'tab');
+    name.textContent = `${tab.n} · ${tabTitle(tab)}`;
+    name.title = tab.sql;
+    name.addEventListener('click', () => activate(tab));
+    const close = document.createElement('button');
+    close.type = 'button';
+    close.className = 'rtab-close';
+    close.textContent = '×';
+    close.title = 'Close this result';
+    close.setAttribute('aria-label', `Close result ${tab.n}`);
+    close.disabled = !!(ui.run && ui.run.tab === tab);
+    close.addEventListener('click', () => closeTab(tab));
+    box.append(name, close);
+    strip.appendChild(box);
+  }
+}
+
+/** Shows `tab`: its result (table, chart, downloads) or its problem. */
+function activate(tab) {
+  ui.active = tab;
+  renderTabs();
+  resetResult();
+  clearProblem();
+  closeCell();
+  if (tab.problem) showProblem(tab.problem.doc, tab.problem.status, tab.problem.sql);
+  if (tab.result) showResult(tab.result);
+}
+
 // ---------------------------------------------------------------- results
 
 function resetResult() {
-  ui.result = null;
+  ui.grid = null;
+  ui.gridFor = null;
   $('tabs').hidden = true;
   $('table-pane').replaceChildren();
   $('chart-pane').hidden = true;
-  $('progress').hidden = true;
+  if (!ui.run) $('progress').hidden = true;
   $('result-info').textContent = '';
   delete $('table-pane').dataset.loaded;
   $('downloads').replaceChildren();
+  closeCell();
   selectTab('table');
 }
 
-async function loadResult(status) {
-  const columns = status.columns || [];
-  const result = { id: status.id, columns, rows: [], total: status.rows, truncated: status.truncated };
-  ui.result = result;
+function showResult(result) {
   $('tabs').hidden = false;
-  ui.grid = new Grid($('table-pane'));
-  ui.grid.setColumns(columns);
-  renderDownloads(status.id);
-  $('tabs').querySelector('[data-tab="chart"]').disabled = !chartable(columns);
+  ui.grid = new Grid($('table-pane'), (r, c) => openCell(result, r, c));
+  ui.gridFor = result;
+  ui.grid.setColumns(result.columns);
+  ui.grid.append(result.rows);
+  renderDownloads(result.id);
+  $('tabs').querySelector('[data-tab="chart"]').disabled = !chartable(result.columns);
+  renderAxes(result);
+  info(result, !result.complete);
+  if (result.complete) {
+    ui.grid.flush();
+    $('table-pane').dataset.loaded = String(result.rows.length);
+  }
+}
+
+async function loadResult(status, tab) {
+  const columns = status.columns || [];
+  const result = { id: status.id, columns, rows: [], total: status.rows, truncated: status.truncated, complete: false, chart: null };
+  tab.result = result;
+  const shown = () => tab.result === result && ui.gridFor === result;
+  if (ui.active === tab) showResult(result);
   const want = Math.min(status.rows, MAX_ROWS_SHOWN);
   let offset = 0;
   let limit = FIRST_PAGE;
   const t0 = performance.now();
-  while (offset < want && ui.result === result) {
+  while (offset < want && tab.result === result) {
     const n = Math.min(limit, want - offset);
     let page;
     try {
       page = await api.getJson(`${api.statementPath(status.id)}/result?format=json&offset=${offset}&limit=${n}`);
     } catch (e) {
-      showProblem(e.doc || { title: String(e) }, e.status);
+      tab.problem = { doc: e.doc || { title: String(e) }, status: e.status };
+      if (ui.active === tab) showProblem(tab.problem.doc, tab.problem.status);
       break;
     }
-    if (ui.result !== result) return;
+    if (tab.result !== result) return;
     const rows = page.rows || [];
     for (const r of rows) result.rows.push(r);
-    ui.grid.append(rows);
+    if (shown()) {
+      ui.grid.append(rows);
+      info(result, offset + rows.length < want);
+    }
     offset += rows.length;
-    info(result, offset < want);
     if (rows.length === 0) break;
     limit = PAGE;
   }
   result.loadMs = performance.now() - t0;
+  result.complete = true;
+  if (!shown()) return;
   info(result, false);
-  if (ui.result !== result) return;
   ui.grid.flush();
   $('table-pane').dataset.loaded = String(result.rows.length);
   if (!$('chart-pane').hidden) redrawChart();
@@ -352,9 +483,168 @@ function selectTab(name) {
   if (name === 'table' && ui.grid) ui.grid.schedule(true);
 }
 
+// ---------------------------------------------------------------- chart
+
+/** The x and y pickers for `result` (its chart's axes kept with it). */
+function renderAxes(result) {
+  if (!result.chart) {
+    const spec = chartable(result.columns);
+    result.chart = spec ? { category: spec.category, series: spec.series } : { category: 0, series: [] };
+  }
+  const x = $('chart-x');
+  x.replaceChildren();
+  result.columns.forEach((c, i) => {
+    const o = document.createElement('option');
+    o.value = String(i);
+    o.textContent = c.name;
+    x.appendChild(o);
+  });
+  x.value = String(result.chart.category);
+  const ys = $('chart-y');
+  ys.replaceChildren();
+  for (const i of numericColumns(result.columns)) {
+    if (i === result.chart.category) continue;
+    const label = document.createElement('label');
+    label.className = 'chart-y-choice';
+    const box = document.createElement('input');
+    box.type = 'checkbox';
+    box.value = String(i);
+    box.checked = result.chart.series.includes(i);
+    box.addEventListener('change', () => {
+      const on = [...ys.querySelectorAll('input:checked')].map((b) => Number(b.value));
+      result.chart.series = on;
+      redrawChart();
+    });
+    label.append(box, document.createTextNode(' ' + result.columns[i].name));
+    ys.appendChild(label);
+  }
+}
+
+function chosenAxes() {
+  const result = ui.gridFor;
+  if (!result) return;
+  const category = Number($('chart-x').value);
+  result.chart = { category, series: result.chart.series.filter((i) => i !== category) };
+  renderAxes(result);
+  redrawChart();
+}
+
 function redrawChart() {
-  if (!ui.result) return;
-  $('chart-note').textContent = draw($('chart'), ui.result.columns, ui.result.rows, $('chart-kind').value);
+  const result = ui.gridFor;
+  if (!result) return;
+  $('chart-tip').hidden = true;
+  const { note, layout } = draw($('chart'), result.columns, result.rows, $('chart-kind').value, result.chart);
+  ui.chartLayout = layout;
+  // Where the bands are, for whoever points at them (the browser test).
+  if (layout) {
+    const { left, top, width, height, band, count } = layout;
+    $('chart').dataset.layout = JSON.stringify({ left, top, width, height, band, count });
+  } else {
+    delete $('chart').dataset.layout;
+  }
+  $('chart-note').textContent = note;
+}
+
+/** The tooltip: the x value and each series' value of the row under the pointer. */
+function chartTip(e) {
+  const tip = $('chart-tip');
+  const result = ui.gridFor;
+  const layout = ui.chartLayout;
+  const canvas = $('chart');
+  const r = canvas.getBoundingClientRect();
+  const px = e.clientX - r.left;
+  const py = e.clientY - r.top;
+  const i = result ? hit(layout, px, py) : -1;
+  if (i < 0) {
+    tip.hidden = true;
+    return;
+  }
+  const row = result.rows[i];
+  const { category, series } = layout.spec;
+  tip.replaceChildren();
+  tip.dataset.row = String(i);
+  const head = document.createElement('div');
+  head.className = 'tip-x';
+  const xText = cellText(row[category], result.columns[category].type);
+  head.textContent = xText === null ? 'NULL' : xText;
+  tip.appendChild(head);
+  series.forEach((s, si) => {
+    const line = document.createElement('div');
+    line.className = 'tip-row';
+    line.dataset.col = result.columns[s].name;
+    const sw = document.createElement('span');
+    sw.className = 'tip-swatch';
+    sw.style.background = COLORS[si % COLORS.length];
+    const name = document.createElement('span');
+    name.className = 'tip-name';
+    name.textContent = result.columns[s].name;
+    const value = document.createElement('span');
+    value.className = 'tip-value';
+    const t = cellText(row[s], result.columns[s].type);
+    value.textContent = t === null ? 'NULL' : t;
+    line.append(sw, name, value);
+    tip.appendChild(line);
+  });
+  tip.hidden = false;
+  const box = canvas.parentNode.getBoundingClientRect();
+  const left = e.clientX - box.left + 14;
+  tip.style.left = Math.min(left, box.width - tip.offsetWidth - 4) + 'px';
+  tip.style.top = (e.clientY - box.top + 14) + 'px';
+}
+
+// ---------------------------------------------------------------- cell viewer
+
+/** Opens row `r`, column `c` of `result` in the cell panel. */
+function openCell(result, r, c) {
+  const col = result.columns[c];
+  const v = result.rows[r] ? result.rows[r][c] : undefined;
+  let text;
+  let note = '';
+  if (v === null || v === undefined) {
+    text = 'NULL';
+    note = 'NULL';
+  } else if (typeof v === 'object') {
+    text = JSON.stringify(v, null, 2);
+    note = 'pretty-printed JSON';
+  } else if (typeof v === 'string' && (/^JSON$/i.test(col.type) || /^\s*[[{]/.test(v))) {
+    try {
+      text = JSON.stringify(JSON.parse(v), null, 2);
+      note = 'pretty-printed JSON';
+    } catch (_) {
+      text = v;
+    }
+  } else {
+    text = cellText(v, col.type);
+  }
+  $('cell-viewer').hidden = false;
+  $('cell-viewer').dataset.row = String(r);
+  $('cell-viewer').dataset.col = String(c);
+  $('cell-title').textContent = `${col.name} · row ${fmtInt(r + 1)}`;
+  $('cell-type').textContent = col.type;
+  $('cell-note').textContent = [note, `${fmtInt(text.length)} characters`].filter(Boolean).join(' · ');
+  $('cell-text').textContent = text;
+  $('cell-text').classList.toggle('cell-text-null', v === null || v === undefined);
+}
+
+function closeCell() {
+  $('cell-viewer').hidden = true;
+}
+
+async function copyCell() {
+  const text = $('cell-text').textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    $('cell-note').textContent = 'Copied to the clipboard';
+  } catch (_) {
+    // No clipboard access (a plain-HTTP page, a denied permission): the
+    // text is selected for Ctrl+C.
+    const range = document.createRange();
+    range.selectNodeContents($('cell-text'));
+    const sel = window.getSelection();
+    sel.removeAllRanges();
+    sel.addRange(range);
+    $('cell-note').textContent = document.execCommand('copy') ? 'Copied to the clipboard' : 'Selected: press Ctrl+C to copy';
+  }
 }
 
 // ---------------------------------------------------------------- catalog
@@ -370,6 +660,7 @@ async function loadCatalog() {
     }
     if (!r.ok) throw await api.problemOf(r);
     renderCatalog((await r.json()).databases, true);
+    ui.catalogRoute = true;
   } catch (e) {
     box.replaceChildren(text('p', e.doc ? `${e.doc.title}: ${e.doc.detail || ''}` : String(e), 'error-text'));
   }
@@ -389,9 +680,10 @@ async function catalogFromInformationSchema() {
     }),
   });
   if (!r.ok) throw await api.problemOf(r);
+  ui.catalogRoute = false;
   const dbs = new Map();
   for (const [db, schema, table, type, col, dtype] of (await r.json()).rows) {
-    if (!dbs.has(db)) dbs.set(db, { name: db, kind: '', schemas: new Map() });
+    if (!dbs.has(db)) dbs.set(db, { name: db, kind: db === 'memory' ? 'gateway' : '', schemas: new Map() });
     const s = dbs.get(db).schemas;
     if (!s.has(schema)) s.set(schema, { name: schema, tables: new Map() });
     const t = s.get(schema).tables;
@@ -415,75 +707,282 @@ function quoteIdent(s) {
   return /^[a-z_][a-z0-9_]*$/.test(s) ? s : `"${s.replace(/"/g, '""')}"`;
 }
 
+/** What a database is, in words (GET /catalog's `kind`). */
+const KIND_LABEL = {
+  gateway: "the gateway's own database",
+  ducklake: 'DuckLake lake',
+  iceberg: 'Iceberg table',
+  delta: 'Delta table',
+  duckdb: 'DuckDB file',
+};
+
+function plural(n, one, many) {
+  return `${fmtInt(n)} ${n === 1 ? one : many}`;
+}
+
+// The gateway's own database first, then the lakes and catalogs the
+// operator attached, each labelled with what it is; a schema says how many
+// tables it holds in words ("main · 3 tables"), not a bare "(3)".
 function renderCatalog(databases, detailRoute) {
+  ui.catalog = databases;
+  ui.columns.clear();
   const box = $('catalog');
   box.replaceChildren();
   let tables = 0;
-  for (const db of databases) {
-    const dd = document.createElement('details');
-    dd.open = true;
-    const sum = text('summary', db.name);
-    if (db.kind) sum.appendChild(text('span', ` ${db.kind}${db.read_only ? ', read-only' : ''}`, 'muted'));
-    dd.appendChild(sum);
-    for (const schema of db.schemas) {
-      const sd = document.createElement('details');
-      sd.open = schema.tables.length > 0 && schema.tables.length < 50;
-      sd.appendChild(text('summary', `${schema.name} (${schema.tables.length})`));
-      for (const t of schema.tables) {
-        tables++;
-        const td = document.createElement('details');
-        td.className = 'table-node';
-        const ts = text('summary', t.name);
-        ts.title = 'Click: columns · double-click: insert the name';
-        if (t.kind === 'view') ts.appendChild(text('span', ' view', 'muted'));
-        td.appendChild(ts);
-        const qualified = [db.name, schema.name, t.name].map(quoteIdent).join('.');
-        ts.addEventListener('dblclick', (e) => { e.preventDefault(); ui.editor.insert(qualified); });
-        td.addEventListener('toggle', async () => {
-          if (!td.open || td.dataset.loaded) return;
-          td.dataset.loaded = '1';
-          let cols = t.columns;
-          if (!cols && detailRoute) {
-            try {
-              const path = ['/catalog', db.name, schema.name, t.name].map((x, i) => (i ? encodeURIComponent(x) : x)).join('/');
-              cols = (await api.getJson(path)).columns;
-            } catch (e) {
-              td.appendChild(text('div', e.doc ? e.doc.title : String(e), 'error-text'));
-              return;
-            }
-          }
-          const ul = document.createElement('ul');
-          for (const c of cols || []) {
-            const li = text('li', c.name);
-            li.appendChild(text('span', ` ${c.type}`, 'muted mono'));
-            li.addEventListener('dblclick', () => ui.editor.insert(quoteIdent(c.name)));
-            ul.appendChild(li);
-          }
-          td.appendChild(ul);
-        });
-        sd.appendChild(td);
-      }
-      dd.appendChild(sd);
+  const own = databases.filter((d) => d.kind === 'gateway' || d.kind === '');
+  const lakes = databases.filter((d) => !(d.kind === 'gateway' || d.kind === ''));
+  const groups = [['Gateway database', own, 'catalog-own'], ['Lakes and attached catalogs', lakes, 'catalog-lakes']];
+  for (const [heading, dbs, id] of groups) {
+    const group = document.createElement('div');
+    group.className = 'catalog-group';
+    group.id = id;
+    group.appendChild(text('h4', heading, 'catalog-heading'));
+    if (dbs.length === 0) {
+      group.appendChild(text('p', id === 'catalog-lakes' ? 'None attached (see [[attach]] in the configuration).' : 'None visible.', 'muted small-note'));
     }
-    box.appendChild(dd);
+    for (const db of dbs) tables += renderDatabase(group, db, detailRoute);
+    box.appendChild(group);
   }
   if (tables === 0) box.appendChild(text('p', 'No tables yet.', 'muted'));
 }
 
+/** One database's branch of the tree; answers how many tables it shows. */
+function renderDatabase(box, db, detailRoute) {
+  let tables = 0;
+  const dd = document.createElement('details');
+  dd.open = true;
+  dd.className = 'db-node';
+  dd.dataset.db = db.name;
+  dd.dataset.kind = db.kind || '';
+  const sum = document.createElement('summary');
+  sum.appendChild(text('span', db.name, 'db-name mono'));
+  const what = [KIND_LABEL[db.kind] || db.kind, db.read_only ? 'read-only' : null].filter(Boolean).join(', ');
+  if (what) sum.appendChild(text('span', what, 'db-kind'));
+  sum.title = `${db.name}: ${what || 'database'}. Its tables are named ${quoteIdent(db.name)}.<schema>.<table>`;
+  dd.appendChild(sum);
+  for (const schema of db.schemas) {
+    const sd = document.createElement('details');
+    sd.className = 'schema-node';
+    sd.dataset.schema = schema.name;
+    sd.open = schema.tables.length > 0 && schema.tables.length < 50;
+    const ss = document.createElement('summary');
+    ss.appendChild(text('span', schema.name, 'schema-name'));
+    ss.appendChild(text('span', ` · ${schema.tables.length === 0 ? 'no tables' : plural(schema.tables.length, 'table', 'tables')}`, 'muted'));
+    ss.title = `schema ${db.name}.${schema.name}`;
+    sd.appendChild(ss);
+    for (const t of schema.tables) {
+      tables++;
+      const td = document.createElement('details');
+      td.className = 'table-node';
+      td.dataset.table = t.name;
+      const ts = text('summary', t.name);
+      ts.title = 'Click: columns · double-click: insert the name';
+      if (t.kind === 'view') ts.appendChild(text('span', ' view', 'muted'));
+      td.appendChild(ts);
+      const qualified = [db.name, schema.name, t.name].map(quoteIdent).join('.');
+      ts.addEventListener('dblclick', (e) => { e.preventDefault(); ui.editor.insert(qualified); });
+      td.addEventListener('toggle', async () => {
+        if (!td.open || td.dataset.loaded) return;
+        td.dataset.loaded = '1';
+        let cols;
+        try {
+          cols = t.columns || (detailRoute ? await columnsOf(db.name, schema.name, t.name) : []);
+        } catch (e) {
+          td.appendChild(text('div', e.doc ? e.doc.title : String(e), 'error-text'));
+          return;
+        }
+        const ul = document.createElement('ul');
+        for (const c of cols || []) {
+          const li = text('li', c.name);
+          li.appendChild(text('span', ` ${c.type}`, 'muted mono'));
+          li.addEventListener('dblclick', () => ui.editor.insert(quoteIdent(c.name)));
+          ul.appendChild(li);
+        }
+        td.appendChild(ul);
+      });
+      sd.appendChild(td);
+    }
+    dd.appendChild(sd);
+  }
+  box.appendChild(dd);
+  return tables;
+}
+
+/** A table's columns, from GET /catalog/{db}/{schema}/{table} once. */
+function columnsOf(db, schema, table) {
+  const key = [db, schema, table].join('\0');
+  const have = ui.columns.get(key);
+  if (have) return Promise.resolve(have);
+  const found = findTable(db, schema, table);
+  if (found && found.columns) return Promise.resolve(found.columns);
+  const path = '/catalog/' + [db, schema, table].map(encodeURIComponent).join('/');
+  const p = api.getJson(path).then((d) => {
+    ui.columns.set(key, d.columns);
+    return d.columns;
+  }, (e) => {
+    ui.columns.delete(key);
+    throw e;
+  });
+  ui.columns.set(key, p);
+  return p;
+}
+
+function findTable(db, schema, table) {
+  const d = ui.catalog.find((x) => x.name === db);
+  const s = d && d.schemas.find((x) => x.name === schema);
+  return s && s.tables.find((x) => x.name === table);
+}
+
+// ---------------------------------------------------------------- autocompletion
+
+async function loadFunctions() {
+  try {
+    ui.functions = (await api.getJson('/catalog/functions')).functions || [];
+  } catch (_) {
+    // A gateway without the route: no function names offered.
+    ui.functions = [];
+  }
+}
+
+const same = (a, b) => a.toLowerCase() === b.toLowerCase();
+/** The database unqualified names resolve in. */
+const defaultDb = () => ui.catalog.find((d) => d.kind === 'gateway') || ui.catalog[0];
+
+/** Every table as {db, schema, table}. */
+function allTables() {
+  const out = [];
+  for (const d of ui.catalog) for (const s of d.schemas) for (const t of s.tables) out.push({ db: d.name, schema: s.name, table: t.name, kind: t.kind });
+  return out;
+}
+
+/**
+ * The columns of `t` as candidates; null while they load (the list is
+ * offered again once they are in).
+ */
+function columnCandidates(t) {
+  const key = [t.db, t.schema, t.table].join('\0');
+  const have = ui.columns.get(key);
+  if (Array.isArray(have)) {
+    return have.map((c) => ({ label: c.name, insert: quoteIdent(c.name), kind: 'column', detail: `${c.type} · ${t.table}` }));
+  }
+  const found = findTable(t.db, t.schema, t.table);
+  if (found && found.columns) {
+    ui.columns.set(key, found.columns);
+    return columnCandidates(t);
+  }
+  if (!have && ui.catalogRoute) {
+    columnsOf(t.db, t.schema, t.table).then(() => {
+      if (document.activeElement === $('sql')) ui.editor.completer.update(false);
+    }, () => {});
+  }
+  return null;
+}
+
+/**
+ * Whether `t` is found by its bare name: the gateway's search path is
+ * `client,main` of its own database (`main` alone under the read-only
+ * policy), so a table there needs no qualification unless `client` holds
+ * one of the same name first.
+ */
+function resolvesUnqualified(t, tables) {
+  const home = defaultDb();
+  if (!home || t.db !== home.name) return false;
+  if (t.schema === 'client') return true;
+  return t.schema === 'main'
+    && !tables.some((x) => x.db === home.name && x.schema === 'client' && same(x.table, t.table));
+}
+
+/** Candidates for a dotted path whose last part is being typed. */
+function completions(parts, sql) {
+  const path = parts.slice(0, -1);
+  const out = [];
+  const home = defaultDb();
+  const tables = allTables();
+  const tableItem = (t, qualify) => ({
+    label: t.table,
+    insert: qualify ? [t.db, t.schema, t.table].map(quoteIdent).join('.') : quoteIdent(t.table),
+    kind: t.kind === 'view' ? 'view' : 'table',
+    detail: `${t.kind === 'view' ? 'view' : 'table'} · ${t.db}.${t.schema}`,
+  });
+  if (path.length === 0) {
+    // Tables (qualified where the default database and schema would not
+    // find them), the columns of the tables the SQL names, databases,
+    // then functions.
+    const named = new Set((sql.match(/[A-Za-z_][A-Za-z0-9_$]*/g) || []).map((w) => w.toLowerCase()));
+    for (const t of tables) out.push(tableItem(t, !resolvesUnqualified(t, tables)));
+    let loading = 0;
+    for (const t of tables) {
+      if (!named.has(t.table.toLowerCase()) || loading > 8) continue;
+      const cols = columnCandidates(t);
+      if (cols) out.push(...cols);
+      else loading++;
+    }
+    for (const d of ui.catalog) out.push({ label: d.name, insert: quoteIdent(d.name), kind: 'database', detail: KIND_LABEL[d.kind] || 'database' });
+    for (const f of ui.functions) {
+      const table = f.kinds.length === 1 && f.kinds[0] === 'table';
+      out.push({ label: f.name, insert: f.name + '(', kind: 'function', detail: f.kinds.join(', ') + (table ? ' function' : '') });
+    }
+  } else if (path.length === 1) {
+    const [a] = path;
+    const db = ui.catalog.find((d) => same(d.name, a));
+    if (db) for (const s of db.schemas) out.push({ label: s.name, insert: quoteIdent(s.name), kind: 'schema', detail: `schema · ${db.name}` });
+    if (home) {
+      const s = home.schemas.find((x) => same(x.name, a));
+      if (s) for (const t of s.tables) out.push(tableItem({ db: home.name, schema: s.name, table: t.name, kind: t.kind }, false));
+    }
+    for (const t of tables.filter((x) => same(x.table, a))) out.push(...(columnCandidates(t) || []));
+  } else if (path.length === 2) {
+    const [a, b] = path;
+    const db = ui.catalog.find((d) => same(d.name, a));
+    const s = db && db.schemas.find((x) => same(x.name, b));
+    if (s) for (const t of s.tables) out.push(tableItem({ db: db.name, schema: s.name, table: t.name, kind: t.kind }, false));
+    if (home) {
+      for (const t of tables.filter((x) => x.db === home.name && same(x.schema, a) && same(x.table, b))) out.push(...(columnCandidates(t) || []));
+    }
+  } else if (path.length === 3) {
+    const [a, b, c] = path;
+    for (const t of tables.filter((x) => same(x.db, a) && same(x.schema, b) && same(x.table, c))) out.push(...(columnCandidates(t) || []));
+  }
+  // One entry per label and kind (a name in two schemas shows twice,
+  // with its place).
+  const seen = new Set();
+  return out.filter((c) => {
+    const k = `${c.kind}\0${c.label}\0${c.detail}`;
+    if (seen.has(k)) return false;
+    seen.add(k);
+    return true;
+  });
+}
+
 // ---------------------------------------------------------------- history
 
+/**
+ * The local-storage key of this identity's history: a hash of the token
+ * (the token itself is never stored there), so two tokens on one browser
+ * keep two histories and an anonymous gateway one.
+ */
+function historyKey(token) {
+  return HISTORY_PREFIX + sha256hex('duckgate console history\n' + (token || '')).slice(0, 32);
+}
+
 function pastRuns() {
+  if (!ui.historyKey) return [];
   try {
-    return JSON.parse(sessionStorage.getItem(HISTORY_KEY)) || [];
+    return JSON.parse(localStorage.getItem(ui.historyKey)) || [];
   } catch (_) {
     return [];
   }
 }
 
 function remember(run, state, rows, elapsed) {
+  if (!ui.historyKey) return;
   const h = pastRuns();
   h.unshift({ sql: run.sql, id: run.id, state, rows, elapsed_ms: elapsed, at: Date.now() });
-  sessionStorage.setItem(HISTORY_KEY, JSON.stringify(h.slice(0, 100)));
+  try {
+    localStorage.setItem(ui.historyKey, JSON.stringify(h.slice(0, HISTORY_MAX)));
+  } catch (_) {
+    // Storage full or refused: the history is what it was.
+  }
   renderHistory();
 }
 
@@ -494,7 +993,9 @@ function renderHistory() {
     const li = document.createElement('li');
     li.dataset.state = item.state;
     li.appendChild(text('div', item.sql.length > 160 ? item.sql.slice(0, 160) + '…' : item.sql, 'mono'));
-    const meta = [new Date(item.at).toLocaleTimeString(), item.state];
+    const at = new Date(item.at);
+    const today = at.toDateString() === new Date().toDateString();
+    const meta = [today ? at.toLocaleTimeString() : at.toLocaleString(), item.state];
     if (item.state === 'succeeded') meta.push(`${fmtInt(item.rows)} rows`);
     if (typeof item.elapsed_ms === 'number') meta.push(fmtMs(item.elapsed_ms));
     li.appendChild(text('div', meta.join(' · '), 'muted'));
@@ -558,15 +1059,32 @@ async function share() {
 // ---------------------------------------------------------------- start
 
 async function start() {
-  ui.editor = new Editor($('sql'), $('editor-highlight'), run);
-  $('run').addEventListener('click', run);
+  ui.editor = new Editor($('sql'), $('editor-highlight'), (newTab) => run({ newTab }), completions);
+  $('run').addEventListener('click', () => run());
+  $('run-new').addEventListener('click', () => run({ newTab: true }));
   $('cancel').addEventListener('click', cancel);
   $('share').addEventListener('click', share);
-  $('catalog-refresh').addEventListener('click', loadCatalog);
-  $('history-clear').addEventListener('click', () => { sessionStorage.removeItem(HISTORY_KEY); renderHistory(); });
+  $('catalog-refresh').addEventListener('click', () => { loadCatalog(); loadFunctions(); });
+  $('history-clear').addEventListener('click', () => {
+    if (ui.historyKey) localStorage.removeItem(ui.historyKey);
+    renderHistory();
+  });
   $('chart-kind').addEventListener('change', redrawChart);
+  $('chart-x').addEventListener('change', chosenAxes);
+  $('chart').addEventListener('mousemove', chartTip);
+  $('chart').addEventListener('mouseleave', () => { $('chart-tip').hidden = true; });
+  $('cell-close').addEventListener('click', closeCell);
+  $('cell-copy').addEventListener('click', copyCell);
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && !$('cell-viewer').hidden && document.activeElement !== $('sql')) closeCell();
+  });
   for (const t of document.querySelectorAll('.tab')) t.addEventListener('click', () => selectTab(t.dataset.tab));
-  $('signout').addEventListener('click', () => { api.clearToken(); showLogin(); });
+  $('signout').addEventListener('click', () => {
+    api.clearToken();
+    ui.historyKey = null;
+    renderHistory();
+    showLogin();
+  });
   $('login').addEventListener('cancel', (e) => e.preventDefault());
   $('login-form').addEventListener('submit', async (e) => {
     e.preventDefault();

@@ -3,6 +3,8 @@
 // The highlighter only colours; the gateway's guard (DuckDB's own parser)
 // is the only reader of the SQL that matters.
 
+import { Completer } from './complete.js';
+
 const KEYWORDS = new Set(`
 select from where group by order having limit offset with as and or not in is null
 like ilike between case when then else end join left right full outer inner cross on
@@ -51,16 +53,29 @@ export function highlight(sql) {
 }
 
 export class Editor {
-  constructor(textarea, pre, onRun) {
+  /**
+   * `onRun(newTab)`: Ctrl+Enter (Shift too: into a new result tab);
+   * `complete`: the autocompletion's source (see complete.js), if any.
+   */
+  constructor(textarea, pre, onRun, complete) {
     this.ta = textarea;
     this.pre = pre;
     this.mark = null;
-    this.ta.addEventListener('input', () => { this.mark = null; this.render(); });
+    this.completer = complete ? new Completer(textarea, complete) : null;
+    this.ta.addEventListener('input', (e) => {
+      this.mark = null;
+      this.render();
+      // Typing opens the list; text put in by a script does not.
+      if (this.completer && e.inputType) {
+        if (e.inputType.startsWith('insert') || this.completer.open) this.completer.update(false);
+      }
+    });
     this.ta.addEventListener('scroll', () => this.syncScroll());
     this.ta.addEventListener('keydown', (e) => {
+      if (this.completer && this.completer.key(e)) return;
       if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
         e.preventDefault();
-        onRun();
+        onRun(e.shiftKey);
       } else if (e.key === 'Tab' && !e.ctrlKey && !e.metaKey && !e.altKey) {
         e.preventDefault();
         this.insert('  ');
@@ -74,6 +89,7 @@ export class Editor {
   set value(v) {
     this.ta.value = v;
     this.mark = null;
+    if (this.completer) this.completer.close();
     this.render();
   }
 

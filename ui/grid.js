@@ -30,8 +30,10 @@ export function cellText(v, type) {
 }
 
 export class Grid {
-  constructor(container) {
+  /** `onCell(row, column)`: a cell was clicked (indexes from 0). */
+  constructor(container, onCell) {
     this.container = container;
+    this.onCell = onCell;
     this.columns = [];
     this.rows = [];
     this.widths = [];
@@ -50,6 +52,13 @@ export class Grid {
     this.container.appendChild(this.viewport);
     this.rendered = [-1, -1];
     this.viewport.addEventListener('scroll', () => this.schedule(), { passive: true });
+    this.viewport.addEventListener('click', (e) => {
+      const cell = e.target.closest('.cell[data-col]');
+      if (!cell || !this.onCell) return;
+      // Selecting text in a cell is not a click on it.
+      if (String(window.getSelection()).length > 0) return;
+      this.onCell(Number(cell.parentNode.dataset.row), Number(cell.dataset.col));
+    });
     new ResizeObserver(() => this.schedule(true)).observe(this.viewport);
   }
 
@@ -150,6 +159,7 @@ export class Grid {
         const cell = document.createElement('div');
         cell.className = numeric[c] ? 'cell num' : 'cell';
         cell.style.width = this.widths[c] + 'px';
+        cell.dataset.col = String(c);
         const t = cellText(row[c], types[c]);
         if (t === null) {
           cell.classList.add('cell-null');
@@ -157,7 +167,10 @@ export class Grid {
           cell.textContent = 'NULL';
         } else {
           cell.textContent = t;
-          if (t.length > 40) cell.title = t.length > 2000 ? t.slice(0, 2000) + '…' : t;
+          if (t.length * 8 + 16 > this.widths[c]) {
+            cell.classList.add('cell-long');
+            cell.title = 'Click to open the whole value';
+          }
         }
         el.appendChild(cell);
       }

@@ -2,6 +2,8 @@
 //! clients can query, with the same tokens as `/query`. The answers come
 //! from DuckDB's own catalog views on a pooled connection, limited to the
 //! gateway's database and the operator-declared catalogs.
+//! `GET /catalog/functions`: the functions a caller may call, from the
+//! guard's allow-list (no connection needed).
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -202,6 +204,96 @@ pub async fn list(
             })
             .collect(),
     }))
+}
+
+/// `GET /catalog/functions`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FunctionList {
+    /// Every function the guard lets this caller call by name, sorted.
+    pub functions: Vec<FunctionInfo>,
+}
+
+/// One function clients may call.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct FunctionInfo {
+    /// Its name, as SQL calls it (`upper`, `read_parquet`).
+    pub name: String,
+    /// DuckDB's function types for the name that this caller may call:
+    /// `scalar`, `aggregate`, `window`, `macro`, `table`, ...
+    pub kinds: Vec<String>,
+}
+
+/// Whether `name` is one a client types as a plain word (not an operator
+/// such as `->>`, not one of DuckDB's `__internal` helpers).
+fn callable_word(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && !name.starts_with("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// The functions a caller may call: the guard's allow-list (allowed
+/// scalars, aggregates and macros, table functions and readers); for a
+/// caller confined by roles, table functions only where they are
+/// generators ([`GENERATORS`](crate::engine::guard::access::GENERATORS)),
+/// since its plans may scan nothing else.
+pub fn callable_functions(confined: bool) -> Vec<FunctionInfo> {
+    use crate::engine::guard::access::GENERATORS;
+    use crate::engine::guard::functions::{all, Verdict};
+    let mut out: Vec<FunctionInfo> = all()
+        .iter()
+        .filter(|(name, _)| callable_word(name))
+        .filter_map(|(name, e)| {
+            let mut kinds: Vec<String> = e
+                .kinds
+                .split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(String::from)
+                .collect();
+            // A pragma is a statement, not a call; the allow-list's
+            // verdict on a name covers its table form only when it says so.
+            let table = |k: &str| k == "table" || k == "table_macro";
+            match e.verdict {
+                Verdict::Allow => kinds.retain(|k| k != "pragma" && !table(k)),
+                Verdict::Table | Verdict::Reader => {
+                    kinds.retain(|k| k != "pragma");
+                    if confined && !GENERATORS.contains(&name.as_str()) {
+                        kinds.retain(|k| !table(k));
+                    }
+                }
+                _ => return None,
+            }
+            (!kinds.is_empty()).then(|| FunctionInfo {
+                name: name.clone(),
+                kinds,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Lists the functions this caller may call (for autocompletion).
+///
+/// The guard's allow-list, not DuckDB's `duckdb_functions()` (which the
+/// guard refuses to clients): a name listed here is one the guard lets
+/// through; a caller whose roles confine it sees only the table functions
+/// that generate rows.
+#[utoipa::path(get, path = "/catalog/functions", tag = "catalog",
+    responses(
+        (status = 200, description = "The functions this caller may call, sorted by name", body = FunctionList),
+        (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
+    ),
+    security(("bearer" = []), ()))]
+pub async fn functions(auth: QueryAuth) -> Json<FunctionList> {
+    Json(FunctionList {
+        functions: callable_functions(auth.access.is_some()),
+    })
 }
 
 /// Describes one table: its columns and, for DuckLake, the current snapshot.

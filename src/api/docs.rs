@@ -53,6 +53,7 @@ use crate::api::{
         admin::pool,
         catalog::list,
         catalog::table,
+        catalog::functions,
         openapi_json,
         ui::console_page,
         ui::docs_page,
@@ -92,6 +93,8 @@ use crate::api::{
         catalog::TableDetail,
         catalog::ColumnInfo,
         catalog::SnapshotInfo,
+        catalog::FunctionList,
+        catalog::FunctionInfo,
     )),
     modifiers(&BearerAuth, &Exact),
     tags(

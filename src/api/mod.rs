@@ -198,7 +198,9 @@ pub fn router(state: AppState) -> Router {
             "/statements/{id}",
             get(statements::show).delete(statements::discard),
         )
-        .route("/statements/{id}/links", post(links::mint));
+        .route("/statements/{id}/links", post(links::mint))
+        // The guard's allow-list, from memory: no pooled connection.
+        .route("/catalog/functions", get(catalog::functions));
     // Browsing runs on a pooled connection: bounded like queries.
     let catalog_routes = shed_beyond(
         Router::new()

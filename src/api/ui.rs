@@ -6,7 +6,7 @@
 //! (scripts and styles from this origin only, no inline script or style, no
 //! eval, requests to this origin only). The console has no route of its
 //! own beyond these files: it calls `/query`, `/statements`, `/queries` and
-//! `/catalog` with the user's token in the `Authorization` header, exactly
+//! `/catalog` (`/catalog/functions` for autocompletion) with the user's token in the `Authorization` header, exactly
 //! as curl would, so it can do nothing a token could not do without it.
 
 use axum::extract::Path;
@@ -51,6 +51,16 @@ const CONSOLE: &[Asset] = &[
         name: "editor.js",
         content_type: JS,
         body: include_str!("../../ui/editor.js"),
+    },
+    Asset {
+        name: "complete.js",
+        content_type: JS,
+        body: include_str!("../../ui/complete.js"),
+    },
+    Asset {
+        name: "sha256.js",
+        content_type: JS,
+        body: include_str!("../../ui/sha256.js"),
     },
     Asset {
         name: "grid.js",
@@ -146,8 +156,9 @@ pub fn docs_router() -> Router<AppState> {
 ///
 /// One HTML page (its scripts and styles under `/ui/`, all embedded in the
 /// binary) that runs SQL through this API with the user's token: async
-/// statements, progress, cancel, a virtual result table, downloads, a
-/// chart, the catalog. `/` redirects here. Off (404) with
+/// statements, progress, cancel, result tabs with a virtual table, a cell
+/// viewer, downloads, a chart, the catalog, autocompletion, a history kept
+/// in the browser. `/` redirects here. Off (404) with
 /// `DUCKGATE_UI=false`.
 #[utoipa::path(get, path = "/ui", tag = "console",
     responses(

@@ -4,7 +4,12 @@
 //! with DuckDB in-process, watch a long query's progress and cancel it,
 //! see a bad query's problem, download a result and compare it with
 //! `/query`'s answer, chart, and check that the page asked nothing of any
-//! origin but the gateway. Screenshots go to `docs/screenshots/`.
+//! origin but the gateway; then the working day (`the_console_for_a_working_day`):
+//! the catalog panel against `GET /catalog`, autocompletion against
+//! `/catalog` and `/catalog/functions`, result tabs, the cell viewer, the
+//! chart's axes and tooltip, the spinner where DuckDB has no estimate, and
+//! the history per token across sessions. Screenshots go to
+//! `docs/screenshots/`.
 //!
 //! `scripts/test-env` installs Debian's `chromium` and `chromium-driver`
 //! where it may; where neither is found the browser test prints why and
@@ -918,6 +923,8 @@ async fn the_console_has_strict_headers_and_can_be_turned_off() {
         "/ui/console.js",
         "/ui/api.js",
         "/ui/editor.js",
+        "/ui/complete.js",
+        "/ui/sha256.js",
         "/ui/grid.js",
         "/ui/chart.js",
         "/ui/console.css",
@@ -1077,4 +1084,681 @@ fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": 
         )
         .await;
     assert_eq!(open, json!(false));
+}
+
+const SECOND_TOKEN: &str = "ui-second-token-77aa";
+
+/// POST /query with `token`, expecting 200: the JSON answer.
+async fn query_as(g: &common::Gateway, token: &str, sql: &str) -> Value {
+    let r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(token)
+        .json(&json!({ "sql": sql }))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let text = r.text().await.unwrap();
+    assert_eq!(status, 200, "{sql}: {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+impl Browser {
+    /// Runs `script` asynchronously: it calls `arguments[arguments.length - 1]`
+    /// with its answer.
+    async fn js_async(&self, script: &str) -> Result<Value, String> {
+        self.cmd(
+            "POST",
+            "/execute/async",
+            json!({"script": script, "args": []}),
+        )
+        .await
+    }
+
+    /// Signs in with `token` through the dialog (which must be open).
+    async fn sign_in(&self, token: &str) {
+        self.wait_for(
+            "the token dialog",
+            "return document.getElementById('login').open",
+            Duration::from_secs(20),
+        )
+        .await;
+        self.keys("#token", token).await;
+        self.click("#connect").await;
+        self.wait_for(
+            "the dialog closes",
+            "return !document.getElementById('login').open",
+            Duration::from_secs(20),
+        )
+        .await;
+    }
+
+    /// The autocompletion list once shown: each item's label and kind.
+    async fn completion_list(&self, what: &str) -> Vec<(String, String)> {
+        let v = self
+            .wait_for(
+                what,
+                "const l = document.getElementById('complete');
+                 return l && !l.hidden && [...l.querySelectorAll('li')].map(li => [li.querySelector('.complete-name').textContent, li.dataset.kind]);",
+                Duration::from_secs(10),
+            )
+            .await;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i[0].as_str().unwrap().to_string(),
+                    i[1].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    async fn completion_open(&self) -> bool {
+        self.js(
+            "const l = document.getElementById('complete'); return !!l && !l.hidden",
+            json!([]),
+        )
+        .await
+            == json!(true)
+    }
+
+    async fn sql(&self) -> String {
+        self.js("return document.getElementById('sql').value", json!([]))
+            .await
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    /// The result tabs: (number, selected, title).
+    async fn result_tabs(&self) -> Vec<(u64, bool, String)> {
+        let v = self
+            .js(
+                "return [...document.querySelectorAll('#result-tabs .rtab')].map(t => [Number(t.dataset.n), t.getAttribute('aria-selected') === 'true', t.querySelector('.rtab-name').title])",
+                json!([]),
+            )
+            .await;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t[0].as_u64().unwrap(),
+                    t[1].as_bool().unwrap(),
+                    t[2].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The SQL of the history list, newest first.
+    async fn history(&self) -> Vec<String> {
+        let v = self
+            .js(
+                "return [...document.querySelectorAll('#history li .mono')].map(e => e.textContent)",
+                json!([]),
+            )
+            .await;
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+/// The page's table equals DuckDB's answer to `sql` (names, types, cells).
+async fn assert_table_is(b: &Browser, sql: &str) {
+    let (want_head, want_rows) = duckdb_reference(sql);
+    let (head, rows) = b.table().await;
+    assert_eq!(head, want_head, "the table shows the result of {sql}");
+    assert_eq!(rows.len(), want_rows.len(), "rows of {sql}");
+    compare_rows(&want_rows, &rows);
+}
+
+/// The local-storage key the console files `token`'s history under.
+fn history_key(token: &str) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("duckgate console history\n{token}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("duckgate.history.{}", &hex[..32])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
+async fn the_console_for_a_working_day() {
+    let downloads = tempfile::tempdir().unwrap();
+    let Some(b) = Browser::start(downloads.path()).await else {
+        return;
+    };
+    // An attached catalog (a DuckDB file) beside the gateway's database.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("warehouse.duckdb");
+    {
+        let conn = duckdb::Connection::open(&file).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE orders AS SELECT i AS id, 'r' || (i % 3) AS region FROM range(5) t(i)",
+        )
+        .unwrap();
+    }
+    let config = dir.path().join("duckgate.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[attach]]\nname = \"warehouse\"\ntype = \"duckdb\"\npath = \"{}\"\n",
+            file.display()
+        ),
+    )
+    .unwrap();
+    let g = common::Gateway::builder()
+        .env(
+            "DUCKGATE_QUERY_TOKENS",
+            format!("first:{TOKEN},second:{SECOND_TOKEN}"),
+        )
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_POOL_SIZE", 2)
+        .start();
+    query_as(
+        &g,
+        TOKEN,
+        "CREATE TABLE sales_daily AS SELECT DATE '2024-01-01' + i::INTEGER AS day, i * 3 AS amount FROM range(10) t(i)",
+    )
+    .await;
+    query_as(
+        &g,
+        TOKEN,
+        "CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount, 'note ' || i AS remark FROM range(12) t(i)",
+    )
+    .await;
+
+    b.goto(&g.url("/ui")).await;
+    b.sign_in(TOKEN).await;
+
+    // The catalog panel: the gateway's database and the attached catalog in
+    // their own groups, each schema with its table count in words, the
+    // same databases, kinds, schemas and tables as GET /catalog.
+    b.wait_for(
+        "the catalog shows sales_monthly",
+        "return [...document.querySelectorAll('#catalog .table-node')].some(t => t.dataset.table === 'sales_monthly')",
+        Duration::from_secs(30),
+    )
+    .await;
+    let panel = b
+        .js(
+            "return [...document.querySelectorAll('#catalog .db-node')].map(d => ({
+               name: d.dataset.db, kind: d.dataset.kind, group: d.closest('.catalog-group').id,
+               label: (d.querySelector(':scope > summary .db-kind') || {}).textContent || '',
+               schemas: [...d.querySelectorAll(':scope > .schema-node')].map(s => ({
+                 name: s.dataset.schema, summary: s.querySelector(':scope > summary').textContent,
+                 tables: [...s.querySelectorAll(':scope > .table-node')].map(t => t.dataset.table) })) }))",
+            json!([]),
+        )
+        .await;
+    let (status, catalog) = g.get("/catalog", TOKEN).await;
+    assert_eq!(status, 200);
+    let dbs = catalog["databases"].as_array().unwrap();
+    let panel = panel.as_array().unwrap();
+    assert_eq!(panel.len(), dbs.len(), "{panel:?} against {catalog}");
+    assert!(
+        dbs.iter()
+            .any(|d| d["name"] == "warehouse" && d["kind"] == "duckdb"),
+        "the attached catalog is listed: {catalog}"
+    );
+    for d in dbs {
+        let p = panel
+            .iter()
+            .find(|p| p["name"] == d["name"])
+            .unwrap_or_else(|| panic!("{} not in the panel", d["name"]));
+        assert_eq!(p["kind"], d["kind"]);
+        let own = d["kind"] == "gateway";
+        assert_eq!(
+            p["group"],
+            if own { "catalog-own" } else { "catalog-lakes" },
+            "{p}"
+        );
+        let label = p["label"].as_str().unwrap();
+        assert_eq!(
+            label.ends_with("read-only"),
+            d["read_only"] == true,
+            "{label}"
+        );
+        let schemas = d["schemas"].as_array().unwrap();
+        let shown = p["schemas"].as_array().unwrap();
+        assert_eq!(shown.len(), schemas.len());
+        for (s, ps) in schemas.iter().zip(shown) {
+            assert_eq!(ps["name"], s["name"]);
+            let tables: Vec<&Value> = s["tables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| &t["name"])
+                .collect();
+            let shown_tables: Vec<&Value> = ps["tables"].as_array().unwrap().iter().collect();
+            assert_eq!(shown_tables, tables);
+            let n = tables.len();
+            let count = match n {
+                0 => "no tables".to_string(),
+                1 => "1 table".to_string(),
+                n => format!("{n} tables"),
+            };
+            assert_eq!(
+                ps["summary"],
+                format!("{} · {count}", s["name"].as_str().unwrap()),
+                "no bare `(N)`"
+            );
+        }
+    }
+    b.screenshot("catalog").await;
+
+    // Autocompletion of tables: typing offers exactly the tables GET
+    // /catalog lists under that prefix; ↓ then Tab takes the second.
+    let (_, functions) = g.get("/catalog/functions", TOKEN).await;
+    let functions: Vec<String> = functions["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap().to_string())
+        .collect();
+    let all_tables: Vec<String> = dbs
+        .iter()
+        .flat_map(|d| d["schemas"].as_array().unwrap().iter())
+        .flat_map(|s| s["tables"].as_array().unwrap().iter())
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    b.set_sql("").await;
+    b.keys("#sql", "SELECT * FROM sales_").await;
+    let items = b.completion_list("the table list").await;
+    let want: Vec<String> = all_tables
+        .iter()
+        .filter(|t| t.starts_with("sales_"))
+        .chain(functions.iter().filter(|f| f.starts_with("sales_")))
+        .cloned()
+        .collect();
+    assert_eq!(
+        items.iter().map(|i| i.0.clone()).collect::<Vec<_>>(),
+        want,
+        "{items:?}"
+    );
+    assert!(want.len() >= 2);
+    b.screenshot("autocomplete").await;
+    b.keys("#sql", "\u{E015}\u{E004}").await; // ↓, Tab
+    assert_eq!(b.sql().await, format!("SELECT * FROM {}", items[1].0));
+    assert!(!b.completion_open().await, "accepting closes the list");
+    // Columns after `table.`: those GET /catalog/{db}/{schema}/{table} lists.
+    b.keys("#sql", " WHERE sales_monthly.").await;
+    let items = b.completion_list("the column list").await;
+    // Where the gateway put the table (`client` under the read-write policy).
+    let (db, schema) = dbs
+        .iter()
+        .flat_map(|d| d["schemas"].as_array().unwrap().iter().map(move |s| (d, s)))
+        .find(|(_, s)| {
+            s["tables"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == "sales_monthly")
+        })
+        .map(|(d, s)| (d["name"].as_str().unwrap(), s["name"].as_str().unwrap()))
+        .unwrap();
+    let (_, detail) = g
+        .get(&format!("/catalog/{db}/{schema}/sales_monthly"), TOKEN)
+        .await;
+    let columns: Vec<String> = detail["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        items,
+        columns
+            .iter()
+            .map(|c| (c.clone(), "column".to_string()))
+            .collect::<Vec<_>>()
+    );
+    // Esc closes it and leaves the text alone.
+    let before = b.sql().await;
+    b.keys("#sql", "\u{E00C}").await;
+    assert!(!b.completion_open().await, "Esc closes the list");
+    assert_eq!(b.sql().await, before);
+
+    // Functions: the names GET /catalog/functions lists, every one allowed
+    // by the guard's allow-list; refused ones of the same prefix are not
+    // offered.
+    let verdicts: std::collections::HashMap<String, String> = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine/guard/functions.tsv"),
+    )
+    .unwrap()
+    .lines()
+    .filter(|l| !l.starts_with('#'))
+    .filter_map(|l| {
+        let mut c = l.split('\t');
+        // DuckDB's names compared as the guard compares them.
+        Some((c.next()?.to_ascii_lowercase(), c.nth(1)?.to_string()))
+    })
+    .collect();
+    for f in &functions {
+        assert!(
+            ["allow", "table", "reader"].contains(&verdicts[f].as_str()),
+            "{f} is listed but the guard's verdict is {}",
+            verdicts[f]
+        );
+    }
+    for (prefix, refused) in [
+        ("json_ex", "json_execute_serialized_sql"),
+        ("current_s", "current_setting"),
+    ] {
+        assert_eq!(verdicts[refused], "refuse", "{refused}");
+        b.set_sql("").await;
+        b.keys("#sql", &format!("SELECT {prefix}")).await;
+        let items = b.completion_list(&format!("functions for {prefix}")).await;
+        let want: Vec<(String, String)> = functions
+            .iter()
+            .filter(|f| f.starts_with(prefix))
+            .map(|f| (f.clone(), "function".to_string()))
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(items, want);
+        assert!(!items.iter().any(|i| i.0 == refused), "{refused} offered");
+    }
+    // Enter takes a function (with its parenthesis); the SQL runs, and its
+    // answer is /query's.
+    b.set_sql("").await;
+    b.keys("#sql", "SELECT uppe").await;
+    let items = b.completion_list("upper").await;
+    assert_eq!(items[0].0, "upper");
+    b.keys("#sql", "\u{E007}").await; // Enter
+    assert_eq!(b.sql().await, "SELECT upper(");
+    b.keys("#sql", "'tab one') AS first").await;
+    b.keys("#sql", "\u{E009}\u{E007}\u{E000}").await; // Ctrl+Enter
+    assert_eq!(b.wait_end().await, "succeeded");
+    let first_sql = "SELECT upper('tab one') AS first";
+    assert_eq!(b.sql().await, first_sql);
+    let answer = query_as(&g, TOKEN, first_sql).await;
+    let (_, rows) = b.table().await;
+    assert_eq!(rows[0].1[0], answer["rows"][0][0].as_str().unwrap());
+
+    // Result tabs: a run in a new tab keeps the first; a run replaces the
+    // current tab's result; closing a tab shows its neighbour.
+    let second_sql = "SELECT 2 AS second, 'b' AS letter";
+    b.set_sql(second_sql).await;
+    b.click("#run-new").await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    let tabs = b.result_tabs().await;
+    assert_eq!(
+        tabs.iter().map(|t| (t.1, t.2.as_str())).collect::<Vec<_>>(),
+        vec![(false, first_sql), (true, second_sql)]
+    );
+    assert_table_is(&b, second_sql).await;
+    b.click(&format!(
+        "#result-tabs .rtab[data-n=\"{}\"] .rtab-name",
+        tabs[0].0
+    ))
+    .await;
+    assert_table_is(&b, first_sql).await;
+    let third_sql = "SELECT i AS third FROM range(3) t(i)";
+    assert_eq!(b.run(third_sql).await, "succeeded");
+    let tabs = b.result_tabs().await;
+    assert_eq!(
+        tabs.iter().map(|t| (t.1, t.2.as_str())).collect::<Vec<_>>(),
+        vec![(true, third_sql), (false, second_sql)],
+        "the run replaced the current tab's result"
+    );
+    assert_table_is(&b, third_sql).await;
+    b.click(&format!(
+        "#result-tabs .rtab[data-n=\"{}\"] .rtab-name",
+        tabs[1].0
+    ))
+    .await;
+    assert_table_is(&b, second_sql).await;
+    b.screenshot("result-tabs").await;
+    b.click(&format!(
+        "#result-tabs .rtab[data-n=\"{}\"] .rtab-close",
+        tabs[1].0
+    ))
+    .await;
+    let left = b.result_tabs().await;
+    assert_eq!(
+        left.iter().map(|t| (t.1, t.2.as_str())).collect::<Vec<_>>(),
+        vec![(true, third_sql)]
+    );
+    assert_table_is(&b, third_sql).await;
+
+    // The cell viewer: a JSON cell opens pretty-printed (the same value as
+    // /query's), a long text whole; Copy puts it on the clipboard.
+    let cell_sql =
+        "SELECT json_object('b', [1, 2, json_object('c', 'x')], 'a', repeat('long ', 20)) AS doc, \
+                    repeat('word ', 60) || 'end' AS prose";
+    assert_eq!(b.run(cell_sql).await, "succeeded");
+    let answer = query_as(&g, TOKEN, cell_sql).await;
+    let long = b
+        .js(
+            "return document.querySelector('.grid-row[data-row=\"0\"] .cell[data-col=\"1\"]').classList.contains('cell-long')",
+            json!([]),
+        )
+        .await;
+    assert_eq!(long, json!(true), "a cut cell is marked");
+    b.click(".grid-row[data-row=\"0\"] .cell[data-col=\"0\"]")
+        .await;
+    let shown = b
+        .wait_for(
+            "the cell panel",
+            "const v = document.getElementById('cell-viewer'); return !v.hidden && document.getElementById('cell-text').textContent",
+            Duration::from_secs(10),
+        )
+        .await;
+    let shown = shown.as_str().unwrap();
+    let want = match &answer["rows"][0][0] {
+        Value::String(s) => serde_json::from_str::<Value>(s).unwrap(),
+        v => v.clone(),
+    };
+    assert_eq!(
+        serde_json::from_str::<Value>(shown).unwrap(),
+        want,
+        "the JSON shown is /query's"
+    );
+    assert!(
+        shown.lines().count() > 5 && shown.contains("\n  \""),
+        "pretty-printed: {shown}"
+    );
+    b.screenshot("cell-viewer").await;
+    b.click(".grid-row[data-row=\"0\"] .cell[data-col=\"1\"]")
+        .await;
+    let prose = answer["rows"][0][1].as_str().unwrap();
+    b.wait_for(
+        "the long text in the panel",
+        &format!(
+            "return document.getElementById('cell-text').textContent === {}",
+            serde_json::to_string(prose).unwrap()
+        ),
+        Duration::from_secs(10),
+    )
+    .await;
+    let _ = b
+        .cmd(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": "Browser.grantPermissions",
+                   "params": {"origin": g.base, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]}}),
+        )
+        .await;
+    b.click("#cell-copy").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match b
+        .js_async(
+            "const done = arguments[arguments.length - 1];
+             navigator.clipboard.readText().then(done, (e) => done({error: String(e)}));",
+        )
+        .await
+    {
+        Ok(Value::String(copied)) => assert_eq!(copied, prose, "the clipboard holds the cell"),
+        other => {
+            // No clipboard in this browser: the text is selected instead.
+            eprintln!("clipboard not readable here ({other:?}); checking the selection");
+            let sel = b
+                .js("return String(window.getSelection())", json!([]))
+                .await;
+            assert_eq!(sel.as_str().unwrap(), prose);
+        }
+    }
+    b.click("#cell-close").await;
+
+    // The chart: x and y chosen; the tooltip over a bar shows that row's
+    // values of exactly the chosen columns.
+    let chart_sql = "SELECT 'r' || i AS region, i * 10 AS total, i * i AS other, i % 3 AS bucket \
+                     FROM range(1, 8) t(i) ORDER BY i";
+    assert_eq!(b.run(chart_sql).await, "succeeded");
+    let (_, reference) = duckdb_reference(chart_sql);
+    b.click(".tab[data-tab=\"chart\"]").await;
+    let axes = b
+        .wait_for(
+            "the axis pickers",
+            "const x = document.getElementById('chart-x');
+             return x.options.length && document.getElementById('chart').dataset.layout && [[...x.options].map(o => o.textContent), x.value,
+               [...document.querySelectorAll('#chart-y input')].map(i => [i.parentNode.textContent.trim(), i.checked])]",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(
+        axes,
+        json!([
+            ["region", "total", "other", "bucket"],
+            "0",
+            [["total", true], ["other", true], ["bucket", true]]
+        ])
+    );
+    // Leave `other` out.
+    b.click("#chart-y input[value=\"2\"]").await;
+    let hover = |row: usize| {
+        format!(
+            "const c = document.getElementById('chart'); const l = JSON.parse(c.dataset.layout);
+             const r = c.getBoundingClientRect();
+             c.dispatchEvent(new MouseEvent('mousemove', {{bubbles: true, clientX: r.left + l.left + l.band * ({row} + 0.5), clientY: r.top + l.top + l.height / 2}}));
+             const t = document.getElementById('chart-tip');
+             return !t.hidden && [t.querySelector('.tip-x').textContent,
+               [...t.querySelectorAll('.tip-row')].map(e => [e.dataset.col, e.querySelector('.tip-value').textContent])];"
+        )
+    };
+    let tip = b.js(&hover(3), json!([])).await;
+    let cell = |r: usize, c: usize| reference[r][c].clone().unwrap();
+    assert_eq!(
+        tip,
+        json!([cell(3, 0), [["total", cell(3, 1)], ["bucket", cell(3, 3)]]]),
+        "the tooltip of row 3"
+    );
+    b.screenshot("chart-tooltip").await;
+    // x = total: the rows' totals label the bands; bucket is the series.
+    b.js(
+        "const x = document.getElementById('chart-x'); x.value = '1'; x.dispatchEvent(new Event('change'));",
+        json!([]),
+    )
+    .await;
+    let tip = b.js(&hover(5), json!([])).await;
+    assert_eq!(tip, json!([cell(5, 1), [["bucket", cell(5, 3)]]]));
+    b.click(".tab[data-tab=\"table\"]").await;
+
+    // A query DuckDB cannot estimate (a recursive CTE): a spinner, not a
+    // bar at 0%; the gateway's own progress for it has no percentage.
+    b.set_sql(
+        "WITH RECURSIVE t(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM t WHERE i < 50000000) SELECT count(*) FROM t",
+    )
+    .await;
+    b.click("#run").await;
+    let id = b
+        .wait_for(
+            "the spinner",
+            "const s = document.getElementById('status').dataset.state;
+             return s === 'running' && !document.getElementById('progress').hidden
+               && !document.getElementById('progress-spinner').hidden
+               && document.getElementById('stmt-id').textContent.replace('statement ', '')",
+            Duration::from_secs(30),
+        )
+        .await;
+    let id = id.as_str().unwrap().to_string();
+    let shown = b
+        .js(
+            "return [document.getElementById('progress-track').hidden, document.getElementById('progress-text').textContent]",
+            json!([]),
+        )
+        .await;
+    let (status, q) = g.get(&format!("/queries/{id}"), TOKEN).await;
+    assert_eq!(status, 200, "{q}");
+    // No estimate: no percentage, or 0% with nothing processed (DuckDB's
+    // figure for another operator, which never moves).
+    let p = &q["progress"];
+    assert!(
+        p["percentage"].is_null()
+            || (p["percentage"].as_f64() == Some(0.0) && p["rows_processed"].as_u64() == Some(0)),
+        "DuckDB has an estimate after all: {q}"
+    );
+    assert_eq!(shown[0], true, "no bar without an estimate");
+    assert!(!shown[1].as_str().unwrap().contains('%'), "{shown}");
+    b.screenshot("progress-unknown").await;
+    b.click("#cancel").await;
+    assert_eq!(b.wait_end().await, "cancelled");
+
+    // History: in local storage under a hash of the token (which is stored
+    // nowhere there), kept across sessions, one per token.
+    let mine = b.history().await;
+    assert_eq!(mine.len(), 6, "{mine:?}");
+    assert_eq!(mine[1], chart_sql);
+    let stored = b
+        .js(
+            "return Object.keys(localStorage).map(k => [k, localStorage.getItem(k)])",
+            json!([]),
+        )
+        .await;
+    let stored = stored.as_array().unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert_eq!(stored[0][0], history_key(TOKEN));
+    let kept: Vec<Value> = serde_json::from_str(stored[0][1].as_str().unwrap()).unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|h| h["sql"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        mine
+    );
+    for (k, v) in stored.iter().map(|s| (&s[0], &s[1])) {
+        assert!(!k.as_str().unwrap().contains(TOKEN) && !v.as_str().unwrap().contains(TOKEN));
+    }
+    // A new session (the tab's token gone): the same history once the same
+    // token is given.
+    b.js("sessionStorage.clear()", json!([])).await;
+    b.goto("about:blank").await;
+    b.goto(&g.url("/ui")).await;
+    b.sign_in(TOKEN).await;
+    assert_eq!(b.history().await, mine, "history kept across sessions");
+    // Another token: its own, empty history.
+    b.click("#signout").await;
+    b.sign_in(SECOND_TOKEN).await;
+    assert_eq!(b.history().await, Vec::<String>::new());
+    let theirs = "SELECT 'second token' AS who";
+    assert_eq!(b.run(theirs).await, "succeeded");
+    assert_eq!(b.history().await, vec![theirs.to_string()]);
+    let keys = b
+        .js("return Object.keys(localStorage).sort()", json!([]))
+        .await;
+    let mut want = vec![history_key(TOKEN), history_key(SECOND_TOKEN)];
+    want.sort();
+    assert_eq!(keys, json!(want));
+    b.click("#signout").await;
+    b.sign_in(TOKEN).await;
+    assert_eq!(b.history().await, mine);
+
+    let severe: Vec<Value> = b
+        .log("browser")
+        .await
+        .into_iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .filter(|e| {
+            let m = e["message"].as_str().unwrap_or("");
+            !m.contains("status of 404 (")
+        })
+        .collect();
+    assert!(severe.is_empty(), "console errors: {severe:?}");
+    let _ = b.cmd("DELETE", "", json!({})).await;
 }

@@ -589,3 +589,110 @@ async fn a_grant_that_names_nothing_stops_start_up_naming_it() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_functions_listed_are_the_ones_each_caller_may_call() {
+    // GET /catalog/functions (the console's autocompletion): alice, confined
+    // by her role, is offered the generators but no reader, and what she is
+    // offered runs while what she is not is refused; bob, holding no role,
+    // is offered the readers too. Refused names are offered to no one.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    let config = dir.path().join("roles.toml");
+    std::fs::write(&config, ROLES).unwrap();
+    let g = Gateway::builder()
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
+        .start();
+    let listed = |body: Value| -> std::collections::HashMap<String, Vec<String>> {
+        body["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["name"].as_str().unwrap().to_string(),
+                    f["kinds"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|k| k.as_str().unwrap().to_string())
+                        .collect(),
+                )
+            })
+            .collect()
+    };
+    let (status, body) = g.get("/catalog/functions", ALICE).await;
+    assert_eq!(status, 200, "{body}");
+    let alice = listed(body);
+    let (status, body) = g.get("/catalog/functions", BOB).await;
+    assert_eq!(status, 200, "{body}");
+    let bob = listed(body);
+    assert_eq!(g.get("/catalog/functions", "wrong-token").await.0, 401);
+
+    for name in ["upper", "sum", "range"] {
+        assert!(alice.contains_key(name) && bob.contains_key(name), "{name}");
+    }
+    assert!(
+        alice["range"].contains(&"table".to_string()),
+        "{:?}",
+        alice["range"]
+    );
+    assert!(bob.contains_key("read_parquet"));
+    assert!(
+        !alice.contains_key("read_parquet"),
+        "a reader offered to a confined caller"
+    );
+    for (refused, sql) in [
+        ("current_setting", "SELECT current_setting('threads')"),
+        ("duckdb_secrets", "SELECT * FROM duckdb_secrets()"),
+        (
+            "json_execute_serialized_sql",
+            "SELECT json_execute_serialized_sql('{}')",
+        ),
+    ] {
+        assert!(
+            !alice.contains_key(refused) && !bob.contains_key(refused),
+            "{refused}"
+        );
+        let (status, body) = g.run_sql(BOB, sql).await;
+        assert_eq!(status, 403, "{sql}: {body}");
+    }
+    // What each is offered runs; what alice is not offered is refused her.
+    let (status, body) = g
+        .run_sql(
+            ALICE,
+            "SELECT upper('a') AS u, (SELECT count(*) FROM range(3)) AS n",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let parquet = dir.path().join("t.parquet");
+    duckdb::Connection::open_in_memory()
+        .unwrap()
+        .execute_batch(&format!("COPY (SELECT 1 AS x) TO '{}'", parquet.display()))
+        .unwrap();
+    let (status, body) = g
+        .run_sql(
+            ALICE,
+            &format!("SELECT * FROM read_parquet('{}')", parquet.display()),
+        )
+        .await;
+    assert_eq!(status, 403, "alice read a file: {body}");
+    // The listing is sorted and holds no operator or internal helper.
+    let (_, body) = g.get("/catalog/functions", BOB).await;
+    let names: Vec<&str> = body["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert!(names.iter().all(|n| !n.starts_with("__")
+        && n.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')));
+}

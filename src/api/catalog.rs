@@ -239,10 +239,11 @@ fn callable_word(name: &str) -> bool {
 /// The functions a caller may call: the guard's allow-list (allowed
 /// scalars, aggregates and macros, table functions and readers); for a
 /// caller confined by roles, table functions only where they are
-/// generators ([`GENERATORS`](crate::engine::guard::access::GENERATORS)),
-/// since its plans may scan nothing else.
+/// generators ([`GENERATORS`](crate::engine::guard::access::GENERATORS))
+/// or catalog listings ([`LISTINGS`](crate::engine::guard::access::LISTINGS),
+/// filtered to what it may see), since its plans may scan nothing else.
 pub fn callable_functions(confined: bool) -> Vec<FunctionInfo> {
-    use crate::engine::guard::access::GENERATORS;
+    use crate::engine::guard::access::{GENERATORS, LISTINGS};
     use crate::engine::guard::functions::{all, Verdict};
     let mut out: Vec<FunctionInfo> = all()
         .iter()
@@ -262,7 +263,10 @@ pub fn callable_functions(confined: bool) -> Vec<FunctionInfo> {
                 Verdict::Allow => kinds.retain(|k| k != "pragma" && !table(k)),
                 Verdict::Table | Verdict::Reader => {
                     kinds.retain(|k| k != "pragma");
-                    if confined && !GENERATORS.contains(&name.as_str()) {
+                    if confined
+                        && !GENERATORS.contains(&name.as_str())
+                        && !LISTINGS.contains(&name.as_str())
+                    {
                         kinds.retain(|k| !table(k));
                     }
                 }

@@ -13,7 +13,7 @@ use super::ConfigError;
 /// Settings for the S3 secrets the gateway installs and keeps fresh.
 #[derive(Debug, Clone, Args)]
 pub struct S3Settings {
-    /// TOML file with `[[secret]]` tables, one per S3 secret (docs/credentials.md), and `[[attach]]` tables, one per catalog (docs/operations.md).
+    /// TOML file with `[[secret]]` tables, one per S3 secret (docs/credentials.md), `[[attach]]` tables, one per catalog, and `[[source]]` tables, one per named source (docs/operations.md), and `[[role]]` tables (docs/security.md).
     #[arg(long = "config", env = "DUCKGATE_CONFIG")]
     pub config_file: Option<PathBuf>,
 

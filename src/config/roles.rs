@@ -257,6 +257,20 @@ impl Roles {
                     .iter()
                     .filter(|o| g.table.matches(&o.catalog, &o.schema, &o.name))
                     .collect();
+                // A view reads with the caller's grants: its plan scans
+                // tables, so only a table's columns can be narrowed (a grant
+                // on a view's would be accepted and never applied).
+                if let Some(view) = tables.iter().find(|o| o.view) {
+                    return Err(error(format!(
+                        "role '{}', columns of '{}': {}.{}.{} is a view (or a named source); \
+                         column grants narrow tables: narrow the tables it reads",
+                        spec.name,
+                        g.table.as_str(),
+                        view.catalog,
+                        view.schema,
+                        view.name
+                    )));
+                }
                 if tables.is_empty() {
                     return Err(error(format!(
                         "role '{}', columns of '{}': no such table or view",
@@ -375,4 +389,6 @@ pub struct CatalogObject {
     pub name: String,
     /// Its columns.
     pub columns: Vec<String>,
+    /// Whether it is a view (a named source is one).
+    pub view: bool,
 }

@@ -427,8 +427,9 @@ impl Engine {
 pub struct DatabaseEntry {
     /// The name queries use.
     pub name: String,
-    /// `ducklake`, `iceberg`, `delta`, `duckdb` (a declared catalog) or
-    /// `gateway` (the gateway's own database).
+    /// `ducklake`, `iceberg`, `delta`, `duckdb` (a declared catalog),
+    /// `gateway` (the gateway's own database), `sources` (the named
+    /// sources).
     pub kind: &'static str,
     /// Whether clients may only read it.
     pub read_only: bool,
@@ -757,6 +758,7 @@ pub fn objects(
                     schema: schema.name.clone(),
                     name: table.name,
                     columns,
+                    view: table.kind == "view",
                 });
             }
         }

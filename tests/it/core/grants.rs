@@ -570,6 +570,11 @@ async fn a_grant_that_names_nothing_stops_start_up_naming_it() {
             "read = [\"ops.main.orders\"]\n[role.columns]\n\"ops.main.orders\" = [\"nope\"]",
             "nope",
         ),
+        // A view's columns cannot be narrowed (its plan scans tables).
+        (
+            "read = [\"ops.main.v_orders\"]\n[role.columns]\n\"ops.main.v_orders\" = [\"id\"]",
+            "is a view",
+        ),
     ] {
         let config = dir.path().join("roles.toml");
         std::fs::write(&config, format!("[[role]]\nname = \"r\"\n{grant}\n")).unwrap();

@@ -714,6 +714,7 @@ const KIND_LABEL = {
   iceberg: 'Iceberg table',
   delta: 'Delta table',
   duckdb: 'DuckDB file',
+  sources: 'named sources (files and S3 prefixes)',
 };
 
 function plural(n, one, many) {

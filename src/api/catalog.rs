@@ -28,8 +28,9 @@ pub struct CatalogList {
 pub struct DatabaseInfo {
     /// The name queries use (`lake` in `lake.main.events`).
     pub name: String,
-    /// `gateway` (the gateway's own database), or the declared catalog's
-    /// type: `ducklake`, `iceberg`, `delta`, `duckdb`.
+    /// `gateway` (the gateway's own database), the declared catalog's
+    /// type (`ducklake`, `iceberg`, `delta`, `duckdb`), or `sources` (the
+    /// operator's named sources, one view each).
     pub kind: String,
     /// Whether clients may only read it.
     pub read_only: bool,

@@ -771,8 +771,16 @@ async fn a_jwts_roles_claim_confines_it_to_its_roles_grants() {
     for (token, who) in [(&analyst, "analyst"), (&undeclared, "no declared role")] {
         let (status, _, body) = query(&g, token, "SELECT 42").await;
         assert_eq!(status, 200, "{who}: {body}");
-        let (status, _, body) = query(&g, token, "SELECT count(*) FROM duckdb_tables()").await;
+        // DuckDB's catalog functions but its listings are refused; the
+        // listings show nothing it may not read (nothing yet).
+        let (status, _, body) = query(&g, token, "SELECT count(*) FROM duckdb_constraints()").await;
         assert_eq!(status, 403, "{who}: {body}");
+        let (status, _, body) = query(&g, token, "SELECT count(*) FROM duckdb_tables()").await;
+        assert_eq!(
+            (status, body["rows"].clone()),
+            (200, json!([[0]])),
+            "{who}: {body}"
+        );
     }
     // The analyst creates and reads in the schema it is granted; the JWT
     // holding no declared role sees nothing of it.
@@ -793,6 +801,16 @@ async fn a_jwts_roles_claim_confines_it_to_its_roles_grants() {
     // The static token, not confined, reads it.
     let (status, _, body) = query(&g, STATIC, "SELECT x FROM mine").await;
     assert_eq!(status, 200, "{body}");
+    // Each lists what it may read: the analyst its table, the JWT holding
+    // no declared role nothing, the static token every table (the same
+    // one: the gateway's database holds no other).
+    let listing = "SELECT schema_name, table_name FROM duckdb_tables() ORDER BY ALL";
+    let (_, _, everything) = query(&g, STATIC, listing).await;
+    let (_, _, analysts) = query(&g, &analyst, listing).await;
+    let (_, _, nothing) = query(&g, &undeclared, listing).await;
+    assert_eq!(analysts["rows"], json!([["client", "mine"]]), "{analysts}");
+    assert_eq!(nothing["rows"], json!([]), "{nothing}");
+    assert_eq!(everything["rows"], analysts["rows"], "{everything}");
 }
 
 /// Row filters bound to claims (issue 39): `tenant = claim('tenant')`

@@ -219,6 +219,15 @@ fn yes() -> bool {
     true
 }
 
+/// Whether `name` can name a catalog or a source unquoted: letters, digits
+/// and `_`, not starting with a digit, at most 64.
+pub(super) fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+}
+
 /// Names a declared catalog may not take: DuckDB's own databases, and the
 /// prefix DuckLake gives the metadata database it attaches beside a lake.
 fn reserved(name: &str) -> bool {
@@ -241,13 +250,7 @@ fn parse(
     for f in file.attach {
         let err =
             |m: String| ConfigError::new("DUCKGATE_CONFIG", format!("catalog `{}`: {m}", f.name));
-        let valid_name = !f.name.is_empty()
-            && f.name.len() <= 64
-            && f.name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !f.name.starts_with(|c: char| c.is_ascii_digit());
-        if !valid_name || reserved(&f.name) {
+        if !plain_name(&f.name) || reserved(&f.name) {
             return Err(err(
                 "not a usable catalog name (letters, digits and _, not starting with a digit \
                  or __, not memory, system, temp or main)"

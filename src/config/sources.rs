@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::ConfigError;
+use crate::engine::sql_string;
 
 /// The catalog the sources' views live in.
 pub const CATALOG: &str = "sources";
@@ -122,11 +123,6 @@ impl SourceSpec {
     }
 }
 
-/// `text` as a DuckDB string literal.
-fn sql_string(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
 #[derive(Debug, Deserialize)]
 struct FileConfig {
     #[serde(default, rename = "source")]
@@ -164,13 +160,7 @@ pub fn sources_in(
     for f in parsed.sources {
         let err =
             |m: String| ConfigError::new("DUCKGATE_CONFIG", format!("source `{}`: {m}", f.name));
-        let valid_name = !f.name.is_empty()
-            && f.name.len() <= 64
-            && f.name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !f.name.starts_with(|c: char| c.is_ascii_digit());
-        if !valid_name {
+        if !super::attach::plain_name(&f.name) {
             return Err(err(
                 "not a usable name (letters, digits and _, not starting with a digit)".into(),
             ));

@@ -43,6 +43,7 @@ use super::describe::{PlanObject, SourceRead};
 use super::tree::{Named, NamedTable};
 use super::{forbid, Accepted, Refusal};
 use crate::engine::errors::place;
+use crate::engine::sql_string;
 
 /// Table functions a confined caller may scan: they compute rows from
 /// their arguments and read nothing stored.
@@ -167,7 +168,10 @@ impl Pattern {
             .zip(columns)
             .filter_map(|(part, column)| match part {
                 Part::Any => None,
-                Part::Name(n) => Some(format!("lower({column}) = {}", sql_text(&n.to_lowercase()))),
+                Part::Name(n) => Some(format!(
+                    "lower({column}) = {}",
+                    sql_string(&n.to_lowercase())
+                )),
             })
             .collect();
         if parts.is_empty() {
@@ -176,11 +180,6 @@ impl Pattern {
             parts.join(" AND ")
         }
     }
-}
-
-/// `text` as a DuckDB string literal.
-fn sql_text(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// The conditions joined by OR (`FALSE` when there are none).
@@ -299,7 +298,7 @@ impl Grants {
             let names: Vec<String> = g
                 .columns
                 .iter()
-                .map(|c| sql_text(&c.to_lowercase()))
+                .map(|c| sql_string(&c.to_lowercase()))
                 .collect();
             format!(
                 "{} AND lower({column}) IN ({})",

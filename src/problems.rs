@@ -79,6 +79,8 @@ catalogue! {
     RESULT_TOO_LARGE = 422 "result-too-large" "Result larger than the gateway's cap", retry None, outcome Some("result_cap");
     /// The token already runs its share of the pool.
     TOKEN_CONCURRENCY = 429 "token-concurrency" "Too many queries for this token", retry Some(1), outcome Some("token_share");
+    /// The caller's role already runs its `queries_at_once`.
+    ROLE_CONCURRENCY = 429 "role-concurrency" "Too many queries for this role", retry Some(1), outcome Some("role_share");
     /// A fault of the gateway; the cause is in its log.
     INTERNAL = 500 "internal" "Internal error", retry None, outcome Some("internal_error");
     /// Writing the spool failed otherwise than a full disk.
@@ -379,6 +381,7 @@ pub fn of_query(e: &QueryError) -> Problem {
             let mut p = Problem::new(&kind::SPOOL_QUOTA_EXCEEDED,
                 match *scope {
                     "token" => format!("the spooled results of this token's statements (and their Parquet pages) passed {limit} bytes (DUCKGATE_SPOOL_TOKEN_BYTES); what was being written, a statement's result or a Parquet page of one, was removed. Fetch and DELETE finished statements, or retry later"),
+                    "role" => format!("the spooled results of the statements of this caller's role's members (and their Parquet pages) passed {limit} bytes, the role's spool_bytes; what was being written, a statement's result or a Parquet page of one, was removed. Fetch and DELETE finished statements, or retry later"),
                     "statement" => format!("the statement's result passed the spool quota of one statement, {limit} bytes (DUCKGATE_SPOOL_STATEMENT_BYTES); its spooled part was removed. Narrow the query, or ask for fewer rows with max_rows"),
                     _ => format!("the spooled results of all statements (and their Parquet pages) passed {limit} bytes (DUCKGATE_SPOOL_BYTES); what was being written, a statement's result or a Parquet page of one, was removed. Fetch or DELETE finished statements, or retry later"),
                 },
@@ -463,6 +466,14 @@ pub fn of_query(e: &QueryError) -> Problem {
                 format!(
                     "this token already runs as many queries as its share of the pool allows, \
                      and none ended within {} ms; other tokens keep their share",
+                    waited.as_millis()
+                ),
+            ),
+        QueryError::RoleShare { role, cap, waited } => Problem::new(&kind::ROLE_CONCURRENCY,
+                format!(
+                    "the members of role '{role}' already run {cap} queries at once, as many as \
+                     its queries_at_once allows, and none ended within {} ms; other roles keep \
+                     their share",
                     waited.as_millis()
                 ),
             ),

@@ -248,7 +248,7 @@ async fn open_roles(
     }
     let (slot, lease) = engine
         .pool
-        .acquire(None, false)
+        .acquire(None, None, false)
         .await
         .map_err(|e| anyhow::anyhow!("checking the roles' grants: {e:?}"))?;
     let declared = catalogs.to_vec();

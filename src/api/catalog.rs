@@ -14,7 +14,6 @@ use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::engine::admission::AcquireError;
 use crate::engine::catalogs;
-use crate::engine::QueryError;
 
 /// `GET /catalog`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -107,23 +106,11 @@ pub(crate) async fn on_pooled<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     let pool = &state.engine.pool;
     let (slot, lease) = pool
-        .acquire(Some(owner), false)
+        .acquire(Some(owner), None, false)
         .await
         .map_err(|e| match e {
-            AcquireError::Timeout => {
-                ApiError::Query(QueryError::PoolExhausted(pool.acquire_timeout()))
-            }
-            AcquireError::TokenShare => {
-                ApiError::Query(QueryError::TokenShare(pool.acquire_timeout()))
-            }
-            AcquireError::S3Share => ApiError::Query(QueryError::S3Share(pool.acquire_timeout())),
-            AcquireError::Shed { expected, ahead } => ApiError::Query(QueryError::Shed {
-                expected,
-                ahead,
-                limit: pool.acquire_timeout(),
-            }),
-            AcquireError::Closed => ApiError::Query(QueryError::ShuttingDown),
             AcquireError::Backend(e) => ApiError::Internal(e.to_string()),
+            e => ApiError::Query(crate::engine::execute::admission_error(e, pool)),
         })?;
     tokio::task::spawn_blocking(move || {
         let mut slot = slot;

@@ -140,6 +140,10 @@ pub fn describe() {
         "duckgate_token_share_timeouts_total",
         "Queries that waited the acquire timeout for their token's share of the pool."
     );
+    metrics::describe_counter!(
+        "duckgate_role_share_timeouts_total",
+        "Queries that waited the acquire timeout for their role's queries_at_once, by role."
+    );
     metrics::describe_gauge!(
         "duckgate_build_info",
         "Always 1; the labels say the gateway's and DuckDB's versions."

@@ -18,6 +18,9 @@
 //! "memory.main.orders" = "tenant_id = claim('tenant')"
 //! [role.masks."memory.main.customers"]
 //! email = "NULL"
+//! [role.limits]
+//! max_rows = 100000
+//! queries_at_once = 4
 //! ```
 
 use std::collections::BTreeMap;
@@ -155,6 +158,21 @@ fn compile(r: &RoleSpec) -> Result<Grants, ConfigError> {
                 .map(|(c, m)| (c.clone(), m.clone()))
                 .collect(),
         });
+    }
+    let l = &r.limits;
+    for (key, value) in [
+        ("max_rows", l.max_rows),
+        ("max_result_bytes", l.max_result_bytes),
+        ("max_query_timeout_ms", l.max_query_timeout_ms),
+        ("queries_at_once", l.queries_at_once),
+        ("spool_bytes", l.spool_bytes),
+    ] {
+        if value == Some(0) {
+            return Err(error(format!(
+                "role '{}', limits.{key}: 0 allows nothing; leave it out for no cap",
+                r.name
+            )));
+        }
     }
     Ok(Grants {
         read: patterns(&r.name, "read", &r.read)?,

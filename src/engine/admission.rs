@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
+use crate::engine::guard::access::RoleQuota;
 use crate::engine::pool::PoolError;
 use crate::state::{CounterGuard, Health, OwnedCounterGuard};
 
@@ -60,6 +61,9 @@ pub struct Classified {
     pub parsed: Option<crate::engine::guard::Parsed>,
 }
 
+/// A role's semaphore and the cap it was made for.
+type RoleGate = (u64, Arc<Semaphore>);
+
 /// Who may take a pooled connection, and when.
 pub struct Admission {
     /// `size` permits: the queries that may hold a connection at once.
@@ -72,6 +76,10 @@ pub struct Admission {
     /// Each token's share, as a semaphore: its own work waits here, in its
     /// own queue, never in front of another token's.
     token_gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// Each capped role's statements at once (`[role.limits]
+    /// queries_at_once`), as a semaphore with the cap it was made for: the
+    /// role's members wait here together.
+    role_gates: Mutex<HashMap<Arc<str>, RoleGate>>,
     /// Requests waiting for a permit now (background work included).
     queued: AtomicU64,
     /// The share of S3 queries.
@@ -101,6 +109,8 @@ pub(crate) struct Admitted {
     pub(crate) permit: Held,
     /// The token's share.
     pub(crate) token: Option<OwnedSemaphorePermit>,
+    /// The role's share.
+    pub(crate) role: Option<OwnedSemaphorePermit>,
     /// The S3 share.
     pub(crate) s3: Option<OwnedS3Permit>,
 }
@@ -129,6 +139,7 @@ impl Admission {
             health,
             token_share,
             token_gates: Default::default(),
+            role_gates: Default::default(),
             queued: Default::default(),
             s3: S3Share {
                 gate: Arc::new(Semaphore::new(s3_share)),
@@ -197,14 +208,33 @@ impl Admission {
         )
     }
 
-    /// Waits at most `wait` for `owner`'s share, the S3 share (`s3`: the
-    /// query reads S3) and a pool permit, in that order. Background work
-    /// passes `count_timeout: false` (see [`crate::engine::pool::QueryPool::acquire_within`]).
+    /// The semaphore of `quota`'s role (made anew when its cap changed,
+    /// on a reload).
+    fn role_gate(&self, quota: &RoleQuota) -> Arc<Semaphore> {
+        let mut gates = self.role_gates.lock().unwrap_or_else(|p| p.into_inner());
+        let permits = usize::try_from(quota.cap)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
+        let gate = gates
+            .entry(quota.role.clone())
+            .or_insert_with(|| (quota.cap, Arc::new(Semaphore::new(permits))));
+        if gate.0 != quota.cap {
+            *gate = (quota.cap, Arc::new(Semaphore::new(permits)));
+        }
+        gate.1.clone()
+    }
+
+    /// Waits at most `wait` for `owner`'s share, its role's share (`role`:
+    /// the role whose `queries_at_once` it counts against), the S3 share
+    /// (`s3`: the query reads S3) and a pool permit, in that order.
+    /// Background work passes `count_timeout: false` (see
+    /// [`crate::engine::pool::QueryPool::acquire_within`]).
     pub(crate) async fn admit(
         &self,
         wait: Duration,
         count_timeout: bool,
         owner: Option<&Arc<str>>,
+        role: Option<&RoleQuota>,
         s3: bool,
     ) -> Result<Admitted, AcquireError> {
         let start = tokio::time::Instant::now();
@@ -218,6 +248,24 @@ impl Admission {
                     return Err(AcquireError::TokenShare);
                 }
             },
+        };
+        // The role's members wait together after each one's own share, so
+        // one member's burst queues behind its own work first.
+        let role = match role {
+            None => None,
+            Some(quota) => {
+                let left = wait.saturating_sub(start.elapsed());
+                let gate = self.role_gate(quota);
+                match tokio::time::timeout(left, gate.acquire_owned()).await {
+                    Ok(Ok(p)) => Some(p),
+                    Ok(Err(_)) => return Err(AcquireError::Closed),
+                    Err(_) => {
+                        metrics::counter!("duckgate_role_share_timeouts_total", "role" => quota.role.to_string())
+                            .increment(1);
+                        return Err(AcquireError::RoleShare(quota.clone()));
+                    }
+                }
+            }
         };
         // A query that reads S3 waits for its share first, so a slow S3
         // queues its own work there, never in the pool's queue.
@@ -254,7 +302,12 @@ impl Admission {
             hold: self.hold.clone(),
             health: self.health.clone(),
         };
-        Ok(Admitted { permit, token, s3 })
+        Ok(Admitted {
+            permit,
+            token,
+            role,
+            s3,
+        })
     }
 
     /// Every permit is taken: queues for one for at most `wait`, or refuses
@@ -381,6 +434,9 @@ pub enum AcquireError {
     /// The token's own share of the pool stayed taken (by its own queries)
     /// for the whole wait.
     TokenShare,
+    /// The role's `queries_at_once` stayed taken (by its members' queries)
+    /// for the whole wait.
+    RoleShare(RoleQuota),
     /// The share of queries that read S3 stayed taken for the whole wait
     /// (S3 slow or stalled); local queries keep the rest of the pool.
     S3Share,

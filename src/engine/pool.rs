@@ -22,6 +22,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::engine::admission::{AcquireError, Admission, Classified, Held, OwnedS3Permit, Shares};
 use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
+use crate::engine::guard::access::RoleQuota;
 use crate::engine::guard::Accepted;
 use crate::state::{Health, OwnedCounterGuard};
 
@@ -228,6 +229,8 @@ pub struct Lease {
     /// even when a stuck one is replaced, so one token's stuck queries
     /// never take the spares beyond its share.
     _token: Option<OwnedSemaphorePermit>,
+    /// The role's share (`queries_at_once`), held the same way.
+    _role: Option<OwnedSemaphorePermit>,
     /// The S3 share's permit, held the same way: S3 queries stuck on a hung
     /// read never take more than their share, spares included.
     _s3: Option<OwnedS3Permit>,
@@ -397,9 +400,10 @@ impl QueryPool {
     pub async fn acquire(
         &self,
         owner: Option<&Arc<str>>,
+        role: Option<&RoleQuota>,
         s3: bool,
     ) -> Result<(Pooled, Lease), AcquireError> {
-        self.acquire_within(self.acquire_timeout, true, owner, s3)
+        self.acquire_within(self.acquire_timeout, true, owner, role, s3)
             .await
     }
 
@@ -413,9 +417,13 @@ impl QueryPool {
         wait: Duration,
         count_timeout: bool,
         owner: Option<&Arc<str>>,
+        role: Option<&RoleQuota>,
         s3: bool,
     ) -> Result<(Pooled, Lease), AcquireError> {
-        let admitted = self.admission.admit(wait, count_timeout, owner, s3).await?;
+        let admitted = self
+            .admission
+            .admit(wait, count_timeout, owner, role, s3)
+            .await?;
         let timeouts = Timeouts {
             wait: Some(self.acquire_timeout),
             create: Some(self.acquire_timeout),
@@ -435,6 +443,7 @@ impl QueryPool {
             owner: owner.cloned().unwrap_or_else(|| Arc::from("-")),
             _in_use: OwnedCounterGuard::new(self.health.clone(), |h| &h.pool.in_use),
             _token: admitted.token,
+            _role: admitted.role,
             _s3: admitted.s3,
             pool: self.clone(),
         };

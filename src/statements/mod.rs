@@ -366,11 +366,11 @@ impl Statements {
     }
 
     /// A writer for a new statement's spool file.
-    pub fn writer(&self, owner: Arc<str>) -> Arc<SpoolWriter> {
+    pub fn writer(&self, payer: spool::Payer) -> Arc<SpoolWriter> {
         let n = self
             .files
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Arc::new(self.spool.writer(owner, &format!("{n}.arrow")))
+        Arc::new(self.spool.writer(payer, &format!("{n}.arrow")))
     }
 
     /// Runs `statement` in the background: `job` (whose sink is `writer`)

@@ -13,6 +13,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::writer::FileWriter;
 
+use crate::engine::guard::access::RoleQuota;
 use crate::engine::sink::{BatchSink, ResultLayout, SinkError};
 
 /// Batches are gathered to about this many rows before they are written
@@ -35,6 +36,35 @@ pub struct Spool {
 struct Usage {
     total: u64,
     by_token: std::collections::HashMap<Arc<str>, u64>,
+    by_role: std::collections::HashMap<Arc<str>, u64>,
+}
+
+/// Whom a spooled file's bytes are charged to: its statement's owner (the
+/// token's quota) and, when the owner's role caps its members' spool
+/// together (`[role.limits] spool_bytes`), that role.
+#[derive(Debug, Clone)]
+pub struct Payer {
+    /// The statement's owner.
+    pub owner: Arc<str>,
+    /// The role whose `spool_bytes` it counts against.
+    pub role: Option<RoleQuota>,
+}
+
+impl Payer {
+    /// An owner no role caps.
+    pub fn owner(owner: Arc<str>) -> Self {
+        Payer { owner, role: None }
+    }
+}
+
+/// Subtracts `bytes` from `key`'s count in `map`, forgetting it at zero.
+fn uncount(map: &mut std::collections::HashMap<Arc<str>, u64>, key: &Arc<str>, bytes: u64) {
+    if let Some(n) = map.get_mut(key) {
+        *n = n.saturating_sub(bytes);
+        if *n == 0 {
+            map.remove(key);
+        }
+    }
 }
 
 impl Spool {
@@ -79,44 +109,56 @@ impl Spool {
         &self.dir
     }
 
-    /// Charges `bytes` to the spool and to `owner`, within both quotas.
-    fn reserve(&self, owner: &Arc<str>, bytes: u64) -> Result<(), SinkError> {
+    /// Charges `bytes` to the spool, to the payer's token and to its role,
+    /// within their quotas.
+    fn reserve(&self, payer: &Payer, bytes: u64) -> Result<(), SinkError> {
         let mut u = self.usage();
-        let mine = u.by_token.get(owner).copied().unwrap_or(0);
+        let mine = u.by_token.get(&payer.owner).copied().unwrap_or(0);
         if mine + bytes > self.per_token {
             return Err(SinkError::Full {
                 limit: self.per_token,
                 scope: "token",
             });
         }
+        if let Some(quota) = &payer.role {
+            let ours = u.by_role.get(&quota.role).copied().unwrap_or(0);
+            if ours + bytes > quota.cap {
+                return Err(SinkError::Full {
+                    limit: quota.cap,
+                    scope: "role",
+                });
+            }
+            u.by_role.insert(quota.role.clone(), ours + bytes);
+        }
         if u.total + bytes > self.limit {
+            if let Some(quota) = &payer.role {
+                uncount(&mut u.by_role, &quota.role, bytes);
+            }
             return Err(SinkError::Full {
                 limit: self.limit,
                 scope: "spool",
             });
         }
         u.total += bytes;
-        u.by_token.insert(owner.clone(), mine + bytes);
+        u.by_token.insert(payer.owner.clone(), mine + bytes);
         metrics::gauge!("duckgate_spool_bytes").set(u.total as f64);
         Ok(())
     }
 
-    fn release(&self, owner: &Arc<str>, bytes: u64) {
+    fn release(&self, payer: &Payer, bytes: u64) {
         let mut u = self.usage();
         u.total = u.total.saturating_sub(bytes);
-        if let Some(mine) = u.by_token.get_mut(owner) {
-            *mine = mine.saturating_sub(bytes);
-            if *mine == 0 {
-                u.by_token.remove(owner);
-            }
+        uncount(&mut u.by_token, &payer.owner, bytes);
+        if let Some(quota) = &payer.role {
+            uncount(&mut u.by_role, &quota.role, bytes);
         }
         metrics::gauge!("duckgate_spool_bytes").set(u.total as f64);
     }
 
-    /// A writer for one statement of `owner`, at `<dir>/<n>.arrow`.
-    pub fn writer(self: &Arc<Self>, owner: Arc<str>, file_name: &str) -> SpoolWriter {
+    /// A writer for one statement of `payer`, at `<dir>/<n>.arrow`.
+    pub fn writer(self: &Arc<Self>, payer: Payer, file_name: &str) -> SpoolWriter {
         SpoolWriter {
-            owner,
+            payer,
             spool: self.clone(),
             path: self.dir.join(file_name),
             state: Mutex::new(None),
@@ -166,7 +208,7 @@ struct Writing {
 #[derive(Debug)]
 pub struct SpoolWriter {
     /// The token name the bytes are charged to.
-    owner: Arc<str>,
+    payer: Payer,
     spool: Arc<Spool>,
     path: PathBuf,
     state: Mutex<Option<Writing>>,
@@ -204,7 +246,7 @@ impl SpoolWriter {
     fn abandon(&self, writing: Option<Writing>) {
         if let Some(w) = writing {
             drop(w.writer);
-            self.spool.release(&self.owner, w.reserved);
+            self.spool.release(&self.payer, w.reserved);
             let _ = std::fs::remove_file(&self.path);
         }
     }
@@ -238,7 +280,7 @@ impl SpoolWriter {
             });
         }
         if written > w.reserved {
-            self.spool.reserve(&self.owner, written - w.reserved)?;
+            self.spool.reserve(&self.payer, written - w.reserved)?;
             w.reserved = written;
         }
         Ok(())
@@ -377,7 +419,7 @@ impl BatchSink for SpoolWriter {
         let bytes = w.reserved;
         let result = SpoolResult {
             spool: self.spool.clone(),
-            owner: self.owner.clone(),
+            payer: self.payer.clone(),
             path: self.path.clone(),
             layout: w.layout.clone(),
             schema: w.schema.clone(),
@@ -389,7 +431,7 @@ impl BatchSink for SpoolWriter {
             // Reserved while it was written; released when it goes.
             _charge: Some(Charge {
                 spool: self.spool.clone(),
-                owner: self.owner.clone(),
+                payer: self.payer.clone(),
                 bytes,
             }),
             pages: Default::default(),
@@ -405,7 +447,7 @@ impl BatchSink for SpoolWriter {
 #[derive(Debug)]
 pub struct SpoolResult {
     spool: Arc<Spool>,
-    owner: Arc<str>,
+    payer: Payer,
     /// The Arrow IPC file that holds it.
     pub path: PathBuf,
     /// Where the result's columns and their twins are in the file.
@@ -457,13 +499,13 @@ pub struct ResultMeta {
 #[derive(Debug)]
 pub struct Charge {
     spool: Arc<Spool>,
-    owner: Arc<str>,
+    payer: Payer,
     bytes: u64,
 }
 
 impl Drop for Charge {
     fn drop(&mut self) {
-        self.spool.release(&self.owner, self.bytes);
+        self.spool.release(&self.payer, self.bytes);
     }
 }
 
@@ -473,10 +515,10 @@ impl SpoolResult {
     /// A copy of another replica's result is charged too: the file is on
     /// this replica's disk.
     pub fn charge(&self, bytes: u64) -> Result<Charge, SinkError> {
-        self.spool.reserve(&self.owner, bytes)?;
+        self.spool.reserve(&self.payer, bytes)?;
         Ok(Charge {
             spool: self.spool.clone(),
-            owner: self.owner.clone(),
+            payer: self.payer.clone(),
             bytes,
         })
     }
@@ -507,7 +549,7 @@ impl SpoolResult {
             .map_err(|e| format!("reading the spool copy: {e}"))?;
         Ok(SpoolResult {
             spool,
-            owner,
+            payer: Payer::owner(owner),
             path,
             layout: meta.layout,
             schema: reader.schema(),

@@ -14,7 +14,7 @@ use crate::engine::queries::Registration;
 use crate::engine::QueryJob;
 
 use super::answer::end_published;
-use super::spool::SpoolResult;
+use super::spool::{Payer, SpoolResult};
 use super::status::status_json;
 use super::{replication, AdmitError, Context, Error, State, Statement};
 
@@ -81,7 +81,14 @@ pub async fn submit(ctx: &Context, s: Submission) -> Result<Submitted, Error> {
             return Err(e);
         }
     };
-    let writer = ctx.statements.writer(s.owner.clone());
+    let writer = ctx.statements.writer(Payer {
+        owner: s.owner.clone(),
+        role: s
+            .rules
+            .access
+            .as_ref()
+            .and_then(|a| a.quota(|l| l.spool_bytes)),
+    });
     let limits = RunLimits {
         started: s.started,
         timeout,

@@ -2,6 +2,7 @@
 //! DuckDB's errors read as class plus message, placed in the client's SQL
 //! where DuckDB points into it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::engine::errors::{self, SqlPosition};
@@ -93,6 +94,17 @@ pub enum QueryError {
     /// for the acquire timeout (held here).
     #[error("the token's share of the pool stayed taken")]
     TokenShare(Duration),
+    /// The caller's role's `queries_at_once` stayed taken by its members'
+    /// queries for the acquire timeout.
+    #[error("the role's share of the pool stayed taken")]
+    RoleShare {
+        /// The role.
+        role: Arc<str>,
+        /// Its `queries_at_once`.
+        cap: u64,
+        /// How long the request waited.
+        waited: Duration,
+    },
     /// The result passed a server-side cap the client did not ask for
     /// (`what`: `rows` or `bytes`, `limit`: the cap and its setting).
     #[error("the result passed the gateway's {what} cap of {limit}")]

@@ -67,16 +67,22 @@ pub async fn run(
     // A client waits the acquire timeout; a kept result (an async
     // statement) waits as long as its own deadline allows.
     let owner = job.tracker.as_ref().map(|t| t.owner.clone());
+    let role = job
+        .rules
+        .access
+        .as_ref()
+        .and_then(|a| a.quota(|l| l.queries_at_once));
     // A new text is parsed here, once: the parse tells admission whether it
     // reads S3 and goes on to the guard on the pooled connection.
     let classified = pool.classify(&job.sql);
     let s3 = classified.s3;
     let acquired = match job.sink {
-        None => futures::future::Either::Left(pool.acquire(owner.as_ref(), s3)),
+        None => futures::future::Either::Left(pool.acquire(owner.as_ref(), role.as_ref(), s3)),
         Some(_) => futures::future::Either::Right(pool.acquire_within(
             deadline.saturating_duration_since(tokio::time::Instant::now()),
             false,
             owner.as_ref(),
+            role.as_ref(),
             s3,
         )),
     };
@@ -132,14 +138,27 @@ fn not_admitted(e: AcquireError, job: &QueryJob, pool: &QueryPool) -> QueryError
     match e {
         AcquireError::Timeout
         | AcquireError::TokenShare
+        | AcquireError::RoleShare(_)
         | AcquireError::S3Share
         | AcquireError::Shed { .. }
             if job.sink.is_some() =>
         {
             QueryError::Timeout(job.timeout)
         }
+        e => admission_error(e, pool),
+    }
+}
+
+/// The error of a client's request admission turned away.
+pub fn admission_error(e: AcquireError, pool: &QueryPool) -> QueryError {
+    match e {
         AcquireError::Timeout => QueryError::PoolExhausted(pool.acquire_timeout()),
         AcquireError::TokenShare => QueryError::TokenShare(pool.acquire_timeout()),
+        AcquireError::RoleShare(quota) => QueryError::RoleShare {
+            role: quota.role,
+            cap: quota.cap,
+            waited: pool.acquire_timeout(),
+        },
         AcquireError::S3Share => QueryError::S3Share(pool.acquire_timeout()),
         AcquireError::Shed { expected, ahead } => QueryError::Shed {
             expected,

@@ -233,6 +233,23 @@ pub struct RoleLimits {
     pub max_result_bytes: Option<u64>,
     /// How long one statement may run.
     pub max_query_timeout_ms: Option<u64>,
+    /// Statements the role's members run at once, all of them together
+    /// (queries, async statements, Flight SQL); more wait their turn
+    /// within the acquire timeout, then are refused (429).
+    pub queries_at_once: Option<u64>,
+    /// Bytes the spooled results of the role's members' statements (and
+    /// their Parquet pages) take, all of them together.
+    pub spool_bytes: Option<u64>,
+}
+
+/// A quota a role's members share (a caller's work counts against one
+/// role's): the role and its cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoleQuota {
+    /// The role.
+    pub role: Arc<str>,
+    /// Its cap.
+    pub cap: u64,
 }
 
 /// A role's row filter on a table: operator SQL over the table's row, where
@@ -532,7 +549,28 @@ impl Access {
             max_rows: most(|l| l.max_rows),
             max_result_bytes: most(|l| l.max_result_bytes),
             max_query_timeout_ms: most(|l| l.max_query_timeout_ms),
+            queries_at_once: most(|l| l.queries_at_once),
+            spool_bytes: most(|l| l.spool_bytes),
         }
+    }
+
+    /// The role whose shared quota (`queries_at_once`, `spool_bytes`) the
+    /// caller's work counts against: as with the other caps, the most any
+    /// of its roles allows, so none when one of its roles sets none (or it
+    /// holds no role), else the role with the largest cap (the first
+    /// declared of equals).
+    pub fn quota(&self, cap: fn(&RoleLimits) -> Option<u64>) -> Option<RoleQuota> {
+        let mut best: Option<RoleQuota> = None;
+        for (role, grants) in self.roles.iter().zip(&self.grants) {
+            let cap = cap(&grants.limits)?;
+            if best.as_ref().is_none_or(|b| cap > b.cap) {
+                best = Some(RoleQuota {
+                    role: role.clone(),
+                    cap,
+                });
+            }
+        }
+        best
     }
 
     /// Whether any of its roles filters rows or masks columns.

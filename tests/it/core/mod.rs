@@ -16,6 +16,7 @@ mod problems;
 mod queries;
 mod query_api;
 mod reload;
+mod role_quotas;
 mod shedding;
 mod sources;
 mod statements;

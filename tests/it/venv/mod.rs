@@ -18,6 +18,7 @@ mod s3_capacity;
 mod s3_globs;
 mod s3_rotation;
 mod s3_sources;
+mod s3_tenants;
 mod secret_install;
 mod security;
 mod session_policy;

@@ -26,11 +26,20 @@
 //   projection as a relation of its own and optimizes what is below it
 //   alone (one relation: nothing to reorder), so it does not take the
 //   policy's predicates into the join graph either.
+// - The policy's own comparisons of a column with a constant go into the
+//   scan of a DuckDB table as table filters (`PushIntoScan`), not into the
+//   barrier: they are operator SQL and claim values, so the scan may
+//   evaluate them on every row and skip row groups by their min/max, and
+//   a comparison the table's statistics prove true costs nothing. The
+//   barrier keeps the rest of the filter (TRUE when nothing is left).
 // - After DuckDB's optimizers ran, the plan is checked: every scan of a
 //   filtered table must still sit directly under a filter this extension
-//   put there, with no filter pushed into the scan. Otherwise the statement
-//   fails (a DuckDB upgrade that moves filters differently breaks loudly,
-//   not silently).
+//   put there (or hold the whole filter as table filters), with no filter
+//   pushed into the scan but the policy's own table filters and DuckDB's
+//   dynamic bounds, and every table filter of the policy still there or
+//   proven true by the table's statistics. Otherwise the statement fails
+//   (a DuckDB upgrade that moves filters differently breaks loudly, not
+//   silently).
 //
 // The same holds for DuckDB's catalog listings (`duckdb_tables()` and the
 // others in `LISTINGS`): a confined caller's scan of one is filtered to
@@ -72,7 +81,16 @@
 #include "duckdb/planner/operator/logical_filter.hpp"
 #include "duckdb/planner/operator/logical_get.hpp"
 #include "duckdb/planner/operator/logical_comparison_join.hpp"
+#include "duckdb/planner/filter/conjunction_filter.hpp"
+#include "duckdb/planner/filter/constant_filter.hpp"
+#include "duckdb/planner/filter/null_filter.hpp"
 #include "duckdb/planner/filter/optional_filter.hpp"
+#include "duckdb/planner/expression/bound_comparison_expression.hpp"
+#include "duckdb/planner/expression/bound_conjunction_expression.hpp"
+#include "duckdb/planner/expression/bound_constant_expression.hpp"
+#include "duckdb/planner/expression/bound_operator_expression.hpp"
+#include "duckdb/execution/expression_executor.hpp"
+#include "duckdb/storage/statistics/base_statistics.hpp"
 #include "duckdb/planner/table_filter.hpp"
 #include "duckdb/planner/operator/logical_projection.hpp"
 #include "duckdb/catalog/catalog_entry/table_catalog_entry.hpp"
@@ -81,6 +99,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 
 using namespace duckdb;
@@ -124,6 +143,16 @@ struct TablePolicy {
 	}
 };
 
+// The policy's own comparisons put into one scan as DuckDB table filters
+// (see `ScanFilter`), for the check after DuckDB's optimizers.
+struct ScanPolicy {
+	// Column (its index in the table) -> a table filter put there.
+	vector<std::pair<idx_t, unique_ptr<TableFilter>>> filters;
+	// Whether nothing of the policy's filter was left to evaluate above the
+	// scan: the scan returns only rows the filter passes.
+	bool whole = false;
+};
+
 struct PolicyState : public ClientContextState {
 	vector<TablePolicy> tables;
 	// The caller's claims, as DuckDB values, by name (and dotted path).
@@ -131,6 +160,9 @@ struct PolicyState : public ClientContextState {
 	// Filters put into the plan being optimized, for the check after
 	// DuckDB's optimizers.
 	std::unordered_set<LogicalOperator *> inserted;
+	// Scans of the plan being optimized given table filters of the policy,
+	// by their operator.
+	std::unordered_map<LogicalOperator *, ScanPolicy> scans;
 
 	const TablePolicy *Find(TableCatalogEntry &table) const {
 		auto catalog = table.ParentCatalog().GetName();
@@ -442,6 +474,167 @@ void Retarget(unique_ptr<Expression> &expr, const BoundPolicy &bound, LogicalGet
 	});
 }
 
+// The policy's own comparisons in the scan. A conjunct of the policy's
+// filter that is exactly `column <cmp> constant` (=, <>, <, <=, >, >=),
+// `column IS NULL` or `column IS NOT NULL`, the column as the table has it
+// (no cast or function on it) and the constant (claim values are
+// constants) of exactly the column's type, becomes a DuckDB table filter of
+// the scan (`ConstantFilter`, `IsNullFilter`, `IsNotNullFilter`) instead of
+// a predicate of the barrier: the scan evaluates it on compressed segments
+// and skips the row groups whose min/max rule it out, and DuckDB's
+// statistics make one that holds for every row cost nothing. These table
+// filters are exact: DuckDB's own filter pushdown removes a predicate it
+// pushed as one from its filter (`FilterCombiner::TryPushdownConstantFilter`
+// answers PUSHED_DOWN_FULLY), so every WHERE clause relies on that. Only
+// operator SQL and the caller's claims are evaluated in the scan, and the
+// row groups skipped are those the operator's filter removes; the barrier
+// stays above for what the client writes. Only on DuckDB's own tables
+// (another scan, DuckLake's or a file's, may apply a table filter to some
+// types or row groups only).
+
+// The column types DuckDB itself compares in a scan
+// (`TypeSupportsConstantFilter` of its filter combiner).
+bool ComparedInScan(const LogicalType &type) {
+	auto physical = type.InternalType();
+	return TypeIsNumeric(physical) || physical == PhysicalType::VARCHAR || physical == PhysicalType::BOOL;
+}
+
+// Whether `expr` is one of the table's columns as the policy's scan reads
+// it (`column`: its index in the table), of the table's own type.
+bool PolicyColumn(const Expression &expr, const BoundPolicy &bound, LogicalGet &get, idx_t &column) {
+	if (expr.GetExpressionClass() != ExpressionClass::BOUND_COLUMN_REF) {
+		return false;
+	}
+	auto &ref = expr.Cast<BoundColumnRefExpression>();
+	if (ref.binding.table_index != bound.scan_index || ref.binding.column_index >= bound.scan_columns.size()) {
+		return false;
+	}
+	auto &id = bound.scan_columns[ref.binding.column_index];
+	if (id.IsVirtualColumn() || id.HasChildren() || id.GetPrimaryIndex() >= get.returned_types.size()) {
+		return false;
+	}
+	column = id.GetPrimaryIndex();
+	return ref.return_type == get.returned_types[column] && ComparedInScan(ref.return_type);
+}
+
+// The table filter `conjunct` (of the policy's filter) is, on `column`, or
+// NULL when it is none (see above).
+unique_ptr<TableFilter> ScanFilter(ClientContext &context, const Expression &conjunct, const BoundPolicy &bound,
+                                   LogicalGet &get, idx_t &column) {
+	if (conjunct.GetExpressionClass() == ExpressionClass::BOUND_OPERATOR) {
+		auto &op = conjunct.Cast<BoundOperatorExpression>();
+		if (op.children.size() != 1 || !PolicyColumn(*op.children[0], bound, get, column)) {
+			return nullptr;
+		}
+		if (op.type == ExpressionType::OPERATOR_IS_NULL) {
+			return make_uniq<IsNullFilter>();
+		}
+		if (op.type == ExpressionType::OPERATOR_IS_NOT_NULL) {
+			return make_uniq<IsNotNullFilter>();
+		}
+		return nullptr;
+	}
+	if (conjunct.GetExpressionClass() != ExpressionClass::BOUND_COMPARISON) {
+		return nullptr;
+	}
+	auto &comparison = conjunct.Cast<BoundComparisonExpression>();
+	auto type = comparison.type;
+	switch (type) {
+	case ExpressionType::COMPARE_EQUAL:
+	case ExpressionType::COMPARE_NOTEQUAL:
+	case ExpressionType::COMPARE_LESSTHAN:
+	case ExpressionType::COMPARE_LESSTHANOREQUALTO:
+	case ExpressionType::COMPARE_GREATERTHAN:
+	case ExpressionType::COMPARE_GREATERTHANOREQUALTO:
+		break;
+	default:
+		return nullptr;
+	}
+	const Expression *constant = comparison.right.get();
+	if (!PolicyColumn(*comparison.left, bound, get, column)) {
+		if (!PolicyColumn(*comparison.right, bound, get, column)) {
+			return nullptr;
+		}
+		constant = comparison.left.get();
+		type = FlipComparisonExpression(type);
+	}
+	// A constant, or a cast of one (DuckDB's binder casts a literal to the
+	// column's type; its constant folding has not run yet).
+	if (!constant->IsFoldable()) {
+		return nullptr;
+	}
+	Value value;
+	if (constant->GetExpressionClass() == ExpressionClass::BOUND_CONSTANT) {
+		value = constant->Cast<BoundConstantExpression>().value;
+	} else if (!ExpressionExecutor::TryEvaluateScalar(context, *constant, value)) {
+		// It raises: left to the barrier, where it raises as it always did.
+		return nullptr;
+	}
+	if (value.IsNull() || value.type() != get.returned_types[column]) {
+		return nullptr;
+	}
+	return make_uniq<ConstantFilter>(type, std::move(value));
+}
+
+// The statistics of the table's `column` as DuckDB's statistics propagation
+// reads them for `get` (none while the transaction holds changes of its own
+// to the table).
+unique_ptr<BaseStatistics> ColumnStatistics(ClientContext &context, LogicalGet &get, idx_t column) {
+	if (get.function.statistics_extended) {
+		TableFunctionGetStatisticsInput input(get.bind_data.get(), ColumnIndex(column));
+		return get.function.statistics_extended(context, input);
+	}
+	if (get.function.statistics) {
+		return get.function.statistics(context, get.bind_data.get(), column);
+	}
+	return nullptr;
+}
+
+// Moves the conjuncts of `bound`'s filter that are table filters (see
+// `ScanFilter`) into `get` (numbered `index`), and answers what it put there.
+// A conjunct that the table's statistics prove true for every row is
+// dropped, as DuckDB's statistics propagation would drop it, and its column
+// is not read for it. What stays in the filter is TRUE when nothing does.
+ScanPolicy PushIntoScan(ClientContext &context, BoundPolicy &bound, LogicalGet &get, idx_t index) {
+	ScanPolicy scan;
+	auto table = get.GetTable();
+	if (!bound.filter || !table || !table->IsDuckTable() || !get.function.filter_pushdown) {
+		return scan;
+	}
+	vector<unique_ptr<Expression>> conjuncts;
+	conjuncts.push_back(std::move(bound.filter));
+	LogicalFilter::SplitPredicates(conjuncts);
+	vector<unique_ptr<Expression>> rest;
+	for (auto &conjunct : conjuncts) {
+		idx_t column = 0;
+		auto filter = ScanFilter(context, *conjunct, bound, get, column);
+		if (!filter) {
+			rest.push_back(std::move(conjunct));
+			continue;
+		}
+		auto stats = ColumnStatistics(context, get, column);
+		if (stats && filter->CheckStatistics(*stats) == FilterPropagateResult::FILTER_ALWAYS_TRUE) {
+			continue;
+		}
+		// The scan must read the column (the filter is keyed by the
+		// table's column, found among the scan's).
+		Retarget(conjunct, bound, get, index);
+		get.table_filters.PushFilter(ColumnIndex(column), filter->Copy());
+		scan.filters.emplace_back(column, std::move(filter));
+	}
+	scan.whole = rest.empty();
+	if (rest.empty()) {
+		bound.filter = make_uniq<BoundConstantExpression>(Value::BOOLEAN(true));
+	} else if (rest.size() == 1) {
+		bound.filter = std::move(rest[0]);
+	} else {
+		auto all = make_uniq<BoundConjunctionExpression>(ExpressionType::CONJUNCTION_AND);
+		all->children = std::move(rest);
+		bound.filter = std::move(all);
+	}
+	return scan;
+}
+
 // Wraps the scan `op` in the policy (see the header).
 unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &state, const TablePolicy &policy,
                                  unique_ptr<LogicalOperator> op) {
@@ -465,6 +658,7 @@ unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &st
 	auto original = get.GetColumnIds().size();
 	op->ResolveOperatorTypes();
 	auto original_types = op->types;
+	auto scan = PushIntoScan(input.context, bound, get, new_index);
 	if (bound.filter) {
 		Retarget(bound.filter, bound, get, new_index);
 	}
@@ -478,6 +672,9 @@ unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &st
 	}
 	get.table_index = new_index;
 	auto scanned = get.GetColumnIds().size();
+	if (bound.filter) {
+		state.scans[op.get()] = std::move(scan);
+	}
 	unique_ptr<LogicalOperator> below = std::move(op);
 	below->ResolveOperatorTypes();
 	if (bound.filter) {
@@ -549,6 +746,7 @@ void PreOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &pl
 		return;
 	}
 	state->inserted.clear();
+	state->scans.clear();
 	Apply(input, *state, plan);
 }
 
@@ -570,12 +768,87 @@ bool PolicySafe(const TableFilter &filter) {
 	}
 }
 
-// Whether `get` reads the table under one of this plan's policy filters.
+// Whether `filter` is `own` or holds it in a conjunction.
+bool Holds(const TableFilter &filter, const TableFilter &own) {
+	if (filter.Equals(own)) {
+		return true;
+	}
+	if (filter.filter_type == TableFilterType::CONJUNCTION_AND) {
+		for (auto &child : filter.Cast<ConjunctionAndFilter>().child_filters) {
+			if (Holds(*child, own)) {
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+// Whether `filter`, in a scan of a filtered table on `column`, evaluates
+// nothing the client wrote: DuckDB's dynamic bounds (`PolicySafe`), a table
+// filter of the policy put there (`scan`), or what DuckDB's statistics
+// propagation makes of one whose comparison holds or is NULL for every row
+// (`IS NOT NULL`); or a conjunction of those.
+bool Accepted(const TableFilter &filter, idx_t column, const ScanPolicy *scan) {
+	if (PolicySafe(filter)) {
+		return true;
+	}
+	if (filter.filter_type == TableFilterType::CONJUNCTION_AND) {
+		for (auto &child : filter.Cast<ConjunctionAndFilter>().child_filters) {
+			if (!Accepted(*child, column, scan)) {
+				return false;
+			}
+		}
+		return true;
+	}
+	if (!scan) {
+		return false;
+	}
+	for (auto &own : scan->filters) {
+		if (own.first == column && (own.second->Equals(filter) || filter.filter_type == TableFilterType::IS_NOT_NULL)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+// Whether every table filter of the policy put into `get` is still there,
+// or DuckDB's statistics prove it holds for every row (then its statistics
+// propagation removed it), or holds or is NULL (then it made it `IS NOT
+// NULL`).
+bool Kept(ClientContext &context, LogicalGet &get, const ScanPolicy &scan) {
+	for (auto &own : scan.filters) {
+		auto entry = get.table_filters.filters.find(own.first);
+		if (entry != get.table_filters.filters.end() && Holds(*entry->second, *own.second)) {
+			continue;
+		}
+		auto stats = ColumnStatistics(context, get, own.first);
+		auto proved = stats ? own.second->CheckStatistics(*stats) : FilterPropagateResult::NO_PRUNING_POSSIBLE;
+		if (proved == FilterPropagateResult::FILTER_ALWAYS_TRUE) {
+			continue;
+		}
+		if (proved == FilterPropagateResult::FILTER_TRUE_OR_NULL && entry != get.table_filters.filters.end() &&
+		    Holds(*entry->second, IsNotNullFilter())) {
+			continue;
+		}
+		return false;
+	}
+	return true;
+}
+
+// Whether `op` reads the table under one of this plan's policy filters (or
+// through a scan that holds the whole filter, which `Check` checks).
 bool UnderPolicy(PolicyState &state, LogicalOperator &op, TableCatalogEntry &table) {
 	if (op.type == LogicalOperatorType::LOGICAL_FILTER && state.inserted.count(&op) && op.children.size() == 1 &&
 	    op.children[0]->type == LogicalOperatorType::LOGICAL_GET) {
 		auto other = op.children[0]->Cast<LogicalGet>().GetTable();
 		if (other && other.get() == &table) {
+			return true;
+		}
+	}
+	if (op.type == LogicalOperatorType::LOGICAL_GET) {
+		auto found = state.scans.find(&op);
+		auto other = op.Cast<LogicalGet>().GetTable();
+		if (found != state.scans.end() && found->second.whole && other && other.get() == &table) {
 			return true;
 		}
 	}
@@ -622,7 +895,7 @@ bool LateMaterialized(PolicyState &state, LogicalGet &get, LogicalOperator *pare
 	return UnderPolicy(state, *parent->children[1], table);
 }
 
-void Check(PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
+void Check(ClientContext &context, PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
 	if (op.type == LogicalOperatorType::LOGICAL_GET) {
 		auto &get = op.Cast<LogicalGet>();
 		auto table = get.GetTable();
@@ -643,10 +916,19 @@ void Check(PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
 				throw PermissionException("a row policy could not be applied to this statement");
 			}
 			if (policy->filtered) {
-				bool under = parent && state.inserted.count(parent);
+				// Under its policy filter; or anywhere, when the policy's
+				// filter is whole in the scan's table filters (then the
+				// scan returns only rows it passes, and DuckDB's
+				// statistics propagation may have removed the filter left
+				// above, TRUE, once the column lifetime analyzer took its
+				// projection map).
+				auto found = state.scans.find(&op);
+				auto scan = found == state.scans.end() ? nullptr : &found->second;
+				bool under = (parent && state.inserted.count(parent)) || (scan && scan->whole);
 				for (auto &entry : get.table_filters.filters) {
-					under = under && PolicySafe(*entry.second);
+					under = under && Accepted(*entry.second, entry.first, scan);
 				}
+				under = under && (!scan || Kept(context, get, *scan));
 				if (!under && !LateMaterialized(state, get, parent, *table)) {
 					throw PermissionException("a row policy could not be applied to this statement");
 				}
@@ -654,7 +936,7 @@ void Check(PolicyState &state, LogicalOperator &op, LogicalOperator *parent) {
 		}
 	}
 	for (auto &child : op.children) {
-		Check(state, *child, &op);
+		Check(context, state, *child, &op);
 	}
 }
 
@@ -663,7 +945,7 @@ void PostOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &p
 	if (!state || !plan) {
 		return;
 	}
-	Check(*state, *plan, nullptr);
+	Check(input.context, *state, *plan, nullptr);
 }
 
 char *CopyOut(const string &text) {

@@ -321,6 +321,171 @@ async fn a_roles_rows_and_masks_hold_wherever_its_tables_are_read() {
     assert!(attempts >= 230, "{attempts} attempts");
 }
 
+/// The filters of each table scan of `plan` (DuckDB's EXPLAIN text of a
+/// plan of one chain of operators), in the plan's order, one string each
+/// (empty: none; a scan's filters sorted, as it lists them in the order of
+/// the columns it reads).
+fn scan_filters(plan: &str) -> Vec<String> {
+    let mut scans = Vec::new();
+    let mut scan: Option<(bool, Vec<String>)> = None;
+    for line in plan.lines() {
+        let text = line.trim_matches(|c: char| c == '│' || c.is_whitespace());
+        if text == "SEQ_SCAN" {
+            scan = Some((false, Vec::new()));
+            continue;
+        }
+        let Some((in_filters, filters)) = scan.as_mut() else {
+            continue;
+        };
+        if line.trim_start().starts_with('└') {
+            filters.sort();
+            scans.push(filters.join(" AND "));
+            scan = None;
+        } else if let Some(rest) = text.strip_prefix("Filters:") {
+            *in_filters = true;
+            if !rest.trim().is_empty() {
+                filters.push(rest.trim().to_string());
+            }
+        } else if *in_filters {
+            if text.is_empty() || text.starts_with('~') {
+                *in_filters = false;
+            } else {
+                filters.push(text.to_string());
+            }
+        }
+    }
+    scans
+}
+
+/// The plan text of an EXPLAIN answer (`[["physical_plan", text]]`).
+fn plan_of(rows: &Value) -> String {
+    rows[0][1]
+        .as_str()
+        .unwrap_or_else(|| panic!("no plan: {rows}"))
+        .to_string()
+}
+
+/// The policy's own comparisons reach the scan as DuckDB's table filters
+/// (so the scan skips other tenants' row groups by their min/max), the
+/// client's do not: alice's scan of `orders` holds exactly the filters
+/// DuckDB gives `WHERE owner = 'a'` whatever she adds (DuckDB would push
+/// her `id = 3` into the scan too), and her predicates run above it, on her
+/// rows only (the raising channel runs through this path). A policy
+/// filter that is no plain comparison stays above the scan (carol's). One
+/// that the table's statistics prove true for every row costs nothing
+/// (erin's `id >= 0`): her plan is DuckDB's for the same read, and a read
+/// of every column the scan reads is not refused.
+#[tokio::test]
+async fn the_policys_own_comparisons_reach_the_scan_and_the_clients_do_not() {
+    const ERIN: &str = "erin-token-0123456789abcdef01";
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    let whole = dir.path().join("whole.duckdb");
+    std::fs::copy(&db, &whole).unwrap();
+    let everything = duckdb::Connection::open_in_memory().unwrap();
+    everything
+        .execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", whole.display()))
+        .unwrap();
+    let copy = dir.path().join("alice.duckdb");
+    std::fs::copy(&db, &copy).unwrap();
+    let alice_sees = duckdb::Connection::open_in_memory().unwrap();
+    alice_sees
+        .execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", copy.display()))
+        .unwrap();
+    alice_sees.execute_batch(ALICE_SEES).unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{ROLES}\n[[role]]\nname = \"every_region\"\nmembers = [\"erin\"]\n\
+             read = [\"ops.main.regions\"]\n[role.rows]\n\"ops.main.regions\" = \"id >= 0\"\n"
+        ),
+    )
+    .unwrap();
+    let g = Gateway::builder()
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", config.display())
+        .env(
+            "DUCKGATE_QUERY_TOKENS",
+            format!("alice:{ALICE},carol:{CAROL},erin:{ERIN}"),
+        )
+        .start();
+    let duckdb_scans = |sql: &str| scan_filters(&plan_of(&reference(&everything, sql).unwrap()));
+
+    for (who, token, sql, policy) in [
+        (
+            "alice",
+            ALICE,
+            "SELECT id, amount FROM orders WHERE id = 3",
+            "SELECT id, amount FROM orders WHERE owner = 'a'",
+        ),
+        (
+            "alice",
+            ALICE,
+            "SELECT id FROM orders WHERE CAST(note AS INTEGER) >= 0 ORDER BY ALL",
+            "SELECT id FROM orders WHERE owner = 'a' ORDER BY ALL",
+        ),
+        (
+            "alice",
+            ALICE,
+            "SELECT id, sqrt(score) FROM customers WHERE id < 20 ORDER BY ALL",
+            "SELECT id, score FROM customers WHERE tenant = 'a' AND score >= 0 ORDER BY ALL",
+        ),
+        (
+            "erin",
+            ERIN,
+            "SELECT sum(id), count(region) FROM regions",
+            "SELECT sum(id), count(region) FROM regions WHERE id >= 0",
+        ),
+    ] {
+        let want = duckdb_scans(&format!("EXPLAIN {policy}"));
+        assert!(
+            who == "erin" || want.iter().any(|f| !f.is_empty()),
+            "DuckDB pushes the policy's comparison: {want:?}"
+        );
+        let (status, body) = g.run_sql(token, &format!("EXPLAIN {sql}")).await;
+        assert_eq!(status, 200, "{who}: EXPLAIN {sql}: {body}");
+        let plan = plan_of(&body["rows"]);
+        assert_eq!(scan_filters(&plan), want, "{who}: {sql}: {plan}");
+        // DuckDB alone would push the client's comparison into the scan.
+        let unconfined = duckdb_scans(&format!("EXPLAIN {sql}"));
+        if sql.contains("id = 3") || sql.contains("id < 20") {
+            assert_ne!(unconfined, want, "{sql}");
+        }
+        let (status, body) = g.run_sql(token, sql).await;
+        assert_eq!(status, 200, "{who}: {sql}: {body}");
+        let seen = if who == "erin" {
+            &everything
+        } else {
+            &alice_sees
+        };
+        assert_eq!(body["rows"], reference(seen, sql).unwrap(), "{who}: {sql}");
+    }
+
+    // A filter that is no comparison of a column with a constant stays
+    // above the scan.
+    let sql = "SELECT id FROM orders WHERE id < 9 ORDER BY ALL";
+    let (status, body) = g.run_sql(CAROL, &format!("EXPLAIN {sql}")).await;
+    assert_eq!(status, 200, "{body}");
+    let plan = plan_of(&body["rows"]);
+    assert_eq!(scan_filters(&plan), vec![String::new()], "{plan}");
+    let (status, body) = g.run_sql(CAROL, sql).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rows"], reference(&alice_sees, sql).unwrap());
+
+    // Erin's filter holds for every row: reading every column the scan
+    // reads is her whole table, as DuckDB answers it.
+    for sql in [
+        "SELECT * FROM regions ORDER BY ALL",
+        "SELECT id FROM regions ORDER BY id LIMIT 3",
+    ] {
+        let (status, body) = g.run_sql(ERIN, sql).await;
+        assert_eq!(status, 200, "{sql}: {body}");
+        assert_eq!(body["rows"], reference(&everything, sql).unwrap(), "{sql}");
+    }
+}
+
 #[tokio::test]
 async fn a_row_filter_that_does_not_bind_stops_start_up_naming_it() {
     let dir = tempfile::tempdir().unwrap();

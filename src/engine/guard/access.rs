@@ -912,6 +912,43 @@ fn names(t: &NamedTable, catalog: &str, schema: &str) -> bool {
 mod tests {
     use super::*;
 
+    fn holding(caps: &[(&str, Option<u64>)]) -> Access {
+        Access {
+            roles: caps.iter().map(|(r, _)| Arc::from(*r)).collect(),
+            grants: caps
+                .iter()
+                .map(|(_, c)| {
+                    Arc::new(Grants {
+                        limits: RoleLimits {
+                            queries_at_once: *c,
+                            ..RoleLimits::default()
+                        },
+                        ..Grants::default()
+                    })
+                })
+                .collect(),
+            claims: Default::default(),
+            sources: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_caller_counts_against_the_role_allowing_the_most() {
+        let quota = |caps: &[(&str, Option<u64>)]| {
+            holding(caps)
+                .quota(|l| l.queries_at_once)
+                .map(|q| (q.role.to_string(), q.cap))
+        };
+        assert_eq!(quota(&[("a", Some(2))]), Some(("a".into(), 2)));
+        assert_eq!(
+            quota(&[("a", Some(2)), ("b", Some(5)), ("c", Some(5))]),
+            Some(("b".into(), 5))
+        );
+        // A role that caps nothing lifts the cap, as for the other limits.
+        assert_eq!(quota(&[("a", Some(2)), ("b", None)]), None);
+        assert_eq!(quota(&[]), None);
+    }
+
     #[test]
     fn patterns_read_parts_and_quotes() {
         let p = Pattern::parse("memory.main.*").unwrap();

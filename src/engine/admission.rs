@@ -42,13 +42,40 @@ struct S3Share {
 /// Texts whose S3 classification is remembered (a pure parse: it never goes
 /// stale, the lakes being fixed at start).
 const CLASSIFIED_TEXTS: usize = 1024;
-/// Longer texts are classified each time (the memory stays bounded).
+/// Longer texts are remembered by their SHA-256 (the memory stays bounded;
+/// hashing is far cheaper than DuckDB's parse of the same bytes).
 const CLASSIFIED_TEXT_BYTES: usize = 4096;
 
-/// The S3 classifier's parse connection, and what it already classified.
+/// The S3 classifier's parse connection, and what it already classified:
+/// short texts by themselves, longer ones by their digest.
 struct Classifier {
     raw: RawConnection,
     seen: BoundedCache<bool>,
+    seen_long: BoundedCache<bool>,
+}
+
+impl Classifier {
+    /// Whether `sql` is kept by its digest, and its key.
+    fn key(sql: &str) -> (bool, std::borrow::Cow<'_, str>) {
+        if sql.len() <= CLASSIFIED_TEXT_BYTES {
+            return (false, std::borrow::Cow::Borrowed(sql));
+        }
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(sql.as_bytes());
+        let key = digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>();
+        (true, std::borrow::Cow::Owned(key))
+    }
+
+    fn cache(&mut self, long: bool) -> &mut BoundedCache<bool> {
+        if long {
+            &mut self.seen_long
+        } else {
+            &mut self.seen
+        }
+    }
 }
 
 /// Whether a text reads S3, and, when this is its first reading, DuckDB's
@@ -148,6 +175,7 @@ impl Admission {
             classifier: Mutex::new(Classifier {
                 raw: db.connect_raw()?,
                 seen: BoundedCache::new(CLASSIFIED_TEXTS),
+                seen_long: BoundedCache::new(CLASSIFIED_TEXTS),
             }),
             hold: Default::default(),
             shed_early,
@@ -163,14 +191,13 @@ impl Admission {
     /// ([`crate::engine::guard::check_parsed`]).
     pub fn classify(&self, sql: &str) -> Classified {
         let mut classifier = self.classifier.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&s3) = classifier.seen.get(sql) {
+        let (long, key) = Classifier::key(sql);
+        if let Some(&s3) = classifier.cache(long).get(&key) {
             return Classified { s3, parsed: None };
         }
         let parsed = crate::engine::guard::parse(&classifier.raw, sql);
         let s3 = parsed.reads_s3(&self.s3.lakes);
-        if sql.len() <= CLASSIFIED_TEXT_BYTES {
-            classifier.seen.insert(sql.to_string(), s3);
-        }
+        classifier.cache(long).insert(key.into_owned(), s3);
         Classified {
             s3,
             parsed: Some(parsed),

@@ -765,7 +765,8 @@ async fn a_value_past_the_value_limit_is_422_in_every_format() {
 
 /// A new text is parsed by DuckDB's parser once for admission (whether it
 /// reads S3) and the guard, which judges admission's parse; a text the
-/// connection judged before is not parsed again. Needs `test-hooks`.
+/// connection judged before is not parsed again, however long. Needs
+/// `test-hooks`.
 #[cfg(feature = "test-hooks")]
 #[tokio::test]
 async fn a_new_text_is_parsed_once_for_admission_and_the_guard() {
@@ -795,4 +796,13 @@ async fn a_new_text_is_parsed_once_for_admission_and_the_guard() {
     let r = g.query(serde_json::json!({ "sql": s3 })).await;
     assert_eq!(r.status(), 403, "{}", r.text().await.unwrap());
     assert_eq!(parse_counts::of(&s3), 1, "a refused S3 read");
+    // A text past 4 KiB is remembered by its digest: not parsed again.
+    let long = format!(
+        "SELECT 42 AS {}{unique}, '{}' AS pad",
+        parse_counts::MARK,
+        "x".repeat(5000)
+    );
+    g.query_ok(&long).await;
+    g.query_ok(&long).await;
+    assert_eq!(parse_counts::of(&long), 1, "a long text judged before");
 }

@@ -120,6 +120,7 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
             || name == "duckgate_spool_orphans_removed_total"
             || name.starts_with("duckgate_oidc_")
             || name == "duckgate_grant_decisions_total"
+            || name == "duckgate_role_share_timeouts_total"
             // The Flight SQL listener's calls: off in this gateway.
             || name.starts_with("duckgate_flight_")
         {

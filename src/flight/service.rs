@@ -284,6 +284,13 @@ fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
             scale: *scale as u8,
             value: a.as_primitive::<types::Decimal128Type>().value(i),
         },
+        // A union column lets each row carry a type of its own
+        // (`flightsql-dbapi` binds every parameter so): the row's value is
+        // that of the member it selects.
+        DataType::Union(_, _) => {
+            let member = a.as_union().value(i);
+            return param_of(&member, 0);
+        }
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
             return Err(status::invalid(
                 "a BLOB parameter cannot be bound over Flight SQL yet; pass it as text and cast it in SQL (e.g. from_hex(?))",

@@ -23,7 +23,9 @@
 //!
 //! A prepared statement is described when it is created (the guard, then
 //! DuckDB's prepare: [`crate::engine::execute::describe`]), so drivers read
-//! its columns before they execute it.
+//! its columns before they execute it. `GetSchema`, which arrow-flight's
+//! Flight SQL dispatch leaves unimplemented, describes a statement the
+//! same way ([`server`]).
 //!
 //! The statement runs from `GetFlightInfo` on, so SQL errors and refusals
 //! answer that call (where clients expect them) and the FlightInfo carries
@@ -37,6 +39,7 @@
 
 mod options;
 mod results;
+mod server;
 mod service;
 pub mod status;
 mod tickets;
@@ -98,7 +101,7 @@ impl Listener {
                 .context("DUCKGATE_FLIGHT_TLS_CERT/_KEY: not a usable certificate and key")?;
         }
         let router = builder.add_service(
-            FlightServiceServer::new(service)
+            FlightServiceServer::new(server::Server { inner: service })
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(usize::MAX),
         );

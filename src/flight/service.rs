@@ -17,7 +17,7 @@ use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
-    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
+    ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
     CommandGetTables, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
     CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
@@ -26,7 +26,7 @@ use arrow_flight::sql::{
 use arrow_flight::{
     Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
     FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
-    Ticket,
+    SchemaResult, Ticket,
 };
 use axum::extract::FromRequestParts;
 use futures::stream::BoxStream;
@@ -168,6 +168,71 @@ impl FlightSql {
     }
 }
 
+impl FlightSql {
+    /// GetSchema: the schema a command's FlightInfo would carry, without
+    /// running it. A statement (plain or prepared) is described as
+    /// CreatePreparedStatement describes it: the guard and the caller's
+    /// grants judge it, then DuckDB's prepare types its result; nothing
+    /// runs. A result whose types follow the parameters' values
+    /// (`SELECT ? + 1`) has none before it runs, and the answer says so.
+    /// The metadata commands' schemas are fixed by Flight SQL.
+    pub async fn get_schema_of(
+        &self,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        let t0 = Instant::now();
+        let auth = self.auth(&request).await?;
+        let r = async {
+            let any = Any::decode(&*request.get_ref().cmd)
+                .map_err(|_| status::invalid("the descriptor holds no Flight SQL command"))?;
+            let command = Command::try_from(any)
+                .map_err(|e| status::invalid(format!("not a Flight SQL command: {e}")))?;
+            let schema = match command {
+                Command::CommandStatementQuery(q) => {
+                    self.dataset_schema(&auth, q.query, &request).await?
+                }
+                Command::CommandPreparedStatementQuery(q) => {
+                    let handle = tickets::parse(&q.prepared_statement_handle)?;
+                    let prepared = self.tickets.prepared(&handle, &auth.name)?;
+                    self.dataset_schema(&auth, prepared.sql, &request).await?
+                }
+                Command::CommandGetCatalogs(q) => q.into_builder().schema(),
+                Command::CommandGetDbSchemas(q) => q.into_builder().schema(),
+                Command::CommandGetTables(q) => q.into_builder().schema(),
+                Command::CommandGetTableTypes(q) => q.into_builder().schema(),
+                Command::CommandGetSqlInfo(q) => q.into_builder(&self.sql_info).schema(),
+                other => {
+                    return Err(Status::unimplemented(format!(
+                        "GetSchema of {} is not supported",
+                        other.type_url()
+                    )))
+                }
+            };
+            SchemaResult::try_from(SchemaAsIpc::new(&schema, &IpcWriteOptions::default()))
+                .map_err(|e| Status::internal(format!("encoding the schema: {e}")))
+        }
+        .await;
+        observe("GetSchema", Some(&auth.name), t0, &r);
+        r.map(Response::new)
+    }
+
+    /// The result schema DuckDB's prepare gives `sql`, after the guard.
+    async fn dataset_schema<T>(
+        &self,
+        auth: &QueryAuth,
+        sql: String,
+        request: &Request<T>,
+    ) -> Result<SchemaRef, Status> {
+        let options = CallOptions::of(request.metadata())?;
+        let described = results::describe(&self.state, auth, sql, options).await?;
+        described.dataset.ok_or_else(|| {
+            Status::failed_precondition(
+                "the result's types follow the parameters' values: DuckDB types them when the statement runs",
+            )
+        })
+    }
+}
+
 /// A FlightInfo whose ticket is the command itself (metadata calls: the
 /// DoGet authenticates again and reads the catalog then).
 fn command_info(
@@ -284,6 +349,13 @@ fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
             scale: *scale as u8,
             value: a.as_primitive::<types::Decimal128Type>().value(i),
         },
+        // A union column lets each row carry a type of its own
+        // (`flightsql-dbapi` binds every parameter so): the row's value is
+        // that of the member it selects.
+        DataType::Union(_, _) => {
+            let member = a.as_union().value(i);
+            return param_of(&member, 0);
+        }
         DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
             return Err(status::invalid(
                 "a BLOB parameter cannot be bound over Flight SQL yet; pass it as text and cast it in SQL (e.g. from_hex(?))",

@@ -973,7 +973,13 @@ fn run_pg(cmd: &mut Command) {
 /// directory in `DUCKGATE_EXTENSION_DIR`); its stdout. Fails the test when
 /// the script fails.
 pub fn python(script: &str, args: &[&str]) -> String {
-    let out = Command::new(test_python())
+    python_in(&test_python(), script, args)
+}
+
+/// [`python`] with another interpreter (a venv of its own, e.g. for a
+/// client whose dependencies conflict with the test venv's).
+pub fn python_in(interpreter: &str, script: &str, args: &[&str]) -> String {
+    let out = Command::new(interpreter)
         .arg("-c")
         .arg(script)
         .args(args)

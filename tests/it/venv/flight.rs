@@ -392,6 +392,174 @@ print(json.dumps(out))
     assert!(!log.contains(SECRET));
 }
 
+/// GetSchema answers a statement's columns without running it (ADBC's
+/// `ExecuteSchema` of an unprepared statement, pyarrow's `get_schema`):
+/// equal to Python DuckDB's own Arrow schema of the query and to the
+/// schema the execution then streams, for plain and prepared statements;
+/// a query that would run for minutes answers at once; an INSERT adds no
+/// row; the guard judges the text first; a result typed by its parameters'
+/// values has none yet; the metadata commands' schemas are their
+/// FlightInfos'; a prepared statement is its owner's.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_get_schema_describes_without_running() {
+    let (app, uri) = gateway(&[("DUCKGATE_POLICY", "read-write")]).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+import duckdb
+OTHER = "{OTHER_SECRET}"
+ref = duckdb.connect()
+ref.sql("SET TimeZone = 'UTC'")
+conn = connect()
+cur = conn.cursor()
+
+def varint(b, i):
+    n = shift = 0
+    while True:
+        n |= (b[i] & 0x7F) << shift
+        i += 1
+        if b[i - 1] < 0x80:
+            return n, i
+        shift += 7
+
+def fields(b):
+    """A protobuf message's length-delimited fields by number."""
+    out, i = {{}}, 0
+    while i < len(b):
+        key, i = varint(b, i)
+        if key & 7 == 2:
+            n, i = varint(b, i)
+            out[key >> 3] = b[i:i + n]
+            i += n
+        else:
+            _, i = varint(b, i)
+    return out
+
+def plain_schema(sql):
+    """ADBC's ExecuteSchema of an unprepared statement: GetSchema."""
+    stmt = cur.adbc_statement
+    stmt.set_sql_query(sql)
+    return pa.schema(stmt.execute_schema())
+
+client = raw_client()
+def get_schema(cmd, token=TOKEN):
+    return client.get_schema(fl.FlightDescriptor.for_command(cmd), options(token)).schema
+
+def create_prepared(sql, token=TOKEN):
+    action = fl.Action("CreatePreparedStatement", command("ActionCreatePreparedStatementRequest", field(1, sql)))
+    body = list(client.do_action(action, options(token)))[0].body.to_pybytes()
+    result = fields(fields(body)[2])  # Any.value: ActionCreatePreparedStatementResult
+    return result[1], pa.ipc.read_schema(pa.py_buffer(result[2]))
+
+QUERIES = [
+    "SELECT 1::TINYINT a, -2::SMALLINT b, 3::INTEGER c, 4::BIGINT d, 18446744073709551615::UBIGINT h, true AS t",
+    "SELECT 1.23::DECIMAL(4,2) a, 1234567890123456789012345.6789::DECIMAL(38,4) c, 1.5::FLOAT f, -0.25::DOUBLE d",
+    "SELECT DATE '2024-02-29' AS d, TIME '12:34:56.789' AS t, TIMESTAMP_NS '2024-01-01 00:00:00.123456789' AS ns, TIMESTAMPTZ '2024-06-01 12:00:00+02' AS tz, INTERVAL '1 day' i",
+    "SELECT [1, 2, NULL] l, {{'a': 1, 'b': 'x'}} st, MAP {{'k1': 1}} m, '\\xAA'::BLOB b, NULL n, 'a'::ENUM('a', 'b') e, gen_random_uuid() u",
+    "SELECT i, i::VARCHAR s FROM range(10) t(i)",
+]
+out = {{"plain": [], "prepared": []}}
+for q in QUERIES:
+    want = ref.sql(q).arrow().schema
+    got = plain_schema(q)
+    cur.execute(q)
+    ran = cur.fetch_arrow_table().schema
+    out["plain"].append({{"sql": q, "got": str(got), "want": str(want),
+                         "same_as_duckdb": got.equals(want), "same_as_run": got.equals(ran)}})
+    handle, created = create_prepared(q)
+    got = get_schema(command("CommandPreparedStatementQuery", field(1, handle)))
+    out["prepared"].append({{"sql": q, "got": str(got), "same_as_duckdb": got.equals(want),
+                            "same_as_create": got.equals(created)}})
+
+# A query that would run for minutes is described at once.
+t0 = time.time()
+out["long"] = str(plain_schema("SELECT sum(i) AS s FROM range(100000000000) t(i)"))
+out["long_s"] = time.time() - t0
+out["long_want"] = str(ref.sql("SELECT sum(i) AS s FROM range(100000000000) t(i) LIMIT 0").arrow().schema)
+
+# Described, not run.
+cur.execute("CREATE TABLE t (id INTEGER)")
+out["insert"] = str(get_schema(command("CommandStatementQuery", field(1, "INSERT INTO t VALUES (1), (2)"))))
+cur.execute("SELECT count(*) FROM t")
+out["insert_rows"] = cur.fetchone()[0]
+
+out["untyped"] = error_of(lambda: get_schema(command("CommandStatementQuery", field(1, "SELECT ? + 1 AS n"))))
+out["refused"] = error_of(lambda: plain_schema("SELECT current_setting('threads')"))
+out["refused_raw"] = error_of(lambda: get_schema(command("CommandStatementQuery", field(1, "SELECT current_setting('threads')"))))
+out["missing"] = error_of(lambda: plain_schema("SELECT * FROM no_such_table"))
+out["junk"] = error_of(lambda: get_schema(b"not a command"))
+out["wrong_token"] = error_of(lambda: get_schema(command("CommandStatementQuery", field(1, "SELECT 1")), "not-a-token"))
+handle, _ = create_prepared("SELECT 1 AS one")
+out["other_identity"] = error_of(lambda: get_schema(command("CommandPreparedStatementQuery", field(1, handle)), OTHER))
+
+# A metadata command's schema is its FlightInfo's.
+tables = command("CommandGetTables", field(4, "x"))
+out["tables_same"] = get_schema(tables).equals(client.get_flight_info(fl.FlightDescriptor.for_command(tables), options(TOKEN)).schema)
+out["sql_info"] = str(get_schema(command("CommandGetSqlInfo", b"")))
+print(json.dumps(out))
+"#
+        ),
+    );
+    for k in ["plain", "prepared"] {
+        for q in v[k].as_array().unwrap() {
+            assert_eq!(q["same_as_duckdb"], true, "{k}: {q:#}");
+            let other = if k == "plain" {
+                "same_as_run"
+            } else {
+                "same_as_create"
+            };
+            assert_eq!(q[other], true, "{k}: {q:#}");
+        }
+    }
+    assert_eq!(v["long"], v["long_want"], "{v:#}");
+    assert!(v["long_s"].as_f64().unwrap() < 5.0, "{v:#}");
+    assert_eq!(v["insert"], "Count: int64", "{v:#}");
+    assert_eq!(v["insert_rows"], 0);
+    let has = |k: &str, parts: &[&str]| {
+        let e = v[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k}: no error: {v:#}"));
+        for p in parts {
+            assert!(e.contains(p), "{k}: {p:?} not in {e}");
+        }
+    };
+    has("untyped", &["types follow the parameters"]);
+    has(
+        "refused",
+        &[
+            "(PermissionDenied;",
+            "Statement not allowed",
+            "current_setting",
+        ],
+    );
+    has("refused_raw", &["unauthorized", "Statement not allowed"]);
+    has("missing", &["(InvalidArgument;", "no_such_table"]);
+    has("junk", &["invalid argument", "no Flight SQL command"]);
+    has("wrong_token", &["unauthenticated", "not valid for queries"]);
+    has("other_identity", &["another identity"]);
+    assert_eq!(v["tables_same"], true, "{v:#}");
+    assert!(v["sql_info"]
+        .as_str()
+        .unwrap()
+        .contains("info_name: uint32"));
+    // Each description is audited as one, never with the token; nothing
+    // ran the INSERT or the long sum as a query.
+    let log = app.log_text();
+    let described = log
+        .lines()
+        .filter(|l| l.contains("query ended") && l.contains("api=\"flight-describe\""))
+        .count();
+    assert!(described >= 12, "{described}");
+    let calls = crate::common::metric(
+        &app.get_text("/metrics").await,
+        "duckgate_flight_requests_total{method=\"GetSchema\",code=\"Ok\"}",
+    );
+    assert!(calls >= 12.0, "{calls}");
+    assert!(!log.contains(SECRET) && !log.contains(OTHER_SECRET));
+}
+
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
 async fn flight_metadata_lists_catalogs_schemas_and_tables() {

@@ -6,6 +6,7 @@ mod conformance;
 mod deploy;
 mod faults;
 mod flight;
+mod flight_sqlalchemy;
 mod guard_corpus;
 mod httpfs_settings;
 mod lake_grants;

@@ -128,16 +128,15 @@ impl Spool {
                     scope: "role",
                 });
             }
-            u.by_role.insert(quota.role.clone(), ours + bytes);
         }
         if u.total + bytes > self.limit {
-            if let Some(quota) = &payer.role {
-                uncount(&mut u.by_role, &quota.role, bytes);
-            }
             return Err(SinkError::Full {
                 limit: self.limit,
                 scope: "spool",
             });
+        }
+        if let Some(quota) = &payer.role {
+            *u.by_role.entry(quota.role.clone()).or_default() += bytes;
         }
         u.total += bytes;
         u.by_token.insert(payer.owner.clone(), mine + bytes);

@@ -4,16 +4,13 @@
 //! role `team`; carol holds `other`, which caps nothing. Each test has its
 //! control: with a cap that allows it, the same request is served.
 
-use std::time::Duration;
-
-use crate::common::{self, eventually, App, Endpoint, Gateway};
+use super::token_share::{call, runs_long};
+use crate::common::{self, App, Gateway};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-role-quota-token-01";
 const BOB: &str = "bob-role-quota-token-0002";
 const CAROL: &str = "carol-role-quota-token-03";
-/// Runs until its time limit.
-const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
 /// A gateway of three tokens, a pool of three, and no per-token share
 /// below the pool: only the role's cap can turn bob away.
@@ -44,40 +41,9 @@ async fn gateway(team_limits: &str) -> (App, tempfile::TempDir) {
     (g, dir)
 }
 
-async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Value) {
-    let r = g
-        .client
-        .post(g.url("/query"))
-        .bearer_auth(token)
-        .json(&json!({"sql": sql, "timeout_ms": timeout_ms}))
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 /// Starts one long query of alice's and waits until it holds a connection.
 async fn alice_runs(g: &App) -> tokio::task::JoinHandle<(u16, Value)> {
-    let e = Endpoint {
-        base: g.base.clone(),
-        client: g.client.clone(),
-    };
-    let h = tokio::spawn(async move { call(&e, ALICE, LONG, 6_000).await });
-    eventually(
-        "alice's query holding a connection",
-        Duration::from_secs(20),
-        || async {
-            let h = g.health().await;
-            if h["pool"]["in_use"].as_u64() == Some(1) {
-                Ok(())
-            } else {
-                Err(h["pool"].clone())
-            }
-        },
-    )
-    .await;
-    h
+    runs_long(g, ALICE, 6_000, 1).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

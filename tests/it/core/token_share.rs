@@ -28,7 +28,8 @@ async fn gateway(per_token: Option<u32>) -> App {
     b.spawn_app().await
 }
 
-async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Value) {
+/// POST /query `sql` as `token` with a time limit: status and body.
+pub(super) async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Value) {
     let r = g
         .client
         .post(g.url("/query"))
@@ -41,17 +42,23 @@ async fn call(g: &Endpoint, token: &str, sql: &str, timeout_ms: u64) -> (u16, Va
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-/// Starts one long query of alice's and waits until it holds a connection.
-async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+/// Starts one long query of `token`'s (ending at its `timeout_ms`) and
+/// waits until `running` connections are in use.
+pub(super) async fn runs_long(
+    g: &App,
+    token: &'static str,
+    timeout_ms: u64,
+    running: u64,
+) -> tokio::task::JoinHandle<(u16, Value)> {
     let h = {
         let e = Endpoint {
             base: g.base.clone(),
             client: g.client.clone(),
         };
-        tokio::spawn(async move { call(&e, ALICE, LONG, 8_000).await })
+        tokio::spawn(async move { call(&e, token, LONG, timeout_ms).await })
     };
     eventually(
-        "alice's query holding a connection",
+        "the long query holding a connection",
         Duration::from_secs(20),
         || async {
             let h = g.health().await;
@@ -64,6 +71,11 @@ async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Valu
     )
     .await;
     h
+}
+
+/// Starts one long query of alice's and waits until it holds a connection.
+async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Value)> {
+    runs_long(g, ALICE, 8_000, running).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

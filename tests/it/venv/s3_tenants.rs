@@ -196,24 +196,16 @@ async fn each_tenant_reads_through_keys_that_read_nothing_of_the_others() {
 
     // Rotation is per secret: acme's keys change, globex's stay, and both
     // tenants still read.
-    let r = g
-        .client
-        .post(g.url("/admin/secrets/rotate?name=acme"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let secrets: Value = g
-        .client
-        .get(g.url("/admin/secrets"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (status, r) = g
+        .call(
+            reqwest::Method::POST,
+            "/admin/secrets/rotate?name=acme",
+            ADMIN,
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let (status, secrets) = g.get("/admin/secrets", ADMIN).await;
+    assert_eq!(status, 200, "{secrets}");
     let epoch = |name: &str| {
         secrets["secrets"]
             .as_array()

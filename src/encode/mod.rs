@@ -12,7 +12,7 @@
 //! they get here (the engine wraps the query; see `ResultShape::json_exprs`).
 
 pub mod csv;
-mod ipc;
+pub(crate) mod ipc;
 pub mod json;
 pub mod types;
 

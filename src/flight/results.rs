@@ -1,7 +1,10 @@
-//! One statement through `POST /query`'s machinery, its answer as record
-//! batches: a [`QueryJob`] in the Arrow IPC format, registered (listed,
-//! cancellable, audited as `api=flight`), run with the credential retry,
-//! and its IPC stream read back into batches.
+//! One statement through `POST /query`'s machinery: a [`QueryJob`] in the
+//! Arrow IPC format, registered (listed, cancellable, audited as
+//! `api=flight`), run with the credential retry. Its answer reaches the
+//! client as the engine wrote it: each IPC message of the stream becomes
+//! one `FlightData` (the message's header and body, sliced from the
+//! engine's buffer, not copied), and only a batch too large for one gRPC
+//! message is decoded, cut and encoded again.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -11,6 +14,12 @@ use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::ipc::reader::StreamDecoder;
+use arrow::ipc::writer::{
+    CompressionContext, DictionaryTracker, IpcDataGenerator, IpcWriteOptions,
+};
+use arrow::ipc::MessageHeader;
+use arrow_flight::{FlightData, SchemaAsIpc};
+use bytes::{Bytes, BytesMut};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use tonic::Status;
@@ -27,14 +36,74 @@ use crate::engine::{execute, Param, QueryJob, QueryOutput};
 use crate::flight::options::CallOptions;
 use crate::flight::status;
 
-/// A statement that ran: its schema known, its batches to come.
+/// The most bytes (header and body) a `FlightData` passed through may
+/// hold: arrow-flight's own target for the messages it encodes, under the
+/// 4 MiB that gRPC clients accept by default.
+const MAX_FLIGHT_DATA: usize = 2 * 1024 * 1024;
+
+/// A statement that ran: its schema known, its answer to come.
 pub struct Started {
     /// The result's schema, as DuckDB's Arrow export gave it.
     pub schema: SchemaRef,
     /// The query's entry in the registry (for a cancel).
     pub running: Arc<Running>,
-    /// The batches; an error ends them (a cap, the time limit, a cancel).
-    pub batches: BoxStream<'static, Result<RecordBatch, Status>>,
+    /// The answer's IPC stream; an error ends it (a cap, the time limit,
+    /// a cancel).
+    pub answer: Answer,
+}
+
+/// The IPC stream of a started statement, read as record batches or
+/// passed through as Flight data.
+pub struct Answer(Reader);
+
+impl Answer {
+    /// The answer as record batches, every message decoded.
+    pub fn batches(self) -> BoxStream<'static, Result<RecordBatch, Status>> {
+        futures::stream::unfold(self.0, |mut r| async move {
+            r.next_batch().await.map(|b| (b, r))
+        })
+        .boxed()
+    }
+
+    /// The answer as Flight data: the schema, then each dictionary and
+    /// batch message as the engine wrote it; a batch message past
+    /// [`MAX_FLIGHT_DATA`] is cut into batches under it.
+    pub fn flight_data(self) -> BoxStream<'static, Result<FlightData, Status>> {
+        let reader = self.0;
+        let mut out: VecDeque<FlightData> = VecDeque::new();
+        if !reader.schema_seen {
+            // No schema message came (the stream ended first): a client
+            // still gets one.
+            let schema = reader.schema();
+            out.push_back(SchemaAsIpc::new(&schema, &IpcWriteOptions::default()).into());
+        }
+        futures::stream::unfold((reader, out), |(mut r, mut out)| async move {
+            loop {
+                if let Some(d) = out.pop_front() {
+                    return Some((Ok(d), (r, out)));
+                }
+                match r.next_message().await? {
+                    Err(e) => return Some((Err(e), (r, out))),
+                    Ok(m)
+                        if m.kind == MessageHeader::RecordBatch
+                            && m.header.len() + m.body.len() > MAX_FLIGHT_DATA =>
+                    {
+                        match r.cut(m) {
+                            Ok(pieces) => out.extend(pieces),
+                            Err(e) => return Some((Err(e), (r, out))),
+                        }
+                    }
+                    Ok(m) => out.push_back(FlightData {
+                        flight_descriptor: None,
+                        data_header: m.header,
+                        app_metadata: Bytes::new(),
+                        data_body: m.body,
+                    }),
+                }
+            }
+        })
+        .boxed()
+    }
 }
 
 /// Runs `sql` with `params` for `auth` as `POST /query` would with the
@@ -85,30 +154,27 @@ pub async fn start(
     };
     let mut reader = Reader {
         body: output.body,
+        buf: Bytes::new(),
         decoder: StreamDecoder::new(),
+        ahead: VecDeque::new(),
         ready: VecDeque::new(),
+        schema: None,
+        schema_seen: false,
         registration: Some(reg),
         id,
     };
     // Read until the schema is known: an empty result still has one.
-    while reader.decoder.schema().is_none() {
-        match reader.next_chunk().await {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => return Err(e),
+    while !reader.schema_seen {
+        match reader.next_message().await {
+            Some(Ok(m)) => reader.ahead.push_back(m),
+            Some(Err(e)) => return Err(e),
+            None => break,
         }
     }
-    let schema = reader
-        .decoder
-        .schema()
-        .unwrap_or_else(|| Arc::new(Schema::empty()));
     Ok(Started {
-        schema,
+        schema: reader.schema(),
         running,
-        batches: futures::stream::unfold(reader, |mut r| async move {
-            r.next_batch().await.map(|b| (b, r))
-        })
-        .boxed(),
+        answer: Answer(reader),
     })
 }
 
@@ -230,38 +296,218 @@ async fn run(state: &AppState, job: QueryJob) -> Result<QueryOutput, ApiError> {
     .map_err(ApiError::Query)
 }
 
-/// Reads the IPC body into batches and keeps the query registered until
-/// the body ends (the audit line then) or the reader is dropped.
+/// One message of the IPC stream: its flatbuffer header (with the
+/// framing's padding) and its body, slices of the engine's buffer.
+struct Message {
+    kind: MessageHeader,
+    /// The whole framed message, as the decoder reads it.
+    framed: Bytes,
+    header: Bytes,
+    body: Bytes,
+}
+
+/// What the front of the buffer holds.
+enum Frame {
+    /// Not yet a whole message.
+    Partial,
+    /// The end-of-stream marker, `n` bytes.
+    End(usize),
+    /// A whole message.
+    Message(Message),
+}
+
+/// Splits the IPC stream's next message off `buf`'s front, framed as the
+/// streaming format frames it (the continuation token, the header's length,
+/// the header, the body the header gives the length of).
+fn frame(buf: &Bytes) -> Result<Frame, String> {
+    let word = |at: usize| -> Option<[u8; 4]> { buf.get(at..at + 4)?.try_into().ok() };
+    let Some(first) = word(0) else {
+        return Ok(Frame::Partial);
+    };
+    // Before format 0.15 the length came without the continuation token.
+    let (prefix, len) = if first == [0xFF; 4] {
+        match word(4) {
+            Some(len) => (8, i32::from_le_bytes(len)),
+            None => return Ok(Frame::Partial),
+        }
+    } else {
+        (4, i32::from_le_bytes(first))
+    };
+    let len = usize::try_from(len).map_err(|_| format!("a message length of {len}"))?;
+    if len == 0 {
+        return Ok(Frame::End(prefix));
+    }
+    let Some(header) = buf.get(prefix..prefix + len) else {
+        return Ok(Frame::Partial);
+    };
+    let message = arrow::ipc::root_as_message(header).map_err(|e| e.to_string())?;
+    let body_len = usize::try_from(message.bodyLength())
+        .map_err(|_| format!("a body length of {}", message.bodyLength()))?;
+    let end = prefix + len + body_len;
+    if buf.len() < end {
+        return Ok(Frame::Partial);
+    }
+    Ok(Frame::Message(Message {
+        kind: message.header_type(),
+        framed: buf.slice(..end),
+        header: buf.slice(prefix..prefix + len),
+        body: buf.slice(prefix + len..end),
+    }))
+}
+
+/// Reads the IPC body message by message and keeps the query registered
+/// until the body ends (the audit line then) or the reader is dropped.
 struct Reader {
     body: BoxStream<'static, Result<bytes::Bytes, std::io::Error>>,
+    /// What has arrived and is not yet a message.
+    buf: Bytes,
+    /// Decodes the messages whose values are read: the schema, the
+    /// dictionaries, and the batches read as batches or cut.
     decoder: StreamDecoder,
+    /// Messages read before they were asked for (the schema's).
+    ahead: VecDeque<Message>,
+    /// Batches decoded and not yet read.
     ready: VecDeque<RecordBatch>,
+    /// The stream's schema, once its message came.
+    schema: Option<SchemaRef>,
+    schema_seen: bool,
     registration: Option<Registration>,
     id: String,
 }
 
 impl Reader {
-    /// Decodes the next chunk of the body: `false` at its end.
-    async fn next_chunk(&mut self) -> Result<bool, Status> {
+    /// The result's schema: the stream's, or none where it had none.
+    fn schema(&self) -> SchemaRef {
+        self.schema
+            .clone()
+            .unwrap_or_else(|| Arc::new(Schema::empty()))
+    }
+
+    /// The next message; the schema and the dictionaries are decoded on
+    /// the way (a batch's values need them).
+    async fn next_message(&mut self) -> Option<Result<Message, Status>> {
+        if let Some(m) = self.ahead.pop_front() {
+            return Some(Ok(m));
+        }
+        loop {
+            match frame(&self.buf) {
+                Err(e) => {
+                    return Some(Err(
+                        self.fail_internal(format!("reading DuckDB's Arrow: {e}"))
+                    ))
+                }
+                Ok(Frame::End(n)) => {
+                    // The decoder holds a message with no body until more
+                    // bytes come: the end marker is them.
+                    let end = self.buf.split_to(n);
+                    if let Err(e) = self.feed(end) {
+                        return Some(Err(e));
+                    }
+                }
+                Ok(Frame::Message(m)) => {
+                    let _ = self.buf.split_to(m.framed.len());
+                    if m.kind == MessageHeader::Schema {
+                        // Read here: the decoder takes a message without a
+                        // body only when the next one starts.
+                        let schema = arrow::ipc::root_as_message(&m.header)
+                            .ok()
+                            .and_then(|h| h.header_as_schema())
+                            .map(arrow::ipc::convert::fb_to_schema);
+                        self.schema = schema.map(Arc::new);
+                        self.schema_seen = true;
+                    }
+                    if m.kind != MessageHeader::RecordBatch {
+                        if let Err(e) = self.feed(m.framed.clone()) {
+                            return Some(Err(e));
+                        }
+                    }
+                    return Some(Ok(m));
+                }
+                Ok(Frame::Partial) => match self.next_chunk().await {
+                    Ok(Some(chunk)) if self.buf.is_empty() => self.buf = chunk,
+                    Ok(Some(chunk)) => {
+                        // A message across two chunks (the engine flushes
+                        // whole messages, so this is rare): joined.
+                        let mut joined = BytesMut::with_capacity(self.buf.len() + chunk.len());
+                        joined.extend_from_slice(&self.buf);
+                        joined.extend_from_slice(&chunk);
+                        self.buf = joined.freeze();
+                    }
+                    Ok(None) if self.buf.is_empty() => return None,
+                    Ok(None) => {
+                        return Some(Err(
+                            self.fail_internal("DuckDB's Arrow ended inside a message".into())
+                        ))
+                    }
+                    Err(e) => return Some(Err(e)),
+                },
+            }
+        }
+    }
+
+    /// Feeds whole messages to the decoder; the batches it decodes wait in
+    /// `ready`.
+    fn feed(&mut self, bytes: Bytes) -> Result<(), Status> {
+        let mut buffer = Buffer::from(bytes);
+        while !buffer.is_empty() {
+            match self.decoder.decode(&mut buffer) {
+                Ok(Some(b)) => self.ready.push_back(b),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail_internal(format!("reading DuckDB's Arrow: {e}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// A batch message past [`MAX_FLIGHT_DATA`], decoded and cut into
+    /// batches under it, each encoded with the dictionaries it needs.
+    fn cut(&mut self, m: Message) -> Result<Vec<FlightData>, Status> {
+        let size = m.header.len() + m.body.len();
+        self.feed(m.framed)?;
+        let Some(batch) = self.ready.pop_front() else {
+            return Ok(Vec::new());
+        };
+        let pieces = size.div_ceil(MAX_FLIGHT_DATA).max(1);
+        let rows = batch.num_rows().div_ceil(pieces).max(1);
+        let generator = IpcDataGenerator::default();
+        let options = IpcWriteOptions::default();
+        // The client holds the dictionaries the stream sent last, which
+        // are this batch's own: sent again with the first piece, harmless.
+        let mut dictionaries = DictionaryTracker::new(false);
+        // Numbers the dictionaries as the schema message the client holds
+        // did (the same schema, numbered in the same order).
+        let _ = generator.schema_to_bytes_with_dictionary_tracker(
+            &batch.schema(),
+            &mut dictionaries,
+            &options,
+        );
+        let mut compression = CompressionContext::default();
+        let mut out = Vec::new();
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let piece = batch.slice(offset, rows.min(batch.num_rows() - offset));
+            offset += piece.num_rows();
+            let (dicts, encoded) = generator
+                .encode(&piece, &mut dictionaries, &options, &mut compression)
+                .map_err(|e| self.fail_internal(format!("cutting a batch: {e}")))?;
+            out.extend(dicts.into_iter().map(FlightData::from));
+            out.push(FlightData::from(encoded));
+        }
+        Ok(out)
+    }
+
+    /// The next chunk of the body, `None` at its end (the query's outcome
+    /// is recorded then, or at its error).
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
         let Some(reg) = &self.registration else {
-            return Ok(false);
+            return Ok(None);
         };
         match self.body.next().await {
             Some(Ok(chunk)) => {
                 reg.running
                     .bytes
                     .fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                let mut buffer = Buffer::from(chunk);
-                while !buffer.is_empty() {
-                    match self.decoder.decode(&mut buffer) {
-                        Ok(Some(batch)) => self.ready.push_back(batch),
-                        Ok(None) => {}
-                        Err(e) => {
-                            return Err(self.fail_internal(format!("reading DuckDB's Arrow: {e}")))
-                        }
-                    }
-                }
-                Ok(true)
+                Ok(Some(chunk))
             }
             Some(Err(e)) => {
                 let status = status::of_body(&e, Some(&self.id));
@@ -282,7 +528,7 @@ impl Reader {
                         error_class: None,
                     });
                 }
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -304,11 +550,99 @@ impl Reader {
             if let Some(b) = self.ready.pop_front() {
                 return Some(Ok(b));
             }
-            match self.next_chunk().await {
-                Ok(true) => {}
-                Ok(false) => return None,
+            match self.next_message().await? {
                 Err(e) => return Some(Err(e)),
+                Ok(m) if m.kind == MessageHeader::RecordBatch => {
+                    if let Err(e) = self.feed(m.framed) {
+                        return Some(Err(e));
+                    }
+                }
+                Ok(_) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, DictionaryArray, Int32Array, StringArray};
+    use arrow::datatypes::Int32Type;
+
+    use super::*;
+    use crate::encode::ipc::IpcStream;
+
+    fn batches() -> Vec<RecordBatch> {
+        let make = |ids: Vec<i32>, keys: Vec<&str>| {
+            let d: DictionaryArray<Int32Type> = keys.into_iter().collect();
+            RecordBatch::try_from_iter([
+                ("id", Arc::new(Int32Array::from(ids)) as ArrayRef),
+                ("k", Arc::new(d) as ArrayRef),
+                (
+                    "s",
+                    Arc::new(StringArray::from(vec![Some("x"), None])) as ArrayRef,
+                ),
+            ])
+            .unwrap()
+        };
+        vec![
+            make(vec![1, 2], vec!["a", "b"]),
+            make(vec![3, 4], vec!["c", "a"]),
+        ]
+    }
+
+    /// The engine's stream, cut message by message as the listener cuts it:
+    /// each message's header and body as one `FlightData` decode to the
+    /// batches written, dictionaries included; a stream cut short is
+    /// `Partial`, never a message.
+    #[test]
+    fn the_engines_messages_pass_through_as_flight_data() {
+        let written = batches();
+        let mut out = Vec::new();
+        let mut w = IpcStream::begin(&written[0].schema(), &mut out).unwrap();
+        for b in &written {
+            w.batch(b, &mut out).unwrap();
+        }
+        w.finish(&mut out);
+        let mut buf = Bytes::from(out);
+        let mut kinds = Vec::new();
+        let mut data = Vec::new();
+        loop {
+            match frame(&buf).unwrap() {
+                Frame::Message(m) => {
+                    for cut in [0, 3, 7, m.framed.len() - 1] {
+                        assert!(matches!(frame(&buf.slice(..cut)).unwrap(), Frame::Partial));
+                    }
+                    let _ = buf.split_to(m.framed.len());
+                    kinds.push(m.kind);
+                    data.push(FlightData {
+                        flight_descriptor: None,
+                        data_header: m.header,
+                        app_metadata: Bytes::new(),
+                        data_body: m.body,
+                    });
+                }
+                Frame::End(n) => {
+                    assert_eq!(n, buf.len());
+                    break;
+                }
+                Frame::Partial => panic!("a whole stream ended inside a message"),
+            }
+        }
+        assert_eq!(kinds[0], MessageHeader::Schema);
+        assert_eq!(
+            kinds
+                .iter()
+                .filter(|k| **k == MessageHeader::DictionaryBatch)
+                .count(),
+            2
+        );
+        let decoded = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+            futures::stream::iter(data.into_iter().map(Ok)),
+        );
+        let read: Vec<RecordBatch> =
+            futures::executor::block_on(decoded.map(Result::unwrap).collect());
+        assert_eq!(read, written);
     }
 }

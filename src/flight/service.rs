@@ -135,7 +135,7 @@ impl FlightSql {
         let started = results::start(&self.state, auth, sql, params, options).await?;
         let counts =
             started.schema.fields().len() == 1 && started.schema.field(0).name() == "Count";
-        let mut batches = started.batches;
+        let mut batches = started.answer.batches();
         let mut n = 0i64;
         while let Some(batch) = batches.next().await {
             let batch = batch?;
@@ -322,8 +322,8 @@ fn quoted(name: &str) -> String {
 }
 
 /// Row `i` of a parameter column as a statement parameter: numbers,
-/// booleans and text as themselves, other types as their text (DuckDB
-/// casts it to the parameter's type).
+/// booleans, text and bytes as themselves, other types as their text
+/// (DuckDB casts it to the parameter's type).
 fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
     if a.is_null(i) {
         return Ok(Param::Null);
@@ -356,14 +356,15 @@ fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
             let member = a.as_union().value(i);
             return param_of(&member, 0);
         }
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
-            return Err(status::invalid(
-                "a BLOB parameter cannot be bound over Flight SQL yet; pass it as text and cast it in SQL (e.g. from_hex(?))",
-            ))
-        }
+        DataType::Binary => Param::Blob(a.as_binary::<i32>().value(i).to_vec()),
+        DataType::LargeBinary => Param::Blob(a.as_binary::<i64>().value(i).to_vec()),
+        DataType::BinaryView => Param::Blob(a.as_binary_view().value(i).to_vec()),
+        DataType::FixedSizeBinary(_) => Param::Blob(a.as_fixed_size_binary().value(i).to_vec()),
         _ => {
-            let f = ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default())
-                .map_err(|e| status::invalid(format!("a parameter of type {}: {e}", a.data_type())))?;
+            let f =
+                ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default()).map_err(|e| {
+                    status::invalid(format!("a parameter of type {}: {e}", a.data_type()))
+                })?;
             Param::Text(f.value(i).to_string())
         }
     })
@@ -565,7 +566,7 @@ impl FlightSqlService for FlightSql {
             .and_then(|h| self.tickets.take_result(&h, &auth.name));
         observe("DoGet", Some(&auth.name), t0, &r);
         let started = r?;
-        Ok(Response::new(flight_data(started.schema, started.batches)))
+        Ok(Response::new(started.answer.flight_data()))
     }
 
     async fn do_put_statement_update(

@@ -40,6 +40,8 @@ pub enum Param {
     Float(f64),
     /// A JSON string (DuckDB's VARCHAR).
     Text(String),
+    /// Bytes (DuckDB's BLOB): a Flight SQL client's binary parameter.
+    Blob(Vec<u8>),
 }
 
 impl Param {
@@ -62,6 +64,7 @@ impl Param {
             },
             Param::Float(f) => Value::Double(*f),
             Param::Text(s) => Value::Text(s.clone()),
+            Param::Blob(b) => Value::Blob(b.clone()),
         }
     }
 

@@ -151,6 +151,12 @@ struct ScanPolicy {
 	// Whether nothing of the policy's filter was left to evaluate above the
 	// scan: the scan returns only rows the filter passes.
 	bool whole = false;
+	// For a scan the policy's filter stays above (a lake's): that filter as
+	// table filters, when each of its conjuncts is one. DuckDB's statistics
+	// propagation removes the filter when the scan's statistics prove it
+	// holds for every row; the check after the optimizers proves it again
+	// from the same statistics (`Proved`).
+	vector<std::pair<idx_t, unique_ptr<TableFilter>>> provable;
 };
 
 struct PolicyState : public ClientContextState {
@@ -590,6 +596,25 @@ unique_ptr<BaseStatistics> ColumnStatistics(ClientContext &context, LogicalGet &
 	return nullptr;
 }
 
+// `bound`'s filter as table filters of `get`, one per conjunct, or none
+// when a conjunct is not one (see `ScanFilter`). Nothing is moved.
+vector<std::pair<idx_t, unique_ptr<TableFilter>>> Provable(ClientContext &context, BoundPolicy &bound,
+                                                           LogicalGet &get) {
+	vector<std::pair<idx_t, unique_ptr<TableFilter>>> out;
+	vector<unique_ptr<Expression>> conjuncts;
+	conjuncts.push_back(bound.filter->Copy());
+	LogicalFilter::SplitPredicates(conjuncts);
+	for (auto &conjunct : conjuncts) {
+		idx_t column = 0;
+		auto filter = ScanFilter(context, *conjunct, bound, get, column);
+		if (!filter) {
+			return {};
+		}
+		out.emplace_back(column, std::move(filter));
+	}
+	return out;
+}
+
 // Moves the conjuncts of `bound`'s filter that are table filters (see
 // `ScanFilter`) into `get` (numbered `index`), and answers what it put there.
 // A conjunct that the table's statistics prove true for every row is
@@ -598,7 +623,11 @@ unique_ptr<BaseStatistics> ColumnStatistics(ClientContext &context, LogicalGet &
 ScanPolicy PushIntoScan(ClientContext &context, BoundPolicy &bound, LogicalGet &get, idx_t index) {
 	ScanPolicy scan;
 	auto table = get.GetTable();
-	if (!bound.filter || !table || !table->IsDuckTable() || !get.function.filter_pushdown) {
+	if (!bound.filter) {
+		return scan;
+	}
+	if (!table || !table->IsDuckTable() || !get.function.filter_pushdown) {
+		scan.provable = Provable(context, bound, get);
 		return scan;
 	}
 	vector<unique_ptr<Expression>> conjuncts;
@@ -811,6 +840,23 @@ bool Accepted(const TableFilter &filter, idx_t column, const ScanPolicy *scan) {
 	return false;
 }
 
+// Whether the statistics of `get`'s table prove the policy's filter (kept
+// above the scan, see `ScanPolicy::provable`) holds for every row: each of
+// its conjuncts, as DuckDB's statistics propagation proves one before it
+// removes the filter.
+bool Proved(ClientContext &context, LogicalGet &get, const ScanPolicy &scan) {
+	if (scan.provable.empty()) {
+		return false;
+	}
+	for (auto &own : scan.provable) {
+		auto stats = ColumnStatistics(context, get, own.first);
+		if (!stats || own.second->CheckStatistics(*stats) != FilterPropagateResult::FILTER_ALWAYS_TRUE) {
+			return false;
+		}
+	}
+	return true;
+}
+
 // Whether every table filter of the policy put into `get` is still there,
 // or DuckDB's statistics prove it holds for every row (then its statistics
 // propagation removed it), or holds or is NULL (then it made it `IS NOT
@@ -924,11 +970,16 @@ void Check(ClientContext &context, PolicyState &state, LogicalOperator &op, Logi
 				// projection map).
 				auto found = state.scans.find(&op);
 				auto scan = found == state.scans.end() ? nullptr : &found->second;
-				bool under = (parent && state.inserted.count(parent)) || (scan && scan->whole);
+				bool accepted = true;
 				for (auto &entry : get.table_filters.filters) {
-					under = under && Accepted(*entry.second, entry.first, scan);
+					accepted = accepted && Accepted(*entry.second, entry.first, scan);
 				}
-				under = under && (!scan || Kept(context, get, *scan));
+				bool under = ((parent && state.inserted.count(parent)) || (scan && scan->whole)) && accepted &&
+				             (!scan || Kept(context, get, *scan));
+				// The filter above a lake's scan, removed by DuckDB's
+				// statistics propagation: proved again, from the same
+				// statistics.
+				under = under || (scan && accepted && Proved(context, get, *scan));
 				if (!under && !LateMaterialized(state, get, parent, *table)) {
 					throw PermissionException("a row policy could not be applied to this statement");
 				}

@@ -28,6 +28,9 @@ typed by hand.
 - Arrow: the IPC table must equal `con.sql(q).arrow()` (schema and values).
 - Parquet: the body, read back by DuckDB, must equal (names, types, values)
   the file DuckDB writes with `COPY (q) TO ... (FORMAT parquet)`.
+- Flight SQL (`--flight grpc://HOST:PORT`): the table ADBC's Flight SQL
+  driver reads from the gateway's Flight listener must equal
+  `con.sql(q).arrow()`, as Arrow over HTTP must.
 
 Each answer is classified `same`, `both_fail` (DuckDB errors, the gateway
 answers 4xx or ends its stream with the documented error), `refused` (the
@@ -42,8 +45,8 @@ with `load`, `restart`, other `require`s, or settings that change results stop
 being replayed at that point. After each file every object it left in the
 gateway's database is dropped.
 
-Usage: replay_types.py --base http://127.0.0.1:PORT [--token T]
-         [--formats json,ndjson,csv,arrow,parquet] [--report out.json] FILES_OR_DIRS...
+Usage: replay_types.py --base http://127.0.0.1:PORT [--token T] [--flight grpc://HOST:PORT]
+         [--formats json,ndjson,csv,arrow,parquet,flight] [--report out.json] FILES_OR_DIRS...
 Always exits 0; the caller decides what the counts mean.
 """
 
@@ -904,16 +907,21 @@ def check_arrow(gw, q, ref, tainted):
         return Outcome("same")
     if status != 200 or cut:
         return gateway_failure(status, data, cut, ref, tainted)
+    try:
+        got = pyarrow.ipc.open_stream(data).read_all()
+    except Exception as e:  # noqa: BLE001
+        return Outcome("wrong", f"unreadable IPC stream: {e}")
+    return compare_arrow(q, got, ref)
+
+
+def compare_arrow(q, got, ref):
+    """An Arrow answer the gateway gave (200) against DuckDB's own."""
     if ref.interval_overflow:
         return Outcome("wrong", "an INTERVAL beyond Arrow's range arrived as Arrow")
     if ref.error is not None:
         return Outcome("wrong", f"gateway answers 200, duckdb fails: {short(ref.error, 150)}")
     if ref.arrow is None:
         return Outcome("skipped", "no Arrow reference")
-    try:
-        got = pyarrow.ipc.open_stream(data).read_all()
-    except Exception as e:  # noqa: BLE001
-        return Outcome("wrong", f"unreadable IPC stream: {e}")
     want = arrow_as_documented(ref.arrow, ref.types)
     if not got.schema.equals(want.schema):
         return Outcome("wrong", f"schema duckdb {short(str(want.schema))} gateway {short(str(got.schema))}")
@@ -923,6 +931,54 @@ def check_arrow(gw, q, ref, tainted):
     else:
         same = sorted(arrow_rows(got)) == sorted(arrow_rows(want))
     return Outcome("same") if same else Outcome("wrong", "values differ")
+
+
+class Flight:
+    """The gateway's Flight SQL listener through ADBC's Flight SQL driver."""
+
+    # gRPC status names in the driver's messages, as the HTTP status the
+    # same problem answers (docs/flight.md "Errors").
+    CODES = {"InvalidArgument": 400, "INVALID_ARGUMENT": 400, "PermissionDenied": 403,
+             "PERMISSION_DENIED": 403, "ResourceExhausted": 413, "RESOURCE_EXHAUSTED": 413,
+             "Unauthenticated": 401, "UNAUTHENTICATED": 401, "FailedPrecondition": 400,
+             "FAILED_PRECONDITION": 400, "DeadlineExceeded": 504, "DEADLINE_EXCEEDED": 504}
+
+    def __init__(self, uri, token=None):
+        import adbc_driver_flightsql as af
+        import adbc_driver_flightsql.dbapi as fs
+
+        kw = {}
+        if token:
+            kw[af.DatabaseOptions.AUTHORIZATION_HEADER.value] = "Bearer " + token
+        self.conn = fs.connect(uri, db_kwargs=kw, autocommit=True)
+
+    def read(self, q):
+        """(table, None) or (None, (http-like status, message))."""
+        cur = self.conn.cursor()
+        try:
+            cur.execute(q)
+            return cur.fetch_arrow_table(), None
+        except Exception as e:  # noqa: BLE001  (the driver's errors, by gRPC code)
+            text = str(e)
+            status = next((v for k, v in self.CODES.items() if k in text), 500)
+            return None, (status, text)
+        finally:
+            try:
+                cur.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def check_flight(fl, q, ref, tainted):
+    got, err = fl.read(q)
+    if err is not None:
+        status, text = err
+        if status == 400 and ref.interval_overflow and "nanosecond range" in text:
+            return Outcome("same")
+        body = json.dumps({"type": "urn:duckgate:problem:statement-forbidden" if status == 403 else "",
+                           "detail": text}).encode()
+        return gateway_failure(status, body, False, ref, tainted)
+    return compare_arrow(q, got, ref)
 
 
 def arrow_rows(table):
@@ -1008,7 +1064,7 @@ def run_on_both(con, gw, part):
     return py_err, st, data
 
 
-def replay_file(path, gw, formats, tmpdir, extension_dir, results, setup_issues):
+def replay_file(path, gw, formats, tmpdir, extension_dir, results, setup_issues, fl=None):
     rel = os.path.relpath(path)
     con = fresh_connection(extension_dir)
     tainted = None  # the first setup statement the gateway's policy refused
@@ -1097,7 +1153,7 @@ def replay_file(path, gw, formats, tmpdir, extension_dir, results, setup_issues)
                 emit(f, after_taint(o, tainted) if f == "json" else
                      Outcome("skipped", f"data change ({kinds[0].name}) compared in JSON only"), q)
             continue
-        ref = reference(con, q, tmpdir, "arrow" in formats and HAVE_ARROW)
+        ref = reference(con, q, tmpdir, ("arrow" in formats or "flight" in formats) and HAVE_ARROW)
         type_mismatch = []
         for f in formats:
             if f == "json":
@@ -1110,6 +1166,8 @@ def replay_file(path, gw, formats, tmpdir, extension_dir, results, setup_issues)
                 o = check_arrow(gw, q, ref, tainted) if HAVE_ARROW else Outcome("skipped", "pyarrow not installed")
             elif f == "parquet":
                 o = check_parquet(gw, q, ref, tainted, con, tmpdir)
+            elif f == "flight":
+                o = check_flight(fl, q, ref, tainted) if fl and HAVE_ARROW else Outcome("skipped", "no --flight")
             else:
                 o = Outcome("skipped", f"unknown format {f}")
             emit(f, after_taint(o, tainted), q)
@@ -1127,6 +1185,8 @@ def main():
     ap.add_argument("--base", required=True, help="gateway base URL, e.g. http://127.0.0.1:8080")
     ap.add_argument("--token", help="bearer token for /query")
     ap.add_argument("--formats", default="json,ndjson,csv,arrow,parquet")
+    ap.add_argument("--flight", help="the gateway's Flight SQL listener, e.g. grpc://127.0.0.1:31337; "
+                    "adds the format `flight`")
     ap.add_argument("--report", help="write every non-`same` case here (JSON)")
     ap.add_argument("--extension-dir", default=os.environ.get("DUCKGATE_EXTENSION_DIR"),
                     help="DuckDB extension directory for the reference connection")
@@ -1134,6 +1194,9 @@ def main():
     args = ap.parse_args()
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     gw = Gateway(args.base, args.token)
+    fl = Flight(args.flight, args.token) if args.flight else None
+    if fl and "flight" not in formats:
+        formats.append("flight")
     results, setup_issues = [], []
     left = cleanup(gw)
     if left:
@@ -1142,7 +1205,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmpdir:
         for n, path in enumerate(files, 1):
             print(f"[{n}/{len(files)}] {path}", file=sys.stderr, flush=True)
-            replay_file(path, gw, formats, tmpdir, args.extension_dir, results, setup_issues)
+            replay_file(path, gw, formats, tmpdir, args.extension_dir, results, setup_issues, fl)
 
     counts = collections.defaultdict(collections.Counter)
     for r in results:

@@ -278,6 +278,23 @@ impl App {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
+
+    /// The Flight SQL listener's URI (`grpc://host:port`), once the gateway
+    /// has logged it (started with `DUCKGATE_FLIGHT_LISTEN`).
+    pub async fn flight_uri(&self) -> String {
+        eventually("the Flight SQL address", Duration::from_secs(10), || {
+            let log = self.log_text();
+            async move {
+                log.lines()
+                    .find_map(|l| {
+                        let rest = l.split("Flight SQL listening on ").nth(1)?;
+                        Some(rest.split_whitespace().next()?.to_string())
+                    })
+                    .ok_or("not logged yet")
+            }
+        })
+        .await
+    }
 }
 
 /// Collects what an in-process gateway logs, line by line.

@@ -26,18 +26,7 @@ async fn gateway(extra: &[(&str, &str)]) -> (App, String) {
         b = b.env(k, v);
     }
     let app = b.spawn_app().await;
-    let uri = eventually("the Flight SQL address", Duration::from_secs(10), || {
-        let log = app.log_text();
-        async move {
-            log.lines()
-                .find_map(|l| {
-                    let rest = l.split("Flight SQL listening on ").nth(1)?;
-                    Some(rest.split_whitespace().next()?.to_string())
-                })
-                .ok_or("not logged yet")
-        }
-    })
-    .await;
+    let uri = app.flight_uri().await;
     (app, uri)
 }
 

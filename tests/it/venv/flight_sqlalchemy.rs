@@ -9,11 +9,9 @@
 //! the reference answers: the same queries on a copy of the gateway's
 //! database file, their Arrow turned into rows by the client's own code.
 
-use std::time::Duration;
-
 use serde_json::Value;
 
-use crate::common::{eventually, python_in, App, Gateway};
+use crate::common::{python_in, App, Gateway};
 
 const TOKEN: &str = "analyst:sqlalchemy-token-51f0";
 const SECRET: &str = "sqlalchemy-token-51f0";
@@ -33,18 +31,8 @@ async fn gateway(db: &std::path::Path) -> (App, String) {
         .env("DUCKGATE_DATABASE", db.to_str().unwrap())
         .spawn_app()
         .await;
-    let addr = eventually("the Flight SQL address", Duration::from_secs(10), || {
-        let log = app.log_text();
-        async move {
-            log.lines()
-                .find_map(|l| {
-                    let rest = l.split("Flight SQL listening on grpc://").nth(1)?;
-                    Some(rest.split_whitespace().next()?.to_string())
-                })
-                .ok_or("not logged yet")
-        }
-    })
-    .await;
+    let uri = app.flight_uri().await;
+    let addr = uri.trim_start_matches("grpc://").to_string();
     (app, addr)
 }
 

@@ -7,8 +7,9 @@ use crate::common::Gateway;
 
 /// DuckDB's own sqllogictest type files (a vendored sample of
 /// `test/sql/types/`, see tests/data/duckdb-types/README.md) replayed through
-/// the gateway in every format by `tests/support/replay_types.py`, each
-/// answer compared with Python DuckDB 1.5.5 doing the same work. Any wrong
+/// the gateway in every format, and through its Flight SQL listener with
+/// ADBC's driver, by `tests/support/replay_types.py`, each answer compared
+/// with Python DuckDB 1.5.5 doing the same work. Any wrong
 /// value, error text in a cell, 5xx or cut body fails the test; statements
 /// the security policy refuses (PREPARE, macros, TEMP tables) are counted
 /// apart and listed.
@@ -18,13 +19,15 @@ async fn duckdb_type_tests_replayed_in_every_format() {
     let g = Gateway::builder()
         .env("DUCKGATE_EXTENSION_DIR", common::extension_dir())
         .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_FLIGHT_LISTEN", "127.0.0.1:0")
         .spawn_app()
         .await;
+    let flight = g.flight_uri().await;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let report = g.data_dir.path().join("replay.json");
     let out = std::process::Command::new(common::test_python())
         .arg(root.join("tests/support/replay_types.py"))
-        .args(["--base", &g.base, "--report"])
+        .args(["--base", &g.base, "--flight", &flight, "--report"])
         .arg(&report)
         .arg(root.join("tests/data/duckdb-types"))
         .stderr(std::process::Stdio::inherit())
@@ -53,7 +56,7 @@ async fn duckdb_type_tests_replayed_in_every_format() {
         wrong.join("\n")
     );
     // The replay really ran, in every format (Arrow needs pyarrow).
-    for format in ["json", "ndjson", "csv", "arrow", "parquet"] {
+    for format in ["json", "ndjson", "csv", "arrow", "parquet", "flight"] {
         let same = report["counts"][format]["same"].as_u64().unwrap_or(0);
         assert!(same >= 1000, "{format}: only {same} answers compared");
     }

@@ -302,6 +302,16 @@ impl Gateway {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        // Settings to compare (`DUCKGATE_BENCH_GATEWAY_ENV="K=V K2=V2"`),
+        // applied to every gateway the suite starts.
+        for pair in std::env::var("DUCKGATE_BENCH_GATEWAY_ENV")
+            .unwrap_or_default()
+            .split_whitespace()
+        {
+            if let Some((k, v)) = pair.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting {}", opts.gateway.display()))?;

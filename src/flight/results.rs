@@ -77,20 +77,22 @@ impl Answer {
             let schema = reader.schema();
             out.push_back(SchemaAsIpc::new(&schema, &IpcWriteOptions::default()).into());
         }
-        futures::stream::unfold((reader, out), |(mut r, mut out)| async move {
+        // An error ends the stream: nothing follows it.
+        futures::stream::unfold(Some((reader, out)), |state| async move {
+            let (mut r, mut out) = state?;
             loop {
                 if let Some(d) = out.pop_front() {
-                    return Some((Ok(d), (r, out)));
+                    return Some((Ok(d), Some((r, out))));
                 }
                 match r.next_message().await? {
-                    Err(e) => return Some((Err(e), (r, out))),
+                    Err(e) => return Some((Err(e), None)),
                     Ok(m)
                         if m.kind == MessageHeader::RecordBatch
                             && m.header.len() + m.body.len() > MAX_FLIGHT_DATA =>
                     {
                         match r.cut(m) {
                             Ok(pieces) => out.extend(pieces),
-                            Err(e) => return Some((Err(e), (r, out))),
+                            Err(e) => return Some((Err(e), None)),
                         }
                     }
                     Ok(m) => out.push_back(FlightData {

@@ -71,7 +71,7 @@ impl Answer {
     pub fn flight_data(self) -> BoxStream<'static, Result<FlightData, Status>> {
         let reader = self.0;
         let mut out: VecDeque<FlightData> = VecDeque::new();
-        if !reader.schema_seen {
+        if reader.schema.is_none() {
             // No schema message came (the stream ended first): a client
             // still gets one.
             let schema = reader.schema();
@@ -161,12 +161,11 @@ pub async fn start(
         ahead: VecDeque::new(),
         ready: VecDeque::new(),
         schema: None,
-        schema_seen: false,
         registration: Some(reg),
         id,
     };
     // Read until the schema is known: an empty result still has one.
-    while !reader.schema_seen {
+    while reader.schema.is_none() {
         match reader.next_message().await {
             Some(Ok(m)) => reader.ahead.push_back(m),
             Some(Err(e)) => return Err(e),
@@ -372,7 +371,6 @@ struct Reader {
     ready: VecDeque<RecordBatch>,
     /// The stream's schema, once its message came.
     schema: Option<SchemaRef>,
-    schema_seen: bool,
     registration: Option<Registration>,
     id: String,
 }
@@ -415,8 +413,8 @@ impl Reader {
                             .ok()
                             .and_then(|h| h.header_as_schema())
                             .map(arrow::ipc::convert::fb_to_schema);
-                        self.schema = schema.map(Arc::new);
-                        self.schema_seen = true;
+                        // `frame` read this header as a schema message.
+                        self.schema = Some(Arc::new(schema.unwrap_or_else(Schema::empty)));
                     }
                     if m.kind != MessageHeader::RecordBatch {
                         if let Err(e) = self.feed(m.framed.clone()) {

@@ -7,9 +7,11 @@
 //! its connection's context; the pipe shim (`src/engine/pipe.cpp`), a file
 //! system through which DuckDB's own writers stream an answer; and the secret
 //! shim (`src/engine/secrets.cpp`), which installs credentials through
-//! DuckDB's secret manager without SQL text; and the policy shim
+//! DuckDB's secret manager without SQL text; the policy shim
 //! (`src/engine/policy.cpp`), which applies roles' row filters and column
-//! masks to the plans DuckDB optimizes.
+//! masks to the plans DuckDB optimizes; and the priority shim
+//! (`src/engine/priority.cpp`), DuckDB's wait for its own tasks made to
+//! yield the core (the prebuilt library only).
 //!
 //! Two ways to get DuckDB:
 //!
@@ -33,7 +35,7 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 9] = [
+const SHIMS: [&str; 10] = [
     "src/engine/guard/describe.cpp",
     "src/engine/errors.cpp",
     "src/engine/memory.cpp",
@@ -43,6 +45,7 @@ const SHIMS: [&str; 9] = [
     "src/engine/pipe.cpp",
     "src/engine/secrets.cpp",
     "src/engine/policy.cpp",
+    "src/engine/priority.cpp",
 ];
 
 /// The npm package carrying the official build of this DuckDB release.
@@ -132,6 +135,9 @@ fn main() {
     }
     if !bundled {
         build.define("DUCKGATE_INTERPOSE_JSON_STRUCTURE", None);
+        // A static DuckDB defines the C API's execute functions too: only
+        // the shared library's can be taken over (src/engine/priority.cpp).
+        build.define("DUCKGATE_INTERPOSE_EXECUTE", None);
     }
     build.compile("duckgate_shims");
 }

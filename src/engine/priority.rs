@@ -2,6 +2,11 @@
 //! HTTP workers, so a probe is answered at once even while queries keep every
 //! core busy. Linux applies `setpriority(PRIO_PROCESS, tid, ..)` to a single
 //! thread, and threads a thread creates inherit its niceness.
+//!
+//! A caller waiting for DuckDB's scheduler threads to finish its
+//! statement's tasks yields its core to them (`priority.cpp`) rather than
+//! spinning on it ahead of them: at a lower niceness, it would keep the core
+//! it waits for.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -18,6 +23,20 @@ pub fn set_query_nice(nice: i32) {
 /// Applies the query niceness to the calling (blocking) thread.
 pub fn lower_for_queries() {
     lower_current_thread(QUERY_NICE.load(Ordering::Relaxed));
+}
+
+extern "C" {
+    fn duckgate_execute_counts(executed: *mut u64, yielded: *mut u64) -> i32;
+}
+
+/// How many statements ran through the gateway's yielding wait
+/// (`priority.cpp`), and how often a caller yielded its core in it; `None`
+/// when DuckDB's own wait is in use (a DuckDB linked statically).
+pub fn yielding_waits() -> Option<(u64, u64)> {
+    let (mut executed, mut yielded) = (0u64, 0u64);
+    // SAFETY: two valid out pointers; the shim only reads two atomics.
+    let own = unsafe { duckgate_execute_counts(&mut executed, &mut yielded) } == 0;
+    own.then_some((executed, yielded))
 }
 
 thread_local! {
@@ -47,6 +66,81 @@ pub fn lower_current_thread(nice: i32) {
 
 #[cfg(test)]
 mod tests {
+    /// Statements execute through the gateway's yielding wait (the prebuilt
+    /// library's build), streamed and materialized, and what it hands back
+    /// is DuckDB's: the same rows as DuckDB's own `duckdb_query`, and an
+    /// execution error as an error, not an abort.
+    #[test]
+    #[cfg(not(feature = "bundled"))]
+    fn statements_wait_for_their_tasks_through_the_yielding_loop() {
+        let db = std::sync::Arc::new(crate::engine::ffi::RawDatabase::open(None, &[]).unwrap());
+        let conn = db.connect().unwrap();
+        let (before, _) = super::yielding_waits().expect("the binary's wait is in use");
+        // Parallel enough that DuckDB's scheduler threads take tasks.
+        let sql = "SELECT count(*)::BIGINT AS n, sum(i % 7)::BIGINT AS s FROM range(3000000) t(i)";
+        let mut stmt = conn.prepare(sql).unwrap();
+        let streamed: Vec<arrow::array::RecordBatch> = stmt.stream_arrow([]).unwrap().collect();
+        let materialized: (i64, i64) = conn
+            .prepare(sql)
+            .unwrap()
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap();
+        let rows: Vec<(i64, i64)> = streamed
+            .iter()
+            .flat_map(|b| {
+                let n = b
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap()
+                    .clone();
+                let s = b
+                    .column(1)
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .unwrap()
+                    .clone();
+                (0..b.num_rows()).map(move |i| (n.value(i), s.value(i)))
+            })
+            .collect();
+        assert_eq!(rows, vec![materialized]);
+        // DuckDB's own reading, through `duckdb_query` (no prepared
+        // statement, so DuckDB's own wait), kept in a table: the same.
+        let raw = db.connect_raw().unwrap();
+        raw.execute(&format!("CREATE TABLE reference AS {sql}"))
+            .unwrap();
+        let reference: (i64, i64) = conn
+            .prepare("SELECT n, s FROM reference")
+            .unwrap()
+            .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap();
+        assert_eq!(materialized, reference);
+        // An error in a task the wait runs (the aggregate's sink), streamed
+        // and materialized: DuckDB's message, no abort.
+        let failing = "SELECT sum(CASE WHEN i = 2999999 THEN error('late failure') ELSE i END) FROM range(3000000) t(i)";
+        // DuckDB's own message for it, through its own wait:
+        let own = raw.execute(failing).unwrap_err();
+        assert!(own.contains("late failure"), "{own}");
+        let streamed = conn
+            .prepare(failing)
+            .unwrap()
+            .stream_arrow([])
+            .map(|_| ())
+            .unwrap_err();
+        assert_eq!(streamed.to_string(), own);
+        let materialized = conn
+            .prepare(failing)
+            .unwrap()
+            .query_row([], |r| r.get::<_, i64>(0))
+            .unwrap_err();
+        assert_eq!(materialized.to_string(), own);
+        let (after, _) = super::yielding_waits().unwrap();
+        assert!(
+            after >= before + 5,
+            "five executions went through the shim: {before} -> {after}"
+        );
+    }
+
     #[test]
     #[cfg(target_os = "linux")]
     fn niceness_applies_to_the_calling_thread_only() {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 const HEADER: &str = include_str!("shims.h");
-const RUST: [&str; 9] = [
+const RUST: [&str; 10] = [
     include_str!("errors.rs"),
     include_str!("memory.rs"),
     include_str!("nesting.rs"),
@@ -17,6 +17,7 @@ const RUST: [&str; 9] = [
     include_str!("secrets.rs"),
     include_str!("guard/describe.rs"),
     include_str!("policy.rs"),
+    include_str!("priority.rs"),
 ];
 
 /// Splits `s` at top-level commas (not inside parentheses).

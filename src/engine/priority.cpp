@@ -29,7 +29,6 @@
 namespace {
 
 std::atomic<uint64_t> executions {0};
-std::atomic<uint64_t> yields {0};
 
 #ifdef DUCKGATE_INTERPOSE_EXECUTE
 duckdb::unique_ptr<duckdb::QueryResult> ExecuteYielding(duckdb::PreparedStatementWrapper &wrapper, bool stream) {
@@ -44,7 +43,6 @@ duckdb::unique_ptr<duckdb::QueryResult> ExecuteYielding(duckdb::PreparedStatemen
 			// As DuckDB's own loop: sleep until a blocked task is rescheduled.
 			pending->WaitForTask();
 		} else if (state == duckdb::PendingExecutionResult::NO_TASKS_AVAILABLE) {
-			yields.fetch_add(1, std::memory_order_relaxed);
 			sched_yield();
 		}
 	}
@@ -88,9 +86,8 @@ extern "C" duckdb_state duckdb_execute_prepared_streaming(duckdb_prepared_statem
 }
 #endif
 
-extern "C" int duckgate_execute_counts(uint64_t *executed, uint64_t *yielded) {
+extern "C" int duckgate_execute_count(uint64_t *executed) {
 	*executed = executions.load(std::memory_order_relaxed);
-	*yielded = yields.load(std::memory_order_relaxed);
 #ifdef DUCKGATE_INTERPOSE_EXECUTE
 	return 0;
 #else

@@ -26,17 +26,17 @@ pub fn lower_for_queries() {
 }
 
 extern "C" {
-    fn duckgate_execute_counts(executed: *mut u64, yielded: *mut u64) -> i32;
+    fn duckgate_execute_count(executed: *mut u64) -> i32;
 }
 
 /// How many statements ran through the gateway's yielding wait
-/// (`priority.cpp`), and how often a caller yielded its core in it; `None`
-/// when DuckDB's own wait is in use (a DuckDB linked statically).
-pub fn yielding_waits() -> Option<(u64, u64)> {
-    let (mut executed, mut yielded) = (0u64, 0u64);
-    // SAFETY: two valid out pointers; the shim only reads two atomics.
-    let own = unsafe { duckgate_execute_counts(&mut executed, &mut yielded) } == 0;
-    own.then_some((executed, yielded))
+/// (`priority.cpp`); `None` when DuckDB's own wait is in use (a DuckDB
+/// linked statically).
+pub fn yielding_waits() -> Option<u64> {
+    let mut executed = 0u64;
+    // SAFETY: a valid out pointer; the shim only reads an atomic.
+    let own = unsafe { duckgate_execute_count(&mut executed) } == 0;
+    own.then_some(executed)
 }
 
 thread_local! {
@@ -75,7 +75,7 @@ mod tests {
     fn statements_wait_for_their_tasks_through_the_yielding_loop() {
         let db = std::sync::Arc::new(crate::engine::ffi::RawDatabase::open(None, &[]).unwrap());
         let conn = db.connect().unwrap();
-        let (before, _) = super::yielding_waits().expect("the binary's wait is in use");
+        let before = super::yielding_waits().expect("the binary's wait is in use");
         // Parallel enough that DuckDB's scheduler threads take tasks.
         let sql = "SELECT count(*)::BIGINT AS n, sum(i % 7)::BIGINT AS s FROM range(3000000) t(i)";
         let mut stmt = conn.prepare(sql).unwrap();
@@ -85,22 +85,20 @@ mod tests {
             .unwrap()
             .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap();
+        use arrow::array::AsArray;
+        use arrow::datatypes::Int64Type;
         let rows: Vec<(i64, i64)> = streamed
             .iter()
             .flat_map(|b| {
-                let n = b
-                    .column(0)
-                    .as_any()
-                    .downcast_ref::<arrow::array::Int64Array>()
-                    .unwrap()
-                    .clone();
-                let s = b
-                    .column(1)
-                    .as_any()
-                    .downcast_ref::<arrow::array::Int64Array>()
-                    .unwrap()
-                    .clone();
-                (0..b.num_rows()).map(move |i| (n.value(i), s.value(i)))
+                let (n, s) = (
+                    b.column(0).as_primitive::<Int64Type>(),
+                    b.column(1).as_primitive::<Int64Type>(),
+                );
+                n.values()
+                    .iter()
+                    .copied()
+                    .zip(s.values().iter().copied())
+                    .collect::<Vec<_>>()
             })
             .collect();
         assert_eq!(rows, vec![materialized]);
@@ -134,7 +132,7 @@ mod tests {
             .query_row([], |r| r.get::<_, i64>(0))
             .unwrap_err();
         assert_eq!(materialized.to_string(), own);
-        let (after, _) = super::yielding_waits().unwrap();
+        let after = super::yielding_waits().unwrap();
         assert!(
             after >= before + 5,
             "five executions went through the shim: {before} -> {after}"

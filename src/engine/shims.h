@@ -54,9 +54,9 @@ int duckgate_error_place(const char *sql, uint64_t position, uint64_t *offset, c
 int duckgate_excerpt_position(const char *sql, const char *excerpt, uint64_t max_line, uint64_t *position);
 void duckgate_errors_free(char *text);
 
-// priority.cpp: DuckDB's wait for its own tasks, made to yield; 0 and its counts
-// while the binary's wait is in use, 1 (counts stay 0) if DuckDB's own is.
-int duckgate_execute_counts(uint64_t *executed, uint64_t *yielded);
+// priority.cpp: DuckDB's wait for its own tasks, made to yield; 0 and the
+// statements it ran while the binary's wait is in use, 1 if DuckDB's own is.
+int duckgate_execute_count(uint64_t *executed);
 
 // policy.cpp: roles' row filters and column masks, applied to optimized plans.
 int duckgate_policy_register(void *database);

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod negotiate;
 pub mod queries;
 pub mod query;
+pub mod repoll;
 pub mod request;
 pub mod server;
 pub mod site;

@@ -63,7 +63,9 @@ pub async fn serve(
         let _ = tcp.set_nodelay(true);
         let app = app.clone();
         let stop = stop.clone();
-        tracker.spawn(async move {
+        // A self-wake of the connection's task (hyper handing the request
+        // body over) polls it again here instead of waking another worker.
+        tracker.spawn(super::repoll::Repoll::new(async move {
             let service =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let mut req = req.map(axum::body::Body::new);
@@ -91,8 +93,112 @@ pub async fn serve(
                 }
             }
             drop(permit);
-        });
+        }));
     }
     tracker.close();
     tracker
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Sends `n` POSTs with a body over one kept-alive connection, one at a
+    /// time, each answer read whole.
+    fn post_many(s: &mut std::net::TcpStream, n: usize) {
+        let request = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello";
+        let mut buf = Vec::new();
+        for _ in 0..n {
+            s.write_all(request).unwrap();
+            buf.clear();
+            let mut chunk = [0u8; 1024];
+            loop {
+                let got = s.read(&mut chunk).unwrap();
+                assert!(got > 0, "the server closed the connection");
+                buf.extend_from_slice(&chunk[..got]);
+                let text = String::from_utf8_lossy(&buf);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    if buf.len() >= end + 4 + 5 {
+                        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+                        assert!(text.ends_with("hello"), "{text}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Parks of the runtime's workers per request while one client posts
+    /// bodies to `addr`.
+    fn parks_per_request(rt: &tokio::runtime::Runtime, addr: SocketAddr) -> f64 {
+        let parks = || {
+            let m = rt.metrics();
+            (0..m.num_workers())
+                .map(|w| m.worker_park_count(w))
+                .sum::<u64>()
+        };
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        post_many(&mut s, 50);
+        let before = parks();
+        let n = 500;
+        post_many(&mut s, n);
+        (parks() - before) as f64 / n as f64
+    }
+
+    /// hyper hands a request's body to its handler inside the connection's
+    /// own poll, which wakes that task while it runs: tokio then wakes an
+    /// idle worker to steal it, and that worker parks again. Served here,
+    /// the task is polled again instead (`repoll`): one park per request,
+    /// the serving worker's wait for the next one. The control serves the
+    /// same router with hyper alone and shows the extra parks.
+    #[test]
+    fn a_request_body_does_not_wake_another_worker() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let app = Router::new().route(
+            "/echo",
+            axum::routing::post(|body: String| async move { body }),
+        );
+        let limits = ConnectionLimits {
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 8,
+        };
+        let stop = CancellationToken::new();
+        let (ours, control) = rt.block_on(async {
+            let ours = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let control = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            (ours, control)
+        });
+        let (ours_addr, control_addr) = (ours.local_addr().unwrap(), control.local_addr().unwrap());
+        rt.spawn(serve(ours, app.clone(), limits, stop.clone()));
+        rt.spawn(async move {
+            let (tcp, _) = control.accept().await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let app = app.clone();
+                    async move { app.oneshot(req.map(axum::body::Body::new)).await }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+        let served = parks_per_request(&rt, ours_addr);
+        let plain = parks_per_request(&rt, control_addr);
+        stop.cancel();
+        eprintln!("parks per request: {served:.2} served here, {plain:.2} with hyper alone");
+        assert!(
+            served < 1.3,
+            "parks per request when served here: {served:.2} (hyper alone: {plain:.2})"
+        );
+        assert!(
+            plain > served + 0.3,
+            "the control shows the extra parks: {plain:.2} against {served:.2}"
+        );
+    }
 }

@@ -113,6 +113,7 @@ pub(crate) async fn on_pooled<T: Send + 'static>(
             e => ApiError::Query(crate::engine::execute::admission_error(e, pool)),
         })?;
     tokio::task::spawn_blocking(move || {
+        let _threads = lease.hold_threads();
         let mut slot = slot;
         // A confined caller's row policy may still be installed on the
         // connection (it stays for that caller's next statement): the

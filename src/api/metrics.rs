@@ -165,6 +165,10 @@ pub fn describe() {
         "1 while a dependency's last use succeeded, else 0."
     );
     metrics::describe_gauge!(
+        "duckgate_duckdb_threads",
+        "DuckDB's scheduler threads now, the caller's included: its background threads stop while only short reads run."
+    );
+    metrics::describe_gauge!(
         "duckgate_duckdb_memory_bytes",
         metrics::Unit::Bytes,
         "Bytes DuckDB holds now."
@@ -369,6 +373,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     metrics::gauge!("duckgate_pool_in_use").set(h.pool.in_use.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_pool_waiting").set(h.pool.waiting.load(Ordering::Relaxed) as f64);
     metrics::gauge!("duckgate_uptime_seconds").set(h.started.elapsed().as_secs_f64());
+    metrics::gauge!("duckgate_duckdb_threads").set(state.engine.pool.duckdb_threads() as f64);
     let memory = crate::engine::memory::usage();
     metrics::gauge!("duckgate_duckdb_memory_bytes").set(memory.bytes as f64);
     metrics::gauge!("duckgate_duckdb_memory_ceiling_bytes").set(memory.ceiling as f64);

@@ -24,6 +24,7 @@ pub mod secrets;
 mod shims_abi;
 pub mod sink;
 pub mod spill;
+pub mod threads;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

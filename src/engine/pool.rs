@@ -24,6 +24,7 @@ use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::access::RoleQuota;
 use crate::engine::guard::Accepted;
+use crate::engine::threads::{self, SchedulerThreads};
 use crate::state::{Health, OwnedCounterGuard};
 
 /// One pooled connection.
@@ -212,6 +213,8 @@ pub struct QueryPool {
     spares: usize,
     acquire_timeout: Duration,
     health: Arc<Health>,
+    /// DuckDB's background threads, held by statements that may use them.
+    threads: Arc<SchedulerThreads>,
 }
 
 /// The right to use one pooled connection; dropping it gives the capacity
@@ -238,6 +241,12 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Holds DuckDB's background threads for this lease's statement (see
+    /// [`QueryPool::hold_threads`]).
+    pub fn hold_threads(&self) -> threads::Held {
+        self.pool.hold_threads()
+    }
+
     /// Gives this lease's capacity back to the pool while its connection is
     /// still held (stuck inside DuckDB after an interrupt). Returns whether
     /// it did: replacements are bounded by the pool's spares.
@@ -339,6 +348,7 @@ impl QueryPool {
             shares,
         } = options;
         let admission = Admission::new(&db, size, threads, shed_early, shares, health.clone())?;
+        let scheduler = Arc::new(SchedulerThreads::start(db.clone()));
         let inner = managed::Pool::builder(Manager {
             db,
             catalog_epoch: Default::default(),
@@ -361,7 +371,20 @@ impl QueryPool {
             spares,
             acquire_timeout,
             health,
+            threads: scheduler,
         })
+    }
+
+    /// Holds DuckDB's background threads for a statement that may use them
+    /// (see [`SchedulerThreads`]); a short read on the request's own thread
+    /// does without.
+    pub fn hold_threads(&self) -> threads::Held {
+        self.threads.hold()
+    }
+
+    /// DuckDB's scheduler threads now, the callers' included.
+    pub fn duckdb_threads(&self) -> usize {
+        self.threads.count()
     }
 
     /// Whether `sql` reads S3, with its parse if it is new (see

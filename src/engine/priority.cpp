@@ -23,8 +23,10 @@
 
 #include "duckdb.hpp"
 #include "duckdb/main/capi/capi_internal.hpp"
+#include "duckdb/main/database.hpp"
 #include "duckdb/main/pending_query_result.hpp"
 #include "duckdb/main/prepared_statement.hpp"
+#include "duckdb/parallel/task_scheduler.hpp"
 
 namespace {
 
@@ -93,4 +95,28 @@ extern "C" int duckgate_execute_count(uint64_t *executed) {
 #else
 	return 1;
 #endif
+}
+
+// DuckDB's scheduler threads, set to `background` (below 0: left as they
+// are); `threads` gets the scheduler's count, the caller's thread included
+// (see threads.rs). `SetThreads` keeps the difference of its two numbers,
+// the background threads; `RelaunchThreads` joins the threads it stops
+// (each finishes the task it runs) and starts the ones it adds, which
+// inherit the calling thread's niceness.
+extern "C" int duckgate_scheduler_threads(void *database, int64_t background, int32_t *threads) {
+	try {
+		auto wrapper = static_cast<duckdb::DatabaseWrapper *>(database);
+		if (!wrapper || !wrapper->database) {
+			return 1;
+		}
+		auto &scheduler = duckdb::TaskScheduler::GetScheduler(*wrapper->database->instance);
+		if (background >= 0) {
+			scheduler.SetThreads(static_cast<duckdb::idx_t>(background) + 1, 1);
+			scheduler.RelaunchThreads();
+		}
+		*threads = scheduler.NumberOfThreads();
+		return 0;
+	} catch (...) {
+		return 2;
+	}
 }

@@ -57,6 +57,9 @@ void duckgate_errors_free(char *text);
 // priority.cpp: DuckDB's wait for its own tasks, made to yield; 0 and the
 // statements it ran while the binary's wait is in use, 1 if DuckDB's own is.
 int duckgate_execute_count(uint64_t *executed);
+// priority.cpp: DuckDB's scheduler threads set to `background` (below 0:
+// unchanged); `threads` gets their count with the caller's. 0 when done.
+int duckgate_scheduler_threads(void *database, int64_t background, int32_t *threads);
 
 // policy.cpp: roles' row filters and column masks, applied to optimized plans.
 int duckgate_policy_register(void *database);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 const HEADER: &str = include_str!("shims.h");
-const RUST: [&str; 10] = [
+const RUST: [&str; 11] = [
     include_str!("errors.rs"),
     include_str!("memory.rs"),
     include_str!("nesting.rs"),
@@ -18,6 +18,7 @@ const RUST: [&str; 10] = [
     include_str!("guard/describe.rs"),
     include_str!("policy.rs"),
     include_str!("priority.rs"),
+    include_str!("threads.rs"),
 ];
 
 /// Splits `s` at top-level commas (not inside parentheses).
@@ -70,6 +71,8 @@ fn rust_of(c: &str, typedefs: &BTreeMap<String, String>) -> String {
         "void" => "c_void".to_string(),
         "int" => "i32".to_string(),
         "uint64_t" => "u64".to_string(),
+        "int64_t" => "i64".to_string(),
+        "int32_t" => "i32".to_string(),
         "uint8_t" => "u8".to_string(),
         "size_t" => "usize".to_string(),
         "double" => "f64".to_string(),

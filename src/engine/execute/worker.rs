@@ -38,6 +38,9 @@ pub(super) fn work(
     csv_copy: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     crate::engine::priority::lower_for_queries();
+    // Its tasks may want DuckDB's background threads: they run before it
+    // is planned (`engine::threads`).
+    let _threads = lease.hold_threads();
     let started = Instant::now();
     slot.track_progress(true);
     let sender = Sender {

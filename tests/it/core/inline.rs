@@ -6,6 +6,7 @@ use crate::common;
 
 use crate::common::{metric, Gateway};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// Inline runs, and inline runs moved for their answer's size and for
 /// their budget.
@@ -53,7 +54,7 @@ fn ndjson_rows(body: &str) -> Vec<Vec<Value>> {
         .collect()
 }
 
-async fn ndjson(g: &common::App, sql: &str, param: i64) -> String {
+async fn ndjson(g: &common::Endpoint, sql: &str, param: i64) -> String {
     let r = g
         .query(json!({"sql": sql, "params": [param], "format": "ndjson", "max_rows": 10_000_000}))
         .await;
@@ -131,4 +132,80 @@ async fn a_read_that_outruns_its_budget_moves_and_answers() {
     // The same text over many rows takes far longer than an inline run may
     // hold the thread: the sentinel stops it and it runs again elsewhere.
     moves(&g, sql, 10, 200_000_000, 2).await;
+}
+
+/// DuckDB's scheduler threads, the callers' included, as `/metrics` says.
+async fn duckdb_threads(g: &common::Endpoint) -> f64 {
+    metric(&g.get_text("/metrics").await, "duckgate_duckdb_threads")
+}
+
+/// DuckDB's background threads stop while only short reads run
+/// (`engine::threads`) and run again for a statement on a blocking thread,
+/// while it runs; short reads answer with DuckDB's values either way.
+#[tokio::test]
+async fn duckdbs_threads_stop_while_only_short_reads_run() {
+    let _serial = SERIAL.lock().await;
+    let g = Gateway::builder().env("DUCKGATE_THREADS", 2).start();
+    let want = duckdb_rows("SELECT $1 + 1 AS n", 41);
+    // Start-up's own statements ended: after the linger, only the
+    // callers' thread is left, while short reads keep running inline.
+    common::eventually(
+        "the background thread stopped",
+        Duration::from_secs(20),
+        || async {
+            for _ in 0..5 {
+                assert_eq!(
+                    ndjson_rows(&ndjson(&g, "SELECT $1 + 1 AS n", 41).await),
+                    want
+                );
+            }
+            match duckdb_threads(&g).await {
+                1.0 => Ok(()),
+                n => Err(format!("{n} threads")),
+            }
+        },
+    )
+    .await;
+    // A new text runs on a blocking thread: the threads run while it does.
+    let long = {
+        let endpoint_url = g.url("/query");
+        let client = g.client.clone();
+        tokio::spawn(async move {
+            let r = client
+                .post(endpoint_url)
+                .json(&json!({"sql": common::sleeping_sql(Duration::from_secs(4))}))
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        })
+    };
+    common::eventually(
+        "the background thread running",
+        Duration::from_secs(3),
+        || async {
+            match duckdb_threads(&g).await {
+                2.0 => Ok(()),
+                n => Err(format!("{n} threads")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(long.await.unwrap(), 200);
+    // And stop again after it.
+    common::eventually(
+        "the background thread stopped again",
+        Duration::from_secs(20),
+        || async {
+            match duckdb_threads(&g).await {
+                1.0 => Ok(()),
+                n => Err(format!("{n} threads")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        ndjson_rows(&ndjson(&g, "SELECT $1 + 1 AS n", 41).await),
+        want
+    );
 }

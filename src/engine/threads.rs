@@ -1,0 +1,297 @@
+//! DuckDB's scheduler threads, running while statements that may use them
+//! run.
+//!
+//! DuckDB hands every statement's tasks to its scheduler: the caller runs
+//! them, and so do DuckDB's background threads, which it wakes for each
+//! task it queues. For a short read (`execute::inline`) that wake-up is pure
+//! cost: a background thread wakes, mostly finds the task taken, and sleeps
+//! again, and when it does take the task the caller waits for it. Measured
+//! on `SELECT 42`: about 30 µs of a request's CPU (BENCHMARKS).
+//!
+//! So the background threads run while a statement that may use them holds
+//! them ([`SchedulerThreads::hold`]: every statement on a blocking thread,
+//! and the gateway's own reading on a pooled connection), and stop
+//! [`LINGER`] after the last one ends. A hold that finds them stopped starts
+//! them before its statement is scheduled: DuckDB sizes a pipeline's tasks
+//! by the threads it has when it schedules them. Short reads never hold
+//! them: one that runs while they are stopped runs its tasks itself.
+//!
+//! Starting and stopping happen on a thread of their own, at the query
+//! niceness, so the threads DuckDB starts inherit it (`priority`). Stopping
+//! joins DuckDB's threads, each after the task it runs; nothing holds them
+//! then, so those tasks are short reads' or the gateway's own.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::engine::ffi::RawDatabase;
+
+/// How long DuckDB's background threads stay after the last statement
+/// that held them.
+pub const LINGER: Duration = Duration::from_secs(1);
+
+extern "C" {
+    fn duckgate_scheduler_threads(database: *mut c_void, background: i64, threads: *mut i32)
+        -> i32;
+}
+
+/// DuckDB's scheduler threads, set to `background` (`None`: left as they
+/// are); their count afterwards, the caller's thread included.
+fn set(db: &RawDatabase, background: Option<usize>) -> Option<usize> {
+    let mut threads = 0i32;
+    let background = background.map_or(-1, |n| n as i64);
+    // SAFETY: `db` is an open database for the call; the out pointer is valid.
+    let rc = unsafe { duckgate_scheduler_threads(db.as_ptr().cast(), background, &mut threads) };
+    usize::try_from(threads).ok().filter(|_| rc == 0)
+}
+
+struct State {
+    /// Statements holding the threads now.
+    holders: usize,
+    /// DuckDB's background threads run.
+    up: bool,
+    /// When the last holder let go.
+    released: Instant,
+    stopped: bool,
+}
+
+struct Shared {
+    db: Arc<RawDatabase>,
+    /// DuckDB's background threads while they run.
+    background: usize,
+    /// DuckDB's scheduler threads now, the callers' included.
+    now: AtomicUsize,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Starts and stops DuckDB's background threads (see the module).
+pub struct SchedulerThreads {
+    /// `None`: DuckDB has no background threads to stop (`threads` 1), or
+    /// the scheduler could not be read; holds cost nothing.
+    shared: Option<Arc<Shared>>,
+    /// DuckDB's scheduler threads when there is no `shared`.
+    fixed: usize,
+    manager: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Keeps DuckDB's background threads running while it lives.
+#[must_use = "the threads are held while this lives"]
+pub struct Held(Option<Arc<Shared>>);
+
+impl SchedulerThreads {
+    /// Takes over `db`'s scheduler threads as DuckDB opened them.
+    pub fn start(db: Arc<RawDatabase>) -> Self {
+        let threads = set(&db, None).unwrap_or(1);
+        let background = threads.saturating_sub(1);
+        let fixed = |fixed| Self {
+            shared: None,
+            fixed,
+            manager: Mutex::new(None),
+        };
+        if background == 0 {
+            return fixed(threads);
+        }
+        let shared = Arc::new(Shared {
+            db,
+            background,
+            now: AtomicUsize::new(threads),
+            state: Mutex::new(State {
+                holders: 0,
+                up: true,
+                released: Instant::now(),
+                stopped: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let manager = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("duckgate-threads".into())
+                .spawn(move || manage(&shared))
+        };
+        match manager {
+            Ok(manager) => Self {
+                shared: Some(shared),
+                fixed: threads,
+                manager: Mutex::new(Some(manager)),
+            },
+            // No thread to stop them: they stay.
+            Err(_) => fixed(threads),
+        }
+    }
+
+    /// Holds DuckDB's background threads, starting them first if they
+    /// were stopped. Call before the statement is prepared and run.
+    pub fn hold(&self) -> Held {
+        let Some(shared) = &self.shared else {
+            return Held(None);
+        };
+        let mut state = shared.lock();
+        state.holders += 1;
+        if !state.up {
+            shared.changed.notify_all();
+            while !state.up && !state.stopped {
+                state = shared
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        Held(Some(shared.clone()))
+    }
+
+    /// Whether DuckDB's background threads run now.
+    pub fn running(&self) -> bool {
+        self.shared.as_ref().is_none_or(|s| s.lock().up)
+    }
+
+    /// DuckDB's scheduler threads now, the callers' included (the
+    /// `duckgate_duckdb_threads` gauge).
+    pub fn count(&self) -> usize {
+        self.shared
+            .as_ref()
+            .map_or(self.fixed, |s| s.now.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            let mut state = shared.lock();
+            state.holders -= 1;
+            if state.holders == 0 {
+                state.released = Instant::now();
+                shared.changed.notify_all();
+            }
+        }
+    }
+}
+
+impl Drop for SchedulerThreads {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.lock().stopped = true;
+            shared.changed.notify_all();
+        }
+        let manager = self.manager.get_mut().map(Option::take);
+        if let Ok(Some(manager)) = manager {
+            let _ = manager.join();
+        }
+    }
+}
+
+/// The manager thread: starts the threads for a holder, stops them
+/// [`LINGER`] after the last one let go.
+fn manage(shared: &Shared) {
+    crate::engine::priority::lower_for_queries();
+    let mut state = shared.lock();
+    while !state.stopped {
+        if state.holders > 0 {
+            if !state.up {
+                // A failure leaves DuckDB's own count: statements run.
+                if let Some(n) = set(&shared.db, Some(shared.background)) {
+                    shared.now.store(n, Ordering::Relaxed);
+                }
+                state.up = true;
+                shared.changed.notify_all();
+                continue;
+            }
+            state = shared
+                .changed
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        } else if state.up {
+            let idle = state.released.elapsed();
+            if idle >= LINGER {
+                if let Some(n) = set(&shared.db, Some(0)) {
+                    shared.now.store(n, Ordering::Relaxed);
+                    state.up = false;
+                } else {
+                    // Cannot stop them: keep them, and stop trying.
+                    return;
+                }
+                continue;
+            }
+            state = shared
+                .changed
+                .wait_timeout(state, LINGER - idle)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        } else {
+            state = shared
+                .changed
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn threads(db: &RawDatabase) -> usize {
+        set(db, None).unwrap()
+    }
+
+    /// The threads stop after the linger with nobody holding them, a hold
+    /// starts them before it returns, and a statement run under the hold is
+    /// planned with them: DuckDB's own count of its threads says so.
+    #[test]
+    fn background_threads_stop_when_unheld_and_start_for_a_hold() {
+        let db = Arc::new(RawDatabase::open(None, &[("threads", "3".into())]).unwrap());
+        let conn = db.connect().unwrap();
+        let full = threads(&db);
+        assert_eq!(full, 3);
+        let scheduler = SchedulerThreads::start(db.clone());
+        assert!(scheduler.running());
+        assert_eq!(scheduler.count(), full);
+        // Held: they stay past the linger.
+        let held = scheduler.hold();
+        std::thread::sleep(LINGER + Duration::from_millis(300));
+        assert_eq!(threads(&db), full, "held threads stay");
+        drop(held);
+        // Unheld: they stop after the linger (generous bound).
+        let deadline = Instant::now() + LINGER * 10;
+        while scheduler.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!scheduler.running(), "stopped after the linger");
+        assert_eq!(threads(&db), 1, "only the caller's thread is left");
+        assert_eq!(scheduler.count(), 1);
+        // A statement still runs while they are stopped (its caller runs
+        // its tasks), with DuckDB's own answer.
+        let n: i64 = conn
+            .prepare("SELECT count(*) FROM range(2000000)")
+            .unwrap()
+            .query_row([], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2_000_000);
+        // A hold starts them before it returns.
+        let held = scheduler.hold();
+        assert_eq!(threads(&db), full);
+        assert!(scheduler.running());
+        drop(held);
+        drop(scheduler);
+    }
+
+    /// With one thread there is nothing to stop: holds cost nothing.
+    #[test]
+    fn a_single_threaded_database_has_nothing_to_stop() {
+        let db = Arc::new(RawDatabase::open(None, &[("threads", "1".into())]).unwrap());
+        let scheduler = SchedulerThreads::start(db.clone());
+        let _held = scheduler.hold();
+        assert!(scheduler.running());
+        assert_eq!(threads(&db), 1);
+        assert_eq!(scheduler.count(), 1);
+    }
+}

@@ -61,6 +61,8 @@ struct Shared {
     db: Arc<RawDatabase>,
     /// DuckDB's background threads while they run.
     background: usize,
+    /// How long they stay after the last holder ([`LINGER`]).
+    linger: Duration,
     /// DuckDB's scheduler threads now, the callers' included.
     now: AtomicUsize,
     state: Mutex<State>,
@@ -90,6 +92,12 @@ pub struct Held(Option<Arc<Shared>>);
 impl SchedulerThreads {
     /// Takes over `db`'s scheduler threads as DuckDB opened them.
     pub fn start(db: Arc<RawDatabase>) -> Self {
+        Self::start_lingering(db, LINGER)
+    }
+
+    /// [`start`](Self::start), stopping the threads `linger` after the
+    /// last holder.
+    fn start_lingering(db: Arc<RawDatabase>, linger: Duration) -> Self {
         let threads = set(&db, None).unwrap_or(1);
         let background = threads.saturating_sub(1);
         let fixed = |fixed| Self {
@@ -103,6 +111,7 @@ impl SchedulerThreads {
         let shared = Arc::new(Shared {
             db,
             background,
+            linger,
             now: AtomicUsize::new(threads),
             state: Mutex::new(State {
                 holders: 0,
@@ -211,7 +220,7 @@ fn manage(shared: &Shared) {
                 .unwrap_or_else(|p| p.into_inner());
         } else if state.up {
             let idle = state.released.elapsed();
-            if idle >= LINGER {
+            if idle >= shared.linger {
                 if let Some(n) = set(&shared.db, Some(0)) {
                     shared.now.store(n, Ordering::Relaxed);
                     state.up = false;
@@ -223,7 +232,7 @@ fn manage(shared: &Shared) {
             }
             state = shared
                 .changed
-                .wait_timeout(state, LINGER - idle)
+                .wait_timeout(state, shared.linger - idle)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         } else {
@@ -282,6 +291,52 @@ mod tests {
         assert!(scheduler.running());
         drop(held);
         drop(scheduler);
+    }
+
+    /// Holders come and go while the threads stop and start every
+    /// millisecond: every holder finds them running for as long as it
+    /// holds them, by DuckDB's own count, and its statements answer.
+    #[test]
+    fn every_holder_finds_the_threads_running_while_they_stop_and_start() {
+        let db = Arc::new(RawDatabase::open(None, &[("threads", "2".into())]).unwrap());
+        let scheduler = Arc::new(SchedulerThreads::start_lingering(
+            db.clone(),
+            Duration::from_millis(1),
+        ));
+        let started_again = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (db, scheduler, started_again) = (&db, &scheduler, &started_again);
+                s.spawn(move || {
+                    let conn = db.connect().unwrap();
+                    for i in 0..150u64 {
+                        let was_up = scheduler.running();
+                        let held = scheduler.hold();
+                        assert_eq!(threads(db), 2, "held, so running");
+                        if !was_up {
+                            started_again.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if i % 10 == 0 {
+                            let n: i64 = conn
+                                .prepare("SELECT count(*) FROM range(100000)")
+                                .unwrap()
+                                .query_row([], |r| r.get(0))
+                                .unwrap();
+                            assert_eq!(n, 100_000);
+                        }
+                        std::thread::sleep(Duration::from_micros((t * 37 + i * 53) % 1500));
+                        assert_eq!(threads(db), 2, "still held, still running");
+                        drop(held);
+                        std::thread::sleep(Duration::from_micros((t * 71 + i * 29) % 3000));
+                    }
+                });
+            }
+        });
+        // The schedule did stop and start them under the holders.
+        assert!(
+            started_again.load(Ordering::Relaxed) > 0,
+            "no hold found the threads stopped"
+        );
     }
 
     /// With one thread there is nothing to stop: holds cost nothing.

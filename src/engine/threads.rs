@@ -18,8 +18,11 @@
 //!
 //! Starting and stopping happen on a thread of their own, at the query
 //! niceness, so the threads DuckDB starts inherit it (`priority`). Stopping
-//! joins DuckDB's threads, each after the task it runs; nothing holds them
-//! then, so those tasks are short reads' or the gateway's own.
+//! joins DuckDB's threads, each after the task it runs (nothing holds them
+//! then: those tasks are short reads' or the gateway's own, such as a lake
+//! catalog's probe). It runs without the holders' lock, so a task stuck in
+//! I/O never holds a hold: a statement that comes during a stop goes on,
+//! and the threads start again for it as soon as the stop ends.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +34,10 @@ use crate::engine::ffi::RawDatabase;
 /// How long DuckDB's background threads stay after the last statement
 /// that held them.
 pub const LINGER: Duration = Duration::from_secs(1);
+
+/// How long a hold waits for the threads to start, and a shutdown for the
+/// thread that starts and stops them, at most.
+const START_WAIT: Duration = Duration::from_secs(2);
 
 extern "C" {
     fn duckgate_scheduler_threads(database: *mut c_void, background: i64, threads: *mut i32)
@@ -55,6 +62,8 @@ struct State {
     /// When the last holder let go.
     released: Instant,
     stopped: bool,
+    /// The manager thread has ended.
+    exited: bool,
 }
 
 struct Shared {
@@ -118,6 +127,7 @@ impl SchedulerThreads {
                 up: true,
                 released: Instant::now(),
                 stopped: false,
+                exited: false,
             }),
             changed: Condvar::new(),
         });
@@ -147,12 +157,20 @@ impl SchedulerThreads {
         let mut state = shared.lock();
         state.holders += 1;
         if !state.up {
+            // Starting them joins nothing; the bound is a backstop, after
+            // which the statement runs its tasks itself.
             shared.changed.notify_all();
-            while !state.up && !state.stopped {
+            let deadline = Instant::now() + START_WAIT;
+            while !state.up && !state.exited {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
                 state = shared
                     .changed
-                    .wait(state)
-                    .unwrap_or_else(|p| p.into_inner());
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
             }
         }
         Held(Some(shared.clone()))
@@ -186,13 +204,29 @@ impl Drop for Held {
 }
 
 impl Drop for SchedulerThreads {
+    /// Stops the manager and waits a moment for it (it holds the
+    /// database); one stuck in DuckDB's relaunch is left behind.
     fn drop(&mut self) {
-        if let Some(shared) = &self.shared {
-            shared.lock().stopped = true;
-            shared.changed.notify_all();
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let mut state = shared.lock();
+        state.stopped = true;
+        shared.changed.notify_all();
+        let deadline = Instant::now() + START_WAIT;
+        while !state.exited {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            state = shared
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        let manager = self.manager.get_mut().map(Option::take);
-        if let Ok(Some(manager)) = manager {
+        drop(state);
+        if let Ok(Some(manager)) = self.manager.get_mut().map(Option::take) {
             let _ = manager.join();
         }
     }
@@ -204,44 +238,48 @@ fn manage(shared: &Shared) {
     crate::engine::priority::lower_for_queries();
     let mut state = shared.lock();
     while !state.stopped {
-        if state.holders > 0 {
-            if !state.up {
-                // A failure leaves DuckDB's own count: statements run.
-                if let Some(n) = set(&shared.db, Some(shared.background)) {
-                    shared.now.store(n, Ordering::Relaxed);
-                }
-                state.up = true;
-                shared.changed.notify_all();
-                continue;
-            }
-            state = shared
-                .changed
-                .wait(state)
-                .unwrap_or_else(|p| p.into_inner());
-        } else if state.up {
+        let up = if state.holders > 0 && !state.up {
+            true
+        } else if state.holders == 0 && state.up {
             let idle = state.released.elapsed();
-            if idle >= shared.linger {
-                if let Some(n) = set(&shared.db, Some(0)) {
-                    shared.now.store(n, Ordering::Relaxed);
-                    state.up = false;
-                } else {
-                    // Cannot stop them: keep them, and stop trying.
-                    return;
-                }
+            if idle < shared.linger {
+                state = shared
+                    .changed
+                    .wait_timeout(state, shared.linger - idle)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
                 continue;
             }
-            state = shared
-                .changed
-                .wait_timeout(state, shared.linger - idle)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            false
         } else {
             state = shared
                 .changed
                 .wait(state)
                 .unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        // DuckDB's relaunch runs unlocked: stopping joins each thread after
+        // its task, and a task stuck in I/O (a catalog's probe on a hung
+        // database) must not hold every hold. While it runs, `up` still
+        // says they run, so holders go on (DuckDB counts them too until the
+        // relaunch ends), and the next turn starts them again for them.
+        drop(state);
+        let now = set(&shared.db, Some(if up { shared.background } else { 0 }));
+        state = shared.lock();
+        match now {
+            Some(n) => {
+                shared.now.store(n, Ordering::Relaxed);
+                state.up = up;
+            }
+            // Could not start them: DuckDB's own count stays, and holds go on.
+            None if up => state.up = true,
+            // Could not stop them: they stay, and this thread stops trying.
+            None => break,
         }
+        shared.changed.notify_all();
     }
+    state.exited = true;
+    shared.changed.notify_all();
 }
 
 #[cfg(test)]
@@ -250,6 +288,16 @@ mod tests {
 
     fn threads(db: &RawDatabase) -> usize {
         set(db, None).unwrap()
+    }
+
+    /// DuckDB counts its two threads now or within a second (generous: a
+    /// stop under way ends, then they start again).
+    fn running_soon(db: &RawDatabase, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while threads(db) != 2 {
+            assert!(Instant::now() < deadline, "{what}: not running");
+            std::thread::sleep(Duration::from_micros(50));
+        }
     }
 
     /// The threads stop after the linger with nobody holding them, a hold
@@ -294,8 +342,9 @@ mod tests {
     }
 
     /// Holders come and go while the threads stop and start every
-    /// millisecond: every holder finds them running for as long as it
-    /// holds them, by DuckDB's own count, and its statements answer.
+    /// millisecond: every holder finds them running, by DuckDB's own count
+    /// (at once, or just after a stop that was under way when it came),
+    /// still finds them running when it lets go, and its statements answer.
     #[test]
     fn every_holder_finds_the_threads_running_while_they_stop_and_start() {
         let db = Arc::new(RawDatabase::open(None, &[("threads", "2".into())]).unwrap());
@@ -312,7 +361,7 @@ mod tests {
                     for i in 0..150u64 {
                         let was_up = scheduler.running();
                         let held = scheduler.hold();
-                        assert_eq!(threads(db), 2, "held, so running");
+                        running_soon(db, "held");
                         if !was_up {
                             started_again.fetch_add(1, Ordering::Relaxed);
                         }
@@ -325,7 +374,7 @@ mod tests {
                             assert_eq!(n, 100_000);
                         }
                         std::thread::sleep(Duration::from_micros((t * 37 + i * 53) % 1500));
-                        assert_eq!(threads(db), 2, "still held, still running");
+                        running_soon(db, "still held");
                         drop(held);
                         std::thread::sleep(Duration::from_micros((t * 71 + i * 29) % 3000));
                     }
@@ -337,6 +386,82 @@ mod tests {
             started_again.load(Ordering::Relaxed) > 0,
             "no hold found the threads stopped"
         );
+    }
+
+    /// A task stuck on DuckDB's background thread (as a lake catalog's
+    /// probe on a hung database would be) holds the stop that joins it,
+    /// not the holds that come meanwhile: they return at once and their
+    /// statements answer.
+    #[test]
+    fn a_stop_stuck_behind_a_task_does_not_hold_the_holds() {
+        use duckdb::ffi;
+        let db = Arc::new(RawDatabase::open(None, &[("threads", "2".into())]).unwrap());
+        let scheduler = SchedulerThreads::start_lingering(db.clone(), Duration::from_millis(1));
+        let raw = db.connect_raw().unwrap();
+        let conn = db.connect().unwrap();
+        let held = scheduler.hold();
+        assert_eq!(threads(&db), 2);
+        // A statement whose one task sleeps 3 s, left pending: nobody here
+        // runs its tasks, so the background thread does.
+        let sql = std::ffi::CString::new("SELECT sleep_ms(3000) IS NULL AS slept").unwrap();
+        let mut stmt: ffi::duckdb_prepared_statement = std::ptr::null_mut();
+        let mut pending: ffi::duckdb_pending_result = std::ptr::null_mut();
+        // SAFETY: a live connection, a NUL-terminated text, valid out
+        // pointers; both handles are destroyed below.
+        unsafe {
+            assert_eq!(
+                ffi::duckdb_prepare(raw.as_ptr(), sql.as_ptr(), &mut stmt),
+                ffi::DuckDBSuccess
+            );
+            assert_eq!(
+                ffi::duckdb_pending_prepared(stmt, &mut pending),
+                ffi::DuckDBSuccess
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // Let go: the stop begins and waits for the sleeping task.
+        let let_go = Instant::now();
+        drop(held);
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let again = scheduler.hold();
+        let waited = t.elapsed();
+        let n: i64 = conn
+            .prepare("SELECT 42")
+            .unwrap()
+            .query_row([], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 42);
+        drop(again);
+        assert!(
+            waited < Duration::from_millis(500),
+            "the hold waited {waited:?} for a stop stuck behind a task"
+        );
+        // The scenario held: the stop, which takes a millisecond when no
+        // task runs, was still waiting for the sleeping one, and ended
+        // once it did.
+        assert_eq!(threads(&db), 2, "the stop was still under way");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while threads(&db) != 1 {
+            assert!(Instant::now() < deadline, "the stop never ended");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            let_go.elapsed() >= Duration::from_millis(2000),
+            "{:?}",
+            let_go.elapsed()
+        );
+        // SAFETY: live handles, destroyed once.
+        unsafe {
+            let mut result: ffi::duckdb_result = std::mem::zeroed();
+            assert_eq!(
+                ffi::duckdb_execute_pending(pending, &mut result),
+                ffi::DuckDBSuccess
+            );
+            ffi::duckdb_destroy_result(&mut result);
+            ffi::duckdb_destroy_pending(&mut pending);
+            ffi::duckdb_destroy_prepare(&mut stmt);
+        }
     }
 
     /// With one thread there is nothing to stop: holds cost nothing.

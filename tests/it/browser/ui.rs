@@ -213,11 +213,23 @@ impl Browser {
             .to_string()
     }
 
+    /// Clicks the element `css` finds. The console may render it again
+    /// between the find and the click (a result's grid does as its rows
+    /// arrive): a stale element is found again, a few times at most.
     async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.cmd("POST", &format!("/element/{id}/click"), json!({}))
-            .await
-            .unwrap_or_else(|e| panic!("click {css}: {e}"));
+        for attempt in 1.. {
+            let id = self.element(css).await;
+            match self
+                .cmd("POST", &format!("/element/{id}/click"), json!({}))
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if attempt < 5 && e.contains("stale element reference") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("click {css}: {e}"),
+            }
+        }
     }
 
     /// Types `text` into the element (WebDriver key codes allowed).

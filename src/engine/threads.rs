@@ -82,6 +82,28 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Waits on `changed` until `done` holds or `limit` has passed.
+    fn wait_up_to<'a>(
+        &self,
+        mut state: MutexGuard<'a, State>,
+        limit: Duration,
+        done: impl Fn(&State) -> bool,
+    ) -> MutexGuard<'a, State> {
+        let deadline = Instant::now() + limit;
+        while !done(&state) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .changed
+                .wait_timeout(state, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        state
+    }
 }
 
 /// Starts and stops DuckDB's background threads (see the module).
@@ -160,18 +182,7 @@ impl SchedulerThreads {
             // Starting them joins nothing; the bound is a backstop, after
             // which the statement runs its tasks itself.
             shared.changed.notify_all();
-            let deadline = Instant::now() + START_WAIT;
-            while !state.up && !state.exited {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                state = shared
-                    .changed
-                    .wait_timeout(state, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
+            drop(shared.wait_up_to(state, START_WAIT, |s| s.up || s.exited));
         }
         Held(Some(shared.clone()))
     }
@@ -213,17 +224,9 @@ impl Drop for SchedulerThreads {
         let mut state = shared.lock();
         state.stopped = true;
         shared.changed.notify_all();
-        let deadline = Instant::now() + START_WAIT;
-        while !state.exited {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            state = shared
-                .changed
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        let state = shared.wait_up_to(state, START_WAIT, |s| s.exited);
+        if !state.exited {
+            return;
         }
         drop(state);
         if let Ok(Some(manager)) = self.manager.get_mut().map(Option::take) {

@@ -139,6 +139,17 @@ async fn duckdb_threads(g: &common::Endpoint) -> f64 {
     metric(&g.get_text("/metrics").await, "duckgate_duckdb_threads")
 }
 
+/// Waits up to `secs` for `duckgate_duckdb_threads` to read `n`.
+async fn threads_become(g: &common::Endpoint, what: &str, secs: u64, n: f64) {
+    common::eventually(what, Duration::from_secs(secs), || async {
+        match duckdb_threads(g).await {
+            seen if seen == n => Ok(()),
+            seen => Err(format!("{seen} threads")),
+        }
+    })
+    .await;
+}
+
 /// DuckDB's background threads stop while only short reads run
 /// (`engine::threads`) and run again for a statement on a blocking thread,
 /// while it runs; short reads answer with DuckDB's values either way.
@@ -180,30 +191,10 @@ async fn duckdbs_threads_stop_while_only_short_reads_run() {
             r.status().as_u16()
         })
     };
-    common::eventually(
-        "the background thread running",
-        Duration::from_secs(3),
-        || async {
-            match duckdb_threads(&g).await {
-                2.0 => Ok(()),
-                n => Err(format!("{n} threads")),
-            }
-        },
-    )
-    .await;
+    threads_become(&g, "the background thread running", 3, 2.0).await;
     assert_eq!(long.await.unwrap(), 200);
     // And stop again after it.
-    common::eventually(
-        "the background thread stopped again",
-        Duration::from_secs(20),
-        || async {
-            match duckdb_threads(&g).await {
-                1.0 => Ok(()),
-                n => Err(format!("{n} threads")),
-            }
-        },
-    )
-    .await;
+    threads_become(&g, "the background thread stopped again", 20, 1.0).await;
     assert_eq!(
         ndjson_rows(&ndjson(&g, "SELECT $1 + 1 AS n", 41).await),
         want

@@ -2,12 +2,11 @@
 //! the process logs to stderr, and an in-process gateway under test can be
 //! given a subscriber of its own (see [`subscriber`]).
 
-use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::fmt::writer::MakeWriterExt;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
+use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
@@ -34,17 +33,18 @@ where
     let no_sdk_debug = tracing_subscriber::filter::filter_fn(|meta| {
         *meta.level() <= tracing::Level::INFO || !is_aws_sdk(meta.target())
     });
-    let filter = filter.and(no_sdk_debug);
+    // Both filters apply to the whole subscriber (there is one output):
+    // cheaper than a filter per layer, which keeps state per span and event.
+    let registry = tracing_subscriber::registry()
+        .with(filter)
+        .with(no_sdk_debug);
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(writer)
         .with_target(false)
         .with_ansi(ansi);
     match format {
-        LogFormat::Text => Box::new(tracing_subscriber::registry().with(layer.with_filter(filter))),
-        LogFormat::Json => Box::new(
-            tracing_subscriber::registry()
-                .with(layer.json().flatten_event(true).with_filter(filter)),
-        ),
+        LogFormat::Text => Box::new(registry.with(layer)),
+        LogFormat::Json => Box::new(registry.with(layer.json().flatten_event(true))),
     }
 }
 
@@ -64,6 +64,61 @@ pub fn init(format: LogFormat) {
         ansi,
     )
     .try_init();
+}
+
+thread_local! {
+    /// Depth of [`turn`]s running on this thread.
+    static TURNS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// Lines waiting for the outermost turn on this thread to end.
+    static AFTER_TURN: std::cell::RefCell<Vec<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Emits `lines` (in the current span) when the [`turn`] running on this
+/// thread ends, or at once outside one.
+///
+/// A connection's task runs in a turn ([`crate::api::repoll`]): hyper
+/// writes the answer during the task's poll, and a query's access and audit
+/// lines asked for in it are formatted after that write, not before. The
+/// client has its answer that much sooner, and the worker's next wake-up
+/// comes later; measured, a few µs of a small query's CPU (BENCHMARKS.md,
+/// row 11). WARN and ERROR lines never wait: they are emitted where they
+/// are asked for.
+pub fn after_this_turn(lines: impl FnOnce() + 'static) {
+    if TURNS.with(|t| t.get()) == 0 {
+        return lines();
+    }
+    let span = tracing::Span::current();
+    AFTER_TURN.with(|q| q.borrow_mut().push(Box::new(move || span.in_scope(lines))));
+}
+
+/// Runs `poll`, then the lines it left for after it ([`after_this_turn`]);
+/// a turn inside a turn leaves them to the outer one. They are emitted
+/// even if `poll` panics.
+pub fn turn<R>(poll: impl FnOnce() -> R) -> R {
+    struct Ends;
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            let depth = TURNS.with(|t| {
+                t.set(t.get() - 1);
+                t.get()
+            });
+            if depth == 0 {
+                loop {
+                    let waiting = AFTER_TURN.with(|q| std::mem::take(&mut *q.borrow_mut()));
+                    if waiting.is_empty() {
+                        break;
+                    }
+                    for lines in waiting {
+                        lines();
+                    }
+                }
+            }
+        }
+    }
+    TURNS.with(|t| t.set(t.get() + 1));
+    let _ends = Ends;
+    poll()
 }
 
 /// Writes what the log holds but has not written yet (see [`BatchedStderr`]):
@@ -191,6 +246,45 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn lines_asked_for_after_a_turn_come_after_it_in_their_span() {
+        let sink = Sink::default();
+        let writer = {
+            let sink = sink.clone();
+            move || sink.clone()
+        };
+        let text = || String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let subscriber = subscriber(LogFormat::Text, EnvFilter::new("info"), writer, false);
+        tracing::subscriber::with_default(subscriber, || {
+            // Outside a turn: at once.
+            after_this_turn(|| tracing::info!("outside"));
+            assert!(text().contains("outside"), "{}", text());
+            turn(|| {
+                let span = tracing::info_span!("request", request_id = "r-1");
+                span.in_scope(|| after_this_turn(|| tracing::info!("access")));
+                // A nested turn leaves its lines to the outermost.
+                turn(|| after_this_turn(|| tracing::info!("nested")));
+                tracing::info!("during");
+                assert!(!text().contains("access"), "{}", text());
+                assert!(!text().contains("nested"), "{}", text());
+            });
+            let text = text();
+            let at = |needle: &str| {
+                text.find(needle)
+                    .unwrap_or_else(|| panic!("{needle}: {text}"))
+            };
+            assert!(
+                at("during") < at("access") && at("access") < at("nested"),
+                "{text}"
+            );
+            let access = text.lines().find(|l| l.contains("access")).unwrap();
+            assert!(access.contains("request{request_id=\"r-1\"}"), "{access}");
+            // The thread is out of every turn again: at once.
+            after_this_turn(|| tracing::info!("after"));
+        });
+        assert!(text().contains("after"), "{}", text());
     }
 
     #[test]

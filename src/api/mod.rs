@@ -304,6 +304,7 @@ pub fn router(state: AppState) -> Router {
                             request_id = %id,
                             replica = %replica,
                             identity = tracing::field::Empty,
+                            query_id = tracing::field::Empty,
                         )
                     })
                     // The access line: every route, one line, with the
@@ -312,11 +313,14 @@ pub fn router(state: AppState) -> Router {
                     // the token; never the token itself).
                     .on_response(
                         |res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
-                            tracing::info!(
-                                status = res.status().as_u16(),
-                                latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
-                                "access"
-                            );
+                            let status = res.status().as_u16();
+                            crate::telemetry::after_this_turn(move || {
+                                tracing::info!(
+                                    status,
+                                    latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
+                                    "access"
+                                );
+                            });
                         },
                     ),
                 )

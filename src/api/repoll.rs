@@ -16,6 +16,10 @@
 //! cooperative budget, hyper's own yield after 16 pipelined requests) still
 //! yields to the runtime. A wake at any other time goes to the runtime's
 //! waker, as it would without this.
+//!
+//! Each poll of the inner future is a [`crate::telemetry::turn`]: the log
+//! lines a request leaves for after its answer are emitted once the poll
+//! that wrote the answer ends.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,7 +87,7 @@ impl<F: Future> Future for Repoll<F> {
         for _ in 0..MAX_REPOLLS {
             this.shared.woken.store(false, SeqCst);
             this.shared.polling.store(true, SeqCst);
-            let polled = this.inner.as_mut().poll(&mut inner_cx);
+            let polled = crate::telemetry::turn(|| this.inner.as_mut().poll(&mut inner_cx));
             this.shared.polling.store(false, SeqCst);
             if polled.is_ready() {
                 return polled;

@@ -452,24 +452,29 @@ impl Drop for Registration {
             }
             drop(f);
         }
-        tracing::info!(
-            target: "duckgate::audit",
-            query_id = %r.id,
-            api = r.api,
-            token = %r.owner,
-            roles = ?r.roles.iter().map(|x| &**x).collect::<Vec<&str>>(),
-            kind = r.kind.get().map(String::as_str).unwrap_or("-"),
-            sql_sha256 = %r.sql_hash,
-            sql_bytes = r.sql_len,
-            outcome = %outcome.kind,
-            status = outcome.status,
-            rows,
-            bytes,
-            elapsed_ms,
-            credential_epoch = r.epoch,
-            error_class = outcome.error_class.as_deref().unwrap_or("-"),
-            "query ended"
-        );
+        // After the answer is written, when the connection's task asks for
+        // it (the audit file above is written at once).
+        let r = Arc::clone(r);
+        crate::telemetry::after_this_turn(move || {
+            tracing::info!(
+                target: "duckgate::audit",
+                query_id = %r.id,
+                api = r.api,
+                token = %r.owner,
+                roles = ?r.roles.iter().map(|x| &**x).collect::<Vec<&str>>(),
+                kind = r.kind.get().map(String::as_str).unwrap_or("-"),
+                sql_sha256 = %r.sql_hash,
+                sql_bytes = r.sql_len,
+                outcome = %outcome.kind,
+                status = outcome.status,
+                rows,
+                bytes,
+                elapsed_ms,
+                credential_epoch = r.epoch,
+                error_class = outcome.error_class.as_deref().unwrap_or("-"),
+                "query ended"
+            );
+        });
     }
 }
 

@@ -24,10 +24,10 @@ pub(super) const WINDOW_BATCHES: usize = 8;
 ///
 /// Each batch is encoded into its own buffer and the body is flushed at
 /// every [`CHUNK_BYTES`], so no buffer grows to a whole window (2 MB of
-/// NDJSON): blocks of 1 MiB and more are mapped and unmapped by glibc (see
-/// `tune_malloc` in main.rs), and a fresh mapping per window cost a page
-/// fault per 4 KiB written (493k faults and a third of the CPU of a 10M-row
-/// NDJSON answer; 16k faults since).
+/// NDJSON): with glibc's malloc, blocks of 1 MiB and more were mapped and
+/// unmapped each time, and a fresh mapping per window cost a page fault per
+/// 4 KiB written (493k faults and a third of the CPU of a 10M-row NDJSON
+/// answer; 16k faults since).
 fn encode_window(
     enc: &encode::RowsEncoder,
     window: Vec<RecordBatch>,

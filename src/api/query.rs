@@ -249,9 +249,9 @@ async fn answer(state: AppState, auth: QueryAuth, headers: HeaderMap, source: So
         Ok(id) => id,
         Err(e) => return e.into_response(),
     };
-    // On the request's span (which already names the identity): every
-    // line of the request from here on, the access line included, carries
-    // it. A span of its own cost a tenth of a small query's CPU.
+    // On the request's span (which already names the identity), rather
+    // than a span of its own: every line of the request from here on, the
+    // access line included, carries it.
     tracing::Span::current().record("query_id", &*id);
     let mut registration = None;
     let answer = run_query(&state, &auth, &id, &mut registration, source, headers).await;

@@ -293,6 +293,17 @@ mod tests {
         set(db, None).unwrap()
     }
 
+    /// `SELECT count(*) FROM range(n)` on `conn` answers `n`: enough tasks
+    /// to run on the background threads, or on the caller when they stop.
+    fn counts_range(conn: &crate::engine::ffi::Connection, n: i64) {
+        let counted: i64 = conn
+            .prepare(&format!("SELECT count(*) FROM range({n})"))
+            .unwrap()
+            .query_row([], |r| r.get(0))
+            .unwrap();
+        assert_eq!(counted, n);
+    }
+
     /// DuckDB counts its two threads now or within a second (generous: a
     /// stop under way ends, then they start again).
     fn running_soon(db: &RawDatabase, what: &str) {
@@ -330,12 +341,7 @@ mod tests {
         assert_eq!(scheduler.count(), 1);
         // A statement still runs while they are stopped (its caller runs
         // its tasks), with DuckDB's own answer.
-        let n: i64 = conn
-            .prepare("SELECT count(*) FROM range(2000000)")
-            .unwrap()
-            .query_row([], |r| r.get(0))
-            .unwrap();
-        assert_eq!(n, 2_000_000);
+        counts_range(&conn, 2_000_000);
         // A hold starts them before it returns.
         let held = scheduler.hold();
         assert_eq!(threads(&db), full);
@@ -369,12 +375,7 @@ mod tests {
                             started_again.fetch_add(1, Ordering::Relaxed);
                         }
                         if i % 10 == 0 {
-                            let n: i64 = conn
-                                .prepare("SELECT count(*) FROM range(100000)")
-                                .unwrap()
-                                .query_row([], |r| r.get(0))
-                                .unwrap();
-                            assert_eq!(n, 100_000);
+                            counts_range(&conn, 100_000);
                         }
                         std::thread::sleep(Duration::from_micros((t * 37 + i * 53) % 1500));
                         running_soon(db, "still held");

@@ -16,7 +16,7 @@ use crate::api::request::{
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Column;
-use crate::engine::execute::RunLimits;
+use crate::engine::execute::{OutputBody, RunLimits};
 use crate::engine::queries::{Outcome, Registration};
 use crate::engine::{execute, QueryJob};
 
@@ -361,12 +361,15 @@ async fn run_query(
         .await?;
     let epoch = if retried { state.health.epoch() } else { epoch };
 
-    let body = Tracked {
-        inner: output.body,
-        registration: registration.take(),
-        cancelled: Box::pin(tracker.cancel.clone().cancelled_owned()),
+    let body = match output.body {
+        OutputBody::Whole(data) => Body::new(Whole::new(data, registration.take())),
+        OutputBody::Streamed(inner) => Body::from_stream(Tracked {
+            inner,
+            registration: registration.take(),
+            cancelled: Box::pin(tracker.cancel.clone().cancelled_owned()),
+        }),
     };
-    let mut response = Response::new(Body::from_stream(body));
+    let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
     h.insert(
@@ -385,6 +388,66 @@ async fn run_query(
         );
     }
     Ok(response.into_response())
+}
+
+/// A whole answer, sent with its length, that keeps its query registered
+/// (listed, cancellable) until hyper takes it.
+struct Whole {
+    data: Option<bytes::Bytes>,
+    registration: Option<Registration>,
+}
+
+impl Whole {
+    fn new(data: bytes::Bytes, registration: Option<Registration>) -> Self {
+        let mut whole = Self {
+            data: Some(data),
+            registration,
+        };
+        // An empty answer may never be asked for: it is over now.
+        if whole.data.as_ref().is_some_and(|d| d.is_empty()) {
+            whole.data = None;
+            whole.taken(0);
+        }
+        whole
+    }
+
+    /// The answer's `bytes` went to hyper: the query ends (its audit line).
+    fn taken(&mut self, bytes: usize) {
+        if let Some(r) = self.registration.take() {
+            r.running
+                .bytes
+                .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+            r.running.set_outcome(Outcome {
+                status: 200,
+                kind: "ok".into(),
+                error_class: None,
+            });
+        }
+    }
+}
+
+impl http_body::Body for Whole {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        let data = self.data.take();
+        if let Some(d) = &data {
+            self.taken(d.len());
+        }
+        std::task::Poll::Ready(data.map(|d| Ok(http_body::Frame::data(d))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
 }
 
 /// A result body that counts what it hands out and keeps its query

@@ -155,7 +155,7 @@ pub async fn start(
         }
     };
     let mut reader = Reader {
-        body: output.body,
+        body: output.body.into_stream(),
         buf: Bytes::new(),
         decoder: StreamDecoder::new(),
         ahead: VecDeque::new(),
@@ -214,10 +214,11 @@ pub async fn describe(
         out.clone(),
     );
     let ended = match run(state, job).await {
-        Ok(mut output) => {
+        Ok(output) => {
             // The body is empty; its end is the worker's.
             let mut end = Ok(());
-            while let Some(chunk) = output.body.next().await {
+            let mut body = output.body.into_stream();
+            while let Some(chunk) = body.next().await {
                 if let Err(e) = chunk {
                     end = Err(status::of_body(&e, Some(&id)));
                     break;

@@ -514,7 +514,7 @@ impl Statements {
         Self::publish(&self.lock());
         // The engine waits for a connection as long as the deadline allows
         // (interactive queries may hold the rest of the pool).
-        let (mut output, retried) =
+        let (output, retried) =
             with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
                 let mut job = job.clone();
                 job.retried = retried;
@@ -523,7 +523,8 @@ impl Statements {
             .await?;
         // The body is empty: the result went to the spool. It ends with an
         // error if the statement failed late.
-        while let Some(chunk) = output.body.next().await {
+        let mut body = output.body.into_stream();
+        while let Some(chunk) = body.next().await {
             if let Err(e) = chunk {
                 return Err(QueryError::Internal(e.to_string()));
             }

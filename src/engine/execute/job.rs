@@ -301,6 +301,26 @@ pub struct QueryOutput {
     pub kind: String,
     /// The `Content-Type` of the body's format.
     pub content_type: &'static str,
-    /// The body: encoded chunks, or an error that aborts the body.
-    pub body: futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
+    /// The body.
+    pub body: OutputBody,
+}
+
+/// A query's answer body.
+pub enum OutputBody {
+    /// All of it: the query had ended, its whole answer queued without an
+    /// error, when the answer began. HTTP sends it with its length.
+    Whole(Bytes),
+    /// Encoded chunks as the query makes them, or an error that aborts the
+    /// body.
+    Streamed(futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>),
+}
+
+impl OutputBody {
+    /// The body as chunks, for a reader that takes them as they come.
+    pub fn into_stream(self) -> futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>> {
+        match self {
+            Self::Whole(b) => Box::pin(futures::stream::iter([Ok(b)])),
+            Self::Streamed(s) => s,
+        }
+    }
 }

@@ -31,8 +31,9 @@ mod worker;
 mod wrap;
 
 pub use error::{sql_error, QueryError, StoreFault};
-pub use job::{Param, QueryJob, QueryOutput, RunLimits};
+pub use job::{OutputBody, Param, QueryJob, QueryOutput, RunLimits};
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -234,6 +235,18 @@ async fn answer(
         }
     };
 
+    let queued = match whole(&mut rx, &control, first) {
+        Ok(all) => {
+            // The query is over: nothing left to interrupt.
+            drop(guard);
+            return Ok(QueryOutput {
+                kind,
+                content_type: format.content_type(),
+                body: OutputBody::Whole(all),
+            });
+        }
+        Err(queued) => queued,
+    };
     let state = BodyState {
         rx,
         guard: Some(guard),
@@ -241,7 +254,7 @@ async fn answer(
         format,
         tracker,
         timeout,
-        first: Some(first),
+        queued,
         done: false,
         abort_next: None,
     };
@@ -249,8 +262,51 @@ async fn answer(
     Ok(QueryOutput {
         kind,
         content_type: format.content_type(),
-        body: Box::pin(body),
+        body: OutputBody::Streamed(Box::pin(body)),
     })
+}
+
+/// The whole answer, `first` and the rest, when the worker is done and
+/// left all of it queued, ended without an error (most small answers: an
+/// inline run's always). Otherwise what the body sends before it reads on:
+/// `first` and whatever was taken from the channel.
+fn whole(
+    rx: &mut mpsc::Receiver<Msg>,
+    control: &QueryControl,
+    first: Bytes,
+) -> Result<Bytes, VecDeque<Msg>> {
+    let mut queued = VecDeque::from([Msg::Data(first)]);
+    // Only a worker that is gone has queued all it will.
+    if !rx.is_closed() {
+        return Err(queued);
+    }
+    while let Ok(m) = rx.try_recv() {
+        queued.push_back(m);
+    }
+    let ended_well = control.complete.load(std::sync::atomic::Ordering::SeqCst)
+        && control
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+    if !ended_well {
+        return Err(queued);
+    }
+    let mut chunks = Vec::with_capacity(queued.len());
+    for m in &queued {
+        match m {
+            Msg::Data(b) => chunks.push(b.clone()),
+            _ => return Err(queued),
+        }
+    }
+    if let [one] = &chunks[..] {
+        return Ok(one.clone());
+    }
+    let mut all = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for b in &chunks {
+        all.extend_from_slice(b);
+    }
+    Ok(Bytes::from(all))
 }
 
 /// How long an interrupted worker gets to report back.
@@ -268,7 +324,8 @@ struct BodyState {
     format: Format,
     tracker: Option<Arc<crate::engine::queries::Running>>,
     timeout: Duration,
-    first: Option<Bytes>,
+    /// Taken from the channel already: sent before it is read on.
+    queued: VecDeque<Msg>,
     done: bool,
     /// The error record went out: the body aborts next, so every client
     /// library sees a failed transfer, not a last row.
@@ -285,9 +342,6 @@ async fn before_abort() {
 }
 
 async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>, BodyState)> {
-    if let Some(first) = st.first.take() {
-        return Some((Ok(first), st));
-    }
     if let Some(reason) = st.abort_next.take() {
         before_abort().await;
         return Some((Err(std::io::Error::other(reason)), st));
@@ -295,7 +349,11 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
     if st.done {
         return None;
     }
-    match st.rx.recv().await {
+    let next = match st.queued.pop_front() {
+        Some(m) => Some(m),
+        None => st.rx.recv().await,
+    };
+    match next {
         Some(Msg::Data(b)) => Some((Ok(b), st)),
         Some(Msg::Abort(reason)) | Some(Msg::Fail(QueryError::Internal(reason))) => {
             st.done = true;

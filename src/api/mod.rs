@@ -122,19 +122,6 @@ pub struct Shared {
     pub addr: std::net::SocketAddr,
 }
 
-/// `routes` with at most `limit` requests at once; more are shed at once
-/// with 503 `overloaded` (each group of routes has its own limit).
-fn shed_beyond(routes: Router<AppState>, limit: usize) -> Router<AppState> {
-    routes.layer(
-        ServiceBuilder::new()
-            .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
-                ApiError::Overloaded
-            }))
-            .load_shed()
-            .concurrency_limit(limit),
-    )
-}
-
 /// The health probes, never compressed or limited; also served alone on
 /// `DUCKGATE_PROBE_LISTEN` ([`probe_router`]).
 fn probes() -> Router<AppState> {
@@ -169,27 +156,53 @@ pub fn router(state: AppState) -> Router {
     // Submissions wait up to `wait_ms` inside the handler: a limit of
     // their own, so waiting submissions never take `/query`'s slots.
     let shed = limits.max_concurrent_requests as usize;
-    let submit_routes = shed_beyond(
-        Router::new().route("/statements", post(statements::submit)),
-        shed,
-    )
-    .layer(TimeoutLayer::with_status_code(
-        axum::http::StatusCode::GATEWAY_TIMEOUT,
-        query_backstop + Duration::from_millis(state.config.statements.max_statement_wait_ms),
-    ));
-    let query_routes = shed_beyond(
-        Router::new().route(
+    let min = state.config.server.compression_min_bytes;
+    // Each group's layers are one stack, added once: every `Router::layer`
+    // wraps each route in a boxed service of its own, cloned per request.
+    //
+    // At most `shed` requests of a group at once; more are shed at once
+    // with 503 `overloaded` (each group has its own limit).
+    let shed_beyond = |limit: usize| {
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(|_: tower::BoxError| async {
+                ApiError::Overloaded
+            }))
+            .load_shed()
+            .concurrency_limit(limit)
+    };
+    let backstop = |limit: Duration| {
+        TimeoutLayer::with_status_code(axum::http::StatusCode::GATEWAY_TIMEOUT, limit)
+    };
+    // Results: small streamed answers are read whole first (they then go
+    // out uncompressed, with a length), every format is compressed by
+    // Accept-Encoding.
+    let settle = || axum::middleware::from_fn_with_state(min, transport::settle_small);
+    let submit_routes = Router::new()
+        .route("/statements", post(statements::submit))
+        .layer(
+            ServiceBuilder::new()
+                .layer(transport::compression(min))
+                .layer(settle())
+                .layer(backstop(
+                    query_backstop
+                        + Duration::from_millis(state.config.statements.max_statement_wait_ms),
+                ))
+                .layer(shed_beyond(shed)),
+        );
+    let query_routes = Router::new()
+        .route(
             "/query",
             post(query::query)
                 .get(query::query_by_url)
                 .head(query::query_by_url_head),
-        ),
-        shed,
-    )
-    .layer(TimeoutLayer::with_status_code(
-        axum::http::StatusCode::GATEWAY_TIMEOUT,
-        query_backstop,
-    ));
+        )
+        .layer(
+            ServiceBuilder::new()
+                .layer(transport::compression(min))
+                .layer(settle())
+                .layer(backstop(query_backstop))
+                .layer(shed_beyond(shed)),
+        );
     // Listing and cancelling: cheap, never queued behind queries.
     let queries_routes = Router::new()
         .route("/queries", get(queries::list))
@@ -203,30 +216,30 @@ pub fn router(state: AppState) -> Router {
         // The guard's allow-list, from memory: no pooled connection.
         .route("/catalog/functions", get(catalog::functions));
     // Browsing runs on a pooled connection: bounded like queries.
-    let catalog_routes = shed_beyond(
-        Router::new()
-            .route("/catalog", get(catalog::list))
-            .route("/catalog/{database}/{schema}/{table}", get(catalog::table)),
-        shed,
-    )
-    .layer(TimeoutLayer::with_status_code(
-        axum::http::StatusCode::GATEWAY_TIMEOUT,
-        query_backstop,
-    ));
+    let catalog_routes = Router::new()
+        .route("/catalog", get(catalog::list))
+        .route("/catalog/{database}/{schema}/{table}", get(catalog::table))
+        .layer(
+            ServiceBuilder::new()
+                .layer(transport::compression(min))
+                .layer(backstop(query_backstop))
+                .layer(shed_beyond(shed)),
+        );
     // Result pages stream from the spool: bounded like queries.
-    let page_routes = shed_beyond(
-        Router::new().route("/statements/{id}/result", get(statements::result)),
-        shed,
-    );
+    let page_routes = Router::new()
+        .route("/statements/{id}/result", get(statements::result))
+        .layer(
+            ServiceBuilder::new()
+                .layer(transport::compression(min))
+                .layer(settle())
+                .layer(shed_beyond(shed)),
+        );
     let admin_routes = Router::new()
         .route("/admin/secrets", get(admin::list))
         .route("/admin/secrets/rotate", post(admin::rotate))
         .route("/admin/reload", post(admin::reload))
         .route("/admin/pool", get(admin::pool))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::GATEWAY_TIMEOUT,
-            Duration::from_secs(60),
-        ));
+        .layer(backstop(Duration::from_secs(60)));
     // Probes and docs: no limits that could queue them behind queries.
     // Health answers are never compressed (a probe must cost nothing, and
     // they are a few hundred bytes); /metrics and the docs are, when asked
@@ -238,26 +251,28 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::docs_router())
         .merge(ui::console_router(state.config.server.ui));
 
-    // Results: small streamed answers are read whole first (they then go
-    // out uncompressed, with a length), every format is compressed by
-    // Accept-Encoding.
-    let min = state.config.server.compression_min_bytes;
-    let results = |routes: Router<AppState>| {
-        routes
-            .layer(axum::middleware::from_fn_with_state(
-                min,
-                transport::settle_small,
-            ))
-            .layer(transport::compression(min))
+    let site = site::SiteRules {
+        // A reload never switches between anonymous and token access.
+        anonymous: state.tokens.load().anonymous,
+        allowed_hosts: state
+            .config
+            .server
+            .allowed_hosts
+            .iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect(),
+        listen_ip: Some(state.config.server.listen.ip()).filter(|ip| !ip.is_unspecified()),
+        cors_origins: state.config.server.cors_origins.clone(),
     };
     let cors = transport::Cors::from_config(&state.config.server);
 
     let router = Router::new()
-        .merge(results(query_routes))
-        .merge(results(submit_routes))
+        .merge(query_routes)
+        .merge(submit_routes)
         .merge(queries_routes.layer(transport::compression(min)))
-        .merge(results(page_routes))
-        .merge(catalog_routes.layer(transport::compression(min)))
+        .merge(page_routes)
+        .merge(catalog_routes)
         .merge(admin_routes)
         .merge(probe_routes)
         .merge(docs_routes.layer(transport::compression(min)))
@@ -276,11 +291,9 @@ pub fn router(state: AppState) -> Router {
             );
             response
         })
-        // The query handler reads its body with its own limit.
-        .layer(DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn(metrics::track))
         .layer(
             ServiceBuilder::new()
+                .layer(axum::middleware::from_fn_with_state(site, site::guard))
                 .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION]))
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(
@@ -327,24 +340,12 @@ pub fn router(state: AppState) -> Router {
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal("a handler panicked".into()).into_response()
-                })),
+                }))
+                .layer(axum::middleware::from_fn(metrics::track))
+                // The query handler reads its body with its own limit.
+                .layer(DefaultBodyLimit::disable()),
         )
         .with_state(state.clone());
-    let site = site::SiteRules {
-        // A reload never switches between anonymous and token access.
-        anonymous: state.tokens.load().anonymous,
-        allowed_hosts: state
-            .config
-            .server
-            .allowed_hosts
-            .iter()
-            .map(|h| h.trim().to_ascii_lowercase())
-            .filter(|h| !h.is_empty())
-            .collect(),
-        listen_ip: Some(state.config.server.listen.ip()).filter(|ip| !ip.is_unspecified()),
-        cors_origins: state.config.server.cors_origins.clone(),
-    };
-    let router = router.layer(axum::middleware::from_fn_with_state(site, site::guard));
     // Outermost: a preflight is answered before anything else looks at it.
     match cors {
         Some(cors) => router.layer(axum::middleware::from_fn_with_state(cors, transport::cors)),

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use crate::api::auth::QueryAuth;
@@ -20,14 +20,16 @@ use crate::engine::execute::{OutputBody, RunLimits};
 use crate::engine::queries::{Outcome, Registration};
 use crate::engine::{execute, QueryJob};
 
+// Names, not strings: a name made from a string is allocated per answer.
+
 /// Header naming the statement kind the guard saw.
-pub const STATEMENT_HEADER: &str = "duckgate-statement";
+pub const STATEMENT_HEADER: HeaderName = HeaderName::from_static("duckgate-statement");
 /// Header carrying the credential epoch the query ran under.
-pub const EPOCH_HEADER: &str = "duckgate-credential-epoch";
+pub const EPOCH_HEADER: HeaderName = HeaderName::from_static("duckgate-credential-epoch");
 /// The query's id: the client's, or one the gateway made.
-pub const QUERY_ID_HEADER: &str = "duckgate-query-id";
+pub const QUERY_ID_HEADER: HeaderName = HeaderName::from_static("duckgate-query-id");
 /// Header present when the query was retried after a credential refresh.
-pub const RETRIED_HEADER: &str = "duckgate-retried";
+pub const RETRIED_HEADER: HeaderName = HeaderName::from_static("duckgate-retried");
 
 // The OpenAPI schemas of `encode::Column` and `encode::Format` (encoding
 // knows nothing of HTTP or OpenAPI).
@@ -132,10 +134,12 @@ pub async fn query(
     State(state): State<AppState>,
     auth: QueryAuth,
     options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
-    headers: HeaderMap,
-    body: Body,
+    // The request rather than `HeaderMap` and `Body`: its headers are
+    // taken, not copied.
+    request: axum::extract::Request,
 ) -> Response {
-    answer(state, auth, headers, Source::Body(options, body)).await
+    let (parts, body) = request.into_parts();
+    answer(state, auth, parts.headers, Source::Body(options, body)).await
 }
 
 /// Runs one read-only SQL statement given in the URL: a result that tools

@@ -375,7 +375,12 @@ pub fn valid_id(id: &str) -> bool {
 fn sql_hash(sql: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(sql.as_bytes());
-    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    let mut hex = String::with_capacity(16);
+    for b in digest.iter().take(8) {
+        use std::fmt::Write as _;
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 /// A query's place in the registry: dropping it removes the query and

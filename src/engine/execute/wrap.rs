@@ -24,25 +24,29 @@ pub(super) fn wrap_columns(
     if result.names.is_empty() || result.types.len() != result.names.len() {
         return None;
     }
-    let mut changed = false;
-    let columns: Vec<String> = result
+    let exprs: Vec<Option<String>> = result
         .types
         .iter()
+        .enumerate()
+        .map(|(i, t)| expr(i, t))
+        .collect();
+    // Most results need no wrapper: nothing more is built for them.
+    if !always && exprs.iter().all(Option::is_none) {
+        return None;
+    }
+    let columns: Vec<String> = exprs
+        .into_iter()
         .zip(&result.names)
         .enumerate()
-        .map(|(i, (t, name))| {
-            let e = expr(i, t);
-            changed |= e.is_some();
+        .map(|(i, (e, name))| {
             let e = e.unwrap_or_else(|| format!("#{}", i + 1));
             format!("{e} AS \"{}\"", name.replace('"', "\"\""))
         })
         .collect();
-    (always || changed).then(|| {
-        format!(
-            "SELECT {} FROM (\n{inner}\n) AS duckgate_wrapped",
-            columns.join(", ")
-        )
-    })
+    Some(format!(
+        "SELECT {} FROM (\n{inner}\n) AS duckgate_wrapped",
+        columns.join(", ")
+    ))
 }
 
 /// CSV: DuckDB renders every column as its VARCHAR text (what its COPY ...

@@ -8,7 +8,6 @@ use std::time::{Instant, SystemTime};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
@@ -296,17 +295,82 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::gauge!("duckgate_spool_bytes").set(0.0);
 }
 
-/// Records requests by route and status, and their duration.
-pub async fn track(req: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let method = req.method().clone();
-    let response = next.run(req).await;
-    let route = route.as_ref().map_or("unmatched", |p| p.as_str());
-    let (requests, duration) = http_handles(route, &method, response.status().as_u16());
-    requests.increment(1);
-    duration.record(started.elapsed().as_secs_f64());
-    response
+/// Records requests by route and status, and their duration: a plain
+/// layer rather than `from_fn`, which boxes the rest of the stack and its
+/// future for every request.
+#[derive(Clone, Copy, Default)]
+pub struct TrackLayer;
+
+impl<S> tower::Layer<S> for TrackLayer {
+    type Service = Track<S>;
+
+    fn layer(&self, inner: S) -> Track<S> {
+        Track { inner }
+    }
+}
+
+/// See [`TrackLayer`].
+#[derive(Clone)]
+pub struct Track<S> {
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for Track<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Tracked<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        Tracked {
+            started: Instant::now(),
+            route: req.extensions().get::<MatchedPath>().cloned(),
+            method: req.method().clone(),
+            inner: self.inner.call(req),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request's answer, recorded when it is ready.
+    pub struct Tracked<F> {
+        #[pin]
+        inner: F,
+        started: Instant,
+        route: Option<MatchedPath>,
+        method: axum::http::Method,
+    }
+}
+
+impl<F, E> std::future::Future for Tracked<F>
+where
+    F: std::future::Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.inner.poll(cx));
+        if let Ok(response) = &out {
+            let route = this.route.as_ref().map_or("unmatched", |p| p.as_str());
+            let (requests, duration) = http_handles(route, this.method, response.status().as_u16());
+            requests.increment(1);
+            duration.record(this.started.elapsed().as_secs_f64());
+        }
+        std::task::Poll::Ready(out)
+    }
 }
 
 /// The request counter and duration histogram of a route, method and

@@ -293,7 +293,7 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(
             ServiceBuilder::new()
-                .layer(axum::middleware::from_fn_with_state(site, site::guard))
+                .layer(site::SiteLayer::new(site))
                 .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION]))
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(
@@ -341,7 +341,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal("a handler panicked".into()).into_response()
                 }))
-                .layer(axum::middleware::from_fn(metrics::track))
+                .layer(metrics::TrackLayer)
                 // The query handler reads its body with its own limit.
                 .layer(DefaultBodyLimit::disable()),
         )

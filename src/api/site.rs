@@ -19,9 +19,10 @@
 
 use std::net::IpAddr;
 
-use axum::extract::{Request, State};
+use std::sync::Arc;
+
+use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::api::error::ApiError;
@@ -83,69 +84,144 @@ fn strip_port(host: &str) -> &str {
 pub(crate) fn acts(path: &str) -> bool {
     ["/query", "/statements", "/queries", "/catalog", "/admin"]
         .iter()
-        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+        .any(|p| {
+            path.strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
 }
 
 /// The paths the rules never check: the probes (an orchestrator's probe
 /// names the pod's address as its Host).
 pub const UNCHECKED_PATHS: [&str; 2] = ["/healthz", "/readyz"];
 
-/// The middleware.
-pub async fn guard(State(rules): State<SiteRules>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    if UNCHECKED_PATHS.contains(&path) {
-        return next.run(req).await;
+impl SiteRules {
+    /// The answer refusing `req`, or `None` to serve it.
+    fn refusal(&self, req: &Request) -> Option<Response> {
+        let path = req.uri().path();
+        if UNCHECKED_PATHS.contains(&path) {
+            return None;
+        }
+        let headers = req.headers();
+        let authority = req.uri().authority().map(|a| a.as_str());
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or(authority)
+            .unwrap_or_default();
+        if self.check_host() && !self.host_allowed(host) {
+            return Some(
+                ApiError::Forbidden {
+                    slug: "host-not-allowed",
+                    title: "Host not allowed",
+                    detail: format!(
+                        "this gateway answers loopback names, its listen address and DUCKGATE_ALLOWED_HOSTS; not {:?}",
+                        strip_port(host)
+                    ),
+                }
+                .into_response(),
+            );
+        }
+        // A preflight runs nothing; CORS (or its absence) answers it.
+        if self.anonymous && acts(path) && req.method() != axum::http::Method::OPTIONS {
+            let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+            let fetch_site = headers
+                .get("sec-fetch-site")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            let listed = origin.is_some_and(|o| {
+                self.cors_origins
+                    .iter()
+                    .any(|c| c == "*" || c.eq_ignore_ascii_case(o))
+            });
+            let own = origin.is_some_and(|o| {
+                o.eq_ignore_ascii_case(&format!("http://{host}"))
+                    || o.eq_ignore_ascii_case(&format!("https://{host}"))
+            });
+            let foreign =
+                matches!(fetch_site, "cross-site" | "same-site") || (origin.is_some() && !own);
+            if foreign && !listed {
+                return Some(
+                    ApiError::Forbidden {
+                        slug: "cross-site-request",
+                        title: "Cross-site request refused",
+                        detail: "this gateway serves anonymous queries, which a web page of another site \
+                                 may not send; set DUCKGATE_QUERY_TOKENS, or DUCKGATE_CORS_ORIGINS for that \
+                                 site"
+                            .into(),
+                    }
+                    .into_response(),
+                );
+            }
+        }
+        None
     }
-    let headers = req.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()))
-        .unwrap_or_default();
-    if rules.check_host() && !rules.host_allowed(&host) {
-        return ApiError::Forbidden {
-            slug: "host-not-allowed",
-            title: "Host not allowed",
-            detail: format!(
-                "this gateway answers loopback names, its listen address and DUCKGATE_ALLOWED_HOSTS; not {:?}",
-                strip_port(&host)
+}
+
+/// The guard, in front of everything else: a plain layer rather than
+/// `from_fn`, which boxes the rest of the stack and its future for every
+/// request.
+#[derive(Clone)]
+pub struct SiteLayer(Arc<SiteRules>);
+
+impl SiteLayer {
+    /// The guard of `rules`.
+    pub fn new(rules: SiteRules) -> Self {
+        Self(Arc::new(rules))
+    }
+}
+
+impl<S> tower::Layer<S> for SiteLayer {
+    type Service = Site<S>;
+
+    fn layer(&self, inner: S) -> Site<S> {
+        Site {
+            rules: self.0.clone(),
+            inner,
+        }
+    }
+}
+
+/// See [`SiteLayer`].
+#[derive(Clone)]
+pub struct Site<S> {
+    rules: Arc<SiteRules>,
+    inner: S,
+}
+
+/// An answer of the layers behind the guard, as the router's answer.
+type Answered<B> = fn(axum::http::Response<B>) -> Response;
+
+impl<S, B> tower::Service<Request> for Site<S>
+where
+    S: tower::Service<Request, Response = axum::http::Response<B>>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = futures::future::Either<
+        std::future::Ready<Result<Response, S::Error>>,
+        futures::future::MapOk<S::Future, Answered<B>>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        use futures::TryFutureExt as _;
+        match self.rules.refusal(&req) {
+            Some(refused) => futures::future::Either::Left(std::future::ready(Ok(refused))),
+            None => futures::future::Either::Right(
+                self.inner
+                    .call(req)
+                    .map_ok(IntoResponse::into_response as Answered<B>),
             ),
         }
-        .into_response();
     }
-    // A preflight runs nothing; CORS (or its absence) answers it.
-    if rules.anonymous && acts(path) && req.method() != axum::http::Method::OPTIONS {
-        let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
-        let fetch_site = headers
-            .get("sec-fetch-site")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let listed = origin.is_some_and(|o| {
-            rules
-                .cors_origins
-                .iter()
-                .any(|c| c == "*" || c.eq_ignore_ascii_case(o))
-        });
-        let own = origin.is_some_and(|o| {
-            o.eq_ignore_ascii_case(&format!("http://{host}"))
-                || o.eq_ignore_ascii_case(&format!("https://{host}"))
-        });
-        let foreign =
-            matches!(fetch_site, "cross-site" | "same-site") || (origin.is_some() && !own);
-        if foreign && !listed {
-            return ApiError::Forbidden {
-                slug: "cross-site-request",
-                title: "Cross-site request refused",
-                detail: "this gateway serves anonymous queries, which a web page of another site \
-                         may not send; set DUCKGATE_QUERY_TOKENS, or DUCKGATE_CORS_ORIGINS for that \
-                         site"
-                    .into(),
-            }
-            .into_response();
-        }
-    }
-    next.run(req).await
 }
 
 #[cfg(test)]

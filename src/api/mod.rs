@@ -176,7 +176,7 @@ pub fn router(state: AppState) -> Router {
     // Results: small streamed answers are read whole first (they then go
     // out uncompressed, with a length), every format is compressed by
     // Accept-Encoding.
-    let settle = || axum::middleware::from_fn_with_state(min, transport::settle_small);
+    let settle = || transport::SettleSmallLayer { min_bytes: min };
     let submit_routes = Router::new()
         .route("/statements", post(statements::submit))
         .layer(

@@ -59,13 +59,100 @@ pub fn compression(min_bytes: u16) -> CompressionLayer<Compressible> {
 /// batch at once and their end as soon as DuckDB has it, so only a result
 /// whose first rows are smaller than `min_bytes` and whose next rows come
 /// slowly starts a little later than it would have.
-pub async fn settle_small(State(min_bytes): State<u16>, req: Request, next: Next) -> Response {
-    // A HEAD answer has no body to measure, and must not get a length of 0.
-    let head = req.method() == Method::HEAD;
-    let response = next.run(req).await;
-    if head || response.body().size_hint().exact().is_some() {
-        return response;
+///
+/// A plain layer rather than `from_fn`, which boxes the rest of the stack
+/// and its future for every request: an answer of known length (a query
+/// over when its answer began) passes at no cost.
+#[derive(Clone, Copy)]
+pub struct SettleSmallLayer {
+    /// The read-ahead, in bytes: `DUCKGATE_COMPRESSION_MIN_BYTES`.
+    pub min_bytes: u16,
+}
+
+impl<S> tower::Layer<S> for SettleSmallLayer {
+    type Service = SettleSmall<S>;
+
+    fn layer(&self, inner: S) -> SettleSmall<S> {
+        SettleSmall {
+            inner,
+            min_bytes: self.min_bytes,
+        }
     }
+}
+
+/// See [`SettleSmallLayer`].
+#[derive(Clone)]
+pub struct SettleSmall<S> {
+    inner: S,
+    min_bytes: u16,
+}
+
+impl<S> tower::Service<Request> for SettleSmall<S>
+where
+    S: tower::Service<Request, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Settling<S::Future>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request) -> Self::Future {
+        // A HEAD answer has no body to measure, and must not get a length of 0.
+        let head = req.method() == Method::HEAD;
+        Settling {
+            inner: self.inner.call(req),
+            min_bytes: self.min_bytes,
+            head,
+            read: None,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer behind [`SettleSmall`], then its read-ahead if it streams.
+    pub struct Settling<F> {
+        #[pin]
+        inner: F,
+        min_bytes: u16,
+        head: bool,
+        // Once the answer is in (and streams): the inner future is done.
+        read: Option<futures::future::BoxFuture<'static, Response>>,
+    }
+}
+
+impl<F, E> std::future::Future for Settling<F>
+where
+    F: std::future::Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let this = self.project();
+        if let Some(read) = this.read {
+            return read.as_mut().poll(cx).map(Ok);
+        }
+        let response = std::task::ready!(this.inner.poll(cx))?;
+        if *this.head || response.body().size_hint().exact().is_some() {
+            return std::task::Poll::Ready(Ok(response));
+        }
+        let mut read = Box::pin(read_ahead(response, *this.min_bytes));
+        let polled = read.as_mut().poll(cx).map(Ok);
+        *this.read = Some(read);
+        polled
+    }
+}
+
+/// [`SettleSmallLayer`]'s read-ahead of a streamed answer.
+async fn read_ahead(response: Response, min_bytes: u16) -> Response {
     let (parts, body) = response.into_parts();
     let mut stream = body.into_data_stream();
     let mut read: Vec<Bytes> = Vec::new();

@@ -422,3 +422,62 @@ async fn next_chunk(mut st: BodyState) -> Option<(Result<Bytes, std::io::Error>,
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+
+    fn control(complete: bool) -> QueryControl {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        let control = QueryControl::new(conn.interrupt_handle());
+        control.complete.store(complete, Ordering::SeqCst);
+        control
+    }
+
+    /// A channel holding `msgs`, its sender gone unless `running`.
+    fn queued(msgs: Vec<Msg>, running: bool) -> (mpsc::Receiver<Msg>, Option<mpsc::Sender<Msg>>) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+        for m in msgs {
+            assert!(tx.try_send(m).is_ok());
+        }
+        (rx, running.then_some(tx))
+    }
+
+    fn data(s: &'static str) -> Msg {
+        Msg::Data(Bytes::from_static(s.as_bytes()))
+    }
+
+    #[test]
+    fn only_an_answer_queued_in_full_that_ended_well_goes_out_whole() {
+        let first = || Bytes::from_static(b"a");
+        // Over, all of it queued, no error: one piece, in order.
+        let (mut rx, _) = queued(vec![data("b"), data("c")], false);
+        let all = whole(&mut rx, &control(true), first()).ok();
+        assert_eq!(all.as_deref(), Some(&b"abc"[..]));
+
+        // Still running: it streams, nothing more taken.
+        let (mut rx, _tx) = queued(vec![data("b")], true);
+        let rest = whole(&mut rx, &control(false), first()).err().unwrap();
+        assert_eq!(rest.len(), 1);
+        assert!(matches!(rx.try_recv(), Ok(Msg::Data(_))));
+
+        // Ended in an error after the body began: it streams, and what was
+        // taken comes first, in order, the abort last.
+        let (mut rx, _) = queued(vec![data("b"), Msg::Abort("late".into())], false);
+        let rest = whole(&mut rx, &control(true), first()).err().unwrap();
+        assert_eq!(rest.len(), 3);
+        assert!(matches!(rest.back(), Some(Msg::Abort(r)) if r == "late"));
+
+        // The worker stopped before its end (nothing says it is complete),
+        // or recorded an error it could not queue: it streams, and the body
+        // reports the ending.
+        let (mut rx, _) = queued(vec![data("b")], false);
+        assert!(whole(&mut rx, &control(false), first()).is_err());
+        let failed = control(true);
+        *failed.error.lock().unwrap() = Some(QueryError::Cancelled);
+        let (mut rx, _) = queued(vec![data("b")], false);
+        assert!(whole(&mut rx, &failed, first()).is_err());
+    }
+}

@@ -153,8 +153,6 @@ pub fn router(state: AppState) -> Router {
             + state.config.engine.acquire_timeout_ms
             + 5_000,
     );
-    // Submissions wait up to `wait_ms` inside the handler: a limit of
-    // their own, so waiting submissions never take `/query`'s slots.
     let shed = limits.max_concurrent_requests as usize;
     let min = state.config.server.compression_min_bytes;
     // Each group's layers are one stack, added once: every `Router::layer`
@@ -177,6 +175,8 @@ pub fn router(state: AppState) -> Router {
     // out uncompressed, with a length), every format is compressed by
     // Accept-Encoding.
     let settle = || transport::SettleSmallLayer { min_bytes: min };
+    // Submissions wait up to `wait_ms` inside the handler: a limit of
+    // their own, so waiting submissions never take `/query`'s slots.
     let submit_routes = Router::new()
         .route("/statements", post(statements::submit))
         .layer(

@@ -18,7 +18,6 @@
 //! CORS refuses, so the token is the wall. The probes are never checked.
 
 use std::net::IpAddr;
-
 use std::sync::Arc;
 
 use axum::extract::Request;

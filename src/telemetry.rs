@@ -103,15 +103,12 @@ pub fn turn<R>(poll: impl FnOnce() -> R) -> R {
                 t.set(t.get() - 1);
                 t.get()
             });
+            // Out of every turn: a line that asks for another now gets it
+            // at once.
             if depth == 0 {
-                loop {
-                    let waiting = AFTER_TURN.with(|q| std::mem::take(&mut *q.borrow_mut()));
-                    if waiting.is_empty() {
-                        break;
-                    }
-                    for lines in waiting {
-                        lines();
-                    }
+                let waiting = AFTER_TURN.with(|q| std::mem::take(&mut *q.borrow_mut()));
+                for lines in waiting {
+                    lines();
                 }
             }
         }

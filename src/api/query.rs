@@ -421,11 +421,7 @@ impl Whole {
             r.running
                 .bytes
                 .fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
-            r.running.set_outcome(Outcome {
-                status: 200,
-                kind: "ok".into(),
-                error_class: None,
-            });
+            r.running.set_outcome(Outcome::ok());
         }
     }
 }
@@ -503,11 +499,7 @@ impl futures::Stream for Tracked {
                     kind: "failed-while-streaming".into(),
                     error_class: None,
                 }),
-                Poll::Ready(None) => running.set_outcome(Outcome {
-                    status: 200,
-                    kind: "ok".into(),
-                    error_class: None,
-                }),
+                Poll::Ready(None) => running.set_outcome(Outcome::ok()),
                 Poll::Pending => {}
             }
         }

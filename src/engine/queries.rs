@@ -90,6 +90,17 @@ pub struct Outcome {
     pub error_class: Option<String>,
 }
 
+impl Outcome {
+    /// A query answered in full.
+    pub fn ok() -> Self {
+        Self {
+            status: 200,
+            kind: "ok".into(),
+            error_class: None,
+        }
+    }
+}
+
 impl Running {
     /// Where the query is now.
     pub fn state(&self) -> QueryState {

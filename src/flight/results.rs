@@ -523,11 +523,7 @@ impl Reader {
             }
             None => {
                 if let Some(r) = self.registration.take() {
-                    r.running.set_outcome(Outcome {
-                        status: 200,
-                        kind: "ok".into(),
-                        error_class: None,
-                    });
+                    r.running.set_outcome(Outcome::ok());
                 }
                 Ok(None)
             }

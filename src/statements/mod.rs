@@ -420,11 +420,7 @@ impl Statements {
             };
             drop(writer);
             registration.running.set_outcome(match &error {
-                None => Outcome {
-                    status: 200,
-                    kind: "ok".into(),
-                    error_class: None,
-                },
+                None => Outcome::ok(),
                 Some(e) => crate::problems::outcome_of(e),
             });
             if let Some(r) = &result {

@@ -275,13 +275,15 @@ fn whole(
     control: &QueryControl,
     first: Bytes,
 ) -> Result<Bytes, VecDeque<Msg>> {
-    let mut queued = VecDeque::from([Msg::Data(first)]);
     // Only a worker that is gone has queued all it will.
     if !rx.is_closed() {
-        return Err(queued);
+        return Err(VecDeque::from([Msg::Data(first)]));
     }
+    let mut taken = VecDeque::new();
+    let mut data_only = true;
     while let Ok(m) = rx.try_recv() {
-        queued.push_back(m);
+        data_only &= matches!(m, Msg::Data(_));
+        taken.push_back(m);
     }
     let ended_well = control.complete.load(std::sync::atomic::Ordering::SeqCst)
         && control
@@ -289,21 +291,22 @@ fn whole(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_none();
-    if !ended_well {
-        return Err(queued);
+    if !(data_only && ended_well) {
+        taken.push_front(Msg::Data(first));
+        return Err(taken);
     }
-    let mut chunks = Vec::with_capacity(queued.len());
-    for m in &queued {
-        match m {
-            Msg::Data(b) => chunks.push(b.clone()),
-            _ => return Err(queued),
-        }
+    if taken.is_empty() {
+        return Ok(first);
     }
-    if let [one] = &chunks[..] {
-        return Ok(one.clone());
-    }
-    let mut all = Vec::with_capacity(chunks.iter().map(Bytes::len).sum());
-    for b in &chunks {
+    let data = || {
+        taken.iter().filter_map(|m| match m {
+            Msg::Data(b) => Some(b),
+            _ => None,
+        })
+    };
+    let mut all = Vec::with_capacity(first.len() + data().map(Bytes::len).sum::<usize>());
+    all.extend_from_slice(&first);
+    for b in data() {
         all.extend_from_slice(b);
     }
     Ok(Bytes::from(all))

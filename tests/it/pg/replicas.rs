@@ -679,11 +679,24 @@ async fn one_admin_call_reaches_every_replica() {
         .filter(|r| r["outcome"] == "ok")
         .count();
     assert_eq!(ok, 3, "{v}");
+    // Log lines reach stderr in batches (`telemetry::BatchedStderr`): the
+    // line is written before the replica answers, and read a moment later.
     for g in [&a, &b, &c] {
-        assert!(
-            g.log_text().contains("carrying out a command"),
-            "no command line in a replica's log"
-        );
+        eventually(
+            "command line in a replica's log",
+            Duration::from_secs(5),
+            || {
+                let seen = g.log_text().contains("carrying out a command");
+                async move {
+                    if seen {
+                        Ok(())
+                    } else {
+                        Err("not yet")
+                    }
+                }
+            },
+        )
+        .await;
     }
 }
 

@@ -8,8 +8,10 @@
 //! the catalog panel against `GET /catalog`, autocompletion against
 //! `/catalog` and `/catalog/functions`, result tabs, the cell viewer, the
 //! chart's axes and tooltip, the spinner where DuckDB has no estimate, and
-//! the history per token across sessions. Screenshots go to
-//! `docs/screenshots/`.
+//! the history per token across sessions. Screenshots go to the build's
+//! scratch directory (`CARGO_TARGET_TMPDIR/screenshots`), or to
+//! `docs/screenshots/` with `DUCKGATE_SCREENSHOTS=docs`: a test run leaves
+//! the tree as it found it.
 //!
 //! `scripts/test-env` installs Debian's `chromium` and `chromium-driver`
 //! where it may; where neither is found the browser test prints why and
@@ -268,7 +270,7 @@ impl Browser {
         let png = base64::engine::general_purpose::STANDARD
             .decode(v.as_str().unwrap())
             .unwrap();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
+        let dir = screenshot_dir();
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
@@ -1773,4 +1775,15 @@ async fn the_console_for_a_working_day() {
         .collect();
     assert!(severe.is_empty(), "console errors: {severe:?}");
     let _ = b.cmd("DELETE", "", json!({})).await;
+}
+
+/// Where screenshots go: `docs/screenshots/` when asked for
+/// (`DUCKGATE_SCREENSHOTS=docs`, to renew the docs' pictures), else the
+/// build's scratch directory.
+fn screenshot_dir() -> PathBuf {
+    if std::env::var("DUCKGATE_SCREENSHOTS").as_deref() == Ok("docs") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    }
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::cache::BoundedCache;
+use crate::engine::cache::{sha256_hex, BoundedCache};
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::access::RoleQuota;
 use crate::engine::pool::PoolError;
@@ -60,13 +60,7 @@ impl Classifier {
         if sql.len() <= CLASSIFIED_TEXT_BYTES {
             return (false, std::borrow::Cow::Borrowed(sql));
         }
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(sql.as_bytes());
-        let key = digest
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>();
-        (true, std::borrow::Cow::Owned(key))
+        (true, std::borrow::Cow::Owned(sha256_hex(sql, 32)))
     }
 
     fn cache(&mut self, long: bool) -> &mut BoundedCache<bool> {

@@ -54,9 +54,35 @@ impl<V> BoundedCache<V> {
     }
 }
 
+/// The first `bytes` bytes of `text`'s SHA-256, in lowercase hex: a short
+/// key for a long text, or a correlation that shows nothing of it.
+pub fn sha256_hex(text: &str, bytes: usize) -> String {
+    use sha2::Digest;
+    use std::fmt::Write as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let mut hex = String::with_capacity(2 * bytes);
+    for b in digest.iter().take(bytes) {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
+}
+
 #[cfg(test)]
 mod tests {
-    use super::BoundedCache;
+    use super::{sha256_hex, BoundedCache};
+
+    /// DuckDB's own `sha256` is the reference, whole and cut short.
+    #[test]
+    fn the_digest_is_duckdbs_sha256_cut_to_its_bytes() {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        for text in ["", "SELECT 42", "SELECT 'é' || repeat('x', 5000)"] {
+            let duckdb: String = conn
+                .query_row("SELECT sha256(?)", [text], |r| r.get(0))
+                .unwrap();
+            assert_eq!(sha256_hex(text, 32), duckdb);
+            assert_eq!(sha256_hex(text, 8), duckdb[..16]);
+        }
+    }
 
     #[test]
     fn a_full_cache_empties_for_a_new_key_only() {

@@ -308,7 +308,7 @@ impl Registry {
             api,
             sql: sql[..cut].to_string(),
             sql_len: sql.len(),
-            sql_hash: sql_hash(sql),
+            sql_hash: crate::engine::cache::sha256_hex(sql, 8),
             kind: OnceLock::new(),
             started_at: SystemTime::now(),
             instance: uuid::Uuid::new_v4().simple().to_string()[..16].to_string(),
@@ -381,17 +381,6 @@ pub fn valid_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
-fn sql_hash(sql: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(sql.as_bytes());
-    let mut hex = String::with_capacity(16);
-    for b in digest.iter().take(8) {
-        use std::fmt::Write as _;
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
 }
 
 /// A query's place in the registry: dropping it removes the query and

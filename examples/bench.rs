@@ -1046,6 +1046,7 @@ fn bench_guard(opts: &Opts, table: &mut Table) -> Result<()> {
                 client_schema: None,
                 writable: Vec::new(),
                 access: None,
+                confined_plans: false,
             };
             let mut out = Vec::new();
             for (label, sql) in cases {

@@ -40,8 +40,8 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::auth::Tokens;
 use crate::config::{Config, ConfigError};
+use crate::identity::tokens::Tokens;
 
 /// A multi-threaded tokio runtime whose threads (workers, which run short
 /// queries inline, and blocking threads, which run the rest and the guard)
@@ -60,9 +60,9 @@ pub fn runtime_builder() -> tokio::runtime::Builder {
 
 /// Checks the token settings against the listen address and reads the
 /// tokens, their files included (read again by a reload; see
-/// [`api::auth::reload`]).
+/// [`identity::directory`]).
 pub fn load_tokens(config: &Config, addr: SocketAddr) -> Result<Tokens, ConfigError> {
-    api::auth::load(&config.auth, addr)
+    identity::tokens::load(&config.auth, addr)
 }
 
 /// The registry of running queries, with the audit file if one is set.

@@ -23,12 +23,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::auth::Tokens;
 use crate::api::{self, AppState};
 use crate::config::{self, Config, ConfigError, Resolved};
 use crate::credentials::Rotator;
 use crate::engine::{self, catalogs::Catalog, Engine};
+use crate::identity::directory::{self, Directory};
 use crate::identity::oidc::Verifier;
+use crate::identity::Authenticator;
 use crate::state::Health;
 use crate::statements::{self, Statements};
 
@@ -44,7 +45,8 @@ pub(crate) async fn serve_until(
         .local_addr()
         .context("reading the listen address")?;
     let plan = config.resolve()?;
-    let tokens = api::auth::load(&plan.config.auth, addr)?;
+    let reload = reload_sources(&plan, addr)?;
+    let directory = Directory::read(&reload, plan.roles.clone())?;
     api::metrics::register_zeroes(
         &plan
             .secrets
@@ -54,26 +56,28 @@ pub(crate) async fn serve_until(
     );
     let health = Arc::new(Health::new(Engine::duckdb_version()));
     let oidc = open_identities(&plan, &health).await?;
-    let parties = parties(&tokens, oidc.is_some());
+    let parties = crate::identity::parties(&directory.tokens, oidc.is_some());
     let engine = open_engine(&plan, &health, parties).await?;
     let rotator = install_credentials(&plan, &engine, &health).await?;
     let catalogs = attach_and_lock_down(&plan, &engine, &rotator).await?;
-    let roles = open_roles(&plan, &engine, &catalogs).await?;
+    open_roles(&plan, &engine, &catalogs, &directory).await?;
     let statements = open_statements(&plan, &engine, &rotator, &health, parties).await?;
     let config = plan.config;
     let state = AppState::new(api::Shared {
         engine: engine.clone(),
         health: health.clone(),
         rotator: rotator.clone(),
-        tokens: Arc::new(arc_swap::ArcSwap::from_pointee(tokens)),
-        oidc,
+        identities: Arc::new(Authenticator::new(
+            Arc::new(arc_swap::ArcSwap::from_pointee(directory)),
+            oidc,
+        )),
+        reload,
         queries: Arc::new(crate::audit_registry(&config)?),
         config,
         metrics,
         shutdown: CancellationToken::new(),
         statements,
         catalogs: Arc::new(catalogs),
-        roles,
         addr,
     });
     let flight = open_flight(&state).await?;
@@ -89,19 +93,6 @@ async fn open_flight(state: &AppState) -> anyhow::Result<Option<crate::flight::L
             crate::flight::Listener::start(state.clone(), addr).await?,
         )),
         None => Ok(None),
-    }
-}
-
-/// How many parties the fair shares of the pool and of the statements
-/// divide among: the query tokens and, with OIDC on, its identities as one
-/// more, and then at least two: they are many, and no one identity may take
-/// the whole pool.
-fn parties(tokens: &Tokens, oidc: bool) -> usize {
-    let n = tokens.query.len();
-    if oidc {
-        (n + 1).max(2)
-    } else {
-        n
     }
 }
 
@@ -229,50 +220,46 @@ async fn attach_and_lock_down(
     Ok(catalogs)
 }
 
+/// What a reload reads again: the token and key settings, the TOML file
+/// (its other sections as start-up read them, to tell a change that needs
+/// a restart), the named sources start-up creates.
+fn reload_sources(
+    plan: &Resolved,
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<directory::Sources> {
+    let file = plan
+        .config
+        .s3
+        .config_file
+        .as_deref()
+        .map(config::ConfigFile::read)
+        .transpose()?;
+    Ok(directory::Sources {
+        auth: plan.config.auth.clone(),
+        config_file: plan.config.s3.config_file.clone(),
+        fixed: directory::fixed_sections(file.as_ref())?,
+        sources: plan
+            .catalogs
+            .iter()
+            .flat_map(|c| c.sources.iter().cloned())
+            .collect(),
+        addr,
+    })
+}
+
 /// Step 4b: the roles of the TOML file, each grant checked against the
 /// catalog as attached: a grant that names nothing that exists stops
-/// start-up, naming it.
+/// start-up, naming it (a reload checks the same way).
 async fn open_roles(
     plan: &Resolved,
     engine: &Arc<Engine>,
     catalogs: &[Catalog],
-) -> anyhow::Result<Arc<crate::config::roles::Roles>> {
-    let sources: Vec<crate::config::sources::SourceSpec> = plan
-        .catalogs
-        .iter()
-        .flat_map(|c| c.sources.iter().cloned())
-        .collect();
-    let roles = crate::config::roles::Roles::new(&plan.roles, &sources)?;
-    if !roles.any() {
-        return Ok(Arc::new(roles));
+    directory: &Directory,
+) -> anyhow::Result<()> {
+    if !directory.roles.any() {
+        return Ok(());
     }
-    let (slot, lease) = engine
-        .pool
-        .acquire(None, None, false)
-        .await
-        .map_err(|e| anyhow::anyhow!("checking the roles' grants: {e:?}"))?;
-    let declared = catalogs.to_vec();
-    let roles = Arc::new(roles);
-    let checked = roles.clone();
-    tokio::task::spawn_blocking(move || {
-        let out = (|| {
-            let objects = engine::catalogs::objects(&slot.conn, &declared)
-                .context("reading the catalog to check the roles' grants")?;
-            checked.check_against(&objects)?;
-            // Each row filter and mask binds (DuckDB's binder, on the
-            // guard's connection, which runs nothing else meanwhile).
-            for (what, doc) in checked.policy_checks(&objects) {
-                engine::policy::check(&slot.raw, &doc).map_err(|e| {
-                    crate::config::ConfigError::new("DUCKGATE_CONFIG", format!("{what}: {e}"))
-                })?;
-            }
-            anyhow::Ok(())
-        })();
-        lease.release(slot);
-        out
-    })
-    .await
-    .context("checking the roles' grants")??;
+    directory::check_roles(engine, catalogs, &directory.roles).await?;
     for role in &plan.roles {
         for decision in ["allowed", "refused"] {
             metrics::counter!("duckgate_grant_decisions_total", "role" => role.name.clone(), "decision" => decision)
@@ -280,7 +267,7 @@ async fn open_roles(
         }
     }
     tracing::info!(roles = plan.roles.len(), "roles and grants checked");
-    Ok(roles)
+    Ok(())
 }
 
 /// Step 5: the state replicas share (if any), the spool (local, or S3 for
@@ -356,12 +343,7 @@ impl Tasks {
         let stop = CancellationToken::new();
         let mut handles = vec![
             tokio::spawn(state.rotator.clone().run(stop.clone())),
-            tokio::spawn(api::auth::watch(
-                state.tokens.clone(),
-                state.config.auth.clone(),
-                state.addr,
-                stop.clone(),
-            )),
+            tokio::spawn(api::admin::watch(state.clone(), stop.clone())),
             tokio::spawn(state.statements.clone().sweep(stop.clone())),
             tokio::spawn(engine::catalogs::watch(
                 state.engine.db.clone(),
@@ -370,7 +352,7 @@ impl Tasks {
                 stop.clone(),
             )),
         ];
-        if let Some(verifier) = state.oidc.clone() {
+        if let Some(verifier) = state.identities.oidc().cloned() {
             handles.push(tokio::spawn(verifier.run(stop.clone())));
         }
         if let Some(shared) = state.statements.shared.clone() {

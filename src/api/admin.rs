@@ -120,6 +120,12 @@ pub struct ReplicaAnswer {
 pub struct ReloadReport {
     /// What each replica answered: this one first.
     pub replicas: Vec<ReplicaAnswer>,
+    /// What the reload changed on this replica, one line each (tokens by
+    /// name, roles by name); empty when nothing changed or it was refused.
+    pub changed: Vec<String>,
+    /// Sections of the TOML file that changed but take effect only after a
+    /// restart (this replica keeps what it started with).
+    pub restart_required: Vec<String>,
 }
 
 /// How long a command asked of every replica waits for their answers.
@@ -143,19 +149,73 @@ pub async fn carry_out(state: &AppState, command: &str, argument: Option<&str>) 
                     .collect()
             }
         },
-        "reload" => {
-            if crate::api::auth::reload(
-                &state.tokens,
-                &state.config.auth,
-                state.addr,
-                "admin request",
-            ) {
-                Vec::new()
-            } else {
-                vec!["the reload failed and the previous tokens stay; the reason is in the replica's log".into()]
+        "reload" => match reload_here(state, "admin request").await {
+            Ok(_) => Vec::new(),
+            Err(e) => vec![format!(
+                "the reload was refused and the current tokens and roles stay: {e}"
+            )],
+        },
+        other => vec![format!("unknown command {other}")],
+    }
+}
+
+/// Reads the tokens, the URL key and the roles again and puts them in
+/// place whole (see [`crate::identity::directory`]): what changed, or why
+/// it was refused.
+pub async fn reload_here(
+    state: &AppState,
+    why: &'static str,
+) -> Result<crate::identity::directory::Changes, String> {
+    let engine = state.engine.clone();
+    let catalogs = state.catalogs.clone();
+    crate::identity::directory::reload(
+        state.identities.directory_cell(),
+        &state.reload,
+        why,
+        |roles| async move {
+            crate::identity::directory::check_roles(&engine, &catalogs, &roles).await
+        },
+    )
+    .await
+}
+
+/// Reloads on `SIGHUP` and when a token, key or TOML file changes
+/// (checked every 2 s: a Kubernetes Secret's or ConfigMap's volume is
+/// updated in place), until `stop`.
+pub async fn watch(state: AppState, stop: tokio_util::sync::CancellationToken) {
+    use crate::identity::directory::{stamps, watched};
+    let files = watched(&state.reload);
+    let mut last = stamps(&files);
+    #[cfg(unix)]
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(2));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        #[cfg(unix)]
+        let hup = async {
+            match hangup.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup = std::future::pending::<()>();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = hup => {
+                last = stamps(&files);
+                let _ = reload_here(&state, "SIGHUP").await;
+            }
+            _ = every.tick() => {
+                let now = stamps(&files);
+                if now != last {
+                    last = now;
+                    let _ = reload_here(&state, "file changed").await;
+                }
             }
         }
-        other => vec![format!("unknown command {other}")],
     }
 }
 
@@ -228,11 +288,13 @@ async fn everywhere(
     Ok(answers)
 }
 
-/// Reloads the query tokens, the admin token and the URL signing key on
-/// every replica, as SIGHUP does on one.
+/// Reloads the query tokens, the admin token, the URL signing key and the
+/// roles (`[[role]]` of the TOML file) on every replica, as SIGHUP does on
+/// one: all or nothing on each. The answer says what changed here, and
+/// which other sections of the TOML file changed but need a restart.
 #[utoipa::path(post, path = "/admin/reload", tag = "admin",
     responses(
-        (status = 200, description = "Each replica's answer; a failed reload keeps that replica's tokens", body = ReloadReport),
+        (status = 200, description = "Each replica's answer; a refused reload keeps that replica's tokens and roles", body = ReloadReport),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The shared state could not be reached", body = Problem, content_type = "application/problem+json")
@@ -242,9 +304,21 @@ pub async fn reload(
     State(state): State<AppState>,
     _auth: AdminAuth,
 ) -> Result<Json<ReloadReport>, ApiError> {
-    let here = carry_out(&state, "reload", None).await;
+    let (here, changes) = match reload_here(&state, "admin request").await {
+        Ok(changes) => (Vec::new(), changes),
+        Err(e) => (
+            vec![format!(
+                "the reload was refused and the current tokens and roles stay: {e}"
+            )],
+            Default::default(),
+        ),
+    };
     let replicas = everywhere(&state, "reload", None, here).await?;
-    Ok(Json(ReloadReport { replicas }))
+    Ok(Json(ReloadReport {
+        replicas,
+        changed: changes.changed,
+        restart_required: changes.restart_required,
+    }))
 }
 
 /// The query string of `POST /admin/secrets/rotate`.

@@ -9,11 +9,11 @@ use axum::extract::{Path, State};
 use axum::Json;
 use serde::Serialize;
 
-use crate::api::auth::QueryAuth;
 use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::engine::admission::AcquireError;
 use crate::engine::catalogs;
+use crate::identity::Identity;
 
 /// `GET /catalog`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -158,7 +158,7 @@ pub(crate) fn confine(
     security(("bearer" = []), ()))]
 pub async fn list(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
 ) -> Result<Json<CatalogList>, ApiError> {
     let declared = state.catalogs.clone();
     let mut databases = on_pooled(&state, &auth.name, move |conn| {
@@ -283,7 +283,7 @@ pub fn callable_functions(confined: bool) -> Vec<FunctionInfo> {
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
     ),
     security(("bearer" = []), ()))]
-pub async fn functions(auth: QueryAuth) -> Json<FunctionList> {
+pub async fn functions(auth: Identity) -> Json<FunctionList> {
     Json(FunctionList {
         functions: callable_functions(auth.access.is_some()),
     })
@@ -305,7 +305,7 @@ pub async fn functions(auth: QueryAuth) -> Json<FunctionList> {
     security(("bearer" = []), ()))]
 pub async fn table(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
     Path((database, schema, table)): Path<(String, String, String)>,
 ) -> Result<Json<TableDetail>, ApiError> {
     let declared = state.catalogs.clone();

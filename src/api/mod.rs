@@ -45,7 +45,6 @@ use crate::credentials::Rotator;
 use crate::engine::Engine;
 use crate::state::Health;
 
-use self::auth::Tokens;
 use self::error::ApiError;
 
 /// Shared state of every handler: one pointer, cloned for every request.
@@ -99,10 +98,11 @@ pub struct Shared {
     pub health: Arc<Health>,
     /// The credential lifecycle.
     pub rotator: Arc<Rotator>,
-    /// Who may call what; replaced whole by a reload ([`auth::reload`]).
-    pub tokens: Arc<arc_swap::ArcSwap<Tokens>>,
-    /// Checks bearer JWTs of the OIDC issuer, when one is configured.
-    pub oidc: Option<Arc<crate::identity::oidc::Verifier>>,
+    /// Who may call what (tokens, roles, OIDC, the URL key); its directory
+    /// is replaced whole by a reload ([`crate::identity::directory`]).
+    pub identities: Arc<crate::identity::Authenticator>,
+    /// What a reload reads again.
+    pub reload: crate::identity::directory::Sources,
     /// Every setting.
     pub config: Arc<Config>,
     /// Prometheus renderer.
@@ -115,10 +115,7 @@ pub struct Shared {
     pub statements: Arc<crate::statements::Statements>,
     /// The operator-declared catalogs attached at start.
     pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
-    /// The roles of the TOML file, by which callers are confined.
-    pub roles: Arc<crate::config::roles::Roles>,
-    /// The address the API listens on (a reload refuses short tokens
-    /// beyond loopback, as start-up does).
+    /// The address the API listens on.
     pub addr: std::net::SocketAddr,
 }
 
@@ -253,7 +250,7 @@ pub fn router(state: AppState) -> Router {
 
     let site = site::SiteRules {
         // A reload never switches between anonymous and token access.
-        anonymous: state.tokens.load().anonymous,
+        anonymous: state.identities.directory().tokens.anonymous,
         allowed_hosts: state
             .config
             .server

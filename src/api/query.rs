@@ -7,7 +7,6 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use crate::api::auth::QueryAuth;
 use crate::api::error::{ApiError, Problem};
 use crate::api::request::{
     id_error, query_id, read_request, read_url_request, QueryOptions, QueryRequest, RequestParts,
@@ -19,6 +18,7 @@ use crate::encode::Column;
 use crate::engine::execute::{OutputBody, RunLimits};
 use crate::engine::queries::{Outcome, Registration};
 use crate::engine::{execute, QueryJob};
+use crate::identity::Identity;
 
 // Names, not strings: a name made from a string is allocated per answer.
 
@@ -132,7 +132,7 @@ pub struct QueryResult {
     security(("bearer" = []), ()))]
 pub async fn query(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
     options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
     // The request rather than `HeaderMap` and `Body`: its headers are
     // taken, not copied.
@@ -183,7 +183,7 @@ pub async fn query(
     security(("bearer" = []), ()))]
 pub async fn query_by_url(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
     options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
@@ -209,7 +209,7 @@ pub async fn query_by_url(
     security(("bearer" = []), ()))]
 pub async fn query_by_url_head(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
     options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
@@ -246,7 +246,7 @@ enum Source {
 }
 
 /// Runs a `/query` request and answers it.
-async fn answer(state: AppState, auth: QueryAuth, headers: HeaderMap, source: Source) -> Response {
+async fn answer(state: AppState, auth: Identity, headers: HeaderMap, source: Source) -> Response {
     // The client's id, else a generated one: in the answer's header, every
     // problem, the request's log lines and the audit line.
     let id = match query_id(&headers) {
@@ -279,7 +279,7 @@ async fn answer(state: AppState, auth: QueryAuth, headers: HeaderMap, source: So
 #[allow(clippy::too_many_arguments)]
 async fn run_query(
     state: &AppState,
-    auth: &QueryAuth,
+    auth: &Identity,
     id: &str,
     registration: &mut Option<Registration>,
     source: Source,

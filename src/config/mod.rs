@@ -260,6 +260,19 @@ pub struct ServerConfig {
     )]
     pub test_control_stall_ms: u64,
 
+    /// Test hook: show confined callers the plans of what they read through
+    /// a row policy (refused otherwise), so the tests can see where the
+    /// policy's filters land (feature `test-hooks`).
+    #[cfg(feature = "test-hooks")]
+    #[arg(
+        long,
+        env = "DUCKGATE_TEST_SHOW_CONFINED_PLANS",
+        hide = true,
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub test_show_confined_plans: bool,
+
     /// Log format: `text` for people, `json` for log pipelines.
     #[arg(long, env = "DUCKGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

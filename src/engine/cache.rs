@@ -1,28 +1,33 @@
 //! A small bounded memo keyed by text, for what is cheap to compute again
 //! but worth remembering per connection or per pool (the guard's verdicts,
-//! CSV COPYs, S3 classifications): once full, the next new key empties it
-//! first, so its memory stays bounded whatever texts clients send.
+//! CSV COPYs, S3 classifications): least recently used first out, so one
+//! client's stream of new texts pushes out only what nobody used since,
+//! and its memory stays bounded whatever texts clients send.
 
-use std::collections::HashMap;
+use std::num::NonZeroUsize;
 
-/// A map of at most `capacity` texts, emptied when a new one would pass it.
+/// A map of at most `capacity` texts; a new one past it pushes out the
+/// least recently used.
 pub struct BoundedCache<V> {
-    map: HashMap<String, V>,
-    capacity: usize,
+    map: lru::LruCache<String, V>,
 }
 
 impl<V> BoundedCache<V> {
-    /// An empty cache of at most `capacity` entries.
+    /// An empty cache of at most `capacity` entries (at least one).
     pub fn new(capacity: usize) -> Self {
         BoundedCache {
-            map: HashMap::new(),
-            capacity,
+            map: lru::LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
         }
     }
 
-    /// The value remembered for `key`.
-    pub fn get(&self, key: &str) -> Option<&V> {
+    /// The value remembered for `key`, now the most recently used.
+    pub fn get(&mut self, key: &str) -> Option<&V> {
         self.map.get(key)
+    }
+
+    /// The value remembered for `key`, leaving the order as it is.
+    pub fn peek(&self, key: &str) -> Option<&V> {
+        self.map.peek(key)
     }
 
     /// The value remembered for `key`, to change it in place.
@@ -32,7 +37,7 @@ impl<V> BoundedCache<V> {
 
     /// Whether `key` is remembered.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.map.contains_key(key)
+        self.map.contains(key)
     }
 
     /// How many entries it holds.
@@ -45,12 +50,10 @@ impl<V> BoundedCache<V> {
         self.map.is_empty()
     }
 
-    /// Remembers `value` for `key`; a new key in a full cache empties it first.
+    /// Remembers `value` for `key`; a new key in a full cache pushes out
+    /// the least recently used.
     pub fn insert(&mut self, key: String, value: V) {
-        if self.map.len() >= self.capacity && !self.map.contains_key(&key) {
-            self.map.clear();
-        }
-        self.map.insert(key, value);
+        self.map.put(key, value);
     }
 }
 
@@ -85,16 +88,25 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_empties_for_a_new_key_only() {
+    fn a_full_cache_pushes_out_the_least_recently_used() {
         let mut c = BoundedCache::new(2);
         c.insert("a".into(), 1);
         c.insert("b".into(), 2);
         c.insert("b".into(), 3);
-        assert_eq!((c.len(), c.get("b")), (2, Some(&3)));
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.get("b"), Some(&3));
+        // `a` used last: `b` goes for `c`.
+        assert_eq!(c.get("a"), Some(&1));
         c.insert("c".into(), 4);
-        assert_eq!(c.len(), 1);
-        assert!(!c.contains_key("a") && c.contains_key("c"));
+        assert_eq!(c.len(), 2);
+        assert!(c.contains_key("a") && !c.contains_key("b") && c.contains_key("c"));
         *c.get_mut("c").unwrap() += 1;
-        assert_eq!(c.get("c"), Some(&5));
+        assert_eq!(c.peek("c"), Some(&5));
+        // One client's stream of new texts keeps what the others use.
+        for i in 0..1000 {
+            c.get("a");
+            c.insert(format!("new-{i}"), i);
+        }
+        assert!(c.contains_key("a"));
     }
 }

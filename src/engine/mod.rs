@@ -74,6 +74,8 @@ pub struct Engine {
     rules: std::sync::OnceLock<Arc<guard::Rules>>,
     /// Extensions loaded at start (`httpfs`, `icu`).
     pub extensions: Vec<&'static str>,
+    /// See [`guard::Rules::confined_plans`].
+    confined_plans: bool,
     /// The exclusive lock on the data directory, held for the process's life.
     _lock: std::fs::File,
 }
@@ -218,6 +220,10 @@ impl Engine {
             files_dir: dirs.files,
             rules: std::sync::OnceLock::new(),
             extensions,
+            #[cfg(feature = "test-hooks")]
+            confined_plans: config.server.test_show_confined_plans,
+            #[cfg(not(feature = "test-hooks"))]
+            confined_plans: false,
             _lock: dirs.lock,
         })
     }
@@ -236,10 +242,14 @@ impl Engine {
         let rules = self.rules();
         match access {
             None => rules,
-            Some(access) => Arc::new(guard::Rules {
-                access: Some(access),
-                ..(*rules).clone()
-            }),
+            Some(access) => {
+                let mut confined = (*rules).clone();
+                confined.access = Some(access);
+                // What it may read is what its grants say, not the
+                // gateway's layout: refusals name no server path.
+                confined.paths.redacted = true;
+                Arc::new(confined)
+            }
         }
     }
 
@@ -300,8 +310,10 @@ impl Engine {
                 s3: !scope.is_empty(),
                 s3_scope: scope,
                 s3_refused: s3_refused.to_vec(),
+                redacted: false,
             },
             access: None,
+            confined_plans: self.confined_plans,
         }));
         let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
         let mut allowed: Vec<String> = vec![files];

@@ -81,6 +81,8 @@
 #include "duckdb/planner/operator/logical_filter.hpp"
 #include "duckdb/planner/operator/logical_get.hpp"
 #include "duckdb/planner/operator/logical_comparison_join.hpp"
+#include "duckdb/execution/operator/join/join_filter_pushdown.hpp"
+#include "duckdb/planner/filter/dynamic_filter.hpp"
 #include "duckdb/planner/filter/conjunction_filter.hpp"
 #include "duckdb/planner/filter/constant_filter.hpp"
 #include "duckdb/planner/filter/null_filter.hpp"
@@ -159,16 +161,30 @@ struct ScanPolicy {
 	vector<std::pair<idx_t, unique_ptr<TableFilter>>> provable;
 };
 
+// A caller's claims by exact name and dotted path (`org.tenant`), and the
+// names that name two values (a claim literally named `org.tenant` beside
+// an object `org` holding `tenant`): a policy that reads one of those does
+// not apply, whichever the token lists first.
+struct Claims {
+	std::unordered_map<string, Value> values;
+	std::unordered_set<string> ambiguous;
+};
+
 struct PolicyState : public ClientContextState {
 	vector<TablePolicy> tables;
-	// The caller's claims, as DuckDB values, by name (and dotted path).
-	case_insensitive_map_t<Value> claims;
+	// The caller's claims, as DuckDB values, by their exact name (and
+	// dotted path): JSON names are case-sensitive, and `TENANT` is not the
+	// claim `tenant` a policy names.
+	Claims claims;
 	// Filters put into the plan being optimized, for the check after
 	// DuckDB's optimizers.
 	std::unordered_set<LogicalOperator *> inserted;
 	// Scans of the plan being optimized given table filters of the policy,
 	// by their operator.
 	std::unordered_map<LogicalOperator *, ScanPolicy> scans;
+	// The joins' dynamic filter sets taken out of filtered scans by the
+	// check after the optimizers (`DropClientFilters`).
+	std::unordered_set<DynamicTableFilterSet *> dropped;
 
 	const TablePolicy *Find(TableCatalogEntry &table) const {
 		auto catalog = table.ParentCatalog().GetName();
@@ -244,15 +260,16 @@ Value ToValue(yyjson_val *v) {
 	return Value(json);
 }
 
-// Adds `obj`'s members to `out` by name, and nested objects' members by
-// dotted path (`org.tenant`), as the gateway reads claims.
-void AddClaims(yyjson_val *obj, const string &prefix, case_insensitive_map_t<Value> &out, idx_t depth) {
+// Adds `obj`'s members to `out` by their exact name, and nested objects'
+// members by dotted path (`org.tenant`), as the gateway reads claims; a
+// name reached twice is ambiguous.
+void AddClaims(yyjson_val *obj, const string &prefix, Claims &out, idx_t depth) {
 	size_t idx, max;
 	yyjson_val *key, *val;
 	yyjson_obj_foreach(obj, idx, max, key, val) {
 		string name = prefix + string(yyjson_get_str(key), yyjson_get_len(key));
-		if (out.find(name) == out.end()) {
-			out[name] = ToValue(val);
+		if (!out.values.emplace(name, ToValue(val)).second) {
+			out.ambiguous.insert(name);
 		}
 		if (yyjson_is_obj(val) && depth < 8) {
 			AddClaims(val, name + ".", out, depth + 1);
@@ -332,8 +349,9 @@ shared_ptr<PolicyState> ReadSpec(const char *spec, size_t len) {
 	return state;
 }
 
-// Replaces every `claim('name')` in `expr` by the claim's value.
-void BindClaims(unique_ptr<ParsedExpression> &expr, const case_insensitive_map_t<Value> &claims) {
+// Replaces every `claim('name')` in `expr` by the claim's value (NULL when
+// the caller has none of that exact name).
+void BindClaims(unique_ptr<ParsedExpression> &expr, const Claims &claims) {
 	if (expr->GetExpressionClass() == ExpressionClass::FUNCTION) {
 		auto &f = expr->Cast<FunctionExpression>();
 		if (StringUtil::CIEquals(f.function_name, "claim") && f.schema.empty() && f.catalog.empty()) {
@@ -342,8 +360,11 @@ void BindClaims(unique_ptr<ParsedExpression> &expr, const case_insensitive_map_t
 				throw InvalidInputException("claim() takes one name, a string constant");
 			}
 			auto name = f.children[0]->Cast<ConstantExpression>().value.GetValue<string>();
-			auto found = claims.find(name);
-			auto value = found == claims.end() ? Value(LogicalType::VARCHAR) : found->second;
+			if (claims.ambiguous.count(name)) {
+				throw InvalidInputException("claim '%s' names two values", name);
+			}
+			auto found = claims.values.find(name);
+			auto value = found == claims.values.end() ? Value(LogicalType::VARCHAR) : found->second;
 			expr = make_uniq<ConstantExpression>(std::move(value));
 			return;
 		}
@@ -370,7 +391,7 @@ string Qualified(const string &catalog, const string &schema, const string &name
 
 // Binds `policy` on `context` (in its current transaction) as `SELECT
 // <filter>, <masks> FROM <table>` (or `FROM <function>()`).
-BoundPolicy Bind(ClientContext &context, const TablePolicy &policy, const case_insensitive_map_t<Value> &claims) {
+BoundPolicy Bind(ClientContext &context, const TablePolicy &policy, const Claims &claims) {
 	string sql = "SELECT ";
 	sql += policy.filtered ? "(" + policy.filter + "\n)" : "TRUE";
 	for (auto &m : policy.masks) {
@@ -664,6 +685,21 @@ ScanPolicy PushIntoScan(ClientContext &context, BoundPolicy &bound, LogicalGet &
 	return scan;
 }
 
+// `expr` evaluated so that a row it cannot be evaluated on (a cast that
+// fails, a function that raises) makes it NULL instead of an error: a
+// policy's filter runs on every tenant's rows, and DuckDB's error would
+// quote the row's value ("Could not convert string 'acme' to UINT64"). A
+// filter NULL removes the row; a mask NULL hides the value. (DuckDB's
+// `TRY()`: it catches execution errors only, as this wants.)
+unique_ptr<Expression> Try(unique_ptr<Expression> expr) {
+	if (expr->GetExpressionClass() == ExpressionClass::BOUND_CONSTANT) {
+		return expr;
+	}
+	auto tried = make_uniq<BoundOperatorExpression>(ExpressionType::OPERATOR_TRY, expr->return_type);
+	tried->children.push_back(std::move(expr));
+	return std::move(tried);
+}
+
 // Wraps the scan `op` in the policy (see the header).
 unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &state, const TablePolicy &policy,
                                  unique_ptr<LogicalOperator> op) {
@@ -690,9 +726,11 @@ unique_ptr<LogicalOperator> Wrap(OptimizerExtensionInput &input, PolicyState &st
 	auto scan = PushIntoScan(input.context, bound, get, new_index);
 	if (bound.filter) {
 		Retarget(bound.filter, bound, get, new_index);
+		bound.filter = Try(std::move(bound.filter));
 	}
 	for (auto &m : bound.masks) {
 		Retarget(m.second, bound, get, new_index);
+		m.second = Try(std::move(m.second));
 	}
 	if (get.GetColumnIds().empty()) {
 		// A filter that reads no column (`claim('x') = 'y'`): the scan still
@@ -764,6 +802,19 @@ void Apply(OptimizerExtensionInput &input, PolicyState &state, unique_ptr<Logica
 	if (!policy) {
 		throw PermissionException("a row policy could not be applied to this statement");
 	}
+	if (policy->filtered && table) {
+		// A row id (or a lake's file row number) counts the rows before
+		// it, the filtered ones too. Before DuckDB's optimizers, every
+		// column a scan reads is one the client's statement reads (a
+		// count's empty column excepted).
+		for (auto &id : get.GetColumnIds()) {
+			if (id.IsVirtualColumn() && !id.IsEmptyColumn()) {
+				throw PermissionException("the row ids of %s are not readable: they count rows of it this "
+				                          "identity may not read",
+				                          table->name);
+			}
+		}
+	}
 	if (policy->Applies()) {
 		op = Wrap(input, state, *policy, std::move(op));
 	}
@@ -779,10 +830,92 @@ void PreOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &pl
 	Apply(input, *state, plan);
 }
 
-// Whether the filters DuckDB pushed into a filtered scan evaluate nothing
-// the client wrote: a Top-N's or a join's dynamic bound and bloom filter
-// compare a column with values from rows that passed the policy. Anything
-// else (a client predicate that got past the barrier) is refused.
+// Whether DuckDB added `filter` to a scan only to skip work, so that the
+// scan returns the same rows without it: a Top-N's bound (an optional
+// dynamic filter), what a join's build side learnt (its min/max and Bloom
+// filters), an optional IN list. Its values come from the client's side of
+// the statement.
+bool Optional(const TableFilter &filter) {
+	switch (filter.filter_type) {
+	case TableFilterType::OPTIONAL_FILTER:
+	case TableFilterType::DYNAMIC_FILTER:
+	case TableFilterType::BLOOM_FILTER:
+		return true;
+	default:
+		return false;
+	}
+}
+
+// Removes from `filter` what DuckDB added only to skip work (`Optional`):
+// false when nothing is left of it.
+bool KeepRequired(unique_ptr<TableFilter> &filter) {
+	if (Optional(*filter)) {
+		return false;
+	}
+	if (filter->filter_type == TableFilterType::CONJUNCTION_AND) {
+		auto &children = filter->Cast<ConjunctionAndFilter>().child_filters;
+		vector<unique_ptr<TableFilter>> kept;
+		for (auto &child : children) {
+			if (KeepRequired(child)) {
+				kept.push_back(std::move(child));
+			}
+		}
+		children = std::move(kept);
+		return !children.empty();
+	}
+	return true;
+}
+
+// Takes out of a filtered scan whose policy filter runs above it (not
+// whole in its table filters) everything derived from the client's side
+// that DuckDB would evaluate there, before the policy, on every tenant's
+// rows: the Top-N's and joins' optional filters and the set a join's build
+// side pushes its bounds and Bloom filters into at run time (recorded in
+// `dropped`, so the joins stop building them). What the scan then returns
+// depends on the table and the policy's own table filters only, and so do
+// its counts in a profile.
+void DropClientFilters(LogicalGet &get, std::unordered_set<DynamicTableFilterSet *> &dropped) {
+	auto &filters = get.table_filters.filters;
+	for (auto entry = filters.begin(); entry != filters.end();) {
+		if (KeepRequired(entry->second)) {
+			++entry;
+		} else {
+			entry = filters.erase(entry);
+		}
+	}
+	if (get.dynamic_filters) {
+		dropped.insert(get.dynamic_filters.get());
+		get.dynamic_filters = nullptr;
+	}
+}
+
+// Removes the joins' pushdown of bounds into the dynamic filter sets that
+// `DropClientFilters` took out of their scans.
+void ForgetDropped(LogicalOperator &op, const std::unordered_set<DynamicTableFilterSet *> &dropped) {
+	if (op.type == LogicalOperatorType::LOGICAL_COMPARISON_JOIN || op.type == LogicalOperatorType::LOGICAL_DELIM_JOIN) {
+		auto &pushdown = op.Cast<LogicalComparisonJoin>().filter_pushdown;
+		if (pushdown) {
+			auto &probes = pushdown->probe_info;
+			vector<JoinFilterPushdownFilter> kept;
+			for (auto &probe : probes) {
+				if (!dropped.count(probe.dynamic_filters.get())) {
+					kept.push_back(std::move(probe));
+				}
+			}
+			probes = std::move(kept);
+		}
+	}
+	for (auto &child : op.children) {
+		ForgetDropped(*child, dropped);
+	}
+}
+
+// Whether the filters left in a filtered scan whose policy is whole in its
+// table filters evaluate nothing the client wrote: a Top-N's or a join's
+// dynamic bound and Bloom filter are evaluated with the policy's own, on
+// the rows they pass (the scan returns only rows the policy passes, so its
+// counts are of those). Anything else (a client predicate that got past
+// the barrier) is refused.
 bool PolicySafe(const TableFilter &filter) {
 	switch (filter.filter_type) {
 	case TableFilterType::DYNAMIC_FILTER:
@@ -970,6 +1103,9 @@ void Check(ClientContext &context, PolicyState &state, LogicalOperator &op, Logi
 				// projection map).
 				auto found = state.scans.find(&op);
 				auto scan = found == state.scans.end() ? nullptr : &found->second;
+				if (!scan || !scan->whole) {
+					DropClientFilters(get, state.dropped);
+				}
 				bool accepted = true;
 				for (auto &entry : get.table_filters.filters) {
 					accepted = accepted && Accepted(*entry.second, entry.first, scan);
@@ -996,7 +1132,12 @@ void PostOptimize(OptimizerExtensionInput &input, unique_ptr<LogicalOperator> &p
 	if (!state || !plan) {
 		return;
 	}
+	state->dropped.clear();
 	Check(input.context, *state, *plan, nullptr);
+	if (!state->dropped.empty()) {
+		ForgetDropped(*plan, state->dropped);
+		state->dropped.clear();
+	}
 }
 
 char *CopyOut(const string &text) {

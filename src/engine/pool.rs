@@ -64,10 +64,16 @@ pub struct Slot {
     policy: Option<String>,
 }
 
-/// The guard's verdict on one text, remembered on its connection.
+/// The guard's verdict on one text, remembered on its connection. What a
+/// verdict depends on is the text, the catalog (its epoch) and the policy
+/// it was judged under (read-only or read-write); the rest of the guard's
+/// rules (paths, the client schema, writable databases) are the gateway's
+/// for its life. The caller's grants are checked after it, per call.
 pub struct Verdict {
     /// The catalog epoch the guard judged the text in.
     pub epoch: u64,
+    /// The policy the guard judged it under.
+    pub policy: crate::config::Policy,
     /// What the guard found.
     pub accepted: Arc<Accepted>,
     /// The text's last run here was short and its answer small: the next
@@ -100,19 +106,35 @@ impl Slot {
         Ok(())
     }
 
-    /// The verdict on `sql`, if it is current (judged in `epoch`).
-    pub fn verdict(&self, sql: &str, epoch: u64) -> Option<&Verdict> {
-        self.verdicts.get(sql).filter(|v| v.epoch == epoch)
+    /// The verdict on `sql` under `policy`, if it is current (judged in
+    /// `epoch` under that policy).
+    pub fn verdict(
+        &mut self,
+        sql: &str,
+        epoch: u64,
+        policy: crate::config::Policy,
+    ) -> Option<&Verdict> {
+        self.verdicts
+            .get(sql)
+            .filter(|v| v.epoch == epoch && v.policy == policy)
     }
 
     /// Whether `sql` may run on the request's own thread: judged read-only
-    /// in the current epoch, and its last run here was quick.
-    pub fn is_quick(&self, sql: &str) -> bool {
+    /// under `policy` in the current epoch, and its last run here was quick.
+    pub fn is_quick(&self, sql: &str, policy: crate::config::Policy) -> bool {
         let epoch = self.catalog_epoch.load(std::sync::atomic::Ordering::SeqCst);
         self.prepared_epoch == epoch
-            && self
-                .verdict(sql, epoch)
-                .is_some_and(|v| v.quick && v.accepted.read_only)
+            && self.verdicts.peek(sql).is_some_and(|v| {
+                v.epoch == epoch && v.policy == policy && v.quick && v.accepted.read_only
+            })
+    }
+
+    /// The connection with no row policy installed: the gateway's own
+    /// reads of the catalog (listings for `/catalog`, the grants' check,
+    /// what a refusal may name) see all of it, whoever ran here last.
+    pub fn unconfined(&mut self) -> Result<&crate::engine::ffi::Connection, String> {
+        self.use_policy(None)?;
+        Ok(&self.conn)
     }
 }
 
@@ -195,6 +217,15 @@ impl managed::Manager for Manager {
         if !slot.conn.is_autocommit() {
             return Err(RecycleError::message("connection left a transaction open"));
         }
+        // Every connection is lent with no row policy: the one its last
+        // caller ran under is taken off before anyone else can use it, so
+        // what runs before the next caller's is installed (the guard's
+        // verdict and what a refusal may name) sees the whole catalog,
+        // whoever ran before. A connection whose policy cannot be removed
+        // is not lent again.
+        slot.use_policy(None).map_err(|e| {
+            RecycleError::message(format!("its row policy could not be removed: {e}"))
+        })?;
         Ok(())
     }
 }

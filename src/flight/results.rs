@@ -24,7 +24,6 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tonic::Status;
 
-use crate::api::auth::QueryAuth;
 use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::credentials::retry::with_fresh_credentials;
@@ -35,6 +34,7 @@ use crate::engine::queries::{Outcome, Registration, Running};
 use crate::engine::{execute, Param, QueryJob, QueryOutput};
 use crate::flight::options::CallOptions;
 use crate::flight::status;
+use crate::identity::Identity;
 
 /// The most bytes (header and body) a `FlightData` passed through may
 /// hold: arrow-flight's own target for the messages it encodes, under the
@@ -114,7 +114,7 @@ impl Answer {
 /// error.
 pub async fn start(
     state: &AppState,
-    auth: &QueryAuth,
+    auth: &Identity,
     sql: String,
     params: Vec<Param>,
     options: CallOptions,
@@ -187,7 +187,7 @@ pub async fn start(
 /// executes, so each query through it is one description and one run.
 pub async fn describe(
     state: &AppState,
-    auth: &QueryAuth,
+    auth: &Identity,
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Status> {
@@ -268,7 +268,7 @@ fn admit(limits: &crate::config::LimitsConfig, sql: &str) -> Result<(), Status> 
 fn register(
     state: &AppState,
     api: &'static str,
-    auth: &QueryAuth,
+    auth: &Identity,
     sql: &str,
 ) -> Result<Registration, Status> {
     state

@@ -28,19 +28,18 @@ use arrow_flight::{
     FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
     SchemaResult, Ticket,
 };
-use axum::extract::FromRequestParts;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::auth::QueryAuth;
 use crate::api::AppState;
 use crate::engine::Param;
 use crate::flight::options::CallOptions;
 use crate::flight::results::{self, Started};
 use crate::flight::status;
 use crate::flight::tickets::{self, Handle, Tickets};
+use crate::identity::Identity;
 
 type DoGetStream = <FlightSql as FlightService>::DoGetStream;
 
@@ -63,8 +62,16 @@ pub struct FlightSql {
 impl FlightSql {
     pub fn new(state: AppState) -> Self {
         let server = &state.config.server;
+        // A share of the table per identity, as of the pool and the
+        // statements: one identity keeping its handles alive by using them
+        // locks no one else out.
+        let share = crate::statements::Settings::token_share_of(
+            server.flight_max_tickets,
+            state.identities.parties(),
+        );
         let tickets = Arc::new(Tickets::new(
             server.flight_max_tickets,
+            share,
             Duration::from_millis(server.flight_ticket_ttl_ms),
         ));
         let read_only = state.engine.rules().policy == crate::config::Policy::ReadOnly;
@@ -78,7 +85,7 @@ impl FlightSql {
 
     /// The caller, from the `authorization` metadata, read by the HTTP
     /// API's own extractor (query tokens, OIDC JWTs).
-    async fn auth<T>(&self, request: &Request<T>) -> Result<QueryAuth, Status> {
+    async fn auth<T>(&self, request: &Request<T>) -> Result<Identity, Status> {
         let value = request
             .metadata()
             .get("authorization")
@@ -86,16 +93,8 @@ impl FlightSql {
         self.auth_header(value).await
     }
 
-    async fn auth_header(&self, value: Option<&[u8]>) -> Result<QueryAuth, Status> {
-        let mut builder = axum::http::Request::builder();
-        if let Some(v) = value {
-            builder = builder.header(axum::http::header::AUTHORIZATION, v);
-        }
-        let (mut parts, ()) = builder
-            .body(())
-            .map_err(|_| Status::unauthenticated("the authorization metadata is not readable"))?
-            .into_parts();
-        QueryAuth::from_request_parts(&mut parts, &self.state)
+    async fn auth_header(&self, value: Option<&[u8]>) -> Result<Identity, Status> {
+        crate::api::auth::identify_bearer(value.and_then(crate::api::auth::bearer_of), &self.state)
             .await
             .map_err(|e| status::of_api(&e, None))
     }
@@ -103,7 +102,7 @@ impl FlightSql {
     /// The FlightInfo of a started result, kept for its DoGet.
     fn result_info(
         &self,
-        auth: &QueryAuth,
+        auth: &Identity,
         started: Started,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
@@ -127,7 +126,7 @@ impl FlightSql {
     /// `Count`), or -1 where it reports none.
     async fn update(
         &self,
-        auth: &QueryAuth,
+        auth: &Identity,
         sql: String,
         params: Vec<Param>,
         options: CallOptions,
@@ -152,7 +151,7 @@ impl FlightSql {
     /// `GET /catalog` lists them.
     async fn databases(
         &self,
-        auth: &QueryAuth,
+        auth: &Identity,
     ) -> Result<Vec<crate::engine::catalogs::DatabaseEntry>, Status> {
         let declared = self.state.catalogs.clone();
         let mut databases = crate::api::catalog::on_pooled(&self.state, &auth.name, move |conn| {
@@ -219,7 +218,7 @@ impl FlightSql {
     /// The result schema DuckDB's prepare gives `sql`, after the guard.
     async fn dataset_schema<T>(
         &self,
-        auth: &QueryAuth,
+        auth: &Identity,
         sql: String,
         request: &Request<T>,
     ) -> Result<SchemaRef, Status> {
@@ -503,7 +502,7 @@ impl FlightSqlService for FlightSql {
         let r = match &auth {
             Ok(auth) => match self
                 .tickets
-                .room()
+                .room(&auth.name)
                 .and_then(|()| CallOptions::of(request.metadata()))
             {
                 Err(e) => Err(e),
@@ -545,7 +544,7 @@ impl FlightSqlService for FlightSql {
                     )))
                 }
             };
-            self.tickets.room()?;
+            self.tickets.room(&auth.name)?;
             let options = CallOptions::of(request.metadata())?;
             let started = results::start(&self.state, &auth, prepared.sql, params, options).await?;
             self.result_info(&auth, started, request.into_inner())
@@ -645,7 +644,7 @@ impl FlightSqlService for FlightSql {
         let t0 = Instant::now();
         let auth = self.auth(&request).await?;
         let r = async {
-            self.tickets.room()?;
+            self.tickets.room(&auth.name)?;
             let options = CallOptions::of(request.metadata())?;
             // Drivers and BI tools ask for the result's columns before they
             // execute (JDBC's getMetaData, ADBC's ExecuteSchema): DuckDB's

@@ -1,8 +1,10 @@
 //! What a Flight SQL client holds between calls: results waiting for their
 //! `DoGet` and prepared statements, each under an opaque random handle and
 //! bound to the identity that made it. Bounded in number (all identities
-//! together) and in age; an expired result is dropped, which interrupts its
-//! query. The lock is never held across an await.
+//! together, and each identity to its share, so that no one identity fills
+//! the table and locks the others out) and in age; an expired result is
+//! dropped, which interrupts its query. The lock is never held across an
+//! await.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -48,6 +50,9 @@ type Streaming = (Arc<str>, Weak<Running>);
 pub struct Tickets {
     /// Entries kept at once.
     max: usize,
+    /// Entries one identity may keep at once (`None`: all of `max`, when
+    /// only one party calls).
+    share: Option<usize>,
     /// How long an entry lasts unused.
     ttl: Duration,
     entries: Mutex<HashMap<Handle, Entry>>,
@@ -78,10 +83,12 @@ fn not_yours() -> Status {
 }
 
 impl Tickets {
-    /// At most `max` entries, each kept `ttl` unused.
-    pub fn new(max: usize, ttl: Duration) -> Self {
+    /// At most `max` entries, `share` of them one identity's, each kept
+    /// `ttl` unused.
+    pub fn new(max: usize, share: Option<usize>, ttl: Duration) -> Self {
         Self {
             max,
+            share,
             ttl,
             entries: Mutex::new(HashMap::new()),
             streaming: Mutex::new(HashMap::new()),
@@ -92,18 +99,34 @@ impl Tickets {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether another entry would be kept now: checked before a statement
-    /// runs, so a full table refuses it before it takes a connection.
-    pub fn room(&self) -> Result<(), Status> {
+    /// Whether another entry of `owner`'s would be kept now: checked
+    /// before a statement runs, so a full table (or share) refuses it
+    /// before it takes a connection.
+    pub fn room(&self, owner: &str) -> Result<(), Status> {
         let dropped = {
             let mut entries = self.lock();
             let dropped = self.expire(&mut entries);
-            if entries.len() >= self.max {
-                return Err(self.full());
-            }
+            self.fits(&entries, owner)?;
             dropped
         };
         drop(dropped);
+        Ok(())
+    }
+
+    /// Whether `entries` take one more of `owner`'s.
+    fn fits(&self, entries: &HashMap<Handle, Entry>, owner: &str) -> Result<(), Status> {
+        if let Some(share) = self.share {
+            let held = entries.values().filter(|e| &*e.owner == owner).count();
+            if held >= share {
+                return Err(Status::resource_exhausted(format!(
+                    "this identity keeps {held} Flight SQL results and prepared statements, its share of DUCKGATE_FLIGHT_MAX_TICKETS ({}); fetch or close some",
+                    self.max
+                )));
+            }
+        }
+        if entries.len() >= self.max {
+            return Err(self.full());
+        }
         Ok(())
     }
 
@@ -119,9 +142,7 @@ impl Tickets {
         let dropped = {
             let mut entries = self.lock();
             let dropped = self.expire(&mut entries);
-            if entries.len() >= self.max {
-                return Err(self.full());
-            }
+            self.fits(&entries, &owner)?;
             entries.insert(
                 handle,
                 Entry {

@@ -207,20 +207,26 @@ fn numeric_date_ms(v: &Value) -> Option<i128> {
         .map(|f| (f * 1000.0) as i128)
 }
 
-/// A claim by its name, or (a name with dots that is no claim) by its path.
-fn claim<'a>(claims: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
-    if let Some(v) = claims.get(name) {
-        return Some(v);
+/// A claim by its exact name (JSON names are case-sensitive: `TENANT` is
+/// not `tenant`), or, for a name with dots, by its path through nested
+/// objects (`realm_access.roles`). `Err` when both name a value (a claim
+/// literally named `org.tenant` beside `org: {tenant}`): which one the
+/// token means is not the gateway's to guess (row policies read claims the
+/// same way, `engine/policy.cpp`).
+fn claim<'a>(claims: &'a Map<String, Value>, name: &str) -> Result<Option<&'a Value>, ()> {
+    let literal = claims.get(name);
+    let path = name.contains('.').then(|| {
+        let mut parts = name.split('.');
+        let mut v = claims.get(parts.next()?)?;
+        for p in parts {
+            v = v.as_object()?.get(p)?;
+        }
+        Some(v)
+    });
+    match (literal, path.flatten()) {
+        (Some(_), Some(_)) => Err(()),
+        (l, p) => Ok(l.or(p)),
     }
-    if !name.contains('.') {
-        return None;
-    }
-    let mut parts = name.split('.');
-    let mut v = claims.get(parts.next()?)?;
-    for p in parts {
-        v = v.as_object()?.get(p)?;
-    }
-    Some(v)
 }
 
 impl Verifier {
@@ -343,7 +349,12 @@ impl Verifier {
                 return Err(Refusal::NotYetValid);
             }
         }
-        let name = match claim(&claims, &s.name_claim) {
+        let ambiguous = || {
+            Refusal::Malformed(
+                "a claim it is read by names two values (a name with dots beside the same path through objects)",
+            )
+        };
+        let name = match claim(&claims, &s.name_claim).map_err(|()| ambiguous())? {
             Some(Value::String(n))
                 if !n.is_empty()
                     && n.len() <= MAX_NAME_BYTES
@@ -362,7 +373,7 @@ impl Verifier {
                 ))
             }
         };
-        let roles: Vec<Arc<str>> = match claim(&claims, &s.roles_claim) {
+        let roles: Vec<Arc<str>> = match claim(&claims, &s.roles_claim).map_err(|()| ambiguous())? {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::String(text)) => text.split_whitespace().map(Arc::from).collect(),
             Some(Value::Array(items)) => {
@@ -626,19 +637,26 @@ mod tests {
     fn claims_by_name_or_path() {
         let m: Map<String, Value> = serde_json::from_value(serde_json::json!({
             "https://example.com/roles": ["a"],
-            "realm_access": {"roles": ["b", "c"]}
+            "realm_access": {"roles": ["b", "c"]},
+            "Roles": ["x"],
+            "org": {"tenant": "acme"},
+            "org.tenant": "globex"
         }))
         .unwrap();
         assert_eq!(
             claim(&m, "https://example.com/roles"),
-            Some(&serde_json::json!(["a"]))
+            Ok(Some(&serde_json::json!(["a"])))
         );
         assert_eq!(
             claim(&m, "realm_access.roles"),
-            Some(&serde_json::json!(["b", "c"]))
+            Ok(Some(&serde_json::json!(["b", "c"])))
         );
-        assert_eq!(claim(&m, "realm_access.nope"), None);
-        assert_eq!(claim(&m, "roles"), None);
+        assert_eq!(claim(&m, "realm_access.nope"), Ok(None));
+        // Exact names: `Roles` is not `roles`.
+        assert_eq!(claim(&m, "roles"), Ok(None));
+        assert_eq!(claim(&m, "Roles"), Ok(Some(&serde_json::json!(["x"]))));
+        // A literal dotted name beside the same path: neither is taken.
+        assert_eq!(claim(&m, "org.tenant"), Err(()));
     }
 
     #[test]

@@ -18,11 +18,12 @@ use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::api::auth::{Caller, QueryAuth};
+use crate::api::auth::Caller;
 use crate::api::error::ApiError;
 use crate::api::query::QUERY_ID_HEADER;
 use crate::api::request::{read_request, QueryOptions};
 use crate::api::AppState;
+use crate::identity::Identity;
 use crate::statements::answer::{self, Found, Ident};
 use crate::statements::pages::Page;
 use crate::statements::submit::{Submission, Submitted};
@@ -94,7 +95,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
     security(("bearer" = []), ()))]
 pub async fn submit(
     State(state): State<AppState>,
-    auth: QueryAuth,
+    auth: Identity,
     options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,
     headers: HeaderMap,
     body: Body,
@@ -112,7 +113,7 @@ pub async fn submit(
 
 async fn submit_inner(
     state: &AppState,
-    auth: &QueryAuth,
+    auth: &Identity,
     id: &str,
     started: Instant,
     options: Result<Query<QueryOptions>, axum::extract::rejection::QueryRejection>,

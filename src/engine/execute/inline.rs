@@ -43,7 +43,7 @@ pub(super) const BUDGET: std::time::Duration = std::time::Duration::from_millis(
 pub(super) fn eligible(job: &QueryJob, slot: &Pooled, s3: bool) -> bool {
     !s3 && job.sink.is_none()
         && matches!(job.format, Format::Json | Format::Ndjson | Format::Arrow)
-        && slot.is_quick(&job.sql)
+        && slot.is_quick(&job.sql, job.rules.policy)
         && sentinel::available()
         // The other workers keep serving while this one runs DuckDB: on a
         // single-threaded runtime nothing would.

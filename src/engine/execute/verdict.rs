@@ -19,14 +19,11 @@ pub(super) fn verdict(
     parsed: Option<guard::Parsed>,
     epoch: u64,
 ) -> Result<Arc<guard::Accepted>, guard::Refusal> {
-    // A verdict is kept per text, not per policy: a write accepted for a
+    // A verdict is the text's under one policy: a write accepted for a
     // read-write request is judged again for a read-only one (a GET of the
     // same text, a request that asked for `read_only`), which refuses it.
-    let reads_only = job.rules.policy == crate::config::Policy::ReadOnly;
-    let cached = slot
-        .verdict(&job.sql, epoch)
-        .filter(|v| v.accepted.read_only || !reads_only);
-    if let Some(v) = cached {
+    let policy = job.rules.policy;
+    if let Some(v) = slot.verdict(&job.sql, epoch, policy) {
         return Ok(v.accepted.clone());
     }
     let parsed = parsed.unwrap_or_else(|| guard::parse(&slot.raw, &job.sql));
@@ -35,6 +32,7 @@ pub(super) fn verdict(
             let a = Arc::new(a);
             let verdict = Verdict {
                 epoch,
+                policy,
                 accepted: a.clone(),
                 quick: false,
             };
@@ -42,12 +40,23 @@ pub(super) fn verdict(
             Ok(a)
         }
         Err(r) => Err(match &job.rules.access {
-            Some(access) => access.hide(
-                r,
-                &job.sql,
-                || guard::named_tables(&slot.raw, &job.sql),
-                || tables_and_views(&slot.conn),
-            ),
+            Some(access) => {
+                // What a refusal may name is read from the whole catalog.
+                let unconfined = slot.unconfined().map(|_| ());
+                let slot: &crate::engine::pool::Slot = slot;
+                access.hide(
+                    r,
+                    &job.sql,
+                    || guard::named_tables(&slot.raw, &job.sql),
+                    || match unconfined {
+                        Ok(()) => tables_and_views(&slot.conn),
+                        Err(e) => {
+                            tracing::error!(error.cause = %e, "the catalog could not be read to hide a confined caller's error");
+                            Vec::new()
+                        }
+                    },
+                )
+            }
             None => r,
         }),
     }
@@ -56,7 +65,7 @@ pub(super) fn verdict(
 /// Whether the guard accepts a wrapper the gateway built (judged once per
 /// text and catalog epoch, like any statement).
 pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: u64) -> bool {
-    if slot.verdict(sql, epoch).is_some() {
+    if slot.verdict(sql, epoch, rules.policy).is_some() {
         return true;
     }
     match guard::check(&slot.raw, sql, rules) {
@@ -65,6 +74,7 @@ pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: 
                 sql.to_string(),
                 Verdict {
                     epoch,
+                    policy: rules.policy,
                     accepted: Arc::new(a),
                     quick: false,
                 },
@@ -78,8 +88,8 @@ pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: 
     }
 }
 
-/// Every table and view (catalog, schema, name), by DuckDB's catalog;
-/// none if it cannot be read.
+/// Every table and view (catalog, schema, name), by DuckDB's catalog
+/// (read with no caller's row policy on `conn`); none if it cannot be read.
 fn tables_and_views(conn: &crate::engine::ffi::Connection) -> Vec<(String, String, String)> {
     let rows = conn
         .prepare(

@@ -152,7 +152,7 @@ pub(super) fn work_inner(
     // Row filters and masks: installed on the connection before anything
     // is prepared on it (DuckDB's optimizer applies them, `engine::policy`).
     let policy = match &job.rules.access {
-        Some(access) => match access.policy(&accepted) {
+        Some(access) => match access.policy(&accepted, job.rules.confined_plans) {
             Ok(p) => p,
             Err(r) => return tx.fail(QueryError::Refused(r)),
         },

@@ -586,7 +586,13 @@ impl Access {
     /// table is refused: its rows are the caller's to read, not to change
     /// (an INSERT could add rows the filter hides, an UPDATE write masked
     /// values back).
-    pub fn policy(&self, accepted: &Accepted) -> Result<Option<String>, Refusal> {
+    ///
+    /// An EXPLAIN of such a statement is refused: its estimates come from
+    /// every row of the tables, its plan's shape from those estimates, and
+    /// EXPLAIN ANALYZE counts what each operator saw (a catalog listing's
+    /// scan counts every object). `show_plans` lifts that for the tests
+    /// ([`super::Rules::confined_plans`]).
+    pub fn policy(&self, accepted: &Accepted, show_plans: bool) -> Result<Option<String>, Refusal> {
         let mut listings: Vec<&str> = accepted
             .sources
             .iter()
@@ -627,6 +633,14 @@ impl Access {
         }
         if !any && listings.is_empty() {
             return Ok(None);
+        }
+        if accepted.kind.starts_with("EXPLAIN") && !show_plans {
+            return Err(forbid(
+                "EXPLAIN",
+                "a plan of what this identity reads through a row filter, a mask or a filtered \
+                 catalog listing is not shown: its estimates, its shape and its profile's counts \
+                 depend on rows and objects this identity may not see; run the statement itself",
+            ));
         }
         let tables: Vec<serde_json::Value> = tables
             .into_iter()
@@ -726,7 +740,13 @@ impl Access {
                  (GET /catalog lists what it may read)",
             ));
         }
-        for o in &accepted.objects {
+        // Views first: a view it may not read is missing, whatever it reads
+        // (refused for a table the view reads, it would tell the view is
+        // there).
+        for o in accepted.objects.iter().filter(|o| o.action == "view") {
+            self.check_object(o, sql, &named)?;
+        }
+        for o in accepted.objects.iter().filter(|o| o.action != "view") {
             self.check_object(o, sql, &named)?;
         }
         Ok(())
@@ -740,6 +760,19 @@ impl Access {
     ) -> Result<(), Refusal> {
         let full = format!("{}.{}.{}", o.catalog, o.schema, o.name);
         match o.action.as_str() {
+            // A view is granted like a table: a view that reads nothing, or
+            // only what the caller may read, is still the operator's (or
+            // another tenant's) to grant. DuckDB's own views
+            // (`information_schema`, `pg_catalog`) read its listings, which
+            // show the caller its part of the catalog.
+            "view" if o.catalog.eq_ignore_ascii_case("system") => Ok(()),
+            "view" => {
+                if self.may_read(&o.catalog, &o.schema, &o.name) {
+                    Ok(())
+                } else {
+                    Err(self.missing(o, sql, named))
+                }
+            }
             "read" => {
                 if !self.may_read(&o.catalog, &o.schema, &o.name) {
                     return Err(self.missing(o, sql, named));

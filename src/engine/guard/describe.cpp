@@ -26,6 +26,8 @@
 #include "duckdb/parser/parsed_data/pragma_info.hpp"
 #include "duckdb/parser/parsed_data/create_table_info.hpp"
 #include "duckdb/parser/parsed_data/create_view_info.hpp"
+#include "duckdb/catalog/catalog_entry/view_catalog_entry.hpp"
+#include "duckdb/catalog/catalog_entry_retriever.hpp"
 #include "duckdb/parser/parsed_data/create_type_info.hpp"
 #include "duckdb/parser/parsed_data/create_sequence_info.hpp"
 #include "duckdb/parser/parsed_data/create_index_info.hpp"
@@ -330,8 +332,9 @@ struct PlanObject {
 	string schema;
 	string name;
 	// What the plan does with it: `read`, `insert`, `update`, `delete`,
-	// `merge`, `create table`, `create view`, or `ddl` (any other CREATE,
-	// DROP or ALTER, whose object the plan does not resolve).
+	// `merge`, `create table`, `create view`, `view` (a view the binder
+	// expanded: its plan holds what the view reads), or `ddl` (any other
+	// CREATE, DROP or ALTER, whose object the plan does not resolve).
 	string action;
 	// For `read`: the columns the scan returns (rowid and other virtual
 	// columns left out).
@@ -713,6 +716,23 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		vector<string> modified;
 		vector<string> read;
 		const char *described_kind = nullptr;
+		// Every view the binder expands, at any depth (a view's binder
+		// inherits the callback): a view is granted like a table, and its
+		// plan shows only what it reads.
+		auto views = [&names](CatalogEntry &entry) {
+			if (entry.type != CatalogType::VIEW_ENTRY) {
+				return;
+			}
+			auto &view = entry.Cast<ViewCatalogEntry>();
+			PlanObject object {view.ParentCatalog().GetName(), view.schema.name, view.name, "view", {}};
+			for (auto &o : names.objects) {
+				if (o.action == object.action && o.catalog == object.catalog && o.schema == object.schema &&
+				    o.name == object.name) {
+					return;
+				}
+			}
+			names.objects.push_back(std::move(object));
+		};
 		context.RunFunctionInTransaction([&]() {
 			Parser parser(context.GetParserOptions());
 			parser.ParseQuery(string(sql));
@@ -730,6 +750,7 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 					auto inner = make_uniq<SelectStatement>();
 					inner->node = described.second->Copy();
 					Planner inner_planner(context);
+					inner_planner.binder->EntryRetriever().SetCallback(views);
 					inner_planner.CreatePlan(std::move(inner));
 					if (inner_planner.plan) {
 						names.VisitOperator(*inner_planner.plan);
@@ -737,6 +758,7 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 				}
 			}
 			Planner planner(context);
+			planner.binder->EntryRetriever().SetCallback(views);
 			planner.CreatePlan(std::move(parser.statements[0]));
 			if (planner.plan) {
 				names.VisitOperator(*planner.plan);

@@ -49,6 +49,10 @@ pub struct Rules {
     /// The caller's grants, when its roles confine it ([`access`]); `None`:
     /// the caller may read and write whatever the policy admits.
     pub access: Option<std::sync::Arc<access::Access>>,
+    /// Plans of what a confined caller reads through a row policy are
+    /// shown (a test hook, `DUCKGATE_TEST_SHOW_CONFINED_PLANS`; always off
+    /// in a release build): see [`access::Access::policy`].
+    pub confined_plans: bool,
 }
 
 /// Under the read-write policy: the gateway's own database, whose `main`

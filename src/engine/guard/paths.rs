@@ -17,6 +17,10 @@ pub struct PathRules {
     /// S3 prefixes inside the scope that no query may read: the S3 spool,
     /// which holds every token's results.
     pub s3_refused: Vec<String>,
+    /// Refusals name no server path (the readable directory, the S3 scope,
+    /// the spool): set for a caller its roles confine, who is told where
+    /// it may read by `GET /catalog`, not by the gateway's layout.
+    pub redacted: bool,
 }
 
 impl PathRules {
@@ -40,13 +44,19 @@ impl PathRules {
             return Err("local files are not readable through this gateway".into());
         };
         if !path.starts_with('/') {
-            return Err(format!(
-                "local paths must be absolute and inside the readable directory {dir}"
-            ));
+            return Err(if self.redacted {
+                "local paths must be absolute and inside the gateway's readable directory".into()
+            } else {
+                format!("local paths must be absolute and inside the readable directory {dir}")
+            });
         }
         check_segments(path.trim_start_matches('/'))?;
         if !path.starts_with(dir.as_str()) {
-            return Err(format!("only files inside {dir} are readable"));
+            return Err(if self.redacted {
+                "only files inside the gateway's readable directory are readable".into()
+            } else {
+                format!("only files inside {dir} are readable")
+            });
         }
         Ok(())
     }
@@ -75,16 +85,22 @@ impl PathRules {
             .iter()
             .find(|p| head.starts_with(p.as_str()) || (globbed && p.starts_with(head)))
         {
-            return Err(format!(
-                "{p} holds the gateway's spooled results: not readable by queries"
-            ));
+            return Err(if self.redacted {
+                "the gateway's spooled results are not readable by queries".into()
+            } else {
+                format!("{p} holds the gateway's spooled results: not readable by queries")
+            });
         }
         if !self.s3_scope.is_empty() && !self.s3_scope.iter().any(|p| path.starts_with(p.as_str()))
         {
-            return Err(format!(
-                "outside the gateway's S3 scope ({})",
-                self.s3_scope.join(", ")
-            ));
+            return Err(if self.redacted {
+                "outside the gateway's S3 scope".into()
+            } else {
+                format!(
+                    "outside the gateway's S3 scope ({})",
+                    self.s3_scope.join(", ")
+                )
+            });
         }
         Ok(())
     }
@@ -128,6 +144,7 @@ mod tests {
             s3_scope: vec!["s3://data/".into()],
             s3: true,
             s3_refused: vec!["s3://data/spool/".into()],
+            redacted: false,
         }
     }
 
@@ -186,5 +203,40 @@ mod tests {
             ..rules()
         };
         assert!(r.check("s3://data/t.parquet").is_err());
+    }
+
+    /// A confined caller's refusals name neither the readable directory,
+    /// the S3 scope nor the spool: the same checks, without the layout.
+    #[test]
+    fn a_confined_callers_refusals_name_no_server_path() {
+        let open = rules();
+        let redacted = PathRules {
+            redacted: true,
+            s3_scope: vec!["s3://data/tenant-a/".into(), "s3://data/spool/".into()],
+            ..rules()
+        };
+        for bad in [
+            "/etc/passwd",
+            "relative.csv",
+            "s3://data/spool/x",
+            "s3://other/x",
+        ] {
+            let shown = PathRules {
+                s3_scope: redacted.s3_scope.clone(),
+                ..open.clone()
+            }
+            .check(bad)
+            .unwrap_err();
+            let hidden = redacted.check(bad).unwrap_err();
+            for layout in ["/srv/files", "tenant-a", "s3://data/spool"] {
+                assert!(!hidden.contains(layout), "{bad}: {hidden}");
+            }
+            assert!(
+                ["/srv/files", "tenant-a", "s3://data/spool"]
+                    .iter()
+                    .any(|l| shown.contains(l)),
+                "the control names the layout for {bad}: {shown}"
+            );
+        }
     }
 }

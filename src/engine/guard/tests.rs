@@ -10,6 +10,7 @@ fn rules(policy: Policy) -> Rules {
             s3_scope: vec!["s3://data/".into()],
             s3: true,
             s3_refused: Vec::new(),
+            redacted: false,
         },
         client_schema: None,
         writable: match policy {
@@ -17,6 +18,7 @@ fn rules(policy: Policy) -> Rules {
             Policy::ReadWrite => vec!["memory".into()],
         },
         access: None,
+        confined_plans: false,
     }
 }
 

@@ -21,5 +21,6 @@ mod shedding;
 mod sources;
 mod statements;
 mod storage_faults;
+mod tenant_channels;
 mod token_share;
 mod transport;

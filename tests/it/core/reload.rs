@@ -125,9 +125,12 @@ async fn tokens_admin_token_and_signing_key_reload_without_a_restart() {
     let log = g.log_text();
     let line = log
         .lines()
-        .find(|l| l.contains("tokens reloaded"))
+        .find(|l| l.contains("reloaded") && l.contains("carol"))
         .unwrap_or_else(|| panic!("no reload line:\n{log}"));
-    assert!(line.contains("carol") && line.contains("bob"), "{line}");
+    assert!(
+        line.contains("query token carol added") && line.contains("query token bob removed"),
+        "{line}"
+    );
     for secret in [ALICE, BOB, CAROL, ADMIN_1, ADMIN_2] {
         assert!(!log.contains(secret), "a token reached the log");
     }
@@ -194,4 +197,166 @@ fn malformed_and_weak_tokens_are_refused_beyond_loopback() {
         .env("DUCKGATE_QUERY_TOKENS", "x")
         .try_start();
     assert!(g.is_ok());
+}
+
+/// Roles reload with the tokens, at once and whole (issue 55): a grant
+/// revoked or a filter narrowed holds for the next statement, and the
+/// answer of `POST /admin/reload` says what changed. A reload that would
+/// move a token to another name, leave no query token, or leave a member
+/// naming no token is refused, and the current tokens and roles stay. A
+/// bare token keeps its name, and its statements, when the line before it
+/// goes (it was named by its place).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_reload_whole_and_a_reload_that_would_move_or_lock_out_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    duckdb::Connection::open(&db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE t AS SELECT i AS id FROM range(10) r(i);
+             CREATE TABLE u AS SELECT i AS id FROM range(4) r(i);",
+        )
+        .unwrap();
+    let role = |read: &str, rows: &str, member: &str| {
+        format!(
+            "[[role]]\nname = \"r\"\nmembers = [\"{member}\"]\nread = [{read}]\n[role.rows]\n\"ops.main.t\" = \"{rows}\"\n"
+        )
+    };
+    let toml = common::write_file(
+        dir.path(),
+        "roles.toml",
+        &role("\"ops.main.t\", \"ops.main.u\"", "id < 5", "alice"),
+    );
+    const BARE_1: &str = "bare-one-0123456789abcdef";
+    const BARE_2: &str = "bare-two-0123456789abcdef";
+    let tokens = common::write_file(
+        dir.path(),
+        "tokens",
+        &format!("{BARE_1}\n{BARE_2}\nalice:{ALICE}\nbob:{BOB}\n"),
+    );
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS_FILE", tokens.display())
+        .env("DUCKGATE_ADMIN_TOKEN", ADMIN_1)
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", toml.display())
+        .start();
+    let count = async |token: &str, table: &str| -> (u16, serde_json::Value) {
+        g.run_sql(token, &format!("SELECT count(*) FROM {table}"))
+            .await
+    };
+    let reload = async || -> serde_json::Value {
+        let r = g
+            .client
+            .post(g.url("/admin/reload"))
+            .bearer_auth(ADMIN_1)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.json().await.unwrap()
+    };
+    let rows = |v: &(u16, serde_json::Value)| (v.0, v.1["rows"].clone());
+    assert_eq!(rows(&count(ALICE, "t").await), (200, json!([[5]])));
+    // A statement of the second bare token, then the first token's line goes.
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(BARE_2)
+        .header("duckgate-query-id", "bare-kept")
+        .json(&json!({"sql": "SELECT 1 AS x", "wait_ms": 30_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    std::fs::write(&tokens, format!("{BARE_2}\nalice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    let v = reload().await;
+    assert_eq!(v["replicas"][0]["outcome"], "ok", "{v}");
+    assert_eq!(v["changed"].as_array().unwrap().len(), 1, "{v}");
+    assert!(
+        v["changed"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("query token token-"),
+        "{v}"
+    );
+    let (status, body) = g.get("/statements/bare-kept", BARE_2).await;
+    assert_eq!(
+        status, 200,
+        "the second bare token lost its statement: {body}"
+    );
+    assert!(
+        body["owner"]
+            .as_str()
+            .is_none_or(|o| o.starts_with("token-")),
+        "{body}"
+    );
+    // A narrower filter and a revoked table hold for the next statement.
+    std::fs::write(&toml, role("\"ops.main.t\"", "id < 3", "alice")).unwrap();
+    let v = reload().await;
+    assert_eq!(v["changed"], json!(["role r changed"]), "{v}");
+    assert_eq!(rows(&count(ALICE, "t").await), (200, json!([[3]])));
+    let (status, body) = count(ALICE, "u").await;
+    assert_eq!(status, 400, "u was revoked: {body}");
+    // Refused, the current ones stay: a member naming no token,
+    for (tokens_text, toml_text, why) in [
+        (
+            format!("{BARE_2}\nalice:{ALICE}\nbob:{BOB}\n"),
+            role("\"ops.main.t\"", "id < 3", "alicia"),
+            "member 'alicia'",
+        ),
+        // two tokens' secrets swapped,
+        (
+            format!("{BARE_2}\nalice:{BOB}\nbob:{ALICE}\n"),
+            role("\"ops.main.t\"", "id < 3", "alice"),
+            "does not move a token",
+        ),
+        // every query token gone.
+        (
+            String::new(),
+            role("\"ops.main.t\"", "id < 3", "alice"),
+            "every query token",
+        ),
+    ] {
+        std::fs::write(&tokens, &tokens_text).unwrap();
+        std::fs::write(&toml, &toml_text).unwrap();
+        let v = reload().await;
+        assert_eq!(v["replicas"][0]["outcome"], "failed", "{why}: {v}");
+        assert!(
+            v["replicas"][0]["errors"][0]
+                .as_str()
+                .unwrap()
+                .contains(why),
+            "{v}"
+        );
+        assert_eq!(v["changed"], json!([]), "{v}");
+        assert_eq!(rows(&count(ALICE, "t").await), (200, json!([[3]])), "{why}");
+        assert_eq!(rows(&count(BOB, "t").await), (200, json!([[10]])), "{why}");
+    }
+    let log = g.log_text();
+    for secret in [ALICE, BOB, BARE_1, BARE_2, ADMIN_1] {
+        assert!(!log.contains(secret), "a token reached the log");
+    }
+}
+
+/// A role member that names no query token stops start-up, naming it
+/// (`alicia` for `alice` would leave `alice` unconfined).
+#[test]
+fn a_member_naming_no_token_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = common::write_file(
+        dir.path(),
+        "roles.toml",
+        "[[role]]\nname = \"r\"\nmembers = [\"alicia\", \"oidc:someone\"]\nread = [\"memory.main.*\"]\n",
+    );
+    let (code, log) = match Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
+        .env("DUCKGATE_CONFIG", toml.display())
+        .try_start()
+    {
+        Ok(_) => panic!("started with a member naming no token"),
+        Err(e) => e,
+    };
+    assert_eq!(code, Some(2));
+    let text = log.join("\n");
+    assert!(text.contains("member 'alicia'"), "{text}");
 }

@@ -1101,8 +1101,9 @@ print(json.dumps(out))
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
 async fn flight_tickets_are_bounded_in_number_and_age() {
+    // Four places, two of them each token's (two tokens share them).
     let (app, uri) = gateway(&[
-        ("DUCKGATE_FLIGHT_MAX_TICKETS", "2"),
+        ("DUCKGATE_FLIGHT_MAX_TICKETS", "4"),
         ("DUCKGATE_FLIGHT_TICKET_TTL_MS", "1000"),
     ])
     .await;
@@ -1140,6 +1141,79 @@ print(json.dumps(out))
         "{audit:#?}"
     );
     assert!(app.log_text().contains("Flight SQL tickets expired"));
+}
+
+/// One identity cannot lock the others out (issue 55): it keeps at most
+/// its share of the handles (prepared statements and results), however
+/// busy it keeps them; the other token still prepares and runs. A command
+/// whose bytes are no valid message (a query that is not UTF-8) is the
+/// client's error, INVALID_ARGUMENT.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_handles_are_shared_per_identity_and_bad_bytes_are_invalid() {
+    let (_app, uri) = gateway(&[("DUCKGATE_FLIGHT_MAX_TICKETS", "8")]).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+OTHER = "{OTHER_SECRET}"
+hog = connect()
+kept, refused = [], None
+for i in range(20):
+    cur = hog.cursor()
+    sql = "SELECT %d AS n" % i
+    try:
+        cur.adbc_prepare(sql)
+        kept.append((cur, sql))
+    except Exception as e:
+        refused = str(e)
+        break
+# Its share is its own to use: one closed, the rest run (each result
+# takes a place until it is fetched), kept busy.
+kept[0][0].close()
+for cur, sql in kept[1:]:
+    cur.execute(sql)
+    cur.fetchall()
+other = connect(OTHER)
+c = other.cursor()
+c.execute("SELECT 42 AS answer")
+answer = c.fetchall()
+c2 = other.cursor()
+c2.adbc_prepare("SELECT 7 AS seven")
+c2.execute("SELECT 7 AS seven")
+seven = c2.fetchall()
+client = raw_client()
+bad = fl.FlightDescriptor.for_command(command("CommandStatementQuery", field(1, b"SELECT '" + bytes([0xFF, 0xFE]) + b"'")))
+try:
+    client.get_flight_info(bad, options(TOKEN))
+    bad_bytes = None
+except Exception as e:
+    bad_bytes = type(e).__name__ + ": " + str(e)
+for cur, _ in kept[1:]:
+    cur.close()
+for cur in (c, c2):
+    cur.close()
+print(json.dumps({{"kept": len(kept), "refused": refused, "answer": answer, "seven": seven, "bad": bad_bytes}}))
+"#
+        ),
+    );
+    assert_eq!(
+        v["kept"], 4,
+        "the hog keeps its share of 8 among two tokens: {v:#}"
+    );
+    assert!(
+        v["refused"].as_str().unwrap_or_default().contains("share"),
+        "{v:#}"
+    );
+    assert_eq!(v["answer"], serde_json::json!([[42]]), "{v:#}");
+    assert_eq!(v["seven"], serde_json::json!([[7]]), "{v:#}");
+    let bad = v["bad"].as_str().unwrap_or_default();
+    // INVALID_ARGUMENT reaches pyarrow as ArrowInvalid (INTERNAL would be
+    // FlightInternalError), with the gateway's words.
+    assert!(
+        bad.starts_with("ArrowInvalid") && bad.contains("could not be decoded"),
+        "{bad}"
+    );
 }
 
 #[tokio::test]

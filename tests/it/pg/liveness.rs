@@ -365,10 +365,36 @@ async fn a_frozen_replica_is_taken_for_dead_and_an_admin_call_says_so() {
     let frozen = Instant::now();
     // An admin call meanwhile: it waits for the frozen replica only until
     // that one is taken for dead, and says so in its status.
-    let (status, v) = b
-        .call(reqwest::Method::POST, "/admin/secrets/rotate", ADMIN)
-        .await;
-    let call_took = frozen.elapsed();
+    let call = {
+        let (client, url) = (b.client.clone(), b.url("/admin/secrets/rotate"));
+        tokio::spawn(async move {
+            let r = client.post(url).bearer_auth(ADMIN).send().await.unwrap();
+            let status = r.status().as_u16();
+            let v: Value = r.json().await.unwrap_or(Value::Null);
+            (status, v, frozen.elapsed())
+        })
+    };
+
+    // Its running statement is lost, within the staleness and a second
+    // look; its finished one is still served.
+    let (status, lost) = eventually("frozen lost on b", Duration::from_secs(20), || async {
+        let (status, v) = b.get("/statements/frozen", ALICE).await;
+        (status == 410)
+            .then_some((status, v.clone()))
+            .ok_or(format!("{status} {v}"))
+    })
+    .await;
+    let detected = frozen.elapsed();
+    assert_eq!(status, 410);
+    assert_eq!(
+        lost["type"], "urn:duckgate:problem:statement-lost",
+        "{lost}"
+    );
+    assert!(
+        detected < stale * 3,
+        "a frozen replica taken for dead after {detected:?} (staleness {stale:?})"
+    );
+    let (status, v, call_took) = call.await.unwrap();
     assert_eq!(status, 504, "{v}");
     let outcomes: Vec<(String, String)> = v["replicas"]
         .as_array()
@@ -396,25 +422,6 @@ async fn a_frozen_replica_is_taken_for_dead_and_an_admin_call_says_so() {
         ) >= 1.0
     );
 
-    // Its running statement is lost, within the staleness and a second
-    // look; its finished one is still served.
-    let (status, lost) = eventually("frozen lost on b", Duration::from_secs(20), || async {
-        let (status, v) = b.get("/statements/frozen", ALICE).await;
-        (status == 410)
-            .then_some((status, v.clone()))
-            .ok_or(format!("{status} {v}"))
-    })
-    .await;
-    let detected = frozen.elapsed();
-    assert_eq!(status, 410);
-    assert_eq!(
-        lost["type"], "urn:duckgate:problem:statement-lost",
-        "{lost}"
-    );
-    assert!(
-        detected < stale * 3,
-        "a frozen replica taken for dead after {detected:?} (staleness {stale:?})"
-    );
     let (status, page) = b
         .get("/statements/finished/result?format=json&offset=990", ALICE)
         .await;

@@ -556,7 +556,7 @@ async fn drain_statements(
         .into_iter()
         .filter(|s| !s.done.is_cancelled())
         .collect();
-    let mut said = tokio::time::Instant::now() - Duration::from_secs(1);
+    let mut said: Option<tokio::time::Instant> = None;
     loop {
         let kept = ctx.statements.list(None);
         let unfinished = kept.iter().filter(|s| !s.done.is_cancelled()).count();
@@ -608,8 +608,8 @@ async fn drain_statements(
             );
             return;
         }
-        if now.duration_since(said) >= Duration::from_secs(1) {
-            said = now;
+        if said.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            said = Some(now);
             tracing::info!(unfinished, unpublished, unread, "draining statements");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -148,6 +148,8 @@ catalogue! {
     OVERLOADED = 503 "overloaded" "Overloaded", retry Some(1), outcome None;
     /// PostgreSQL of the shared state is out of reach.
     SHARED_STATE_UNAVAILABLE = 503 "shared-state-unavailable" "Shared state unavailable", retry Some(1), outcome None;
+    /// A bearer JWT cannot be checked: the OIDC issuer's keys cannot be fetched.
+    ISSUER_UNAVAILABLE = 503 "issuer-unavailable" "Identity issuer unavailable", retry Some(5), outcome None;
 }
 
 /// The `outcome` labels of queries: every query kind's, and `ok`.

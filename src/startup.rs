@@ -388,9 +388,15 @@ impl Tasks {
     }
 }
 
-/// Step 8: serves until `shutdown`, then stops accepting, lets open
-/// connections finish within the grace period (readiness off), interrupts
-/// what still runs, and stops the loops and the probes.
+/// Step 8: serves until `shutdown`, then drains: readiness off, new work
+/// (queries, statements, Flight SQL calls) refused with 503
+/// `shutting-down`, while running queries and statements finish within the
+/// grace period, their results spooled and their ends published, and
+/// clients keep polling and paging ([`drain_statements`]). Then it stops
+/// accepting, lets open connections finish, interrupts what still runs at
+/// the end of the grace period (a statement ends `failed` with
+/// `shutting-down`, published before the replica leaves), and stops the
+/// loops and the probes.
 async fn serve(
     state: AppState,
     listener: TcpListener,
@@ -405,6 +411,7 @@ async fn serve(
     );
     let addr: SocketAddr = state.addr;
     let drain = state.shutdown.clone();
+    let statements = state.statements_context();
     let probe_app = api::probe_router(state.clone());
     let secrets = state.rotator.names();
     let app = api::router(state);
@@ -427,7 +434,7 @@ async fn serve(
             shutdown.await;
             tracing::info!(
                 grace_ms = grace.as_millis() as u64,
-                "shutting down: no new connections, draining"
+                "shutting down: new work refused, running queries and statements drain"
             );
             health
                 .ready
@@ -440,6 +447,7 @@ async fn serve(
                 tokio::time::sleep(grace).await;
                 drain.cancel();
             });
+            tokio::time::Instant::now() + grace
         }
     };
     let limits = api::server::ConnectionLimits {
@@ -455,31 +463,48 @@ async fn serve(
     let stop_accepting = CancellationToken::new();
     let server = api::server::serve(listener, app, limits, stop_accepting.clone());
     tokio::pin!(server);
-    // Serve until the signal; then stop accepting and let open connections
+    // Serve until the signal; then, still serving polls and pages, let the
+    // statements drain; then stop accepting and let open connections
     // finish, up to a hard cap, so a peer that keeps a connection open
     // cannot hold the process.
+    let mut flight_stopped = None;
+    let mut deadline = tokio::time::Instant::now() + grace;
     let tracker = tokio::select! {
         t = &mut server => t,
-        _ = graceful => {
-            stop_accepting.cancel();
-            server.await
+        end = graceful => {
+            deadline = end;
+            // Flight SQL takes no new calls; its open calls finish.
+            flight_stopped = flight.map(|f| tokio::spawn(f.stop(grace + Duration::from_secs(5))));
+            tokio::select! {
+                t = &mut server => t,
+                () = drain_statements(&statements, end, &drain) => {
+                    stop_accepting.cancel();
+                    server.await
+                }
+            }
         }
     };
-    // The Flight SQL listener stops accepting with the HTTP one; both
-    // drain together (the drain interrupts what still runs after grace).
-    let flight_stopped = async {
-        if let Some(f) = flight {
-            f.stop(grace + Duration::from_secs(5)).await;
-        }
-    };
-    let (http, ()) = tokio::join!(
-        tokio::time::timeout(grace + Duration::from_secs(5), tracker.wait()),
-        flight_stopped
-    );
+    let cap =
+        deadline.saturating_duration_since(tokio::time::Instant::now()) + Duration::from_secs(5);
+    let http = tokio::time::timeout(cap, tracker.wait()).await;
     if http.is_err() {
         tracing::warn!("connections still open after the grace period; exiting anyway");
     }
+    if let Some(f) = flight_stopped {
+        let _ = f.await;
+    }
     drain.cancel();
+    // Statements interrupted at the end of the grace period end `failed`
+    // with `shutting-down`; their ends are published by the replicas loop
+    // before it leaves.
+    let interrupted = statements.statements.list(None);
+    let ended = futures::future::join_all(interrupted.iter().map(|s| s.done.cancelled()));
+    if tokio::time::timeout(Duration::from_secs(5), ended)
+        .await
+        .is_err()
+    {
+        tracing::warn!("statements still running 5 s after they were interrupted; they are lost");
+    }
     tasks.stop().await;
     engine.pool.close();
     // The probes answered (not ready) through the drain; now they stop too.
@@ -489,4 +514,86 @@ async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The statements' drain: every statement of this replica ends (its result
+/// spooled, uploaded to the S3 spool if there is one) and, with shared
+/// state, its end is published, so that every replica answers it. Where
+/// results leave with the process (no S3 spool), each statement still
+/// running when the drain began is also read (a page of its result, its
+/// status once it failed, or its DELETE), so a client polling through the
+/// drain gets it. At `deadline` what still runs is interrupted (`drain`):
+/// those statements end `failed` with `shutting-down`, and that end is
+/// published and may be read for up to 5 s more.
+async fn drain_statements(
+    ctx: &statements::Context,
+    deadline: tokio::time::Instant,
+    drain: &CancellationToken,
+) {
+    use std::sync::atomic::Ordering;
+    let local_results = ctx.statements.s3.is_none();
+    let running: Vec<Arc<statements::Statement>> = ctx
+        .statements
+        .list(None)
+        .into_iter()
+        .filter(|s| !s.done.is_cancelled())
+        .collect();
+    let mut said: Option<tokio::time::Instant> = None;
+    loop {
+        let kept = ctx.statements.list(None);
+        let unfinished = kept.iter().filter(|s| !s.done.is_cancelled()).count();
+        let unpublished = kept
+            .iter()
+            .filter(|s| {
+                s.done.is_cancelled()
+                    && s.claimed.load(Ordering::SeqCst)
+                    && !s.published.load(Ordering::SeqCst)
+            })
+            .count();
+        let unread = if local_results {
+            running
+                .iter()
+                .filter(|s| {
+                    !s.collected.load(Ordering::SeqCst) && kept.iter().any(|k| Arc::ptr_eq(k, s))
+                })
+                .count()
+        } else {
+            0
+        };
+        if unfinished + unpublished + unread == 0 {
+            tracing::info!("drained: every statement ended and is answered");
+            return;
+        }
+        if unpublished > 0 {
+            if let Some(shared) = &ctx.statements.shared {
+                if let Err(e) = statements::replication::publish_all(ctx, shared).await {
+                    tracing::warn!(error.cause = %e, "publishing the statements' ends failed; retried");
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline && !drain.is_cancelled() {
+            tracing::warn!(
+                unfinished,
+                unpublished,
+                unread,
+                "the grace period ended before every statement drained: what runs is interrupted"
+            );
+            drain.cancel();
+        }
+        if now >= deadline + Duration::from_secs(5) {
+            tracing::warn!(
+                unfinished,
+                unpublished,
+                unread,
+                "exiting with statements not drained"
+            );
+            return;
+        }
+        if said.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            said = Some(now);
+            tracing::info!(unfinished, unpublished, unread, "draining statements");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

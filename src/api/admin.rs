@@ -101,6 +101,10 @@ pub struct SecretsReport {
     /// every other live replica sharing DUCKGATE_STATE_DSN.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<Vec<ReplicaAnswer>>,
+    /// Why the other replicas were not asked (rotate only; the shared
+    /// state could not be reached): this replica's own outcome stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_asked: Option<String>,
 }
 
 /// One replica's answer to a command asked of every replica.
@@ -108,7 +112,12 @@ pub struct SecretsReport {
 pub struct ReplicaAnswer {
     /// The replica (its host name and a random part, as in `/healthz`).
     pub replica: String,
-    /// `ok`, `failed`, or `no_answer` (it did not answer within 30 s).
+    /// `ok` (carried out), `failed` (carried out in part or not at all:
+    /// `errors` says why), `not_reached` (it did not take the command
+    /// within the wait, or was taken for dead meanwhile: the command was
+    /// withdrawn and it will not carry it out), or `no_answer` (it took
+    /// the command but did not answer within the wait: it may still carry
+    /// it out).
     pub outcome: &'static str,
     /// Why it failed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -126,10 +135,44 @@ pub struct ReloadReport {
     /// Sections of the TOML file that changed but take effect only after a
     /// restart (this replica keeps what it started with).
     pub restart_required: Vec<String>,
+    /// Why the other replicas were not asked (the shared state could not
+    /// be reached): this replica's own outcome stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_asked: Option<String>,
 }
 
 /// How long a command asked of every replica waits for their answers.
 const FLEET_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Every replica's outcome of a command asked of all.
+pub struct FleetOutcome {
+    /// Each replica's answer, this one first.
+    pub replicas: Vec<ReplicaAnswer>,
+    /// Why the others were not asked, if they were not.
+    pub not_asked: Option<String>,
+}
+
+impl FleetOutcome {
+    /// The answer's status: 200 when every replica carried the command
+    /// out; 504 when one did not answer within the wait (the list says
+    /// which); 207 when one failed or the others could not be asked
+    /// (the list says what was done where). Never a failure's status for
+    /// what was done.
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        if self
+            .replicas
+            .iter()
+            .any(|r| matches!(r.outcome, "no_answer" | "not_reached"))
+        {
+            StatusCode::GATEWAY_TIMEOUT
+        } else if self.not_asked.is_some() || self.replicas.iter().any(|r| r.outcome != "ok") {
+            StatusCode::MULTI_STATUS
+        } else {
+            StatusCode::OK
+        }
+    }
+}
 
 /// Carries out `command` here (a rotation of every secret or of
 /// `argument`, a reload of the tokens and keys); its errors, none when done.
@@ -233,59 +276,96 @@ impl crate::statements::replication::Commands for AppState {
 
 /// Asks every other live replica (through the shared state) to carry out
 /// `command` as this one did (`here`: its errors), and gathers their
-/// answers for up to 30 s. One replica with no shared state answers alone.
+/// answers for up to 30 s, less once every replica still asked answered or
+/// was taken for dead. A command not taken by then is withdrawn (never
+/// carried out late). One replica with no shared state answers alone; with
+/// the shared state out of reach, this replica's outcome still stands.
 async fn everywhere(
     state: &AppState,
-    command: &str,
+    command: &'static str,
     argument: Option<&str>,
     here: Vec<String>,
-) -> Result<Vec<ReplicaAnswer>, ApiError> {
+) -> FleetOutcome {
     let answer = |replica: String, errors: Vec<String>| ReplicaAnswer {
         replica,
         outcome: if errors.is_empty() { "ok" } else { "failed" },
         errors,
     };
-    let mut answers = vec![answer(state.health.replica.clone(), here)];
-    let Some(shared) = &state.statements.shared else {
-        return Ok(answers);
+    let mut out = FleetOutcome {
+        replicas: vec![answer(state.health.replica.clone(), here)],
+        not_asked: None,
     };
-    let (id, asked) = shared
-        .broadcast(command, argument)
-        .await
-        .map_err(ApiError::SharedState)?;
+    let Some(shared) = &state.statements.shared else {
+        return out;
+    };
+    let unreachable = |e: String| {
+        tracing::warn!(command, error.cause = %e, "the shared state could not be reached: the other replicas were not asked");
+        "the shared state could not be reached: the other replicas were not asked (this replica's outcome stands); retry".to_string()
+    };
+    let (id, asked) = match shared.broadcast(command, argument).await {
+        Ok(a) => a,
+        Err(e) => {
+            out.not_asked = Some(unreachable(e));
+            return out;
+        }
+    };
     tracing::info!(command, replicas = asked.len(), "asked every replica");
     let deadline = tokio::time::Instant::now() + FLEET_WAIT;
-    let got = loop {
-        let got = shared
-            .command_answers(&id)
-            .await
-            .map_err(ApiError::SharedState)?;
-        if got.iter().all(|(_, a)| a.is_some()) || tokio::time::Instant::now() >= deadline {
-            break got;
+    let mut last = Vec::new();
+    loop {
+        match shared.command_answers(&id).await {
+            Ok(got) => last = got,
+            Err(e) => {
+                // What was seen stands; the rest did not answer.
+                tracing::warn!(command, error.cause = %e, "reading the replicas' answers failed");
+                break;
+            }
+        }
+        let waiting = last.iter().any(|a| a.answer.is_none() && a.alive);
+        if !waiting || tokio::time::Instant::now() >= deadline {
+            break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    for (replica, result) in got {
-        answers.push(match result {
-            None => ReplicaAnswer {
-                replica,
-                outcome: "no_answer",
-                errors: Vec::new(),
-            },
-            Some(v) => answer(
-                replica,
-                v["errors"]
-                    .as_array()
-                    .map(|e| {
-                        e.iter()
-                            .filter_map(|x| x.as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            ),
-        });
     }
-    Ok(answers)
+    // Not taken by now: withdrawn, so it is never carried out late.
+    let withdrawn = shared.withdraw_command(&id).await.unwrap_or_default();
+    let mut unanswered = 0u64;
+    for replica in asked {
+        let seen = last.iter().find(|a| a.replica == replica);
+        out.replicas
+            .push(match seen.and_then(|a| a.answer.as_ref()) {
+                Some(v) => answer(
+                    replica,
+                    v["errors"]
+                        .as_array()
+                        .map(|e| {
+                            e.iter()
+                                .filter_map(|x| x.as_str().map(String::from))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                ),
+                None => {
+                    unanswered += 1;
+                    let taken = seen.is_some_and(|a| a.taken) && !withdrawn.contains(&replica);
+                    ReplicaAnswer {
+                        replica,
+                        outcome: if taken { "no_answer" } else { "not_reached" },
+                        errors: Vec::new(),
+                    }
+                }
+            });
+    }
+    if unanswered > 0 {
+        metrics::counter!("duckgate_admin_fanout_unanswered_total", "command" => command)
+            .increment(unanswered);
+        tracing::warn!(
+            command,
+            unanswered,
+            "replicas did not answer a command asked of every replica"
+        );
+    }
+    out
 }
 
 /// Reloads the query tokens, the admin token, the URL signing key and the
@@ -294,16 +374,17 @@ async fn everywhere(
 /// which other sections of the TOML file changed but need a restart.
 #[utoipa::path(post, path = "/admin/reload", tag = "admin",
     responses(
-        (status = 200, description = "Each replica's answer; a refused reload keeps that replica's tokens and roles", body = ReloadReport),
+        (status = 200, description = "Every replica reloaded", body = ReloadReport),
+        (status = 207, description = "A partial outcome: a replica's reload was refused (it keeps its tokens and roles), or the shared state could not be reached and only this replica reloaded (`not_asked`); each replica's outcome is listed", body = ReloadReport),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The shared state could not be reached", body = Problem, content_type = "application/problem+json")
+        (status = 504, description = "A replica did not answer within 30 s (`no_answer`, `not_reached`); each replica's outcome is listed", body = ReloadReport)
     ),
     security(("bearer" = [])))]
 pub async fn reload(
     State(state): State<AppState>,
     _auth: AdminAuth,
-) -> Result<Json<ReloadReport>, ApiError> {
+) -> (axum::http::StatusCode, Json<ReloadReport>) {
     let (here, changes) = match reload_here(&state, "admin request").await {
         Ok(changes) => (Vec::new(), changes),
         Err(e) => (
@@ -313,12 +394,16 @@ pub async fn reload(
             Default::default(),
         ),
     };
-    let replicas = everywhere(&state, "reload", None, here).await?;
-    Ok(Json(ReloadReport {
-        replicas,
-        changed: changes.changed,
-        restart_required: changes.restart_required,
-    }))
+    let fleet = everywhere(&state, "reload", None, here).await;
+    (
+        fleet.status(),
+        Json(ReloadReport {
+            replicas: fleet.replicas,
+            changed: changes.changed,
+            restart_required: changes.restart_required,
+            not_asked: fleet.not_asked,
+        }),
+    )
 }
 
 /// The query string of `POST /admin/secrets/rotate`.
@@ -357,6 +442,7 @@ fn report(state: &AppState, only: Option<&str>, errors: Vec<String>) -> SecretsR
         catalogs: None,
         errors,
         replicas: None,
+        not_asked: None,
     }
 }
 
@@ -501,17 +587,19 @@ pub async fn pool(
 #[utoipa::path(post, path = "/admin/secrets/rotate", tag = "admin",
     params(RotateParams),
     responses(
-        (status = 200, description = "Rotated; per-secret errors, if any, are listed", body = SecretsReport),
+        (status = 200, description = "Rotated on every replica", body = SecretsReport),
+        (status = 207, description = "A partial outcome: a secret's rotation failed somewhere (`errors`, each replica's outcome), or the shared state could not be reached and only this replica rotated (`not_asked`)", body = SecretsReport),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Admin API disabled", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such secret", body = Problem, content_type = "application/problem+json")
+        (status = 404, description = "No such secret", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "A replica did not answer within 30 s (`no_answer`, `not_reached`); each replica's outcome is listed", body = SecretsReport)
     ),
     security(("bearer" = [])))]
 pub async fn rotate(
     State(state): State<AppState>,
     _auth: AdminAuth,
     params: Result<Query<RotateParams>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<SecretsReport>, ApiError> {
+) -> Result<(axum::http::StatusCode, Json<SecretsReport>), ApiError> {
     let params = crate::api::request::query_options(params)?;
     // An unknown name is the request's error, found before any replica acts.
     if let Some(name) = &params.name {
@@ -522,8 +610,10 @@ pub async fn rotate(
         }
     }
     let errors = carry_out(&state, "rotate", params.name.as_deref()).await;
-    let replicas = everywhere(&state, "rotate", params.name.as_deref(), errors.clone()).await?;
+    let fleet = everywhere(&state, "rotate", params.name.as_deref(), errors.clone()).await;
     let mut report = report(&state, params.name.as_deref(), errors);
-    report.replicas = Some(replicas);
-    Ok(Json(report))
+    let status = fleet.status();
+    report.replicas = Some(fleet.replicas);
+    report.not_asked = fleet.not_asked;
+    Ok((status, Json(report)))
 }

@@ -33,7 +33,8 @@ pub enum ApiError {
         detail: &'static str,
     },
     /// A bearer JWT was refused (401): what was wrong, in general terms
-    /// (never a claim's value or key material).
+    /// (never a claim's value or key material); or it could not be checked
+    /// because the issuer's keys cannot be fetched (503).
     #[error("token refused")]
     TokenRefused(crate::identity::oidc::Refusal),
     /// The request is refused for where it comes from: a web page of
@@ -225,6 +226,12 @@ impl ApiError {
             ApiError::Unauthorized { detail } => (
                 Problem::new(&kind::UNAUTHORIZED, *detail),
                 Some((header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))),
+            ),
+            // The issuer's keys cannot be had: the service's fault, a retry
+            // may succeed (503 with Retry-After), never the client's 401.
+            ApiError::TokenRefused(refusal) if refusal.issuer_unavailable() => (
+                Problem::new(&kind::ISSUER_UNAVAILABLE, refusal.detail()),
+                None,
             ),
             ApiError::TokenRefused(refusal) => (
                 Problem::with_slug(

@@ -123,7 +123,8 @@ pub struct DependencyHealth {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HealthReport {
     /// `ok`, `degraded` (a refresh is failing, credentials expired, pool
-    /// capacity lost, or audit records not written) or `shutting_down`.
+    /// capacity lost, audit records not written, a dependency down) or
+    /// `shutting_down`.
     pub status: &'static str,
     /// duckgate's version.
     pub version: &'static str,
@@ -180,9 +181,11 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             }
         })
         .collect();
-    let expired = secrets
-        .iter()
-        .any(|s| s.seconds_to_expiry.is_some_and(|x| x <= 0.0));
+    // Expired credentials degrade the status and fail the reads of their
+    // secret's scope (503 credentials-expired), but take no readiness:
+    // other secrets' reads and local queries are served, and every replica
+    // would fail that scope alike (one tenant's broken role took every
+    // replica out of the Service, and every tenant with it).
     // Capacity, not only credentials: every connection stuck inside DuckDB
     // with no spare to replace it means nothing can be served.
     let pool = pool_health(state, false);
@@ -266,6 +269,19 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             d.last_error.as_deref().unwrap_or("unknown error")
         ));
     }
+    // An OIDC-only gateway (no query token) without the issuer's keys can
+    // authenticate nobody: not ready, so traffic goes where it can be.
+    let no_identities = state.identities.oidc().is_some_and(|v| {
+        let directory = state.identities.directory();
+        let tokens = &directory.tokens;
+        tokens.query.is_empty() && !tokens.anonymous && v.keys().fetched.is_none()
+    });
+    if no_identities {
+        reasons.push(
+            "oidc: no query token is configured and the issuer's keys were never fetched: nobody can be authenticated"
+                .to_string(),
+        );
+    }
     let shutting_down = h.shutting_down.load(Ordering::Relaxed);
     let status = if shutting_down {
         "shutting_down"
@@ -275,7 +291,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
         "degraded"
     };
     let ready =
-        h.ready.load(Ordering::Relaxed) && !shutting_down && !expired && lost < size && !full;
+        h.ready.load(Ordering::Relaxed) && !shutting_down && lost < size && !full && !no_identities;
     (
         HealthReport {
             status,
@@ -302,9 +318,12 @@ pub async fn healthz(State(state): State<AppState>) -> Json<HealthReport> {
 }
 
 /// Readiness: 200 when the gateway can serve queries, 503 while starting,
-/// shutting down, with expired S3 credentials, or while every connection is
-/// busy and new queries are refused (the expected wait, or the time since a
-/// connection came back, passes the acquire timeout).
+/// shutting down, while every connection is busy and new queries are
+/// refused (the expected wait, or the time since a connection came back,
+/// passes the acquire timeout), or when it can authenticate nobody (OIDC
+/// only, and the issuer's keys never fetched). Expired S3 credentials
+/// degrade `/healthz` but leave readiness: local queries and other secrets'
+/// reads are served.
 #[utoipa::path(get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "Ready to serve", body = HealthReport),

@@ -128,6 +128,18 @@ pub fn describe() {
         "Async statements (POST /statements) ended, by outcome."
     );
     metrics::describe_counter!(
+        "duckgate_statements_lost_total",
+        "Statements this replica marked lost in the shared state: their replica was taken for dead, or left, before they finished (each counted once, by the replica that marked it)."
+    );
+    metrics::describe_counter!(
+        "duckgate_statement_lost_answers_total",
+        "Answers 410 statement-lost this replica gave (polls, pages)."
+    );
+    metrics::describe_counter!(
+        "duckgate_admin_fanout_unanswered_total",
+        "Replicas that did not answer a command asked of every replica (POST /admin/secrets/rotate, /admin/reload) within the wait, or that it could not reach, by command."
+    );
+    metrics::describe_counter!(
         "duckgate_storage_full_total",
         "Writes refused because the disk under a store (spool) was full."
     );
@@ -288,6 +300,12 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
+    metrics::counter!("duckgate_statements_lost_total").increment(0);
+    metrics::counter!("duckgate_statement_lost_answers_total").increment(0);
+    for command in ["rotate", "reload"] {
+        metrics::counter!("duckgate_admin_fanout_unanswered_total", "command" => command)
+            .increment(0);
+    }
     for outcome in ["ok", "refused"] {
         metrics::counter!("duckgate_config_reloads_total", "outcome" => outcome).increment(0);
     }

@@ -119,6 +119,23 @@ pub struct Shared {
     pub addr: std::net::SocketAddr,
 }
 
+/// New work (a query, a statement) while the gateway drains: 503
+/// `shutting-down` with `Retry-After`, so the client sends it to another
+/// replica; polls, pages and cancels of what runs are still served.
+async fn refuse_while_draining(
+    axum::extract::State(health): axum::extract::State<Arc<Health>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if health
+        .shutting_down
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return ApiError::Query(crate::engine::QueryError::ShuttingDown).into_response();
+    }
+    next.run(request).await
+}
+
 /// The health probes, never compressed or limited; also served alone on
 /// `DUCKGATE_PROBE_LISTEN` ([`probe_router`]).
 fn probes() -> Router<AppState> {
@@ -176,6 +193,10 @@ pub fn router(state: AppState) -> Router {
     // their own, so waiting submissions never take `/query`'s slots.
     let submit_routes = Router::new()
         .route("/statements", post(statements::submit))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.health.clone(),
+            refuse_while_draining,
+        ))
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))
@@ -193,6 +214,10 @@ pub fn router(state: AppState) -> Router {
                 .get(query::query_by_url)
                 .head(query::query_by_url_head),
         )
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.health.clone(),
+            refuse_while_draining,
+        ))
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))

@@ -157,11 +157,12 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_SPOOL_URL")]
     pub spool_url: Option<String>,
 
-    /// A replica whose heartbeat in the shared state is older than this,
-    /// and whose liveness lock no session holds, is taken for dead: its
-    /// running statements answer 410 statement-lost. (The lock is evidence
-    /// a slow or locked PostgreSQL cannot fake; the heartbeat bridges a
-    /// PostgreSQL restart.)
+    /// A replica whose heartbeat in the shared state made no progress for
+    /// this long (seen twice, a moment apart, by another replica) is taken
+    /// for dead: its running statements answer 410 statement-lost. Each
+    /// replica beats every fifth of this (at most 0.5 s) on a session of
+    /// its own; a frozen process is taken for dead though its sessions stay
+    /// open.
     #[arg(long, env = "DUCKGATE_REPLICA_STALE_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1_000..=600_000))]
     pub replica_stale_ms: u64,
 

@@ -17,7 +17,9 @@ use crate::state::Health;
 /// answer and whether it was the second run.
 pub async fn with_fresh_credentials<T, Fut>(
     rotator: &Rotator,
-    health: &Health,
+    // The refresh says itself whether the implicated secrets are fresh
+    // (another tenant's expiry is no reason to refuse this query).
+    _health: &Health,
     deadline: Instant,
     mut attempt: impl FnMut(bool) -> Fut,
 ) -> Result<(T, bool), QueryError>
@@ -28,10 +30,13 @@ where
         Err(e) if e.is_expired_token() && !rotator.is_empty() && rotator.enabled() => {
             tracing::warn!("S3 rejected the credentials as expired; rotating and retrying once");
             let left = deadline.saturating_duration_since(Instant::now());
-            let refreshed = tokio::time::timeout(left, rotator.rotate_for_expired_token())
-                .await
-                .unwrap_or(false);
-            if !refreshed || health.credentials.load().any_expired {
+            // Only the secrets that may have served it (never every
+            // tenant's), and only theirs must be fresh for the retry.
+            let refreshed =
+                tokio::time::timeout(left, rotator.rotate_for_expired_token(&e.to_string()))
+                    .await
+                    .unwrap_or(false);
+            if !refreshed {
                 return Err(QueryError::CredentialsExpired);
             }
             match attempt(true).await {

@@ -38,6 +38,12 @@ const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// The longest identity name a name claim may give.
 const MAX_NAME_BYTES: usize = 256;
 
+/// The most keys a token without a `kid` is tried against: the keys of
+/// its algorithm, when the issuer publishes at most this many (real
+/// issuers publish two or three; one publishing thousands made one forged
+/// token cost 0.3-0.7 s of a worker). Past it, such a token is refused.
+pub const MAX_KEYS_WITHOUT_KID: usize = 8;
+
 /// What a verified token says about its holder.
 #[derive(Debug, Clone)]
 pub struct Verified {
@@ -71,6 +77,10 @@ pub enum Refusal {
     Expired,
     /// `nbf` is ahead, beyond the leeway.
     NotYetValid,
+    /// The token cannot be checked now: the issuer's keys could not be
+    /// fetched (none yet, or the fetch for the `kid` it names failed). The
+    /// issuer's fault, not the client's: 503 with `Retry-After`.
+    IssuerUnavailable,
 }
 
 impl Refusal {
@@ -85,7 +95,14 @@ impl Refusal {
             Refusal::WrongAudience => "token-wrong-audience",
             Refusal::Expired => "token-expired",
             Refusal::NotYetValid => "token-not-yet-valid",
+            Refusal::IssuerUnavailable => "issuer-unavailable",
         }
+    }
+
+    /// Whether the refusal is the issuer's outage rather than the token's
+    /// fault.
+    pub fn issuer_unavailable(self) -> bool {
+        self == Refusal::IssuerUnavailable
     }
 
     /// The problem's title.
@@ -99,6 +116,7 @@ impl Refusal {
             Refusal::WrongAudience => "Token for another audience",
             Refusal::Expired => "Token expired",
             Refusal::NotYetValid => "Token not yet valid",
+            Refusal::IssuerUnavailable => "Identity issuer unavailable",
         }
     }
 
@@ -113,6 +131,7 @@ impl Refusal {
             Refusal::WrongAudience => "the token was not issued for this gateway (aud)".into(),
             Refusal::Expired => "the token has expired (exp); get a new one from the issuer".into(),
             Refusal::NotYetValid => "the token is not valid yet (nbf)".into(),
+            Refusal::IssuerUnavailable => "the token cannot be checked now: the OIDC issuer's signing keys could not be fetched; retry shortly (query tokens are not affected)".into(),
         }
     }
 
@@ -127,6 +146,7 @@ impl Refusal {
             Refusal::WrongAudience => "jwt_audience",
             Refusal::Expired => "jwt_expired",
             Refusal::NotYetValid => "jwt_not_yet_valid",
+            Refusal::IssuerUnavailable => "jwt_issuer_unavailable",
         }
     }
 
@@ -140,6 +160,7 @@ impl Refusal {
         "jwt_audience",
         "jwt_expired",
         "jwt_not_yet_valid",
+        "jwt_issuer_unavailable",
     ];
 }
 
@@ -296,21 +317,48 @@ impl Verifier {
                 keys = self.keys_after_unknown_kid(keys.generation).await;
             }
         }
-        let named: Vec<&Key> = keys
-            .keys
-            .iter()
-            .filter(|k| kid.is_none_or(|kid| k.kid.as_deref() == Some(kid)))
+        if keys.fetched.is_none() {
+            // No key of the issuer yet (out of reach since start-up): the
+            // token cannot be checked, which is no fault of its holder.
+            return Err(Refusal::IssuerUnavailable);
+        }
+        let named: Vec<usize> = (0..keys.keys.len())
+            .filter(|&i| kid.is_none_or(|kid| keys.keys[i].kid.as_deref() == Some(kid)))
             .collect();
-        let fitting: Vec<&Key> = named.iter().copied().filter(|k| k.fits(alg)).collect();
+        let fitting: Vec<usize> = named
+            .iter()
+            .copied()
+            .filter(|&i| keys.keys[i].fits(alg))
+            .collect();
         if fitting.is_empty() {
             return Err(match (kid, named.is_empty()) {
                 (Some(_), false) => {
                     Refusal::AlgorithmNotAllowed("the key it names is not for that algorithm")
                 }
+                // A kid the issuer may have just published, while its keys
+                // cannot be fetched: the issuer's outage, not the token's.
+                (Some(_), true) if self.status().last_error.is_some() => Refusal::IssuerUnavailable,
                 _ => Refusal::UnknownKey,
             });
         }
-        let claims = verify_signature(token, alg, &fitting)?;
+        let claims = if fitting.len() == 1 {
+            verify_signature(token, alg, &[&keys.keys[fitting[0]]])?
+        } else {
+            // A token without a kid: a bounded number of keys, tried on a
+            // blocking thread, never on the worker serving other requests.
+            if fitting.len() > MAX_KEYS_WITHOUT_KID {
+                return Err(Refusal::Malformed(
+                    "it names no signing key (kid) and the issuer publishes more keys for its algorithm than the gateway tries without one",
+                ));
+            }
+            let token = token.to_string();
+            tokio::task::spawn_blocking(move || {
+                let tried: Vec<&Key> = fitting.iter().map(|&i| &keys.keys[i]).collect();
+                verify_signature(&token, alg, &tried)
+            })
+            .await
+            .map_err(|_| Refusal::Malformed("it could not be read"))??
+        };
         self.check_claims(claims)
     }
 

@@ -111,7 +111,9 @@ pub async fn find(ctx: &Context, owner: Option<&str>, id: &str) -> Result<Found,
         0 => Err(Error::NotFound(id.to_string())),
         1 => {
             let row = rows.remove(0);
-            if row.replica == shared.replica {
+            // A row of this replica taken for lost (it stalled past the
+            // staleness) answers as the other replicas do.
+            if row.replica == shared.replica && row.state != State::Lost {
                 if let Some(s) = ctx.statements.find(Some(&row.token), id).pop() {
                     return Ok(Found::Local(s));
                 }
@@ -144,6 +146,7 @@ fn find_here(
 
 /// Why another replica's statement has no state: its replica stopped.
 fn lost(row: &Row) -> Error {
+    metrics::counter!("duckgate_statement_lost_answers_total").increment(1);
     Error::Lost {
         id: row.id.clone(),
         was: match row.state {
@@ -190,6 +193,10 @@ pub async fn status(ctx: &Context, found: Found) -> Result<(Status, Ident), Erro
         Found::Local(s) => {
             let status = status_of(&ctx.statements, ctx.db(), &s);
             end_published(ctx, &s, status.state).await?;
+            if status.state.finished() && status.state != State::Succeeded {
+                // No result to page: the status is what it ended with.
+                s.collected.store(true, Ordering::SeqCst);
+            }
             Ok((
                 Status::Local(Box::new(status)),
                 Ident::of(&ctx.statements, &s),
@@ -260,6 +267,7 @@ async fn local_result(
             ))
         }
     };
+    s.collected.store(true, Ordering::SeqCst);
     Ok((Ident::of(&ctx.statements, s), result))
 }
 

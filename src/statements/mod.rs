@@ -163,6 +163,10 @@ pub struct Statement {
     pub claimed: std::sync::atomic::AtomicBool,
     /// Its final state is published in the shared state.
     pub published: std::sync::atomic::AtomicBool,
+    /// Its client has what it ended with: a page of its result was served,
+    /// or its status once it ended otherwise (the drain of a process whose
+    /// results leave with it waits for that).
+    pub collected: std::sync::atomic::AtomicBool,
 }
 
 /// What a statement is now.
@@ -359,6 +363,7 @@ impl Statements {
             done: CancellationToken::new(),
             claimed: Default::default(),
             published: Default::default(),
+            collected: Default::default(),
         });
         map.insert(key, statement.clone());
         Self::publish(&map);

@@ -42,12 +42,15 @@ pub fn interval(shared: &Shared) -> Duration {
     (shared.stale / 5).clamp(Duration::from_millis(100), Duration::from_millis(500))
 }
 
-/// Runs until `stop`, then leaves the shared state: holds this replica's
-/// liveness lock, beats its heartbeat, and runs the rounds (what others
-/// asked of it, its statements' status, the shared housekeeping). The
-/// heartbeat has a loop of its own: a round slowed by a slow PostgreSQL
-/// (publishing many statements at 1.5 s a query) no longer made the
-/// replica look dead to the others.
+/// Runs until `stop`, then leaves the shared state: beats this replica's
+/// heartbeat on a session of its own ([`Shared::beat`]), watches the other
+/// replicas' heartbeats for one that stopped ([`Watch`]), and runs the
+/// rounds (what others asked of it, its statements' status, the shared
+/// housekeeping). Each has a loop of its own: a round slowed by a slow
+/// PostgreSQL (publishing many statements at 1.5 s a query) never delays a
+/// heartbeat. Before it leaves, the end of every statement that ended here
+/// is published (a drained replica's statements are answered by the
+/// others).
 pub async fn run(
     ctx: Context,
     commands: Arc<dyn Commands>,
@@ -55,28 +58,30 @@ pub async fn run(
     stop: CancellationToken,
 ) {
     let every = interval(&shared);
-    let lock = tokio::spawn(shared.clone().hold_lock(stop.clone()));
     let beat = {
         let (ctx, shared, stop) = (ctx.clone(), shared.clone(), stop.clone());
+        let queries = move || {
+            let queries: Vec<QueryInfo> = ctx
+                .queries
+                .list()
+                .iter()
+                .map(|r| QueryInfo::of(r, ctx.db()))
+                .collect();
+            serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into())
+        };
+        tokio::spawn(shared.beat(every, queries, stop))
+    };
+    let watch = {
+        let (ttl, shared, stop) = (ctx.statements.settings.ttl, shared.clone(), stop.clone());
         tokio::spawn(async move {
+            let mut watch = Watch::new(every * 2);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tokio::time::sleep(every) => {}
                 }
-                let queries: Vec<QueryInfo> = ctx
-                    .queries
-                    .list()
-                    .iter()
-                    .map(|r| QueryInfo::of(r, ctx.db()))
-                    .collect();
-                let json = serde_json::to_string(&queries).unwrap_or_else(|_| "[]".into());
-                match shared.heartbeat(&json).await {
-                    Ok(()) => shared.dependency.ok(),
-                    Err(e) => {
-                        shared.dependency.failed(&e);
-                        tracing::warn!(error.cause = %e, "the heartbeat failed");
-                    }
+                if let Err(e) = watch.round(&shared, ttl).await {
+                    tracing::warn!(error.cause = %e, "watching the other replicas' heartbeats failed");
                 }
             }
         })
@@ -106,10 +111,80 @@ pub async fn run(
             sweep_orphans(&ctx, &shared, grace).await;
         }
     }
+    let _ = watch.await;
+    // The last word: every statement that ended here is published before
+    // the heartbeat stops and the row goes (what did not end is lost).
+    if let Err(e) = publish_all(&ctx, &shared).await {
+        tracing::warn!(error.cause = %e, "publishing the statements' ends before leaving failed");
+    }
     let _ = beat.await;
-    let _ = lock.await;
     if let Err(e) = shared.leave().await {
         tracing::warn!(error.cause = %e, "leaving the shared state failed");
+    }
+}
+
+/// Publishes the status of every statement of this replica kept in the
+/// shared state (the ends not yet published).
+pub async fn publish_all(ctx: &Context, shared: &Shared) -> Result<(), SharedError> {
+    for s in ctx.statements.list(None) {
+        if s.claimed.load(std::sync::atomic::Ordering::SeqCst) {
+            publish(ctx, shared, &s).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Which other replicas stopped: a replica whose heartbeat is older than
+/// the staleness is a suspect; one still a suspect, with the same
+/// heartbeat, `confirm` later is taken for dead ([`Shared::declare_dead`]).
+/// The second look is what a locked or slow PostgreSQL cannot fake: when
+/// the lock goes, the heartbeats that waited behind it land at once, and
+/// a look taken in that moment is not trusted alone.
+pub struct Watch {
+    /// Replicas seen stale: their heartbeat then, and when first seen so.
+    suspects: std::collections::HashMap<String, (String, Instant)>,
+    /// How long a suspect stays one before it is taken for dead.
+    confirm: Duration,
+}
+
+impl Watch {
+    /// A watch that confirms a suspect after `confirm`.
+    pub fn new(confirm: Duration) -> Self {
+        Self {
+            suspects: Default::default(),
+            confirm,
+        }
+    }
+
+    /// One look at the heartbeats.
+    pub async fn round(&mut self, shared: &Shared, ttl: Duration) -> Result<(), SharedError> {
+        let stale = shared.stale_replicas().await?;
+        self.suspects
+            .retain(|r, (hb, _)| stale.iter().any(|(r2, hb2)| r2 == r && hb2 == hb));
+        for (replica, heartbeat) in stale {
+            let since = match self.suspects.get(&replica) {
+                Some((_, since)) => *since,
+                None => {
+                    self.suspects
+                        .insert(replica.clone(), (heartbeat.clone(), Instant::now()));
+                    continue;
+                }
+            };
+            if since.elapsed() < self.confirm {
+                continue;
+            }
+            self.suspects.remove(&replica);
+            if let Some(lost) = shared.declare_dead(&replica, &heartbeat, ttl).await? {
+                metrics::counter!("duckgate_statements_lost_total").increment(lost);
+                tracing::warn!(
+                    dead = %replica,
+                    last_heartbeat = %heartbeat,
+                    statements_lost = lost,
+                    "a replica made no progress past DUCKGATE_REPLICA_STALE_MS: taken for dead, its unfinished statements are lost"
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -162,6 +237,15 @@ pub async fn tick(
             ctx.statements.discard(&s);
             continue;
         };
+        if *row_state == super::State::Lost {
+            // This replica was taken for dead (frozen past the staleness)
+            // and its statements answered lost everywhere: so they stay,
+            // here too (its row answers).
+            tracing::warn!(query_id = %s.running.id, owner = %s.running.owner, "a statement of this replica was taken for lost while it stalled; it is stopped");
+            ctx.queries.cancel(&s.running);
+            ctx.statements.discard(&s);
+            continue;
+        }
         // Its end is published once; a row still `queued` or `running`
         // for a statement that ended here is published again (repaired).
         if s.done.is_cancelled() && !row_state.finished() {
@@ -239,7 +323,14 @@ pub async fn publish(ctx: &Context, shared: &Shared, s: &Statement) -> Result<()
 /// Shared housekeeping, then local copies unused for a while go.
 async fn sweep(ctx: &Context, shared: &Shared) {
     match shared.sweep(ctx.statements.settings.ttl).await {
-        Ok(urls) => {
+        Ok((urls, lost)) => {
+            if lost > 0 {
+                metrics::counter!("duckgate_statements_lost_total").increment(lost);
+                tracing::warn!(
+                    statements_lost = lost,
+                    "statements of replicas that left before they finished are lost"
+                );
+            }
             for url in urls {
                 remove_result(ctx, &url).await;
             }

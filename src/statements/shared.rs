@@ -5,7 +5,7 @@
 //! never talk to each other: what one must know of another is read here,
 //! and the owner of a statement or query polls for what others asked of it.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,61 +84,128 @@ const MIGRATIONS: &[&str] = &[
 /// database this release migrated: older replicas refuse to start on it.
 const MIN_COMPATIBLE: i32 = 1;
 
-/// Columns this release reads and writes: a table changed by hand is named
-/// at start-up rather than failing some query later.
-const COLUMNS: &[(&str, &[&str])] = &[
+/// Columns this release reads and writes, with their types as
+/// `information_schema.columns.data_type` names them: a table changed by
+/// hand (a column dropped, or its type altered) is named at start-up rather
+/// than failing every statement later.
+const COLUMNS: &[(&str, &[(&str, &str)])] = &[
     (
         "duckgate_replicas",
-        &["replica", "heartbeat", "queries", "lock_key", "release"],
+        &[
+            ("replica", TEXT),
+            ("heartbeat", TIMESTAMPTZ),
+            ("queries", JSONB),
+            ("lock_key", "integer"),
+            ("release", TEXT),
+        ],
     ),
     (
         "duckgate_statements",
         &[
-            "token",
-            "id",
-            "replica",
-            "state",
-            "status",
-            "result",
-            "expires_at",
+            ("token", TEXT),
+            ("id", TEXT),
+            ("replica", TEXT),
+            ("state", TEXT),
+            ("status", JSONB),
+            ("result", JSONB),
+            ("expires_at", TIMESTAMPTZ),
         ],
     ),
     (
         "duckgate_query_ids",
-        &["token", "id", "replica", "nonce", "started"],
+        &[
+            ("token", TEXT),
+            ("id", TEXT),
+            ("replica", TEXT),
+            ("nonce", TEXT),
+            ("started", TIMESTAMPTZ),
+        ],
     ),
     (
         "duckgate_cancels",
-        &["replica", "token", "id", "requested_at"],
+        &[
+            ("replica", TEXT),
+            ("token", TEXT),
+            ("id", TEXT),
+            ("requested_at", TIMESTAMPTZ),
+        ],
     ),
     (
         "duckgate_commands",
         &[
-            "id",
-            "replica",
-            "command",
-            "argument",
-            "requested_at",
-            "taken_at",
-            "done_at",
-            "result",
+            ("id", TEXT),
+            ("replica", TEXT),
+            ("command", TEXT),
+            ("argument", TEXT),
+            ("requested_at", TIMESTAMPTZ),
+            ("taken_at", TIMESTAMPTZ),
+            ("done_at", TIMESTAMPTZ),
+            ("result", JSONB),
         ],
     ),
 ];
 
-/// The first key of every replica's advisory lock ("duck").
-const LOCK_SPACE: i32 = 0x6475_636b;
+const TEXT: &str = "text";
+const JSONB: &str = "jsonb";
+const TIMESTAMPTZ: &str = "timestamp with time zone";
 
-/// A replica is alive while the session that holds its advisory lock is
-/// (PostgreSQL releases it the moment that connection goes), or while its
-/// heartbeat is fresh by the database's clock at the time of asking
-/// (`clock_timestamp()`, not the transaction's start: a query that waited
-/// on a lock sees the time it reads). Slow or locked PostgreSQL delays both
-/// but fakes neither: the lock stays held however slow the server is.
-/// `$1`: the staleness in seconds; `r`: the replica's row.
-const ALIVE: &str = "(r.heartbeat > clock_timestamp() - make_interval(secs => $1::float8)
-    OR EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-        AND l.classid = 1685414763::oid AND l.objid = r.lock_key::oid AND l.objsubid = 2))";
+/// What differs between the columns this release uses ([`COLUMNS`]) and
+/// `present` ((table, column) -> type): each missing column or wrong type.
+fn schema_faults(present: &HashMap<(String, String), String>) -> Vec<String> {
+    let mut faults = Vec::new();
+    for (table, columns) in COLUMNS {
+        for (column, want) in *columns {
+            match present.get(&(table.to_string(), column.to_string())) {
+                None => faults.push(format!("lacks {table}.{column}")),
+                Some(got) if got != want => faults.push(format!(
+                    "has {table}.{column} of type {got} where {want} is expected"
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    faults
+}
+
+/// A replica is alive while its row is in `duckgate_replicas`. The row
+/// goes when the replica leaves (a clean shutdown) or when another replica
+/// takes it for dead ([`Shared::declare_dead`]): its heartbeat made no
+/// progress for longer than the staleness, seen twice, a moment apart
+/// ([`Watch`]). Neither a slow or locked PostgreSQL (every heartbeat is
+/// late alike, and the first one after the wait moves the row on), nor an
+/// idle connection cut by a middlebox (the heartbeat's session is never
+/// idle), nor a frozen process whose sessions stay open (its heartbeat
+/// stops) fakes it. A live replica whose row was removed writes it again
+/// at its next beat; what it ran meanwhile stays lost.
+const ALIVE: &str = "EXISTS (SELECT 1 FROM duckgate_replicas r WHERE r.replica = {} )";
+
+/// [`ALIVE`] for the replica named by `column`.
+fn alive(column: &str) -> String {
+    ALIVE.replace("{}", column)
+}
+
+/// One replica's side of a command asked of every replica.
+#[derive(Debug, Clone)]
+pub struct CommandAnswer {
+    /// The replica asked.
+    pub replica: String,
+    /// Its answer (`{"errors": [...]}`), once it gave one.
+    pub answer: Option<serde_json::Value>,
+    /// Whether it took the command (it may be carrying it out).
+    pub taken: bool,
+    /// Whether it is alive (its row is in `duckgate_replicas`).
+    pub alive: bool,
+}
+
+/// How long opening a pooled session may take (see [`Shared::connect`]).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The heartbeat: the replica's row, its time by the database's clock at
+/// the moment of writing, the queries it runs. Written again in full if
+/// another replica took this one for dead meanwhile.
+const HEARTBEAT: &str = "INSERT INTO duckgate_replicas (replica, heartbeat, queries, release)
+    VALUES ($1, clock_timestamp(), $2::text::jsonb, $3)
+    ON CONFLICT (replica) DO UPDATE SET heartbeat = clock_timestamp(), queries = excluded.queries";
 
 /// A statement's row, as another replica reads it.
 #[derive(Debug, Clone)]
@@ -190,13 +257,10 @@ pub struct Shared {
     /// This replica's id (new for every process, so a restarted replica
     /// never claims the statements its predecessor lost).
     pub replica: String,
-    /// A heartbeat older than this (and no liveness lock) means its
-    /// replica is gone.
+    /// A replica whose heartbeat made no progress for this long (seen
+    /// twice, a moment apart) is taken for dead.
     pub stale: Duration,
-    /// The second key of this replica's advisory lock (the first is
-    /// [`LOCK_SPACE`]), held by [`Shared::hold_lock`]'s session.
-    pub lock_key: i32,
-    /// How to open the session that holds the lock.
+    /// How to open the heartbeat's own session ([`Shared::beat`]).
     connect: (tokio_postgres::Config, MakeRustlsConnect),
     /// Whether the shared state answers, for the probes.
     pub dependency: Arc<crate::state::Dependency>,
@@ -281,11 +345,11 @@ fn tls(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, SharedError> {
 
 /// A statement row and whether its owner lives ([`ALIVE`]).
 fn row_sql() -> String {
-    format!(
+    String::from(
         "SELECT s.token, s.id, s.replica, s.state, s.status::text, s.result::text,
-            coalesce(r.replica IS NOT NULL AND {ALIVE}, false),
+            r.replica IS NOT NULL,
             coalesce(s.expires_at < now(), false)
-        FROM duckgate_statements s LEFT JOIN duckgate_replicas r ON r.replica = s.replica"
+        FROM duckgate_statements s LEFT JOIN duckgate_replicas r ON r.replica = s.replica",
     )
 }
 
@@ -356,7 +420,7 @@ impl Shared {
         config.keepalives_idle(Duration::from_secs(10));
         config.keepalives_interval(Duration::from_secs(5));
         config.keepalives_retries(3);
-        config.connect_timeout(Duration::from_secs(5));
+        config.connect_timeout(Duration::from_secs(10));
         let manager = Manager::from_config(
             config.clone(),
             tls.clone(),
@@ -367,7 +431,9 @@ impl Shared {
         let pool = Pool::builder(manager)
             .max_size(8)
             .wait_timeout(Some(Duration::from_secs(5)))
-            .create_timeout(Some(Duration::from_secs(5)))
+            // A new session takes four or five round trips (TLS or its
+            // refusal, start-up, SCRAM): 6 s at 1.5 s a round trip.
+            .create_timeout(Some(CREATE_TIMEOUT))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(db)?;
@@ -376,7 +442,6 @@ impl Shared {
             unreleased: std::sync::Mutex::new(Vec::new()),
             replica,
             stale,
-            lock_key: 1 + fastrand::i32(0..i32::MAX - 1),
             connect: (config, tls),
             dependency,
         };
@@ -432,104 +497,100 @@ impl Shared {
             .map_err(db)?;
             tracing::info!(version = v, "shared state migrated");
         }
-        // Every column this release uses is there (a table changed by hand
-        // stopped start-up with `column "replica" does not exist`).
+        // Every column this release uses is there with its type (a table
+        // changed by hand stopped start-up with `column "replica" does not
+        // exist`; a column's type altered passed start-up, and every
+        // statement then answered 503 while PostgreSQL answered).
         let present = tx
             .query(
-                "SELECT table_name::text, column_name::text FROM information_schema.columns
+                "SELECT table_name::text, column_name::text, data_type::text
+                 FROM information_schema.columns
                  WHERE table_schema = current_schema() AND table_name LIKE 'duckgate%'",
                 &[],
             )
             .await
             .map_err(db)?;
-        let present: HashSet<(String, String)> =
-            present.iter().map(|r| (r.get(0), r.get(1))).collect();
-        let missing: Vec<String> = COLUMNS
+        let present: HashMap<(String, String), String> = present
             .iter()
-            .flat_map(|(t, cols)| cols.iter().map(move |c| (*t, *c)))
-            .filter(|(t, c)| !present.contains(&(t.to_string(), c.to_string())))
-            .map(|(t, c)| format!("{t}.{c}"))
+            .map(|r| ((r.get(0), r.get(1)), r.get(2)))
             .collect();
-        if !missing.is_empty() {
+        let wrong = schema_faults(&present);
+        if !wrong.is_empty() {
             return Err(format!(
-                "the shared state's schema (version {}) lacks {}: its tables were changed outside \
+                "the shared state's schema (version {}) {}: its tables were changed outside \
                  duckgate; restore them, or point DUCKGATE_STATE_DSN at a database of its own",
                 version.max(latest),
-                missing.join(", ")
+                wrong.join(", ")
             ));
         }
         tx.commit().await.map_err(db)?;
         Ok(())
     }
 
-    /// Holds this replica's liveness lock for as long as `stop` allows: a
-    /// session of its own takes `pg_advisory_lock(LOCK_SPACE, lock_key)`
-    /// and keeps it; when the session ends (PostgreSQL restarted, the
-    /// network broke), a new one takes it again. Other replicas read the
-    /// lock in `pg_locks` ([`ALIVE`]).
-    pub async fn hold_lock(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
-        let mut backoff = Duration::from_millis(200);
+    /// Beats this replica's heartbeat until `stop`, on a session of its own
+    /// (never the pool's: a pooled session idle for a while is the one a
+    /// middlebox cuts, and a new one takes several round trips), with its
+    /// statement prepared once: one round trip a beat, every `every` or as
+    /// fast as PostgreSQL answers. `queries` gives the JSON list of the
+    /// queries running here, written with each beat. A session that ends
+    /// is opened again at once.
+    pub async fn beat(
+        self: Arc<Self>,
+        every: Duration,
+        queries: impl Fn() -> String + Send,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let mut backoff = Duration::from_millis(100);
         loop {
             let (config, tls) = &self.connect;
             let session = async {
                 let (client, connection) = config.connect(tls.clone()).await.map_err(db)?;
                 let running = tokio::spawn(connection);
-                client
-                    .execute(
-                        "SELECT pg_advisory_lock($1, $2)",
-                        &[&LOCK_SPACE, &self.lock_key],
-                    )
-                    .await
-                    .map_err(db)?;
-                self.register_lock(&client).await?;
-                Ok::<_, SharedError>((client, running))
+                let statement = client.prepare(HEARTBEAT).await.map_err(db)?;
+                Ok::<_, SharedError>((client, running, statement))
             };
-            match tokio::select! {
+            let (client, running, statement) = match tokio::select! {
                 _ = stop.cancelled() => return,
                 s = session => s,
             } {
-                Ok((client, running)) => {
-                    backoff = Duration::from_millis(200);
-                    tokio::select! {
-                        _ = stop.cancelled() => {
-                            drop(client);
-                            return;
-                        }
-                        ended = running => {
-                            let why = match ended {
-                                Ok(Err(e)) => db(e),
-                                _ => "the session ended".to_string(),
-                            };
-                            tracing::warn!(error.cause = %why, "the shared state's liveness session ended; taking the lock again");
-                            self.dependency.failed(&why);
-                        }
-                    }
-                }
+                Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(error.cause = %e, "taking the liveness lock failed; retried");
+                    tracing::warn!(error.cause = %e, "opening the heartbeat's session failed; retried");
                     self.dependency.failed(&e);
                     tokio::select! {
                         _ = stop.cancelled() => return,
                         _ = tokio::time::sleep(backoff) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
                 }
-            }
+            };
+            backoff = Duration::from_millis(100);
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let why = loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let json = queries();
+                let release = env!("CARGO_PKG_VERSION");
+                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                    [&self.replica, &json, &release];
+                let beat = client.execute(&statement, &params);
+                match tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = beat => r,
+                } {
+                    Ok(_) => self.dependency.ok(),
+                    Err(e) => break db(e),
+                }
+            };
+            drop(client);
+            let _ = running.await;
+            tracing::warn!(error.cause = %why, "the heartbeat's session ended; opening another");
+            self.dependency.failed(&why);
         }
-    }
-
-    /// Records the lock's key in this replica's row (created if missing).
-    async fn register_lock(&self, client: &tokio_postgres::Client) -> Result<(), SharedError> {
-        client
-            .execute(
-                "INSERT INTO duckgate_replicas (replica, heartbeat, lock_key, release)
-                 VALUES ($1, clock_timestamp(), $2, $3)
-                 ON CONFLICT (replica) DO UPDATE SET lock_key = excluded.lock_key, release = excluded.release",
-                &[&self.replica, &self.lock_key, &env!("CARGO_PKG_VERSION")],
-            )
-            .await
-            .map_err(db)?;
-        Ok(())
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SharedError> {
@@ -540,19 +601,81 @@ impl Shared {
         self.stale.as_secs_f64()
     }
 
-    /// Records this replica alive, running `queries` (a JSON array).
+    /// Records this replica alive, running `queries` (a JSON array): once
+    /// at start-up, through the pool; then [`Shared::beat`]'s session.
     pub async fn heartbeat(&self, queries: &str) -> Result<(), SharedError> {
         self.client()
             .await?
             .execute(
-                "INSERT INTO duckgate_replicas (replica, heartbeat, queries, lock_key, release)
-                 VALUES ($1, clock_timestamp(), $2::text::jsonb, $3, $4)
-                 ON CONFLICT (replica) DO UPDATE SET heartbeat = clock_timestamp(), queries = excluded.queries",
-                &[&self.replica, &queries, &self.lock_key, &env!("CARGO_PKG_VERSION")],
+                HEARTBEAT,
+                &[&self.replica, &queries, &env!("CARGO_PKG_VERSION")],
             )
             .await
             .map_err(db)?;
         Ok(())
+    }
+
+    /// The other replicas whose heartbeat is older than the staleness by
+    /// the database's clock, with that heartbeat (its text: what
+    /// [`Shared::declare_dead`] checks did not move).
+    pub async fn stale_replicas(&self) -> Result<Vec<(String, String)>, SharedError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT replica, heartbeat::text FROM duckgate_replicas
+                 WHERE replica <> $2
+                   AND heartbeat < clock_timestamp() - make_interval(secs => $1::float8)",
+                &[&self.stale_secs(), &self.replica],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Takes `replica` for dead if its heartbeat is still `heartbeat` and
+    /// still stale: its row goes, its unfinished statements become `lost`
+    /// (kept a TTL), and what was addressed to it (commands, cancels) or
+    /// reserved by it (query ids) goes. Returns how many statements it
+    /// lost, `None` if it beat meanwhile (alive after all).
+    pub async fn declare_dead(
+        &self,
+        replica: &str,
+        heartbeat: &str,
+        ttl: Duration,
+    ) -> Result<Option<u64>, SharedError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db)?;
+        let gone = tx
+            .execute(
+                "DELETE FROM duckgate_replicas WHERE replica = $1 AND heartbeat::text = $2
+                    AND heartbeat < clock_timestamp() - make_interval(secs => $3::float8)",
+                &[&replica, &heartbeat, &self.stale_secs()],
+            )
+            .await
+            .map_err(db)?;
+        if gone == 0 {
+            return Ok(None);
+        }
+        let lost = tx
+            .execute(
+                "UPDATE duckgate_statements s SET state = 'lost',
+                    status = jsonb_set(s.status, '{state}', '\"lost\"'),
+                    expires_at = now() + make_interval(secs => $2::float8)
+                 WHERE s.replica = $1 AND s.state IN ('queued', 'running')",
+                &[&replica, &ttl.as_secs_f64()],
+            )
+            .await
+            .map_err(db)?;
+        for sql in [
+            "DELETE FROM duckgate_commands WHERE replica = $1 AND done_at IS NULL",
+            "DELETE FROM duckgate_cancels WHERE replica = $1",
+            "DELETE FROM duckgate_query_ids WHERE replica = $1",
+        ] {
+            tx.execute(sql, &[&replica]).await.map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(Some(lost))
     }
 
     /// Takes this statement id for `token`, owned by this replica; false if
@@ -615,10 +738,10 @@ impl Shared {
             .await?
             .query(
                 &format!(
-                    "{} WHERE s.id = $2 AND ($3::text IS NULL OR s.token = $3) ORDER BY s.token",
+                    "{} WHERE s.id = $1 AND ($2::text IS NULL OR s.token = $2) ORDER BY s.token",
                     row_sql()
                 ),
-                &[&self.stale_secs(), &id, &token],
+                &[&id, &token],
             )
             .await
             .map_err(db)?;
@@ -631,8 +754,8 @@ impl Shared {
             .client()
             .await?
             .query(
-                &format!("{} WHERE ($2::text IS NULL OR s.token = $2)", row_sql()),
-                &[&self.stale_secs(), &token],
+                &format!("{} WHERE ($1::text IS NULL OR s.token = $1)", row_sql()),
+                &[&token],
             )
             .await
             .map_err(db)?;
@@ -687,13 +810,13 @@ impl Shared {
             .execute(
                 &format!(
                     "INSERT INTO duckgate_query_ids AS q (token, id, replica, nonce)
-                 VALUES ($2, $3, $4, $5)
+                 VALUES ($1, $2, $3, $4)
                  ON CONFLICT (token, id) DO UPDATE
                     SET replica = excluded.replica, nonce = excluded.nonce, started = now()
-                 WHERE q.replica = $3 OR NOT EXISTS (
-                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica AND {ALIVE})"
+                 WHERE q.replica = $3 OR NOT {}",
+                    alive("q.replica")
                 ),
-                &[&self.stale_secs(), &token, &id, &self.replica, &nonce],
+                &[&token, &id, &self.replica, &nonce],
             )
             .await
             .map_err(db)?;
@@ -770,11 +893,9 @@ impl Shared {
             .client()
             .await?
             .query(
-                &format!(
-                    "SELECT r.replica, r.queries::text FROM duckgate_replicas r
-                     WHERE r.replica <> $2 AND {ALIVE} ORDER BY r.replica"
-                ),
-                &[&self.stale_secs(), &self.replica],
+                "SELECT r.replica, r.queries::text FROM duckgate_replicas r
+                 WHERE r.replica <> $1 ORDER BY r.replica",
+                &[&self.replica],
             )
             .await
             .map_err(db)?;
@@ -787,23 +908,23 @@ impl Shared {
     /// returned for removal); expired and lost ones are forgotten a TTL
     /// later; cancels addressed to dead replicas and replicas gone for a
     /// day are dropped.
-    pub async fn sweep(&self, ttl: Duration) -> Result<Vec<String>, SharedError> {
+    pub async fn sweep(&self, ttl: Duration) -> Result<(Vec<String>, u64), SharedError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db)?;
-        let stale = self.stale_secs();
         let ttl = ttl.as_secs_f64();
-        tx.execute(
-            &format!(
-                "UPDATE duckgate_statements s SET state = 'lost',
+        let lost = tx
+            .execute(
+                &format!(
+                    "UPDATE duckgate_statements s SET state = 'lost',
                     status = jsonb_set(s.status, '{{state}}', '\"lost\"'),
-                    expires_at = now() + make_interval(secs => $2::float8)
-                 WHERE s.state IN ('queued', 'running') AND NOT EXISTS (
-                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = s.replica AND {ALIVE})"
-            ),
-            &[&stale, &ttl],
-        )
-        .await
-        .map_err(db)?;
+                    expires_at = now() + make_interval(secs => $1::float8)
+                 WHERE s.state IN ('queued', 'running') AND NOT {}",
+                    alive("s.replica")
+                ),
+                &[&ttl],
+            )
+            .await
+            .map_err(db)?;
         let expired = tx
             .query(
                 "WITH e AS (SELECT token, id, result->>'url' AS url FROM duckgate_statements
@@ -823,19 +944,19 @@ impl Shared {
         .map_err(db)?;
         tx.execute(
             &format!(
-                "DELETE FROM duckgate_cancels c WHERE NOT EXISTS (
-                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = c.replica AND {ALIVE})"
+                "DELETE FROM duckgate_cancels c WHERE NOT {}",
+                alive("c.replica")
             ),
-            &[&stale],
+            &[],
         )
         .await
         .map_err(db)?;
         tx.execute(
             &format!(
-                "DELETE FROM duckgate_query_ids q WHERE NOT EXISTS (
-                    SELECT 1 FROM duckgate_replicas r WHERE r.replica = q.replica AND {ALIVE})"
+                "DELETE FROM duckgate_query_ids q WHERE NOT {}",
+                alive("q.replica")
             ),
-            &[&stale],
+            &[],
         )
         .await
         .map_err(db)?;
@@ -852,7 +973,7 @@ impl Shared {
         .await
         .map_err(db)?;
         tx.commit().await.map_err(db)?;
-        Ok(expired.iter().filter_map(|r| r.get(0)).collect())
+        Ok((expired.iter().filter_map(|r| r.get(0)).collect(), lost))
     }
 
     /// Asks every other live replica to carry out `command` (with
@@ -866,13 +987,11 @@ impl Shared {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!(
-                    "INSERT INTO duckgate_commands (id, replica, command, argument)
-                     SELECT $2, r.replica, $3, $4 FROM duckgate_replicas r
-                     WHERE r.replica <> $5 AND {ALIVE}
-                     RETURNING replica"
-                ),
-                &[&self.stale_secs(), &id, &command, &argument, &self.replica],
+                "INSERT INTO duckgate_commands (id, replica, command, argument)
+                 SELECT $1, r.replica, $2, $3 FROM duckgate_replicas r
+                 WHERE r.replica <> $4
+                 RETURNING replica",
+                &[&id, &command, &argument, &self.replica],
             )
             .await
             .map_err(db)?;
@@ -880,7 +999,8 @@ impl Shared {
     }
 
     /// The commands other replicas asked of this one and nobody took yet
-    /// (taken now: each runs once): id, command, argument.
+    /// (taken now: each runs once): id, command, argument. One its asker
+    /// withdrew (it did not wait for it any longer) is gone and never runs.
     pub async fn take_commands(
         &self,
     ) -> Result<Vec<(String, String, Option<String>)>, SharedError> {
@@ -918,16 +1038,18 @@ impl Shared {
         Ok(())
     }
 
-    /// The answers to command `id` so far: replica, answer (`None` while
-    /// it has not answered).
-    pub async fn command_answers(
-        &self,
-        id: &str,
-    ) -> Result<Vec<(String, Option<serde_json::Value>)>, SharedError> {
+    /// Where command `id` is on each replica still asked: its answer, if
+    /// any, whether it took the command, and whether the replica is alive.
+    /// A replica taken for dead meanwhile has no row any more.
+    pub async fn command_answers(&self, id: &str) -> Result<Vec<CommandAnswer>, SharedError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT replica, result::text FROM duckgate_commands WHERE id = $1 ORDER BY replica",
+                &format!(
+                    "SELECT c.replica, c.result::text, c.taken_at IS NOT NULL, {}
+                     FROM duckgate_commands c WHERE c.id = $1 ORDER BY c.replica",
+                    alive("c.replica")
+                ),
                 &[&id],
             )
             .await
@@ -936,9 +1058,28 @@ impl Shared {
             .iter()
             .map(|r| {
                 let text: Option<String> = r.get(1);
-                (r.get(0), text.and_then(|t| serde_json::from_str(&t).ok()))
+                CommandAnswer {
+                    replica: r.get(0),
+                    answer: text.and_then(|t| serde_json::from_str(&t).ok()),
+                    taken: r.get(2),
+                    alive: r.get(3),
+                }
             })
             .collect())
+    }
+
+    /// Withdraws command `id` from the replicas that have not taken it
+    /// yet (they never will carry it out); returns them.
+    pub async fn withdraw_command(&self, id: &str) -> Result<Vec<String>, SharedError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "DELETE FROM duckgate_commands WHERE id = $1 AND taken_at IS NULL RETURNING replica",
+                &[&id],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Which of `urls` a kept statement's result names (the rest are
@@ -1020,5 +1161,35 @@ impl Drop for Reservation {
         // runs on it.
         self.runtime
             .spawn(async move { shared.release(vec![nonce]).await });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_column_and_an_altered_type_are_named() {
+        let mut present: HashMap<(String, String), String> = COLUMNS
+            .iter()
+            .flat_map(|(t, cols)| {
+                cols.iter()
+                    .map(move |(c, ty)| ((t.to_string(), c.to_string()), ty.to_string()))
+            })
+            .collect();
+        assert!(schema_faults(&present).is_empty());
+        present.remove(&("duckgate_statements".into(), "replica".into()));
+        present.insert(
+            ("duckgate_replicas".into(), "heartbeat".into()),
+            "timestamp without time zone".into(),
+        );
+        let faults = schema_faults(&present);
+        assert_eq!(
+            faults,
+            [
+                "has duckgate_replicas.heartbeat of type timestamp without time zone where timestamp with time zone is expected",
+                "lacks duckgate_statements.replica",
+            ]
+        );
     }
 }

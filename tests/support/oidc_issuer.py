@@ -18,6 +18,9 @@ CONTROL (JSON in, JSON out; no auth: loopback only)
   POST /control/key     {"name", "type": "RSA"|"EC", "kid"?}  makes a key (kid
                         defaults to its name), unpublished
   POST /control/publish {"names": [...]}   the keys the JWKS lists, in order
+  POST /control/bulk    {"count": N}   makes N EC keys `bulk-<i>` and publishes
+                        them after the keys already published (an issuer that
+                        publishes thousands)
   POST /control/mint    {"key", "alg", "claims", "kid"?: str|null, "headers"?}
                         a token signed by the key (kid: the key's, unless given;
                         null leaves it out) -> {"token": ...}
@@ -165,6 +168,14 @@ class Handler(BaseHTTPRequestHandler):
                 with it.lock:
                     it.published = list(req["names"])
                 return self.answer(200, {"published": it.published})
+            if self.path == "/control/bulk":
+                made = [Key(f"bulk-{i}", "EC", f"bulk-{i}") for i in range(int(req["count"]))]
+                with it.lock:
+                    for k in made:
+                        it.keys[k.name] = k
+                    it.published = it.published + [k.name for k in made]
+                    n = len(it.published)
+                return self.answer(200, {"published": n})
             if self.path == "/control/mint":
                 key = it.keys[req["key"]]
                 headers = dict(req.get("headers") or {})

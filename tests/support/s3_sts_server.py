@@ -62,6 +62,8 @@ no signature needed; every answer is JSON):
                                      assumed_sessions, sts_fail, sts_delay_ms
   POST /__control/sts?fail=1         every STS request answers 503 ServiceUnavailable
   POST /__control/sts?fail=0         back to normal
+  POST /__control/sts?fail_session=S AssumeRole with RoleSessionName S answers 503
+                                     (one tenant's role broken; fail=0 ends it too)
   POST /__control/sts?malformed=1    STS answers 200 with unusable credentials
                                      (key "AKIA", no token, expired in 1970)
   POST /__control/sts?delay_ms=N     every STS request is delayed N ms (0 = off)
@@ -122,6 +124,9 @@ class State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.sts_fail = False
+        # AssumeRole calls with this RoleSessionName fail (one tenant's
+        # role broken); "" = off.
+        self.sts_fail_session = ""
         self.sts_malformed = False
         self.sts_delay_ms = 0
         self.s3_delay_ms = 0
@@ -335,7 +340,11 @@ class Middleware:
             self.state.bump("sts_assume_role_calls")
         if self.state.sts_delay_ms > 0:
             time.sleep(self.state.sts_delay_ms / 1000.0)
-        if self.state.sts_fail:
+        session = (query.get("RoleSessionName") or [""])[0] or (
+            parse_qs(body.decode("utf-8", "replace")).get("RoleSessionName") or [""]
+        )[0]
+        failing = self.state.sts_fail_session
+        if self.state.sts_fail or (failing and session == failing):
             self.state.bump("sts_injected_failures")
             return _xml(
                 "503 Service Unavailable",
@@ -456,6 +465,10 @@ class Middleware:
             if what == "sts" and method == "POST":
                 if "fail" in query:
                     self.state.sts_fail = query["fail"] not in ("0", "false", "")
+                    if not self.state.sts_fail:
+                        self.state.sts_fail_session = ""
+                if "fail_session" in query:
+                    self.state.sts_fail_session = query["fail_session"]
                 if "delay_ms" in query:
                     self.state.sts_delay_ms = max(0, int(query["delay_ms"]))
                 if "malformed" in query:

@@ -4,6 +4,7 @@ mod auth;
 mod client_schema;
 mod dockerfile;
 mod docs;
+mod drain;
 pub(super) mod grants;
 mod guard_kinds;
 mod inline;

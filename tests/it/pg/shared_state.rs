@@ -90,6 +90,27 @@ async fn the_schema_has_versions_and_a_previous_releases_database_is_upgraded() 
         text.contains("duckgate_statements.replica") && text.contains("outside duckgate"),
         "{text}"
     );
+    // A column's type altered by hand (issue 57: start-up passed, /healthz
+    // said ok, and every statement answered 503 while PostgreSQL
+    // answered): start-up names the column and both types.
+    let pg3 = Postgres::start(PASSWORD, "state");
+    drop(replica(&s3, &pg3, 5_000).start());
+    pg3.psql(
+        PASSWORD,
+        "state",
+        "ALTER TABLE duckgate_statements ALTER COLUMN status TYPE text",
+    );
+    let (code, log) = replica(&s3, &pg3, 5_000)
+        .try_start()
+        .err()
+        .expect("it started on an altered table");
+    assert_eq!(code, Some(2));
+    let text = log.join("\n");
+    assert!(
+        text.contains("duckgate_statements.status of type text where jsonb is expected")
+            && text.contains("outside duckgate"),
+        "{text}"
+    );
     // A database a newer release migrated with a change this one cannot run.
     let pg2 = Postgres::start(PASSWORD, "state");
     drop(replica(&s3, &pg2, 5_000).start());

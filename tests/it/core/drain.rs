@@ -1,0 +1,191 @@
+//! The statements' drain of one process (issue 57): on SIGTERM the gateway
+//! refuses new work with 503 `shutting-down` but keeps answering polls and
+//! pages, so a statement submitted a second before the signal still
+//! succeeds and its result is read during the drain; one that outlives the
+//! grace period ends with the documented answer (`failed`, problem
+//! `shutting-down`), read before the process exits. Before, SIGTERM
+//! stopped accepting connections at once and the statement ended
+//! `client-gone` 0.1 s later: its client could not even ask.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{sleeping_sql, Gateway};
+
+fn sigterm(g: &Gateway) {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(g.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+async fn submit(g: &Gateway, id: &str, sql: &str) -> (u16, Value) {
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .header("duckgate-query-id", id)
+        .json(&json!({"sql": sql, "wait_ms": 0, "timeout_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls `id` until it ends; every answer must be a 200 (the drain serves
+/// polls).
+async fn until_ended(g: &Gateway, id: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = g
+            .client
+            .get(g.url(&format!("/statements/{id}")))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("polling {id} during the drain: {e}"));
+        assert_eq!(r.status(), 200, "polling {id} during the drain");
+        let v: Value = r.json().await.unwrap();
+        if !matches!(v["state"].as_str(), Some("queued" | "running")) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{id} never ended: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for the process to exit: its code.
+async fn exit_code(mut g: Gateway, within: Duration) -> (Option<i32>, Gateway) {
+    tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Ok(Some(s)) = g.child.try_wait() {
+                return (s.code(), g);
+            }
+            if Instant::now() > deadline {
+                return (None, g);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_statement_submitted_before_sigterm_succeeds_and_is_read_during_the_drain() {
+    let grace = Duration::from_secs(20);
+    let g = Gateway::builder()
+        .env("DUCKGATE_SHUTDOWN_GRACE_MS", grace.as_millis())
+        .start();
+    // Four seconds of sleep (evaluated once), then three rows.
+    let sql = |ms: u64| {
+        format!(
+            "SELECT i, i * 7 AS v, (SELECT sleep_ms({ms}) IS NULL) AS slept FROM range(3) t(i) ORDER BY i"
+        )
+    };
+    let (sql, reference_sql) = (sql(4000), sql(0));
+    let (status, v) = submit(&g, "before-term", &sql).await;
+    assert_eq!(status, 202, "{v}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sigterm(&g);
+    let signalled = Instant::now();
+
+    // New work is refused at once, with the status a client retries elsewhere.
+    let r = eventually_refused(&g).await;
+    assert_eq!(r.0, 503, "{}", r.2);
+    assert!(r.1, "no Retry-After: {}", r.2);
+    assert_eq!(r.2["type"], "urn:duckgate:problem:shutting-down", "{}", r.2);
+
+    // The statement runs on, and its result is read during the drain.
+    let done = until_ended(&g, "before-term", Duration::from_secs(30)).await;
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let r = g
+        .client
+        .get(g.url("/statements/before-term/result?format=json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["rows"], reference(&reference_sql), "{page}");
+    let read = signalled.elapsed();
+
+    // Read: nothing is left to drain, and the process exits well before
+    // the grace period is over.
+    let (code, g) = exit_code(g, grace + Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0), "{}", g.log_text());
+    let exited = signalled.elapsed();
+    assert!(
+        exited < grace,
+        "exited {exited:?} after SIGTERM (the result was read after {read:?})"
+    );
+    eprintln!("SIGTERM: result read after {read:?}, exited after {exited:?}");
+}
+
+#[tokio::test]
+async fn a_statement_outliving_the_grace_period_ends_with_the_documented_answer() {
+    let grace = Duration::from_millis(1500);
+    let g = Gateway::builder()
+        .env("DUCKGATE_SHUTDOWN_GRACE_MS", grace.as_millis())
+        .start();
+    let (status, v) = submit(&g, "too-long", &sleeping_sql(Duration::from_secs(30))).await;
+    assert_eq!(status, 202, "{v}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sigterm(&g);
+    let signalled = Instant::now();
+    let done = until_ended(&g, "too-long", Duration::from_secs(20)).await;
+    assert_eq!(done["state"], "failed", "{done}");
+    assert_eq!(
+        done["problem"]["type"], "urn:duckgate:problem:shutting-down",
+        "{done}"
+    );
+    assert!(
+        signalled.elapsed() >= grace,
+        "ended {:?} after SIGTERM, before the grace period",
+        signalled.elapsed()
+    );
+    let (code, g) = exit_code(g, Duration::from_secs(20)).await;
+    assert_eq!(code, Some(0), "{}", g.log_text());
+}
+
+/// POST /query until the drain refuses it: status, whether Retry-After
+/// came, the problem.
+async fn eventually_refused(g: &Gateway) -> (u16, bool, Value) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = g
+            .client
+            .post(g.url("/query"))
+            .json(&json!({"sql": "SELECT 1 AS one"}))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let retry = r.headers().contains_key("retry-after");
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        if status != 200 || Instant::now() > deadline {
+            return (status, retry, v);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// DuckDB's rows of `sql` (i BIGINT, v BIGINT, slept BOOLEAN), as the
+/// gateway's JSON renders them.
+fn reference(sql: &str) -> Value {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let mut stmt = conn.prepare(sql).unwrap();
+    let mut rows = stmt.query([]).unwrap();
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().unwrap() {
+        let i: i64 = row.get(0).unwrap();
+        let v: i64 = row.get(1).unwrap();
+        let slept: bool = row.get(2).unwrap();
+        out.push(json!([i, v, slept]));
+    }
+    Value::Array(out)
+}

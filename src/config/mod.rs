@@ -145,6 +145,15 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_STATE_DSN_FILE", conflicts_with = "state_dsn")]
     pub state_dsn_file: Option<PathBuf>,
 
+    /// Sessions this replica's pool opens to the shared state's PostgreSQL
+    /// at most (statements, heartbeats' readers, ids, cancels, commands);
+    /// a request that finds them all busy waits up to 5 s. The replica
+    /// holds one more session of its own for its liveness, so it opens at
+    /// most this plus one: size the server's `max_connections` for every
+    /// replica (docs/operations.md).
+    #[arg(long, env = "DUCKGATE_STATE_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub state_pool_size: u32,
+
     /// PEM file of CA certificates trusted for the shared state's TLS, on
     /// top of the system's roots (a private CA). Needs DUCKGATE_STATE_DSN.
     #[arg(long, env = "DUCKGATE_STATE_CA_FILE")]

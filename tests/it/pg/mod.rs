@@ -6,4 +6,5 @@ mod query_ids;
 mod replicas;
 mod shared_state;
 mod state_tls;
+mod state_connections;
 mod statement_handoff;

@@ -1197,7 +1197,8 @@ mod tests {
             .parse::<File>()
             .unwrap_err();
         assert!(
-            e.message.starts_with("/etc/duckgate.toml, line 2, column 12: "),
+            e.message
+                .starts_with("/etc/duckgate.toml, line 2, column 12: "),
             "{e}"
         );
         assert_eq!(line_and_column("a\nbc", 4), (2, 3));

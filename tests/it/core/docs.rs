@@ -211,5 +211,9 @@ fn the_operators_documents_link_to_headings_that_exist() {
             }
         }
     }
-    assert!(broken.is_empty(), "links to missing headings:\n{}", broken.join("\n"));
+    assert!(
+        broken.is_empty(),
+        "links to missing headings:\n{}",
+        broken.join("\n")
+    );
 }

@@ -657,8 +657,7 @@ async fn start_up_refusals_are_json_lines_when_logs_are_json() {
         let parsed: Vec<Value> = lines
             .iter()
             .map(|l| {
-                serde_json::from_str(l)
-                    .unwrap_or_else(|_| panic!("{envs:?}: not a JSON line: {l}"))
+                serde_json::from_str(l).unwrap_or_else(|_| panic!("{envs:?}: not a JSON line: {l}"))
             })
             .collect();
         let errors: Vec<&Value> = parsed.iter().filter(|v| v["level"] == "ERROR").collect();

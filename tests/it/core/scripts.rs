@@ -110,7 +110,10 @@ fn image_and_soak_use_the_built_binary_unless_asked_to_build() {
         let out = sandbox.run(script, &args);
         let said = stderr(&out);
         assert!(!out.status.success(), "{script} --build: {said}");
-        assert!(sandbox.cargo_ran(), "{script} --build did not run cargo: {said}");
+        assert!(
+            sandbox.cargo_ran(),
+            "{script} --build did not run cargo: {said}"
+        );
         // The help says which.
         let help = Sandbox::new().run(script, &["--help"]);
         assert!(help.status.success(), "{script} --help: {}", stderr(&help));

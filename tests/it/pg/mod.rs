@@ -5,6 +5,6 @@ mod monitoring;
 mod query_ids;
 mod replicas;
 mod shared_state;
-mod state_tls;
 mod state_connections;
+mod state_tls;
 mod statement_handoff;

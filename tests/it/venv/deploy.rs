@@ -917,7 +917,12 @@ fn builds() -> Vec<(String, String)> {
     }
     let tmp = tempfile::tempdir().unwrap();
     let up = "../".repeat(tmp.path().components().count() - 1);
-    let rel = |p: &str| format!("{up}{}", root.join(p).display().to_string().trim_start_matches('/'));
+    let rel = |p: &str| {
+        format!(
+            "{up}{}",
+            root.join(p).display().to_string().trim_start_matches('/')
+        )
+    };
     std::fs::write(
         tmp.path().join("kustomization.yaml"),
         format!(
@@ -931,7 +936,11 @@ fn builds() -> Vec<(String, String)> {
         "overlays/production + components/pg-door".to_string(),
         kustomize(tmp.path()),
     ));
-    assert!(out.len() >= 4, "{:?}", out.iter().map(|(n, _)| n).collect::<Vec<_>>());
+    assert!(
+        out.len() >= 4,
+        "{:?}",
+        out.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
     out
 }
 
@@ -963,7 +972,10 @@ fn every_overlay_builds_and_validates_against_the_kubernetes_schemas() {
             // Every kind was checked against a schema but the operator's
             // ServiceMonitor (a CRD no schema of the API describes).
             let passed = said.matches(" passed for resource ").count();
-            let crds = docs.iter().filter(|d| d["kind"] == "ServiceMonitor").count();
+            let crds = docs
+                .iter()
+                .filter(|d| d["kind"] == "ServiceMonitor")
+                .count();
             assert_eq!(passed + crds, docs.len(), "{name} on {version}:\n{said}");
         }
     }
@@ -1012,7 +1024,12 @@ fn every_overlay_is_the_service_as_built() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| (p["name"].as_str().unwrap(), p["containerPort"].as_u64().unwrap()))
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap(),
+                    p["containerPort"].as_u64().unwrap(),
+                )
+            })
             .collect();
         let port_named = |n: &str| ports.iter().find(|(p, _)| *p == n).map(|(_, v)| *v);
         let mounts = c["volumeMounts"].as_array().unwrap();
@@ -1073,7 +1090,11 @@ fn every_overlay_is_the_service_as_built() {
             .into_iter()
             .find(|m| m["metadata"]["name"] == cm_name)
             .unwrap_or_else(|| panic!("{name}: no ConfigMap {cm_name}"));
-        let key = Path::new(&config_path).file_name().unwrap().to_str().unwrap();
+        let key = Path::new(&config_path)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
         let toml = cm["data"][key]
             .as_str()
             .unwrap_or_else(|| panic!("{name}: ConfigMap {cm_name} has no {key}"));
@@ -1084,26 +1105,31 @@ fn every_overlay_is_the_service_as_built() {
         let cli = duckgate::config::Cli::try_parse_from(&args)
             .unwrap_or_else(|e| panic!("{name}: the binary refuses its settings: {e}"));
         let config = cli.serve_config();
-        config
-            .validate()
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         let file = duckgate::config::ConfigFile::read(&toml_path).unwrap();
         let secrets = config
             .s3
             .secrets_in(Some(&file))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(secrets.len() >= 3, "{name}: a secret per team and the gateway's");
+        assert!(
+            secrets.len() >= 3,
+            "{name}: a secret per team and the gateway's"
+        );
         let scopes: Vec<String> = secrets.iter().flat_map(|s| s.scope.clone()).collect();
         duckgate::config::attach::catalogs_in(&file, &secrets)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let roles = duckgate::config::roles::roles_in(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let roles =
+            duckgate::config::roles::roles_in(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(roles.len() >= 2, "{name}: a role per team");
-        duckgate::config::sources::sources_in(&file, &scopes).unwrap_or_else(|e| panic!("{name}: {e}"));
+        duckgate::config::sources::sources_in(&file, &scopes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
 
         // Flight SQL: its port, a Service port onto it, a NetworkPolicy rule
         // admitting it, and TLS from a Secret's files.
-        let flight = var("DUCKGATE_FLIGHT_LISTEN").unwrap_or_else(|| panic!("{name}: no Flight SQL"));
-        let flight_port = port_named("flight").unwrap_or_else(|| panic!("{name}: no port named flight"));
+        let flight =
+            var("DUCKGATE_FLIGHT_LISTEN").unwrap_or_else(|| panic!("{name}: no Flight SQL"));
+        let flight_port =
+            port_named("flight").unwrap_or_else(|| panic!("{name}: no port named flight"));
         assert_eq!(flight, format!("0.0.0.0:{flight_port}"), "{name}");
         for k in ["DUCKGATE_FLIGHT_TLS_CERT", "DUCKGATE_FLIGHT_TLS_KEY"] {
             let path = var(k).unwrap_or_else(|| panic!("{name}: {k} unset"));
@@ -1131,7 +1157,10 @@ fn every_overlay_is_the_service_as_built() {
             .collect();
         for (port, _) in ports.iter().filter(|(n, _)| *n != "probes") {
             let number = port_named(port).unwrap();
-            assert!(admitted.contains(&number), "{name}: no ingress rule for {port} ({number})");
+            assert!(
+                admitted.contains(&number),
+                "{name}: no ingress rule for {port} ({number})"
+            );
             assert!(
                 service_ports.iter().any(|p| p["targetPort"] == *port),
                 "{name}: no Service port onto {port}"
@@ -1149,7 +1178,10 @@ fn every_overlay_is_the_service_as_built() {
             .flat_map(|r| r["ports"].as_array().unwrap().iter())
             .filter_map(|p| p["port"].as_u64())
             .collect();
-        assert!(egress_ports.contains(&53) && egress_ports.contains(&443), "{name}");
+        assert!(
+            egress_ports.contains(&53) && egress_ports.contains(&443),
+            "{name}"
+        );
         let https = egress
             .iter()
             .find(|r| r["ports"].to_string().contains("443"))
@@ -1178,7 +1210,10 @@ fn every_overlay_is_the_service_as_built() {
             .filter(|v| v["emptyDir"]["medium"] == "Memory")
             .map(|v| quantity(v["emptyDir"]["sizeLimit"].as_str().unwrap()))
             .sum();
-        assert!(allowance >= duck * 0.3, "{name}: {allowance} < 0.3 x {duck}");
+        assert!(
+            allowance >= duck * 0.3,
+            "{name}: {allowance} < 0.3 x {duck}"
+        );
         assert!(
             duck + allowance + 256.0 * MIB + tmpfs < limit,
             "{name}: {duck} + {allowance} + 256 MiB + {tmpfs} >= {limit}"
@@ -1189,7 +1224,9 @@ fn every_overlay_is_the_service_as_built() {
         // of 1.5 was, nor past the pool); or a fixed count without one.
         let hpas = of_kind(&docs, "HorizontalPodAutoscaler");
         let pool: f64 = var("DUCKGATE_POOL_SIZE")
-            .unwrap_or_else(|| panic!("{name}: DUCKGATE_POOL_SIZE unset (the pool would follow the node's cores)"))
+            .unwrap_or_else(|| {
+                panic!("{name}: DUCKGATE_POOL_SIZE unset (the pool would follow the node's cores)")
+            })
             .parse()
             .unwrap();
         match hpas.as_slice() {
@@ -1219,7 +1256,11 @@ fn every_overlay_is_the_service_as_built() {
                         + 1;
                     let most = hpa["spec"]["maxReplicas"].as_u64().unwrap() + 1;
                     eprintln!("{name}: at most {} PostgreSQL sessions", most * per_replica);
-                    assert!(most * per_replica <= 200, "{name}: {} sessions", most * per_replica);
+                    assert!(
+                        most * per_replica <= 200,
+                        "{name}: {} sessions",
+                        most * per_replica
+                    );
                 }
             }
             [] => assert!(

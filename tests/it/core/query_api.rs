@@ -614,16 +614,16 @@ async fn start_up_refusals_are_json_lines_when_logs_are_json() {
     let not_a_database = common::write_file(dir.path(), "db.duckdb", "not a database\n");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = taken.local_addr().unwrap().to_string();
-    let cases: Vec<(Vec<(&str, String)>, Option<&str>, &str)> = vec![
+    let cases = vec![
         (
-            vec![("DUCKGATE_POOL_SIZE", "0".into())],
+            vec![("DUCKGATE_POOL_SIZE", "0".to_string())],
             Some("DUCKGATE_POOL_SIZE"),
             "0 is not in 1..=1024",
         ),
         (
             vec![
-                ("DUCKGATE_QUERY_TIMEOUT_MS", "10".into()),
-                ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "5".into()),
+                ("DUCKGATE_QUERY_TIMEOUT_MS", "10".to_string()),
+                ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "5".to_string()),
             ],
             Some("DUCKGATE_QUERY_TIMEOUT_MS"),
             "exceeds DUCKGATE_MAX_QUERY_TIMEOUT_MS",

@@ -1102,7 +1102,7 @@ fn every_overlay_is_the_service_as_built() {
         let toml_path = tmp.path().join(key);
         std::fs::write(&toml_path, toml).unwrap();
         args[config_at + 1] = toml_path.display().to_string();
-        let cli = duckgate::config::Cli::try_parse_from(&args)
+        let cli = <duckgate::config::Cli as clap::Parser>::try_parse_from(&args)
             .unwrap_or_else(|e| panic!("{name}: the binary refuses its settings: {e}"));
         let config = cli.serve_config();
         config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));

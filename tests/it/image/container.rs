@@ -177,15 +177,16 @@ fn runtime_image_runs_the_binary_beside_its_library_as_a_non_root_user() {
     let user = last(&stage, "USER");
     let uid: u32 = user.split(':').next().unwrap().parse().unwrap();
     assert!(uid >= 1000, "{user}");
+    // (Written into /etc/passwd: the image has no useradd.)
     assert!(all(&stage, "RUN")
         .join(" ")
-        .contains(&format!("--uid {uid}")));
+        .contains(&format!("duckgate:x:{uid}:{uid}:")));
     assert_eq!(user, last(&final_stage(FULL), "USER"));
     // The one writable place is a volume owned by that user.
     assert!(last(&stage, "VOLUME").contains("/var/lib/duckgate"));
     assert!(all(&stage, "RUN")
         .join(" ")
-        .contains("-o duckgate -g duckgate -m 0700 /var/lib/duckgate"));
+        .contains(&format!("-o {uid} -g {uid} -m 0700 /var/lib/duckgate")));
     let hc = last(&stage, "HEALTHCHECK");
     assert!(hc.contains("/healthz") && hc.contains("--timeout="), "{hc}");
 }

@@ -74,6 +74,7 @@ async fn a_replica_opens_at_most_its_state_pool_plus_one_session() {
     // Control: the default pool (8) opens more under the same bursts, so
     // the bound above is the setting's doing.
     let default = most_sessions_under_bursts(&pg, None).await;
+    eprintln!("sessions: {bounded} with a pool of 2, {default} with the default");
     assert!(
         default > 3 && default <= 8 + 1,
         "the default pool: {default} sessions"

@@ -114,7 +114,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # ---- runtime -----------------------------------------------------------------
 FROM ${RUNTIME_IMAGE} AS runtime
-# ca-certificates: TLS to S3 and STS. curl: the HEALTHCHECK below.
+# ca-certificates: TLS to S3 and STS. curl: the HEALTHCHECK below. Then
+# scripts/image-slim takes out the package manager, perl, bash and every
+# program that can change who runs it (the shell left is dash).
+COPY scripts/image-slim /usr/local/sbin/image-slim
 RUN set -eux; \
     apt-get update; \
     apt-get install -y --no-install-recommends ca-certificates curl; \
@@ -122,7 +125,9 @@ RUN set -eux; \
     groupadd --system --gid 10001 duckgate; \
     useradd --system --uid 10001 --gid duckgate --home-dir /var/lib/duckgate \
         --no-create-home --shell /usr/sbin/nologin duckgate; \
-    install -d -o duckgate -g duckgate -m 0700 /var/lib/duckgate
+    install -d -o duckgate -g duckgate -m 0700 /var/lib/duckgate; \
+    sh /usr/local/sbin/image-slim; \
+    rm -f /usr/local/sbin/image-slim
 
 # The extension directory is root-owned and read-only for the gateway's user.
 COPY --from=httpfs /opt/duckgate/extensions /opt/duckgate/extensions

@@ -286,6 +286,7 @@ async fn open_statements(
         Some(dsn) => Some(Arc::new(
             statements::shared::Shared::connect(
                 dsn.expose_secret(),
+                s.state_pool_size as usize,
                 s.state_ca_file.as_deref(),
                 Duration::from_millis(s.replica_stale_ms),
                 health.dependency("shared_state"),

@@ -1,6 +1,7 @@
 //! The HTTP API: one `router()` per concern, merged, with the tower layers
 //! that bound and observe every request.
 
+pub mod access;
 pub mod admin;
 pub mod auth;
 pub mod catalog;
@@ -332,33 +333,33 @@ pub fn router(state: AppState) -> Router {
                             .get::<axum::extract::MatchedPath>()
                             .map(|p| p.as_str())
                             .unwrap_or(req.uri().path());
+                        // The peer of the TCP connection (a proxy's
+                        // address behind one).
+                        let client = req
+                            .extensions()
+                            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                            .map(|c| c.0);
                         tracing::info_span!(
                             "request",
                             method = %req.method(),
                             route = %route,
                             request_id = %id,
                             replica = %replica,
+                            client = client.map(tracing::field::display),
                             identity = tracing::field::Empty,
                             query_id = tracing::field::Empty,
                         )
                     })
-                    // The access line: every route, one line, with the
-                    // status and the latency as a number (the identity is
-                    // recorded on the span by the extractor that checked
-                    // the token; never the token itself).
-                    .on_response(
-                        |res: &axum::http::Response<_>, latency: Duration, _span: &tracing::Span| {
-                            let status = res.status().as_u16();
-                            crate::telemetry::after_this_turn(move || {
-                                tracing::info!(
-                                    status,
-                                    latency_ms = (latency.as_secs_f64() * 1e6).round() / 1e3,
-                                    "access"
-                                );
-                            });
-                        },
-                    ),
+                    // The access line is the access layer's, once the
+                    // body is done (it counts the bytes).
+                    .on_response(()),
                 )
+                // The access line: every route, one line, with the status,
+                // the latency to the answer's head as a number and the body
+                // bytes sent, in the span above (the identity is recorded
+                // on it by the extractor that checked the token; never the
+                // token itself).
+                .layer(access::AccessLayer)
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(CatchPanicLayer::custom(|_| {
                     ApiError::Internal("a handler panicked".into()).into_response()

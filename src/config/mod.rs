@@ -145,6 +145,15 @@ pub struct StatementsConfig {
     #[arg(long, env = "DUCKGATE_STATE_DSN_FILE", conflicts_with = "state_dsn")]
     pub state_dsn_file: Option<PathBuf>,
 
+    /// Sessions this replica's pool opens to the shared state's PostgreSQL
+    /// at most (statements, heartbeats' readers, ids, cancels, commands);
+    /// a request that finds them all busy waits up to 5 s. The replica
+    /// holds one more session of its own for its liveness, so it opens at
+    /// most this plus one: size the server's `max_connections` for every
+    /// replica (docs/operations.md).
+    #[arg(long, env = "DUCKGATE_STATE_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub state_pool_size: u32,
+
     /// PEM file of CA certificates trusted for the shared state's TLS, on
     /// top of the system's roots (a private CA). Needs DUCKGATE_STATE_DSN.
     #[arg(long, env = "DUCKGATE_STATE_CA_FILE")]
@@ -699,14 +708,36 @@ impl ConfigFile {
     }
 
     /// The file as `T` (each part of the configuration reads its tables).
+    /// An error names the file, then the line and column where the parser
+    /// or the table's type stopped (from the toml crate's span), never the
+    /// line's text, which may hold a value.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ConfigError> {
         toml::from_str(&self.text).map_err(|e| {
+            let at = e
+                .span()
+                .map(|span| {
+                    let (line, column) = line_and_column(&self.text, span.start);
+                    format!(", line {line}, column {column}")
+                })
+                .unwrap_or_default();
             ConfigError::new(
                 "DUCKGATE_CONFIG",
-                format!("{}: {}", self.path.display(), e.message()),
+                format!("{}{at}: {}", self.path.display(), e.message()),
             )
         })
     }
+}
+
+/// The 1-based line and column (in characters) of byte `offset` of `text`.
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut end = offset.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let before = &text[..end];
+    let line = before.matches('\n').count() + 1;
+    let start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[start..].chars().count() + 1)
 }
 
 /// The configuration start-up runs on ([`Config::resolve`]).
@@ -946,6 +977,38 @@ impl Config {
     }
 }
 
+/// The `DUCKGATE_*` names among `vars` that no argument of `cli` (or of its
+/// subcommands) reads from the environment, each with the known name
+/// closest to it when one is near (a typo: `DUCKGATE_POOLSIZE`). Compared
+/// with clap's own model of the command, so a new setting is known the
+/// moment it is declared.
+pub fn unknown_env_settings(
+    cli: &clap::Command,
+    vars: impl IntoIterator<Item = String>,
+) -> Vec<(String, Option<String>)> {
+    let known: std::collections::BTreeSet<String> = std::iter::once(cli)
+        .chain(cli.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .filter_map(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .collect();
+    let mut unknown: Vec<(String, Option<String>)> = vars
+        .into_iter()
+        .filter(|v| v.starts_with("DUCKGATE_") && !known.contains(v))
+        .map(|v| {
+            let near = known
+                .iter()
+                .map(|k| (strsim::levenshtein(k, &v), k))
+                .filter(|(d, _)| *d <= 3)
+                .min()
+                .map(|(_, k)| k.clone());
+            (v, near)
+        })
+        .collect();
+    unknown.sort();
+    unknown
+}
+
 /// Accepts DuckDB byte sizes such as `512MB`, `4GB`, `2GiB`, `80%`.
 /// A byte size setting (`50MB`, `2GiB`) in bytes; `None` for percentages.
 pub fn byte_size(s: &str) -> Option<u64> {
@@ -1089,6 +1152,75 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.config.server.cors_origins.len(), 2);
+    }
+
+    #[test]
+    fn a_mistyped_variable_is_found_with_the_setting_it_meant() {
+        use clap::CommandFactory;
+        let vars = [
+            "DUCKGATE_POOLSIZE",
+            "DUCKGATE_POOL_SIZE",
+            "DUCKGATE_OIDC_ISUER",
+            "DUCKGATE_NOTHING_LIKE_ANY_SETTING",
+            "HOME",
+            "duckgate_pool_size",
+        ]
+        .map(String::from);
+        let unknown = unknown_env_settings(&Cli::command(), vars);
+        assert_eq!(
+            unknown,
+            [
+                ("DUCKGATE_NOTHING_LIKE_ANY_SETTING".to_string(), None),
+                (
+                    "DUCKGATE_OIDC_ISUER".to_string(),
+                    Some("DUCKGATE_OIDC_ISSUER".to_string())
+                ),
+                (
+                    "DUCKGATE_POOLSIZE".to_string(),
+                    Some("DUCKGATE_POOL_SIZE".to_string())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_toml_file_is_named_with_its_line_and_column() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Source {
+            name: String,
+            paths: Vec<String>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct File {
+            source: Vec<Source>,
+        }
+        let file = |text: &str| ConfigFile {
+            path: PathBuf::from("/etc/duckgate.toml"),
+            text: text.to_string(),
+        };
+        // A value of the wrong type, on line 3 after a multi-byte name.
+        let e = file("[[source]]\nname = \"événements\"\npaths = 5\n")
+            .parse::<File>()
+            .unwrap_err();
+        assert_eq!(e.setting, "DUCKGATE_CONFIG");
+        assert!(
+            e.message
+                .starts_with("/etc/duckgate.toml, line 3, column 9: "),
+            "{e}"
+        );
+        // A syntax error: columns count characters, not bytes.
+        let e = file("[[source]]\nname = \"é\" x\n")
+            .parse::<File>()
+            .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("/etc/duckgate.toml, line 2, column 12: "),
+            "{e}"
+        );
+        assert_eq!(line_and_column("a\nbc", 4), (2, 3));
+        assert_eq!(line_and_column("", 0), (1, 1));
     }
 
     #[test]

@@ -381,10 +381,12 @@ fn row(r: &tokio_postgres::Row) -> Row {
 
 impl Shared {
     /// Connects to `dsn` (over TLS as its `sslmode` says, trusting the
-    /// system's roots and `ca_file`) and creates the schema if it is
-    /// missing.
+    /// system's roots and `ca_file`) with a pool of at most `pool_size`
+    /// sessions (DUCKGATE_STATE_POOL_SIZE), and creates the schema if it
+    /// is missing.
     pub async fn connect(
         dsn: &str,
+        pool_size: usize,
         ca_file: Option<&Path>,
         stale: Duration,
         dependency: Arc<crate::state::Dependency>,
@@ -429,7 +431,7 @@ impl Shared {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(8)
+            .max_size(pool_size)
             .wait_timeout(Some(Duration::from_secs(5)))
             // A new session takes four or five round trips (TLS or its
             // refusal, start-up, SCRAM): 6 s at 1.5 s a round trip.

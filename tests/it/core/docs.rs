@@ -60,3 +60,160 @@ fn the_error_table_is_the_catalogues() {
         }
     }
 }
+
+/// The anchors GitHub gives the headings of a Markdown text, in order:
+/// the heading's text as rendered (code spans and links as their text,
+/// emphasis marks dropped), lowercased, every character but letters,
+/// digits, `_`, `-` and spaces removed, spaces made `-`; a repeated anchor
+/// gets `-1`, `-2`, ... (github-slugger's rules). Fenced code is skipped.
+pub fn github_anchors(markdown: &str) -> Vec<String> {
+    let mut seen = std::collections::HashMap::<String, usize>::new();
+    let mut anchors = Vec::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") || t.starts_with("~~~") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || line.starts_with("    ") {
+            continue;
+        }
+        let hashes = t.chars().take_while(|&c| c == '#').count();
+        if !(1..=6).contains(&hashes) || !t[hashes..].starts_with(' ') {
+            continue;
+        }
+        let raw = t[hashes..].trim().trim_end_matches('#').trim();
+        // Links as their text: [text](target) -> text.
+        let mut text = String::new();
+        let mut rest = raw;
+        while let Some(open) = rest.find('[') {
+            let Some(close) = rest[open..].find("](").map(|i| open + i) else {
+                break;
+            };
+            let Some(end) = rest[close..].find(')').map(|i| close + i) else {
+                break;
+            };
+            text.push_str(&rest[..open]);
+            text.push_str(&rest[open + 1..close]);
+            rest = &rest[end + 1..];
+        }
+        text.push_str(rest);
+        let base: String = text
+            .replace(['`', '*'], "")
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(base.clone()).or_insert(0);
+        anchors.push(if *n == 0 {
+            base.clone()
+        } else {
+            format!("{base}-{n}")
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+#[test]
+fn anchors_are_computed_as_github_computes_them() {
+    let md = "# Operations\n## Named sources: `[[source]]`\n```sh\n# not a heading\n```\n\
+              ## Lake catalogs: `[[attach]]`\n### What reloads and what needs a restart\n\
+              ## The [Kubernetes](k8s.md) manifests\n## Probes\n## Probes\n### DuckgateServerErrors\n\
+              ## Upgrades, mixed versions & rollback\n";
+    assert_eq!(
+        github_anchors(md),
+        [
+            "operations",
+            "named-sources-source",
+            "lake-catalogs-attach",
+            "what-reloads-and-what-needs-a-restart",
+            "the-kubernetes-manifests",
+            "probes",
+            "probes-1",
+            "duckgateservererrors",
+            "upgrades-mixed-versions--rollback",
+        ]
+    );
+}
+
+/// Every alert's `runbook_url` (deploy/monitoring/alerts.yml) names a
+/// heading that exists: a file of the repository and one of its anchors,
+/// as GitHub computes them (8 of 10 pointed nowhere). And every alert has
+/// one.
+#[test]
+fn every_runbook_url_names_a_heading_that_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let alerts = std::fs::read_to_string(root.join("deploy/monitoring/alerts.yml")).unwrap();
+    let names: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+        .collect();
+    let urls: Vec<&str> = alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+        .map(|u| u.trim_matches('"'))
+        .collect();
+    assert!(names.len() >= 12, "{names:?}");
+    assert_eq!(names.len(), urls.len(), "an alert without its runbook_url");
+    for (name, url) in names.iter().zip(&urls) {
+        let (file, anchor) = url
+            .split_once('#')
+            .unwrap_or_else(|| panic!("{name}: {url} names no heading"));
+        let text = std::fs::read_to_string(root.join(file))
+            .unwrap_or_else(|e| panic!("{name}: {url}: {file}: {e}"));
+        let anchors = github_anchors(&text);
+        assert!(
+            anchors.iter().any(|a| a == anchor),
+            "{name}: {url}: {file} has no heading whose anchor is `{anchor}`"
+        );
+    }
+}
+
+/// The links between the operator's documents (docs/operations.md, the
+/// Kubernetes README, the README) that name a heading of another document
+/// (or their own) name one that exists.
+#[test]
+fn the_operators_documents_link_to_headings_that_exist() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut broken = Vec::new();
+    for doc in [
+        "docs/operations.md",
+        "deploy/kubernetes/README.md",
+        "README.md",
+    ] {
+        let path = root.join(doc);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            let Some(end) = rest.find(')') else { break };
+            let target = &rest[..end];
+            let Some((file, anchor)) = target.split_once('#') else {
+                continue;
+            };
+            if file.contains("://") || anchor.is_empty() {
+                continue;
+            }
+            let linked = if file.is_empty() {
+                path.clone()
+            } else {
+                path.parent().unwrap().join(file)
+            };
+            let Ok(linked_text) = std::fs::read_to_string(&linked) else {
+                broken.push(format!("{doc}: {target}: no such file"));
+                continue;
+            };
+            if !github_anchors(&linked_text).iter().any(|a| a == anchor) {
+                broken.push(format!("{doc}: {target}"));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "links to missing headings:\n{}",
+        broken.join("\n")
+    );
+}

@@ -164,7 +164,9 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
 /// Issue 37's on-call kit: every series has HELP (there were none), the
 /// build and the process are described (`duckgate_build_info`,
 /// `process_*`), and every route leaves one access line naming the replica,
-/// the identity (never its token), the status and the latency as a number.
+/// the identity (never its token), the client's address, the status, the
+/// latency as a number and the body bytes sent (and whether the body was
+/// cut short).
 #[tokio::test]
 async fn every_series_has_help_and_every_route_an_access_line() {
     const TOKEN: &str = "alice-token-0123456789";
@@ -181,6 +183,19 @@ async fn every_series_has_help_and_every_route_an_access_line() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    let statement_bytes = r.bytes().await.unwrap().len() as u64;
+    // A streamed answer the client stops reading after its first chunk.
+    let mut r = g
+        .client
+        .post(g.url("/query"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"sql": "SELECT * FROM range(100000000)", "format": "ndjson"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.chunk().await.unwrap().is_some());
+    drop(r);
     let (status, _) = g.get("/statements/nope", TOKEN).await;
     assert_eq!(status, 404);
     let (status, _) = g.get("/statements", "wrong-token-0123456789").await;
@@ -212,7 +227,7 @@ async fn every_series_has_help_and_every_route_an_access_line() {
             .filter_map(|l| serde_json::from_str(l).ok())
             .filter(|v: &serde_json::Value| v["message"] == "access")
             .collect();
-        if lines.len() >= 4 {
+        if lines.len() >= 5 && lines.iter().any(|v| v["span"]["route"] == "/query") {
             Ok(lines)
         } else {
             Err(log)
@@ -233,7 +248,22 @@ async fn every_series_has_help_and_every_route_an_access_line() {
         assert_eq!(v["span"]["replica"], replica.as_str(), "{v}");
         assert_eq!(v["span"]["identity"].as_str(), identity, "{v}");
         assert!(v["latency_ms"].as_f64().is_some(), "{v}");
+        // The client's address (the test's own loopback socket) and the
+        // body bytes sent, whole.
+        assert!(
+            v["span"]["client"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("127.0.0.1:")),
+            "{v}"
+        );
+        assert!(v["bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
+        assert!(v.get("aborted").is_none(), "{v}");
     }
+    assert_eq!(line_of("/statements", 200)["bytes"], statement_bytes);
+    // The answer cut short says so, with what was sent before the cut.
+    let cut = line_of("/query", 200);
+    assert_eq!(cut["aborted"], true, "{cut}");
+    assert!(cut["bytes"].as_u64().is_some_and(|b| b > 0), "{cut}");
     let text = g.log_text();
     assert!(!text.contains(TOKEN) && !text.contains("wrong-token"));
 }

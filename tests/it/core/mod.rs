@@ -18,6 +18,7 @@ mod queries;
 mod query_api;
 mod reload;
 mod role_quotas;
+mod scripts;
 mod shedding;
 mod sources;
 mod statements;

@@ -599,6 +599,99 @@ async fn bad_settings_stop_start_up_naming_the_setting() {
     assert!(err.1.join("\n").contains("DUCKGATE_QUERY_TOKENS"));
 }
 
+/// With JSON logs a refusal is one JSON log line (level ERROR, exit code 2)
+/// naming its setting, whichever step refuses: clap's parse, a relation
+/// between settings, the TOML file (with its line and column), the listen
+/// address, the database. Every line the process writes is JSON.
+#[tokio::test]
+async fn start_up_refusals_are_json_lines_when_logs_are_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let toml = common::write_file(
+        dir.path(),
+        "duckgate.toml",
+        "[[source]]\nname = \"events\"\npaths = 5\n",
+    );
+    let not_a_database = common::write_file(dir.path(), "db.duckdb", "not a database\n");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = taken.local_addr().unwrap().to_string();
+    let cases = vec![
+        (
+            vec![("DUCKGATE_POOL_SIZE", "0".to_string())],
+            Some("DUCKGATE_POOL_SIZE"),
+            "0 is not in 1..=1024",
+        ),
+        (
+            vec![
+                ("DUCKGATE_QUERY_TIMEOUT_MS", "10".to_string()),
+                ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "5".to_string()),
+            ],
+            Some("DUCKGATE_QUERY_TIMEOUT_MS"),
+            "exceeds DUCKGATE_MAX_QUERY_TIMEOUT_MS",
+        ),
+        (
+            vec![("DUCKGATE_CONFIG", toml.display().to_string())],
+            Some("DUCKGATE_CONFIG"),
+            "duckgate.toml, line 3, column 9: ",
+        ),
+        (
+            vec![("DUCKGATE_LISTEN", taken)],
+            Some("DUCKGATE_LISTEN"),
+            "cannot listen on",
+        ),
+        (
+            vec![("DUCKGATE_DATABASE", not_a_database.display().to_string())],
+            None,
+            "db.duckdb",
+        ),
+    ];
+    for (envs, setting, says) in cases {
+        let mut builder = Gateway::builder().env("DUCKGATE_LOG_FORMAT", "json");
+        for (k, v) in &envs {
+            builder = builder.env(k, v);
+        }
+        let (code, lines) = match builder.try_start() {
+            Ok(_) => panic!("{envs:?} should not start"),
+            Err(e) => e,
+        };
+        assert_eq!(code, Some(2), "{envs:?}: {lines:?}");
+        let parsed: Vec<Value> = lines
+            .iter()
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|_| panic!("{envs:?}: not a JSON line: {l}"))
+            })
+            .collect();
+        let errors: Vec<&Value> = parsed.iter().filter(|v| v["level"] == "ERROR").collect();
+        assert_eq!(errors.len(), 1, "{envs:?}: {lines:?}");
+        let e = errors[0];
+        assert_eq!(e["setting"].as_str(), setting, "{envs:?}: {e}");
+        assert_eq!(e["exit_code"], 2, "{envs:?}: {e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains(says), "{envs:?}: {message}");
+    }
+}
+
+/// A `DUCKGATE_*` variable that names no setting is warned about at start,
+/// with the setting it probably meant; the gateway starts all the same, and
+/// the settings it knows are not warned about.
+#[tokio::test]
+async fn a_mistyped_variable_is_warned_about_at_start() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_LOG_FORMAT", "json")
+        .env("DUCKGATE_POOLSIZE", "4")
+        .env("DUCKGATE_POOL_SIZE", "2")
+        .start();
+    let log = g.log.lock().unwrap().clone();
+    let warnings: Vec<Value> = log
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["level"] == "WARN" && v["variable"].is_string())
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log:?}");
+    assert_eq!(warnings[0]["variable"], "DUCKGATE_POOLSIZE");
+    assert_eq!(warnings[0]["did_you_mean"], "DUCKGATE_POOL_SIZE");
+    assert_eq!(g.health().await["pool"]["size"], 2);
+}
+
 #[tokio::test]
 async fn a_deadline_racing_completion_is_never_a_500() {
     // With a 1 ms limit the deadline and the answer often arrive together:

@@ -7,5 +7,6 @@ mod query_ids;
 mod replicas;
 mod rolling_restart;
 mod shared_state;
+mod state_connections;
 mod state_tls;
 mod statement_handoff;

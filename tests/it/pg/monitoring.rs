@@ -1,7 +1,8 @@
 //! The on-call kit in deploy/monitoring: Prometheus's own `promtool` checks
-//! the alert rules and runs their unit tests, checks every expression of the
-//! Grafana dashboard, and every series either names is one a running
-//! gateway (with S3, shared state and an S3 spool) exposes, with HELP.
+//! the alert rules and runs their unit tests (every alert tested firing),
+//! checks every expression of the Grafana dashboard, and every series either
+//! names is one a running gateway (with S3, shared state and an S3 spool)
+//! exposes, with HELP, but those [`PROPOSED`] lists.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,12 +51,38 @@ fn names_in(expr: &str) -> Vec<String> {
     out
 }
 
+/// Series the alerts read before a gateway exports them, with who adds
+/// them (issue 57): the alerts are written against these names and tested
+/// with promtool; once a gateway exports one, the test fails until it is
+/// taken off this list (and then checked like every other series).
+const PROPOSED: [&str; 2] = [
+    // Statements no replica will finish, by `reason` (`replica_gone`,
+    // `shutdown`): the statement drain and liveness work.
+    "duckgate_statements_lost_total",
+    // 504 query-timeout answers at a time limit the client asked for, by
+    // `route`: kept out of DuckgateServerErrors.
+    "duckgate_http_client_timeouts_total",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier pg: needs Debian's prometheus (promtool), PostgreSQL 15 and the test venv; scripts/test installs them"]
 async fn alert_rules_and_dashboard_check_and_name_real_series() {
     let dir = PathBuf::from(MONITORING);
     promtool(&["check", "rules", "alerts.yml"], &dir);
     promtool(&["test", "rules", "alerts_test.yml"], &dir);
+    // Every alert has a unit test in which it fires.
+    let alerts = std::fs::read_to_string(dir.join("alerts.yml")).unwrap();
+    let tests = std::fs::read_to_string(dir.join("alerts_test.yml")).unwrap();
+    for name in alerts
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: "))
+    {
+        let fires = tests
+            .split("alertname: ")
+            .skip(1)
+            .any(|case| case.starts_with(&format!("{name}\n")) && case.contains("exp_labels"));
+        assert!(fires, "alerts_test.yml never expects {name} to fire");
+    }
 
     // Every dashboard expression, with Grafana's variables filled in, as a
     // recording rule promtool parses.
@@ -111,6 +138,7 @@ async fn alert_rules_and_dashboard_check_and_name_real_series() {
         let m = g.get_text("/metrics").await;
         let missing: Vec<&String> = wanted
             .iter()
+            .filter(|n| !PROPOSED.contains(&n.as_str()))
             .filter(|n| !m.contains(&format!("# HELP {n} ")))
             .collect();
         if missing.is_empty() {
@@ -121,4 +149,14 @@ async fn alert_rules_and_dashboard_check_and_name_real_series() {
     })
     .await;
     assert!(scrape.contains("duckgate_dependency_up{dependency=\"spool\"}"));
+    for name in PROPOSED {
+        assert!(
+            wanted.iter().any(|w| w == name),
+            "{name} is proposed but no alert reads it"
+        );
+        assert!(
+            !scrape.contains(&format!("# HELP {name} ")),
+            "the gateway exports {name} now: take it off PROPOSED in tests/it/pg/monitoring.rs"
+        );
+    }
 }

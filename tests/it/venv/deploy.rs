@@ -1,11 +1,15 @@
-//! The Kubernetes manifests under deploy/kubernetes/: probes on the right
-//! paths, non-root, read-only root with a writable data volume, IRSA wiring,
-//! tokens from a Secret, shutdown timing, and agreement with the Dockerfile
-//! (checked textually); and, parsed as YAML (PyYAML from the test venv, which
-//! moto brings): the autoscaler and its metric, the NetworkPolicy, the
-//! ServiceMonitor, the shared statement settings, memory and disk sizes that
-//! fit their limits, and every environment variable being a setting the
-//! binary knows.
+//! The Kubernetes manifests under deploy/kubernetes/: the base's probes on
+//! the right paths, non-root, read-only root with a writable data volume,
+//! IRSA wiring, tokens from a Secret, shutdown timing, and agreement with the
+//! Dockerfile (checked textually); and, as `kubectl kustomize` builds them
+//! (kubectl and kubernetes-validate from scripts/requirements-k8s.txt, a venv
+//! scripts/test-env installs): the base, every overlay and the PostgreSQL
+//! door's component, each validated against the Kubernetes API's schemas
+//! (strict), with the autoscaler's target explained by the pool it scales,
+//! Flight SQL's port, Service, NetworkPolicy rule and TLS Secret, the TOML
+//! file as a ConfigMap passed with --config and read by the gateway's own
+//! parsers, the NetworkPolicy's egress, memory and disk sizes that fit their
+//! limits, and every environment variable being a setting the binary knows.
 
 use crate::common;
 
@@ -15,11 +19,11 @@ use std::path::Path;
 use clap::CommandFactory;
 use serde_json::Value;
 
-const DEPLOYMENT: &str = include_str!("../../../deploy/kubernetes/deployment.yaml");
-const SERVICE: &str = include_str!("../../../deploy/kubernetes/service.yaml");
-const SERVICE_ACCOUNT: &str = include_str!("../../../deploy/kubernetes/serviceaccount.yaml");
-const PDB: &str = include_str!("../../../deploy/kubernetes/poddisruptionbudget.yaml");
-const KUSTOMIZATION: &str = include_str!("../../../deploy/kubernetes/kustomization.yaml");
+const DEPLOYMENT: &str = include_str!("../../../deploy/kubernetes/base/deployment.yaml");
+const SERVICE: &str = include_str!("../../../deploy/kubernetes/base/service.yaml");
+const SERVICE_ACCOUNT: &str = include_str!("../../../deploy/kubernetes/base/serviceaccount.yaml");
+const PDB: &str = include_str!("../../../deploy/kubernetes/base/poddisruptionbudget.yaml");
+const KUSTOMIZATION: &str = include_str!("../../../deploy/kubernetes/base/kustomization.yaml");
 const DOCKERFILE: &str = include_str!("../../../Dockerfile");
 
 fn indent(line: &str) -> usize {
@@ -389,7 +393,7 @@ fn service_and_pdb_select_the_deployment_pods() {
 #[test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
 fn kustomization_lists_every_manifest() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes/base");
     for entry in std::fs::read_dir(&dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name.ends_with(".yaml") && name != "kustomization.yaml" {
@@ -403,37 +407,66 @@ fn kustomization_lists_every_manifest() {
 
 // ---- parsed as YAML ---------------------------------------------------------
 
-const MANIFEST_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
+const K8S_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kubernetes");
 
-/// Every document of every manifest kustomization.yaml lists, as JSON.
+/// The venv of scripts/requirements-k8s.txt: kubectl, kubernetes-validate,
+/// PyYAML.
+fn k8s_venv() -> std::path::PathBuf {
+    std::env::var_os("DUCKGATE_TEST_K8S_VENV")
+        .map(std::path::PathBuf::from)
+        .expect("DUCKGATE_TEST_K8S_VENV is not set: run the suite with scripts/test (scripts/test-env installs kubectl and kubernetes-validate)")
+}
+
+/// What `kubectl kustomize dir` builds, as YAML text.
+fn kustomize(dir: &Path) -> String {
+    let out = std::process::Command::new(k8s_venv().join("bin/kubectl"))
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .expect("kubectl of the k8s venv");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every document of a YAML text, as JSON (PyYAML of the k8s venv).
+fn yaml_documents(text: &str) -> Vec<Value> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(k8s_venv().join("bin/python"))
+        .arg("-c")
+        .arg(
+            "import json, sys, yaml\n\
+             print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d is not None]))\n",
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python of the k8s venv");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "not YAML: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every document the base builds, as JSON.
 fn manifests() -> Vec<Value> {
     static DOCS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
-    DOCS.get_or_init(|| {
-        let out = std::process::Command::new(common::test_python())
-            .arg("-c")
-            .arg(
-                "import json, sys, yaml\n\
-                 docs = []\n\
-                 for f in sys.argv[1:]:\n\
-                 \x20   with open(f) as fh:\n\
-                 \x20       docs += [d for d in yaml.safe_load_all(fh) if d is not None]\n\
-                 print(json.dumps(docs))\n",
-            )
-            .args(
-                kustomization_resources()
-                    .iter()
-                    .map(|r| format!("{MANIFEST_DIR}/{r}")),
-            )
-            .output()
-            .expect("the test venv's python");
-        assert!(
-            out.status.success(),
-            "the manifests do not parse as YAML: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    })
-    .clone()
+    DOCS.get_or_init(|| yaml_documents(&kustomize(&Path::new(K8S_DIR).join("base"))))
+        .clone()
 }
 
 fn kustomization_resources() -> Vec<String> {
@@ -519,9 +552,10 @@ const MIB: f64 = 1024.0 * 1024.0;
 #[ignore = "tier venv: needs the test venv (Python DuckDB, the S3/STS emulation, extensions); scripts/test installs it"]
 fn kustomization_resources_parse_and_carry_the_app_label() {
     let docs = manifests();
+    // One document a file, and the TOML file's generated ConfigMap.
     assert_eq!(
         docs.len(),
-        kustomization_resources().len(),
+        kustomization_resources().len() + 1,
         "one document a file"
     );
     for doc in &docs {
@@ -540,6 +574,7 @@ fn kustomization_resources_parse_and_carry_the_app_label() {
         "HorizontalPodAutoscaler",
         "NetworkPolicy",
         "ServiceMonitor",
+        "ConfigMap",
     ] {
         assert!(kinds.contains(kind), "no {kind} in {kinds:?}");
     }
@@ -611,13 +646,21 @@ fn network_policy_admits_clients_and_scrapes_and_keeps_the_metadata_service_out(
         .filter_map(Value::as_str)
         .collect();
     assert!(types.contains(&"Ingress") && types.contains(&"Egress"));
-    // Ingress: only the container's port, and never from everywhere.
-    let port = container()["ports"][0]["containerPort"].as_u64().unwrap();
+    // Ingress: only the container's serving ports (never the probes'),
+    // and never from everywhere.
+    let serving: Vec<u64> = container()["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] != "probes")
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .collect();
     for rule in spec["ingress"].as_array().unwrap() {
         let from = rule["from"].as_array().expect("ingress from named peers");
         assert!(!from.is_empty());
         for p in rule["ports"].as_array().unwrap() {
-            assert_eq!(p["port"].as_u64(), Some(port), "{rule}");
+            let port = p["port"].as_u64().unwrap();
+            assert!(serving.contains(&port), "{rule} admits {port}");
         }
         assert!(
             !from.iter().any(|f| f["ipBlock"]["cidr"] == "0.0.0.0/0"),
@@ -850,5 +893,381 @@ fn every_env_var_the_manifests_set_is_a_setting_of_the_binary() {
             known.contains(&name) || others.contains(&name.as_str()),
             "deployment.yaml sets {name}, which the binary does not read"
         );
+    }
+}
+
+// ---- every overlay, as kustomize builds it -----------------------------------
+
+/// Settings an overlay or component sets before the binary has them: the
+/// PostgreSQL door (components/pg-door), being built. Once the binary knows
+/// one, the test fails so that the door is enabled (its component listed in
+/// overlays/production) and the name taken off this list.
+const NOT_YET_SETTINGS: [&str; 1] = ["DUCKGATE_PG_LISTEN"];
+
+/// The builds: the base, each overlay, and the production overlay with the
+/// PostgreSQL door's component (through a kustomization in a temporary
+/// directory that names both by relative paths, as kustomize requires).
+fn builds() -> Vec<(String, String)> {
+    let root = Path::new(K8S_DIR);
+    let mut out = vec![("base".to_string(), kustomize(&root.join("base")))];
+    for entry in std::fs::read_dir(root.join("overlays")).unwrap() {
+        let dir = entry.unwrap().path();
+        let name = format!("overlays/{}", dir.file_name().unwrap().to_string_lossy());
+        out.push((name, kustomize(&dir)));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let up = "../".repeat(tmp.path().components().count() - 1);
+    let rel = |p: &str| {
+        format!(
+            "{up}{}",
+            root.join(p).display().to_string().trim_start_matches('/')
+        )
+    };
+    std::fs::write(
+        tmp.path().join("kustomization.yaml"),
+        format!(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {}\ncomponents:\n  - {}\n",
+            rel("overlays/production"),
+            rel("components/pg-door")
+        ),
+    )
+    .unwrap();
+    out.push((
+        "overlays/production + components/pg-door".to_string(),
+        kustomize(tmp.path()),
+    ));
+    assert!(
+        out.len() >= 4,
+        "{:?}",
+        out.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    out
+}
+
+#[test]
+#[ignore = "tier venv: needs the test venv and kubectl with the Kubernetes schemas (scripts/requirements-k8s.txt); scripts/test installs them"]
+fn every_overlay_builds_and_validates_against_the_kubernetes_schemas() {
+    for (name, yaml) in builds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("built.yaml");
+        std::fs::write(&file, &yaml).unwrap();
+        let docs = yaml_documents(&yaml);
+        // The oldest Kubernetes still commonly run, and the newest the
+        // package knows.
+        for version in ["1.30.0", "1.37.0"] {
+            let out = std::process::Command::new(k8s_venv().join("bin/kubernetes-validate"))
+                .args(["--strict", "--kubernetes-version", version])
+                .arg(&file)
+                .output()
+                .unwrap();
+            let said = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                out.status.success() && !said.contains("ERROR"),
+                "{name} on {version}:\n{said}"
+            );
+            // Every kind was checked against a schema but the operator's
+            // ServiceMonitor (a CRD no schema of the API describes).
+            let passed = said.matches(" passed for resource ").count();
+            let crds = docs
+                .iter()
+                .filter(|d| d["kind"] == "ServiceMonitor")
+                .count();
+            assert_eq!(passed + crds, docs.len(), "{name} on {version}:\n{said}");
+        }
+    }
+}
+
+/// A flag of the binary for each environment variable, as clap's command
+/// model names them.
+fn flag_of_env(name: &str) -> Option<String> {
+    let cli = duckgate::config::Cli::command();
+    let flag = std::iter::once(&cli)
+        .chain(cli.get_subcommands())
+        .flat_map(|c| c.get_arguments())
+        .find(|a| a.get_env().is_some_and(|e| e == name))
+        .and_then(|a| a.get_long())
+        .map(|l| format!("--{l}"));
+    flag
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+#[test]
+#[ignore = "tier venv: needs the test venv and kubectl with the Kubernetes schemas (scripts/requirements-k8s.txt); scripts/test installs them"]
+fn every_overlay_is_the_service_as_built() {
+    for (name, yaml) in builds() {
+        let docs = yaml_documents(&yaml);
+        let deployments = of_kind(&docs, "Deployment");
+        assert_eq!(deployments.len(), 1, "{name}");
+        let deployment = deployments[0];
+        let pod = &deployment["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        let env: Vec<(String, String)> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_string(),
+                    e["value"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        let var = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let ports: Vec<(&str, u64)> = c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap(),
+                    p["containerPort"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let port_named = |n: &str| ports.iter().find(|(p, _)| *p == n).map(|(_, v)| *v);
+        let mounts = c["volumeMounts"].as_array().unwrap();
+        let volumes = pod["volumes"].as_array().unwrap();
+        // The volume mounted where `path` lies.
+        let volume_of = |path: &str| -> &Value {
+            let m = mounts
+                .iter()
+                .find(|m| path.starts_with(m["mountPath"].as_str().unwrap()))
+                .unwrap_or_else(|| panic!("{name}: {path} is on no mount"));
+            volumes
+                .iter()
+                .find(|v| v["name"] == m["name"])
+                .unwrap_or_else(|| panic!("{name}: no volume {}", m["name"]))
+        };
+
+        // Every variable is a setting the binary reads, and its value one
+        // the binary's own parsers take: the whole environment, as flags,
+        // parsed by clap, then checked as start-up checks it.
+        let mut args = vec!["duckgate".to_string()];
+        args.extend(
+            c["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        );
+        assert_eq!(args[1], "serve", "{name}");
+        let config_at = args
+            .iter()
+            .position(|a| a == "--config")
+            .unwrap_or_else(|| panic!("{name}: the TOML file is not passed with --config"));
+        let config_path = args[config_at + 1].clone();
+        for (k, v) in &env {
+            if k == "HOME" {
+                continue;
+            }
+            if NOT_YET_SETTINGS.contains(&k.as_str()) {
+                assert!(
+                    flag_of_env(k).is_none(),
+                    "{k} is a setting now: list components/pg-door in overlays/production and take it off NOT_YET_SETTINGS"
+                );
+                continue;
+            }
+            let flag = flag_of_env(k)
+                .unwrap_or_else(|| panic!("{name} sets {k}, which the binary does not read"));
+            if !v.is_empty() {
+                args.push(format!("{flag}={v}"));
+            }
+        }
+        // The TOML file: a ConfigMap of the build, mounted at the path
+        // --config names, read by the gateway's own parsers.
+        let volume = volume_of(&config_path);
+        let cm_name = volume["configMap"]["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: {config_path} is not on a ConfigMap"));
+        let cm = of_kind(&docs, "ConfigMap")
+            .into_iter()
+            .find(|m| m["metadata"]["name"] == cm_name)
+            .unwrap_or_else(|| panic!("{name}: no ConfigMap {cm_name}"));
+        let key = Path::new(&config_path)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let toml = cm["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: ConfigMap {cm_name} has no {key}"));
+        let tmp = tempfile::tempdir().unwrap();
+        let toml_path = tmp.path().join(key);
+        std::fs::write(&toml_path, toml).unwrap();
+        args[config_at + 1] = toml_path.display().to_string();
+        let cli = <duckgate::config::Cli as clap::Parser>::try_parse_from(&args)
+            .unwrap_or_else(|e| panic!("{name}: the binary refuses its settings: {e}"));
+        let config = cli.serve_config();
+        config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let file = duckgate::config::ConfigFile::read(&toml_path).unwrap();
+        let secrets = config
+            .s3
+            .secrets_in(Some(&file))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            secrets.len() >= 3,
+            "{name}: a secret per team and the gateway's"
+        );
+        let scopes: Vec<String> = secrets.iter().flat_map(|s| s.scope.clone()).collect();
+        duckgate::config::attach::catalogs_in(&file, &secrets)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let roles =
+            duckgate::config::roles::roles_in(&file).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(roles.len() >= 2, "{name}: a role per team");
+        duckgate::config::sources::sources_in(&file, &scopes)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+
+        // Flight SQL: its port, a Service port onto it, a NetworkPolicy rule
+        // admitting it, and TLS from a Secret's files.
+        let flight =
+            var("DUCKGATE_FLIGHT_LISTEN").unwrap_or_else(|| panic!("{name}: no Flight SQL"));
+        let flight_port =
+            port_named("flight").unwrap_or_else(|| panic!("{name}: no port named flight"));
+        assert_eq!(flight, format!("0.0.0.0:{flight_port}"), "{name}");
+        for k in ["DUCKGATE_FLIGHT_TLS_CERT", "DUCKGATE_FLIGHT_TLS_KEY"] {
+            let path = var(k).unwrap_or_else(|| panic!("{name}: {k} unset"));
+            assert!(
+                volume_of(&path)["secret"]["secretName"].is_string(),
+                "{name}: {k} is not a Secret's file"
+            );
+        }
+        let service = of_kind(&docs, "Service")[0];
+        let service_ports = service["spec"]["ports"].as_array().unwrap();
+        for p in service_ports {
+            let target = p["targetPort"].as_str().unwrap();
+            assert!(
+                port_named(target).is_some() && target != "probes",
+                "{name}: the Service targets {target}"
+            );
+        }
+        let np = of_kind(&docs, "NetworkPolicy")[0];
+        let admitted: Vec<u64> = np["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["ports"].as_array().unwrap().iter())
+            .map(|p| p["port"].as_u64().unwrap())
+            .collect();
+        for (port, _) in ports.iter().filter(|(n, _)| *n != "probes") {
+            let number = port_named(port).unwrap();
+            assert!(
+                admitted.contains(&number),
+                "{name}: no ingress rule for {port} ({number})"
+            );
+            assert!(
+                service_ports.iter().any(|p| p["targetPort"] == *port),
+                "{name}: no Service port onto {port}"
+            );
+        }
+        assert!(
+            !admitted.contains(&port_named("probes").unwrap()),
+            "{name}: the probe port is reachable"
+        );
+        // Egress: DNS, HTTPS (STS, S3, the OIDC issuer) never to the
+        // metadata service, and PostgreSQL exactly when there is shared state.
+        let egress = np["spec"]["egress"].as_array().unwrap();
+        let egress_ports: Vec<u64> = egress
+            .iter()
+            .flat_map(|r| r["ports"].as_array().unwrap().iter())
+            .filter_map(|p| p["port"].as_u64())
+            .collect();
+        assert!(
+            egress_ports.contains(&53) && egress_ports.contains(&443),
+            "{name}"
+        );
+        let https = egress
+            .iter()
+            .find(|r| r["ports"].to_string().contains("443"))
+            .unwrap();
+        assert!(
+            https["to"].to_string().contains("169.254.169.254/32"),
+            "{name}: HTTPS egress reaches the instance metadata service"
+        );
+        assert_eq!(
+            egress_ports.contains(&5432),
+            var("DUCKGATE_STATE_DSN_FILE").is_some(),
+            "{name}: PostgreSQL egress without shared state, or shared state without it"
+        );
+        if let Some(issuer) = var("DUCKGATE_OIDC_ISSUER") {
+            assert!(issuer.starts_with("https://"), "{name}: {issuer}");
+        }
+
+        // Memory: DuckDB's ceiling, what it holds beyond its pool (at least
+        // the 0.3x a spilling sort was measured at), the gateway and the
+        // memory-backed /tmp fit the limit.
+        let limit = quantity(c["resources"]["limits"]["memory"].as_str().unwrap());
+        let duck = quantity(&var("DUCKGATE_MEMORY_LIMIT").unwrap());
+        let allowance = quantity(&var("DUCKGATE_MAX_UNMANAGED_MEMORY").unwrap());
+        let tmpfs: f64 = volumes
+            .iter()
+            .filter(|v| v["emptyDir"]["medium"] == "Memory")
+            .map(|v| quantity(v["emptyDir"]["sizeLimit"].as_str().unwrap()))
+            .sum();
+        assert!(
+            allowance >= duck * 0.3,
+            "{name}: {allowance} < 0.3 x {duck}"
+        );
+        assert!(
+            duck + allowance + 256.0 * MIB + tmpfs < limit,
+            "{name}: {duck} + {allowance} + 256 MiB + {tmpfs} >= {limit}"
+        );
+
+        // Replicas: the autoscaler's, its in-flight target three quarters
+        // of the pool it fills (neither the 25% of a pool of 6 the target
+        // of 1.5 was, nor past the pool); or a fixed count without one.
+        let hpas = of_kind(&docs, "HorizontalPodAutoscaler");
+        let pool: f64 = var("DUCKGATE_POOL_SIZE")
+            .unwrap_or_else(|| {
+                panic!("{name}: DUCKGATE_POOL_SIZE unset (the pool would follow the node's cores)")
+            })
+            .parse()
+            .unwrap();
+        match hpas.as_slice() {
+            [hpa] => {
+                assert!(deployment["spec"]["replicas"].is_null(), "{name}");
+                let metric = hpa["spec"]["metrics"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|m| m["type"] == "Pods")
+                    .unwrap_or_else(|| panic!("{name}: no Pods metric"));
+                assert_eq!(metric["pods"]["metric"]["name"], "duckgate_queries_running");
+                let target = quantity(metric["pods"]["target"]["averageValue"].as_str().unwrap());
+                let ratio = target / pool;
+                assert!(
+                    (0.6..=0.9).contains(&ratio),
+                    "{name}: the target {target} is {:.0}% of the pool of {pool}",
+                    ratio * 100.0
+                );
+                // PostgreSQL sessions at the most replicas, a surge pod
+                // included: what the manifests' comments tell the operator.
+                if var("DUCKGATE_STATE_DSN_FILE").is_some() {
+                    let per_replica: u64 = var("DUCKGATE_STATE_POOL_SIZE")
+                        .unwrap_or_else(|| panic!("{name}: DUCKGATE_STATE_POOL_SIZE unset"))
+                        .parse::<u64>()
+                        .unwrap()
+                        + 1;
+                    let most = hpa["spec"]["maxReplicas"].as_u64().unwrap() + 1;
+                    eprintln!("{name}: at most {} PostgreSQL sessions", most * per_replica);
+                    assert!(
+                        most * per_replica <= 200,
+                        "{name}: {} sessions",
+                        most * per_replica
+                    );
+                }
+            }
+            [] => assert!(
+                deployment["spec"]["replicas"].as_u64().is_some(),
+                "{name}: neither an autoscaler nor a replica count"
+            ),
+            more => panic!("{name}: {} autoscalers", more.len()),
+        }
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod catalog;
 pub mod docs;
 pub mod error;
+pub mod formats;
 pub mod health;
 pub mod links;
 pub mod metrics;
@@ -196,6 +197,7 @@ pub fn router(state: AppState) -> Router {
                 .get(query::query_by_url)
                 .head(query::query_by_url_head),
         )
+        .route("/query/{format}", get(formats::query_as))
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))
@@ -228,6 +230,7 @@ pub fn router(state: AppState) -> Router {
     // Result pages stream from the spool: bounded like queries.
     let page_routes = Router::new()
         .route("/statements/{id}/result", get(statements::result))
+        .route("/statements/{id}/result/{format}", get(formats::result_as))
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))

@@ -37,6 +37,7 @@
 //! goes away; `CancelFlightInfo` and `CancelQuery` cancel it like
 //! `DELETE /queries/{id}`.
 
+mod catalog;
 mod options;
 mod results;
 mod server;

@@ -1299,3 +1299,57 @@ print(json.dumps({
     );
     assert_eq!(v["other_payroll"], serde_json::json!([[3]]), "{v}");
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_metadata_carries_duckdbs_type_names_and_the_current_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warehouse.duckdb");
+    let seed = r#"
+import sys, duckdb
+c = duckdb.connect(sys.argv[1])
+c.execute("""
+CREATE SCHEMA sales;
+CREATE TABLE sales.orders (id BIGINT, amount DECIMAL(10,2), big HUGEINT, token UUID,
+                           placed TIMESTAMP, seen_at TIMESTAMPTZ, tags VARCHAR[], doc JSON, m MAP(VARCHAR, INTEGER));
+CREATE VIEW sales.small AS SELECT id, amount FROM sales.orders;
+""")
+c.close()
+"#;
+    python(seed, &[db.to_str().unwrap()]);
+    std::fs::create_dir(dir.path().join("ref")).unwrap();
+    let reference = dir.path().join("ref").join("warehouse.duckdb");
+    std::fs::copy(&db, &reference).unwrap();
+    let (_app, uri) = gateway(&[("DUCKGATE_DATABASE", db.to_str().unwrap())]).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+import duckdb
+ref = duckdb.connect({reference:?}, read_only=True)
+conn = connect()
+objects = conn.adbc_get_objects(depth="columns", db_schema_filter="sales").read_all().to_pylist()
+got = []
+for c in objects:
+    for s in c["catalog_db_schemas"] or []:
+        for t in s["db_schema_tables"] or []:
+            for col in t["table_columns"] or []:
+                got.append([c["catalog_name"], s["db_schema_name"], t["table_name"], col["column_name"], col["xdbc_type_name"]])
+want = [list(r) for r in ref.sql('''SELECT database_name, schema_name, table_name, column_name, data_type
+    FROM duckdb_columns() WHERE schema_name = 'sales' ORDER BY ALL''').fetchall()]
+print(json.dumps({{
+    "got": sorted(got), "want": want,
+    "catalog": conn.adbc_current_catalog, "schema": conn.adbc_current_db_schema,
+    "want_catalog": ref.sql("SELECT current_database(), current_schema()").fetchone(),
+    "set_other": error_of(lambda: setattr(conn, "adbc_current_catalog", "elsewhere")),
+}}))
+"#,
+            reference = reference.to_str().unwrap()
+        ),
+    );
+    assert_eq!(v["got"], v["want"], "{v:#}");
+    assert_eq!(v["got"].as_array().unwrap().len(), 11, "{v:#}");
+    assert_eq!(v["catalog"], v["want_catalog"][0], "{v:#}");
+    assert_eq!(v["schema"], v["want_catalog"][1], "{v:#}");
+    assert!(v["set_other"].is_string(), "{v:#}");
+}

@@ -154,44 +154,46 @@ impl Modify for PerFormat {
             ("/query", "query"),
             ("/statements/{id}/result", "statement_result"),
         ] {
-            let Some(base) = openapi.paths.paths.get(plain).and_then(|i| i.get.clone()) else {
+            let Some(item) = openapi.paths.paths.get(plain).cloned() else {
                 continue;
             };
             for format in crate::api::formats::file_formats() {
-                let mut op = base.clone();
-                op.operation_id = Some(format!("{id}_{}", format.name()));
-                op.summary = Some(format!("`GET {plain}` as {}", format.name()));
-                op.description = Some(format!(
-                    "What `GET {plain}` answers with `format={name}`, as one media type \
-                     (`{ct}`, bytes), so that a generated client returns the bytes. A \
-                     `format` option other than `{name}` is 400 `format-conflict`.",
-                    name = format.name(),
-                    ct = media_type(format.content_type()),
-                ));
-                if let Some(params) = &mut op.parameters {
-                    params.retain(|p| p.name != "format");
-                }
-                op.responses.responses.remove("406");
-                for response in op.responses.responses.values_mut() {
-                    let RefOr::T(response) = response else {
-                        continue;
-                    };
-                    if response.content.contains_key("application/problem+json") {
-                        continue;
+                let name = format.name();
+                let ct = media_type(format.content_type());
+                let one = |base: &Operation, method: &str, suffix: &str| {
+                    let mut op = base.clone();
+                    op.operation_id = Some(format!("{id}_{name}{suffix}"));
+                    op.summary = Some(format!("`{method} {plain}` as {name}"));
+                    op.description = Some(format!(
+                        "What `{method} {plain}` answers with `format={name}`, as one media \
+                         type (`{ct}`, bytes), so that a generated client returns the bytes. \
+                         A `format` option other than `{name}` is 400 `format-conflict`."
+                    ));
+                    if let Some(params) = &mut op.parameters {
+                        params.retain(|p| p.name != "format");
                     }
-                    if response.content.is_empty() {
-                        continue;
+                    op.responses.responses.remove("406");
+                    for response in op.responses.responses.values_mut() {
+                        let RefOr::T(response) = response else {
+                            continue;
+                        };
+                        if response.content.is_empty()
+                            || response.content.contains_key("application/problem+json")
+                        {
+                            continue;
+                        }
+                        let mut content = utoipa::openapi::ContentBuilder::new().build();
+                        content.schema = Some(binary());
+                        response.content.clear();
+                        response.content.insert(ct.to_string(), content);
                     }
-                    let mut content = utoipa::openapi::ContentBuilder::new().build();
-                    content.schema = Some(binary());
-                    response.content.clear();
-                    response
-                        .content
-                        .insert(media_type(format.content_type()).to_string(), content);
-                }
-                let path = format!("{plain}/{}", format.name());
-                let item = utoipa::openapi::PathItem::new(utoipa::openapi::HttpMethod::Get, op);
-                openapi.paths.paths.insert(path, item);
+                    op
+                };
+                let mut path = utoipa::openapi::PathItem::default();
+                path.get = item.get.as_ref().map(|op| one(op, "GET", ""));
+                // `HEAD /query` checks without running: its per-format twin too.
+                path.head = item.head.as_ref().map(|op| one(op, "HEAD", "_head"));
+                openapi.paths.paths.insert(format!("{plain}/{name}"), path);
             }
         }
     }

@@ -50,29 +50,51 @@ fn same_format(asked: Option<&str>, path: Format) -> Result<(), ApiError> {
     }
 }
 
+/// `GET /query`'s options with the path's format in them.
+type UrlOptions = Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>;
+
+/// `options` with `format` fixed by the path, or why they are refused.
+fn fixed(format: &str, options: UrlOptions) -> Result<UrlOptions, ApiError> {
+    let format = format_of(format)?;
+    match options {
+        Ok(Query(mut o)) => {
+            same_format(o.format.as_deref(), format)?;
+            o.format = Some(format.name().to_string());
+            Ok(Ok(Query(o)))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
 /// `GET /query/{format}`: `GET /query` in one format.
 pub async fn query_as(
     State(state): State<AppState>,
     auth: QueryAuth,
     Path(format): Path<String>,
-    options: Result<Query<UrlQuery>, axum::extract::rejection::QueryRejection>,
+    options: UrlOptions,
     headers: HeaderMap,
 ) -> Response {
-    let format = match format_of(&format) {
-        Ok(f) => f,
-        Err(e) => return e.into_response(),
-    };
-    let options = match options {
-        Ok(Query(mut o)) => match same_format(o.format.as_deref(), format) {
-            Ok(()) => {
-                o.format = Some(format.name().to_string());
-                Ok(Query(o))
-            }
-            Err(e) => return e.into_response(),
-        },
-        Err(e) => Err(e),
-    };
-    crate::api::query::query_by_url(State(state), auth, options, headers).await
+    match fixed(&format, options) {
+        Ok(options) => crate::api::query::query_by_url(State(state), auth, options, headers).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// `HEAD /query/{format}`: `HEAD /query` in one format; checks the request
+/// without running it (a reader of a URL asks first, then reads).
+pub async fn query_as_head(
+    State(state): State<AppState>,
+    auth: QueryAuth,
+    Path(format): Path<String>,
+    options: UrlOptions,
+    headers: HeaderMap,
+) -> Response {
+    match fixed(&format, options) {
+        Ok(options) => {
+            crate::api::query::query_by_url_head(State(state), auth, options, headers).await
+        }
+        Err(refused) => refused.into_response(),
+    }
 }
 
 /// `GET /statements/{id}/result/{format}`: a page in one format. A signed

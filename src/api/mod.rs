@@ -197,7 +197,10 @@ pub fn router(state: AppState) -> Router {
                 .get(query::query_by_url)
                 .head(query::query_by_url_head),
         )
-        .route("/query/{format}", get(formats::query_as))
+        .route(
+            "/query/{format}",
+            get(formats::query_as).head(formats::query_as_head),
+        )
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))

@@ -384,7 +384,15 @@ fn operation_ids_are_unique_and_file_formats_have_an_operation_each() {
             let params = op["parameters"].as_array().unwrap();
             assert!(!params.iter().any(|p| p["name"] == "format"), "{path}");
         }
+        // `HEAD /query`'s twin: checks without running.
+        let head = &spec["paths"][format!("/query/{}", format.name())]["head"];
+        assert_eq!(head["operationId"], format!("query_{}_head", format.name()));
     }
+}
+
+/// What a CSV answer's `content-type` is.
+fn a_csv_content_type() -> &'static str {
+    Format::Csv.content_type()
 }
 
 #[tokio::test]
@@ -462,6 +470,19 @@ async fn a_route_per_format_answers_what_the_format_option_does() {
     ] {
         assert_eq!(get(g.url(path)).await.unwrap().status(), 404, "{path}");
     }
+    // HEAD checks the request without running it, as `HEAD /query` does:
+    // a statement that fails when it runs is 200 to HEAD, 400 to GET.
+    let failing = "/query/csv?sql=SELECT%20error('boom')";
+    let head = g
+        .client
+        .head(g.url(failing))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-type"], a_csv_content_type());
+    assert_eq!(get(g.url(failing)).await.unwrap().status(), 400);
     // Without a token: 401, as on the plain routes.
     let r = g
         .client

@@ -281,6 +281,16 @@ impl FlightSql {
     }
 }
 
+/// The digest of the call's `authorization` metadata (see
+/// [`tickets::bearer_digest`]).
+fn bearer_of<T>(request: &Request<T>) -> [u8; 32] {
+    let value = request
+        .metadata()
+        .get("authorization")
+        .map_or(&[][..], |v| v.as_bytes());
+    tickets::bearer_digest(value)
+}
+
 /// A FlightInfo whose ticket is the command itself (metadata calls: the
 /// DoGet authenticates again and reads the catalog then).
 fn command_info(
@@ -703,7 +713,9 @@ impl FlightSqlService for FlightSql {
             // + 1`) has none yet: the FlightInfo of the execution carries it.
             let described =
                 results::describe(&self.state, &auth, query.query.clone(), options).await?;
-            let handle = self.tickets.prepare(auth.name.clone(), query.query)?;
+            let handle =
+                self.tickets
+                    .prepare(auth.name.clone(), query.query, bearer_of(&request))?;
             Ok(ActionCreatePreparedStatementResult {
                 prepared_statement_handle: handle.to_vec().into(),
                 dataset_schema: described
@@ -725,9 +737,14 @@ impl FlightSqlService for FlightSql {
         query: ActionClosePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<(), Status> {
-        let auth = self.auth(&request).await?;
         let handle = tickets::parse(&query.prepared_statement_handle)?;
-        self.tickets.close(&handle, &auth.name)
+        match self.auth(&request).await {
+            Ok(auth) => self.tickets.close(&handle, &auth.name),
+            // Its owner may always close it: the bearer that made it, past
+            // its expiry, still frees what it made (and nothing else).
+            Err(_) if self.tickets.close_by_bearer(&handle, &bearer_of(&request)) => Ok(()),
+            Err(refused) => Err(refused),
+        }
     }
 
     async fn do_action_cancel_query(

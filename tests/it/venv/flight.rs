@@ -1353,3 +1353,83 @@ print(json.dumps({{
     assert_eq!(v["schema"], v["want_catalog"][1], "{v:#}");
     assert!(v["set_other"].is_string(), "{v:#}");
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver, the OIDC issuer); scripts/test installs it"]
+async fn flight_a_prepared_statement_closes_after_its_jwt_expired() {
+    use crate::venv::oidc::{Issuer, AUDIENCE};
+    let issuer = Issuer::start();
+    let (_app, uri) = gateway(&[
+        ("DUCKGATE_OIDC_ISSUER", issuer.base.as_str()),
+        ("DUCKGATE_OIDC_AUDIENCE", AUDIENCE),
+        ("DUCKGATE_OIDC_LEEWAY_MS", "0"),
+    ])
+    .await;
+    // A JWT that expires 10 s from now (time to prepare with it), and
+    // another identity's.
+    let mut soon = issuer.claims("carol");
+    let exp = soon["iat"].as_i64().unwrap() + 10;
+    soon["exp"] = serde_json::json!(exp);
+    let soon = issuer.mint("rsa-1", "RS256", soon).await;
+    let dave = issuer.mint("rsa-1", "RS256", issuer.claims("dave")).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+SOON, DAVE, EXP = "{soon}", "{dave}", {exp}
+def fields(data):
+    # A protobuf message's length-delimited fields: {{number: bytes}}.
+    out, i = {{}}, 0
+    while i < len(data):
+        key, shift = 0, 0
+        while True:
+            b = data[i]; i += 1
+            key |= (b & 0x7F) << shift; shift += 7
+            if b < 0x80: break
+        n, size, shift = key >> 3, 0, 0
+        while True:
+            b = data[i]; i += 1
+            size |= (b & 0x7F) << shift; shift += 7
+            if b < 0x80: break
+        out[n] = data[i:i + size]; i += size
+    return out
+
+def action(name, payload, token):
+    body = command(name, payload)
+    return list(raw_client().do_action(fl.Action(name.replace("Action", "").replace("Request", ""), body), options(token)))
+
+def prepare(token):
+    result = action("ActionCreatePreparedStatementRequest", field(1, "SELECT 42 AS answer"), token)
+    return fields(fields(result[0].body.to_pybytes())[2])[1]
+
+def close(handle, token):
+    return error_of(lambda: action("ActionClosePreparedStatementRequest", field(1, handle), token))
+
+first, second = prepare(SOON), prepare(SOON)
+time.sleep(max(0, EXP + 1 - time.time()))
+out = {{
+    # Past its expiry the JWT opens nothing...
+    "query": error_of(lambda: connect(SOON).cursor().execute("SELECT 1")),
+    # ...but closes what it prepared, once; another identity's token does not.
+    "other": close(first, DAVE),
+    "closed": close(first, SOON),
+    "again": close(first, SOON),
+    "forged": close(second, SOON + "x"),
+}}
+print(json.dumps(out))
+"#
+        ),
+    );
+    let query = v["query"].as_str().unwrap_or_default();
+    assert!(query.contains("expired"), "{v:#}");
+    assert!(
+        v["other"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another identity"),
+        "{v:#}"
+    );
+    assert_eq!(v["closed"], serde_json::Value::Null, "{v:#}");
+    assert!(v["again"].is_string(), "{v:#}");
+    assert!(v["forged"].is_string(), "{v:#}");
+}

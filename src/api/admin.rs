@@ -553,7 +553,7 @@ async fn catalogs(state: &AppState) -> Vec<CatalogInfo> {
 
 /// Lists the S3 secrets and their credential state, and the declared
 /// catalogs with the secret that serves each.
-#[utoipa::path(get, path = "/admin/secrets", tag = "admin",
+#[utoipa::path(get, path = "/admin/secrets", operation_id = "list_secrets", tag = "admin",
     responses(
         (status = 200, description = "Secret metadata and the declared catalogs", body = SecretsReport),
         (status = 401, description = "Missing or wrong admin token", body = Problem, content_type = "application/problem+json"),
@@ -584,7 +584,7 @@ pub async fn pool(
 }
 
 /// Rotates now (all secrets, or `?name=`), sharing any refresh in flight.
-#[utoipa::path(post, path = "/admin/secrets/rotate", tag = "admin",
+#[utoipa::path(post, path = "/admin/secrets/rotate", operation_id = "rotate_secrets", tag = "admin",
     params(RotateParams),
     responses(
         (status = 200, description = "Rotated on every replica", body = SecretsReport),

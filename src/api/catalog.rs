@@ -148,7 +148,7 @@ pub(crate) fn confine(
 }
 
 /// Lists databases, schemas and tables.
-#[utoipa::path(get, path = "/catalog", tag = "catalog",
+#[utoipa::path(get, path = "/catalog", operation_id = "list_catalog", tag = "catalog",
     responses(
         (status = 200, description = "Every database clients can query, with its schemas and tables", body = CatalogList),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json"),
@@ -277,7 +277,7 @@ pub fn callable_functions(confined: bool) -> Vec<FunctionInfo> {
 /// guard refuses to clients): a name listed here is one the guard lets
 /// through; a caller whose roles confine it sees only the table functions
 /// that generate rows.
-#[utoipa::path(get, path = "/catalog/functions", tag = "catalog",
+#[utoipa::path(get, path = "/catalog/functions", operation_id = "list_functions", tag = "catalog",
     responses(
         (status = 200, description = "The functions this caller may call, sorted by name", body = FunctionList),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
@@ -290,7 +290,7 @@ pub async fn functions(auth: Identity) -> Json<FunctionList> {
 }
 
 /// Describes one table: its columns and, for DuckLake, the current snapshot.
-#[utoipa::path(get, path = "/catalog/{database}/{schema}/{table}", tag = "catalog",
+#[utoipa::path(get, path = "/catalog/{database}/{schema}/{table}", operation_id = "show_table", tag = "catalog",
     params(
         ("database" = String, Path, description = "The database, e.g. `lake`"),
         ("schema" = String, Path, description = "The schema, e.g. `main`"),

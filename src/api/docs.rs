@@ -22,7 +22,7 @@ use crate::api::{
     info(
         title = "duckgate",
         description = "An HTTP SQL gateway over an embedded DuckDB that keeps S3 STS credentials fresh.",
-        license(name = "MIT")
+        license(name = "MIT", identifier = "MIT")
     ),
     servers(
         (url = "{scheme}://{address}", description = "A duckgate gateway (`cargo run --release` serves http://localhost:8080)",
@@ -96,7 +96,7 @@ use crate::api::{
         catalog::FunctionList,
         catalog::FunctionInfo,
     )),
-    modifiers(&BearerAuth, &Exact),
+    modifiers(&BearerAuth, &PerFormat, &Exact),
     tags(
         (name = "query", description = "Run SQL"),
         (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
@@ -129,6 +129,73 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// An operation per file format (`api/formats.rs`): `GET /query/{format}`
+/// and `GET /statements/{id}/result/{format}`, listed as literal paths
+/// (`/query/csv`, ...) so that each has one media type, bytes, and a
+/// generated client hands back bytes rather than decoding the first media
+/// type of the plain route (JSON). Each is the plain route's operation with
+/// the format fixed: no `format` option, no 406, one media type.
+struct PerFormat;
+
+impl Modify for PerFormat {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let binary = || {
+            RefOr::T(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary)))
+                    .into(),
+            )
+        };
+        for (plain, id) in [
+            ("/query", "query"),
+            ("/statements/{id}/result", "statement_result"),
+        ] {
+            let Some(item) = openapi.paths.paths.get(plain).cloned() else {
+                continue;
+            };
+            for format in crate::api::formats::file_formats() {
+                let name = format.name();
+                let ct = media_type(format.content_type());
+                let one = |base: &Operation, method: &str, suffix: &str| {
+                    let mut op = base.clone();
+                    op.operation_id = Some(format!("{id}_{name}{suffix}"));
+                    op.summary = Some(format!("`{method} {plain}` as {name}"));
+                    op.description = Some(format!(
+                        "What `{method} {plain}` answers with `format={name}`, as one media \
+                         type (`{ct}`, bytes), so that a generated client returns the bytes. \
+                         A `format` option other than `{name}` is 400 `format-conflict`."
+                    ));
+                    if let Some(params) = &mut op.parameters {
+                        params.retain(|p| p.name != "format");
+                    }
+                    op.responses.responses.remove("406");
+                    for response in op.responses.responses.values_mut() {
+                        let RefOr::T(response) = response else {
+                            continue;
+                        };
+                        if response.content.is_empty()
+                            || response.content.contains_key("application/problem+json")
+                        {
+                            continue;
+                        }
+                        let mut content = utoipa::openapi::ContentBuilder::new().build();
+                        content.schema = Some(binary());
+                        response.content.clear();
+                        response.content.insert(ct.to_string(), content);
+                    }
+                    op
+                };
+                let mut path = utoipa::openapi::PathItem::default();
+                path.get = item.get.as_ref().map(|op| one(op, "GET", ""));
+                // `HEAD /query` checks without running: its per-format twin too.
+                path.head = item.head.as_ref().map(|op| one(op, "HEAD", "_head"));
+                openapi.paths.paths.insert(format!("{plain}/{name}"), path);
+            }
+        }
     }
 }
 

@@ -78,10 +78,13 @@ pub(crate) fn signed_caller(
         return refuse("a signed URL is for GET only");
     }
     let directory = state.identities.directory();
-    if !directory
-        .signer
-        .verify(parts.uri.path(), expires, &owner, &instance, &sig)
-    {
+    if !directory.signer.verify(
+        crate::api::formats::plain_path(parts.uri.path()),
+        expires,
+        &owner,
+        &instance,
+        &sig,
+    ) {
         return refuse("the URL's signature does not hold for this path");
     }
     if expires < now_secs() {
@@ -132,7 +135,7 @@ pub struct SignedLink {
 /// nothing else, and stops at its expiry, at the statement's, or when the
 /// owner's token is removed. URLs land in proxies' access logs: keep the
 /// lifetime short. The gateway logs neither SQL nor signatures.
-#[utoipa::path(post, path = "/statements/{id}/links", tag = "statements",
+#[utoipa::path(post, path = "/statements/{id}/links", operation_id = "mint_link", tag = "statements",
     params(("id" = String, Path, description = "The statement's id"), LinkOptions),
     responses(
         (status = 201, description = "A signed URL", body = SignedLink),

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod catalog;
 pub mod docs;
 pub mod error;
+pub mod formats;
 pub mod health;
 pub mod links;
 pub mod metrics;
@@ -215,6 +216,10 @@ pub fn router(state: AppState) -> Router {
                 .get(query::query_by_url)
                 .head(query::query_by_url_head),
         )
+        .route(
+            "/query/{format}",
+            get(formats::query_as).head(formats::query_as_head),
+        )
         .route_layer(axum::middleware::from_fn_with_state(
             state.health.clone(),
             refuse_while_draining,
@@ -251,6 +256,7 @@ pub fn router(state: AppState) -> Router {
     // Result pages stream from the spool: bounded like queries.
     let page_routes = Router::new()
         .route("/statements/{id}/result", get(statements::result))
+        .route("/statements/{id}/result/{format}", get(formats::result_as))
         .layer(
             ServiceBuilder::new()
                 .layer(transport::compression(min))

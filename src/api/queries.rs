@@ -35,7 +35,7 @@ pub struct Cancelled {
 }
 
 /// Lists the running queries the caller may see (its own; all for admin).
-#[utoipa::path(get, path = "/queries", tag = "queries",
+#[utoipa::path(get, path = "/queries", operation_id = "list_queries", tag = "queries",
     responses(
         (status = 200, description = "The running queries, oldest first", body = QueryList),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
@@ -114,7 +114,7 @@ fn visible(
 }
 
 /// One running query.
-#[utoipa::path(get, path = "/queries/{id}", tag = "queries",
+#[utoipa::path(get, path = "/queries/{id}", operation_id = "show_query", tag = "queries",
     params(("id" = String, Path, description = "The query id")),
     responses(
         (status = 200, description = "The query", body = QueryInfo),
@@ -140,7 +140,7 @@ pub async fn show(
 /// it is interrupted (again and again until
 /// DuckDB stops), its connection goes back to the pool, and its own client
 /// gets the problem `query-cancelled` (409), or the end of its stream.
-#[utoipa::path(delete, path = "/queries/{id}", tag = "queries",
+#[utoipa::path(delete, path = "/queries/{id}", operation_id = "cancel_query", tag = "queries",
     params(("id" = String, Path, description = "The query id")),
     responses(
         (status = 200, description = "Asked to stop; `ended` says whether it has", body = Cancelled),

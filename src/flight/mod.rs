@@ -3,10 +3,10 @@
 //!
 //! It is a second door onto the same machinery, not a second engine:
 //!
-//! - identity: the `authorization` metadata is read by the HTTP API's own
-//!   [`QueryAuth`](crate::api::auth::QueryAuth) extractor (static query
-//!   tokens, OIDC JWTs), so a token works, fails and is counted alike on
-//!   both doors;
+//! - identity: the `authorization` metadata's bearer is decided by the
+//!   same [`Authenticator`](crate::identity::Authenticator) as HTTP's
+//!   (static query tokens, OIDC JWTs), so a token works, fails and is
+//!   counted alike on both doors;
 //! - a statement becomes the same [`QueryJob`](crate::engine::QueryJob)
 //!   `POST /query` builds, in the Arrow IPC format, run by
 //!   [`execute::run`](crate::engine::execute::run): the guard, the pool and
@@ -37,6 +37,7 @@
 //! goes away; `CancelFlightInfo` and `CancelQuery` cancel it like
 //! `DELETE /queries/{id}`.
 
+mod catalog;
 mod options;
 mod results;
 mod server;

@@ -35,6 +35,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::api::AppState;
 use crate::engine::Param;
+use crate::flight::catalog;
 use crate::flight::options::CallOptions;
 use crate::flight::results::{self, Started};
 use crate::flight::status;
@@ -168,6 +169,53 @@ impl FlightSql {
 }
 
 impl FlightSql {
+    /// Flight's session actions (see [`catalog`]): the answer's body, or
+    /// `None` for another action.
+    async fn session_action(&self, request: &Request<Action>) -> Option<Result<Vec<u8>, Status>> {
+        let kind = request.get_ref().r#type.as_str();
+        if !["GetSessionOptions", "SetSessionOptions", "CloseSession"].contains(&kind) {
+            return None;
+        }
+        let t0 = Instant::now();
+        let auth = match self.auth(request).await {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        let r = async {
+            if kind == "CloseSession" {
+                // Nothing is kept per session: closed at once.
+                return Ok(catalog::CloseSessionResult { status: 1 }.encode_to_vec());
+            }
+            let databases = self.databases(&auth).await?;
+            let current = databases
+                .iter()
+                .find(|d| d.kind == "gateway")
+                .map(|d| d.name.clone())
+                .unwrap_or_default();
+            Ok(if kind == "GetSessionOptions" {
+                catalog::session_options(&current).encode_to_vec()
+            } else {
+                let asked =
+                    catalog::SessionOptions::decode(&*request.get_ref().body).map_err(|_| {
+                        status::invalid("the request is not a SetSessionOptionsRequest")
+                    })?;
+                catalog::set_session_options(&current, &asked).encode_to_vec()
+            })
+        }
+        .await;
+        observe(
+            match kind {
+                "GetSessionOptions" => "GetSessionOptions",
+                "SetSessionOptions" => "SetSessionOptions",
+                _ => "CloseSession",
+            },
+            Some(&auth.name),
+            t0,
+            &r,
+        );
+        Some(r)
+    }
+
     /// GetSchema: the schema a command's FlightInfo would carry, without
     /// running it. A statement (plain or prepared) is described as
     /// CreatePreparedStatement describes it: the guard and the caller's
@@ -230,6 +278,16 @@ impl FlightSql {
             )
         })
     }
+}
+
+/// The digest of the call's `authorization` metadata (see
+/// [`tickets::bearer_digest`]).
+fn bearer_of<T>(request: &Request<T>) -> [u8; 32] {
+    let value = request
+        .metadata()
+        .get("authorization")
+        .map_or(&[][..], |v| v.as_bytes());
+    tickets::bearer_digest(value)
 }
 
 /// A FlightInfo whose ticket is the command itself (metadata calls: the
@@ -295,6 +353,11 @@ fn sql_info(read_only: bool, duckdb_version: &str) -> SqlInfoData {
     b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
     b.append(SqlInfo::FlightSqlServerCancel, true);
     b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+    // A qualified name is catalog.schema.table (a BI tool's navigator and
+    // a dialect read these to qualify what they listed).
+    b.append(SqlInfo::SqlCatalogTerm, "catalog");
+    b.append(SqlInfo::SqlSchemaTerm, "schema");
+    b.append(SqlInfo::SqlCatalogAtStart, true);
     b.append(SqlInfo::SqlDdlCatalog, false);
     b.append(SqlInfo::SqlDdlSchema, false);
     b.append(SqlInfo::SqlDdlTable, !read_only);
@@ -314,10 +377,6 @@ fn like(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     go(&p, &t)
-}
-
-fn quoted(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Row `i` of a parameter column as a statement parameter: numbers,
@@ -653,7 +712,9 @@ impl FlightSqlService for FlightSql {
             // + 1`) has none yet: the FlightInfo of the execution carries it.
             let described =
                 results::describe(&self.state, &auth, query.query.clone(), options).await?;
-            let handle = self.tickets.prepare(auth.name.clone(), query.query)?;
+            let handle =
+                self.tickets
+                    .prepare(auth.name.clone(), query.query, bearer_of(&request))?;
             Ok(ActionCreatePreparedStatementResult {
                 prepared_statement_handle: handle.to_vec().into(),
                 dataset_schema: described
@@ -675,9 +736,14 @@ impl FlightSqlService for FlightSql {
         query: ActionClosePreparedStatementRequest,
         request: Request<Action>,
     ) -> Result<(), Status> {
-        let auth = self.auth(&request).await?;
         let handle = tickets::parse(&query.prepared_statement_handle)?;
-        self.tickets.close(&handle, &auth.name)
+        match self.auth(&request).await {
+            Ok(auth) => self.tickets.close(&handle, &auth.name),
+            // Its owner may always close it: the bearer that made it, past
+            // its expiry, still frees what it made (and nothing else).
+            Err(_) if self.tickets.close_by_bearer(&handle, &bearer_of(&request)) => Ok(()),
+            Err(refused) => Err(refused),
+        }
     }
 
     async fn do_action_cancel_query(
@@ -706,6 +772,11 @@ impl FlightSqlService for FlightSql {
         &self,
         request: Request<Action>,
     ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        if let Some(answer) = self.session_action(&request).await {
+            let body = answer?;
+            let body = arrow_flight::Result { body: body.into() };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))));
+        }
         if request.get_ref().r#type != "CancelFlightInfo" {
             return Err(status::invalid(format!(
                 "action {:?} is not supported",
@@ -846,13 +917,11 @@ impl FlightSqlService for FlightSql {
             for (c, s, t, kind) in rows {
                 let schema = if query.include_schema {
                     // The table's columns as a query of it returns them,
-                    // through the guard like any query of the caller's.
-                    let sql = format!("SELECT * FROM {}.{}.{} LIMIT 0", quoted(&c), quoted(&s), quoted(&t));
-                    match results::start(&self.state, &auth, sql, Vec::new(), CallOptions::default()).await {
-                        Ok(started) => started.schema.clone(),
-                        // What the caller may not read is not listed.
-                        Err(e) if e.code() == tonic::Code::PermissionDenied => continue,
-                        Err(e) => return Err(e),
+                    // with DuckDB's type names; what the caller may not
+                    // read is not listed.
+                    match catalog::table_schema(&self.state, &auth, &c, &s, &t).await? {
+                        Some(schema) => schema,
+                        None => continue,
                     }
                 } else {
                     Arc::new(Schema::empty())

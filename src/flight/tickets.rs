@@ -26,6 +26,16 @@ pub struct Prepared {
     pub sql: String,
     /// Rows of parameters from the last DoPut (none: run without).
     pub params: Vec<Vec<Param>>,
+    /// SHA-256 of the bearer that made it (never the bearer itself): the
+    /// same bearer may close it once it no longer opens anything else (a
+    /// JWT past its expiry), see [`Tickets::close_by_bearer`].
+    pub bearer: [u8; 32],
+}
+
+/// The digest a prepared statement keeps of the bearer that made it.
+pub fn bearer_digest(bearer: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(bearer).into()
 }
 
 enum Item {
@@ -257,13 +267,20 @@ impl Tickets {
         }
     }
 
-    /// Keeps a prepared statement.
-    pub fn prepare(&self, owner: Arc<str>, sql: String) -> Result<Handle, Status> {
+    /// Keeps a prepared statement made by `owner` with the bearer whose
+    /// digest is `bearer`.
+    pub fn prepare(
+        &self,
+        owner: Arc<str>,
+        sql: String,
+        bearer: [u8; 32],
+    ) -> Result<Handle, Status> {
         self.insert(
             owner,
             Item::Prepared(Prepared {
                 sql,
                 params: Vec::new(),
+                bearer,
             }),
         )
     }
@@ -308,6 +325,22 @@ impl Tickets {
         }
     }
 
+    /// Closes the prepared statement of `handle` for a caller no longer
+    /// authenticated (its JWT expired) that presents the very bearer that
+    /// made it: whether it was closed. Closing only frees what that bearer
+    /// made; it opens nothing.
+    pub fn close_by_bearer(&self, handle: &Handle, bearer: &[u8; 32]) -> bool {
+        let mut entries = self.lock();
+        let made_by_it = matches!(
+            entries.get(handle),
+            Some(Entry { item: Item::Prepared(p), .. }) if p.bearer == *bearer
+        );
+        if made_by_it {
+            entries.remove(handle);
+        }
+        made_by_it
+    }
+
     /// Closes the prepared statement of `handle`.
     pub fn close(&self, handle: &Handle, owner: &str) -> Result<(), Status> {
         let mut entries = self.lock();
@@ -322,5 +355,24 @@ impl Tickets {
             }
             _ => Err(gone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_bearer_that_prepared_a_statement_closes_it_unauthenticated() {
+        let tickets = Tickets::new(8, Duration::from_secs(60));
+        let mine = bearer_digest(b"Bearer eyJ.expired.jwt");
+        let h = tickets
+            .prepare(Arc::from("oidc:carol"), "SELECT 1".into(), mine)
+            .unwrap();
+        assert!(!tickets.close_by_bearer(&h, &bearer_digest(b"Bearer eyJ.other.jwt")));
+        assert!(tickets.prepared(&h, "oidc:carol").is_ok());
+        assert!(tickets.close_by_bearer(&h, &mine));
+        assert!(tickets.prepared(&h, "oidc:carol").is_err());
+        assert!(!tickets.close_by_bearer(&h, &mine));
     }
 }

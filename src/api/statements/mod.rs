@@ -51,7 +51,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
 /// share of the pool (`DUCKGATE_STATEMENT_POOL_SHARE`), with their own time
 /// limits (`DUCKGATE_MAX_STATEMENT_TIMEOUT_MS`, also the default) and no
 /// row limit but `max_rows` and the spool quotas.
-#[utoipa::path(post, path = "/statements", tag = "statements",
+#[utoipa::path(post, path = "/statements", operation_id = "submit_statement", tag = "statements",
     params(QueryOptions,
         ("wait_ms" = Option<i64>, Query, minimum = 0, description = "How long to wait for the finished result before answering 202 with the statement's status (milliseconds, default 10000, clamped to the gateway's maximum; 0 answers at once)"),
         ("duckgate-query-id" = Option<String>, Header, description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
@@ -156,7 +156,7 @@ async fn submit_inner(
 }
 
 /// The statements the caller may see (its own; all for admin), oldest first.
-#[utoipa::path(get, path = "/statements", tag = "statements",
+#[utoipa::path(get, path = "/statements", operation_id = "list_statements", tag = "statements",
     responses(
         (status = 200, description = "Kept statements", body = StatementList),
         (status = 401, description = "Missing or wrong token", body = crate::api::error::Problem, content_type = "application/problem+json")
@@ -168,7 +168,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Respo
 }
 
 /// One statement's status.
-#[utoipa::path(get, path = "/statements/{id}", tag = "statements",
+#[utoipa::path(get, path = "/statements/{id}", operation_id = "show_statement", tag = "statements",
     params(("id" = String, Path, description = "The statement id")),
     responses(
         (status = 200, description = "Its status", body = StatementStatus),
@@ -204,7 +204,7 @@ pub async fn show(
 /// of URLs: a signed link, a HEAD or a `Range` gets the page written to a
 /// file first (kept with the result, the last 4 pages), with its
 /// `Content-Length` and byte ranges, as polars 2 needs to read a CSV by URL.
-#[utoipa::path(get, path = "/statements/{id}/result", tag = "statements",
+#[utoipa::path(get, path = "/statements/{id}/result", operation_id = "statement_result", tag = "statements",
     params(("id" = String, Path, description = "The statement id"), PageOptions),
     responses(
         (status = 200, description = "The page", content(
@@ -273,7 +273,7 @@ pub async fn result(
 
 /// Cancels a queued or running statement, or discards a finished one and
 /// its result. Either way it is forgotten at once.
-#[utoipa::path(delete, path = "/statements/{id}", tag = "statements",
+#[utoipa::path(delete, path = "/statements/{id}", operation_id = "discard_statement", tag = "statements",
     params(("id" = String, Path, description = "The statement id")),
     responses(
         (status = 200, description = "Cancelled or discarded", body = Discarded),

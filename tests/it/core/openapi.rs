@@ -341,3 +341,189 @@ async fn every_option_listed_is_one_the_route_takes_and_401_is_listed_where_answ
         "the gateway's cap of 3 rows is no silent cut"
     );
 }
+
+#[test]
+fn operation_ids_are_unique_and_file_formats_have_an_operation_each() {
+    let spec = spec();
+    let mut seen = std::collections::BTreeMap::new();
+    for (method, path, op) in operations(&spec) {
+        let id = op["operationId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method} {path} has no operationId"))
+            .to_string();
+        if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+            panic!("operationId {id} is both {other} and {method} {path}");
+        }
+    }
+    // Each file format has an operation of its own on the two routes that
+    // answer results, with that one media type, as bytes: a generated
+    // client hands back bytes instead of decoding the plain route's first
+    // media type (JSON).
+    for format in Format::ALL.iter().filter(|f| **f != Format::Json) {
+        for (plain, id) in [
+            ("/query", "query"),
+            ("/statements/{id}/result", "statement_result"),
+        ] {
+            let path = format!("{plain}/{}", format.name());
+            let op = &spec["paths"][&path]["get"];
+            assert_eq!(
+                op["operationId"],
+                format!("{id}_{}", format.name()),
+                "{path}"
+            );
+            for (status, response) in op["responses"].as_object().unwrap() {
+                if !status.starts_with('2') {
+                    continue;
+                }
+                assert_eq!(
+                    response["content"],
+                    json!({media(format.content_type()): {"schema": {"type": "string", "format": "binary"}}}),
+                    "{path} {status}"
+                );
+            }
+            let params = op["parameters"].as_array().unwrap();
+            assert!(!params.iter().any(|p| p["name"] == "format"), "{path}");
+        }
+        // `HEAD /query`'s twin: checks without running.
+        let head = &spec["paths"][format!("/query/{}", format.name())]["head"];
+        assert_eq!(head["operationId"], format!("query_{}_head", format.name()));
+    }
+}
+
+/// What a CSV answer's `content-type` is.
+fn a_csv_content_type() -> &'static str {
+    Format::Csv.content_type()
+}
+
+#[tokio::test]
+async fn a_route_per_format_answers_what_the_format_option_does() {
+    let g = common::Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "analyst:per-format-31c7")
+        .spawn_app()
+        .await;
+    let token = "per-format-31c7";
+    let sql = "SELECT i, 'v' || i AS s, i / 3 AS d FROM range(7) t(i) ORDER BY i";
+    let get = |url: String| g.client.get(url).bearer_auth(token).send();
+    // The statement whose pages are compared.
+    let r = g
+        .client
+        .post(g.url("/statements"))
+        .bearer_auth(token)
+        .header("duckgate-query-id", "per-format")
+        .json(&json!({"sql": sql, "wait_ms": 10000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for format in Format::ALL.iter().filter(|f| **f != Format::Json) {
+        let name = format.name();
+        let mut plain = reqwest::Url::parse(&g.url("/query")).unwrap();
+        plain
+            .query_pairs_mut()
+            .append_pair("sql", sql)
+            .append_pair("format", name);
+        let mut fixed = reqwest::Url::parse(&g.url(&format!("/query/{name}"))).unwrap();
+        fixed.query_pairs_mut().append_pair("sql", sql);
+        let a = get(plain.to_string()).await.unwrap();
+        let b = get(fixed.to_string()).await.unwrap();
+        assert_eq!(b.status(), 200, "/query/{name}");
+        assert_eq!(
+            b.headers()["content-type"],
+            a.headers()["content-type"],
+            "/query/{name}"
+        );
+        assert_eq!(
+            b.bytes().await.unwrap(),
+            a.bytes().await.unwrap(),
+            "/query/{name}"
+        );
+        // A page of the statement, the same way.
+        let a = get(g.url(&format!(
+            "/statements/per-format/result?format={name}&offset=2&limit=3"
+        )))
+        .await
+        .unwrap();
+        let b = get(g.url(&format!(
+            "/statements/per-format/result/{name}?offset=2&limit=3"
+        )))
+        .await
+        .unwrap();
+        assert_eq!(b.status(), 200, "result/{name}");
+        assert_eq!(b.headers()["content-type"], a.headers()["content-type"]);
+        assert_eq!(b.bytes().await.unwrap(), a.bytes().await.unwrap());
+    }
+    // The path fixes the format: another one in the options is refused,
+    // the same one taken, JSON has no route of its own.
+    let r = get(g.url("/query/csv?sql=SELECT%201&format=parquet"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["type"], "urn:duckgate:problem:format-conflict", "{p}");
+    let r = get(g.url("/query/csv?sql=SELECT%201&format=csv"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for path in [
+        "/query/json?sql=SELECT%201",
+        "/statements/per-format/result/json",
+    ] {
+        assert_eq!(get(g.url(path)).await.unwrap().status(), 404, "{path}");
+    }
+    // HEAD checks the request without running it, as `HEAD /query` does:
+    // a statement that fails when it runs is 200 to HEAD, 400 to GET.
+    let failing = "/query/csv?sql=SELECT%20error('boom')";
+    let head = g
+        .client
+        .head(g.url(failing))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-type"], a_csv_content_type());
+    assert_eq!(get(g.url(failing)).await.unwrap().status(), 400);
+    // Without a token: 401, as on the plain routes.
+    let r = g
+        .client
+        .get(g.url("/query/csv?sql=SELECT%201"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    // A signed link holds on the per-format route of its statement, and
+    // nowhere else.
+    let link: Value = g
+        .client
+        .post(g.url("/statements/per-format/links"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let path = link["path"].as_str().unwrap();
+    let (base, query) = path.split_once('?').unwrap();
+    let signed = g
+        .client
+        .get(g.url(&format!("{base}/csv?{query}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed.status(), 200);
+    let want = get(g.url("/statements/per-format/result?format=csv"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(signed.bytes().await.unwrap(), want);
+    let forged = g
+        .client
+        .get(g.url(&format!("/query/csv?sql=SELECT%201&{query}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+}

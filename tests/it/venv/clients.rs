@@ -49,6 +49,7 @@ cases = [
 try:
     import polars  # noqa: F401
     cases.append(("polars_signed", True))
+    cases.append(("polars_arrow", False))
 except ImportError:
     print("polars not installed: polars_signed not run")
 for name, text in cases:
@@ -85,6 +86,7 @@ fn every_client_example_reads_what_duckdb_answers() {
         "pandas_parquet",
         "duckdb_http",
         "polars_signed",
+        "polars_arrow",
     ] {
         assert!(stdout.contains(&format!("same {name} 50000")), "{stdout}");
     }

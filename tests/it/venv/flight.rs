@@ -1373,3 +1373,137 @@ print(json.dumps({
     );
     assert_eq!(v["other_payroll"], serde_json::json!([[3]]), "{v}");
 }
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
+async fn flight_metadata_carries_duckdbs_type_names_and_the_current_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("warehouse.duckdb");
+    let seed = r#"
+import sys, duckdb
+c = duckdb.connect(sys.argv[1])
+c.execute("""
+CREATE SCHEMA sales;
+CREATE TABLE sales.orders (id BIGINT, amount DECIMAL(10,2), big HUGEINT, token UUID,
+                           placed TIMESTAMP, seen_at TIMESTAMPTZ, tags VARCHAR[], doc JSON, m MAP(VARCHAR, INTEGER));
+CREATE VIEW sales.small AS SELECT id, amount FROM sales.orders;
+""")
+c.close()
+"#;
+    python(seed, &[db.to_str().unwrap()]);
+    std::fs::create_dir(dir.path().join("ref")).unwrap();
+    let reference = dir.path().join("ref").join("warehouse.duckdb");
+    std::fs::copy(&db, &reference).unwrap();
+    let (_app, uri) = gateway(&[("DUCKGATE_DATABASE", db.to_str().unwrap())]).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+import duckdb
+ref = duckdb.connect({reference:?}, read_only=True)
+conn = connect()
+objects = conn.adbc_get_objects(depth="columns", db_schema_filter="sales").read_all().to_pylist()
+got = []
+for c in objects:
+    for s in c["catalog_db_schemas"] or []:
+        for t in s["db_schema_tables"] or []:
+            for col in t["table_columns"] or []:
+                got.append([c["catalog_name"], s["db_schema_name"], t["table_name"], col["column_name"], col["xdbc_type_name"]])
+want = [list(r) for r in ref.sql('''SELECT database_name, schema_name, table_name, column_name, data_type
+    FROM duckdb_columns() WHERE schema_name = 'sales' ORDER BY ALL''').fetchall()]
+print(json.dumps({{
+    "got": sorted(got), "want": want,
+    "catalog": conn.adbc_current_catalog, "schema": conn.adbc_current_db_schema,
+    "want_catalog": ref.sql("SELECT current_database(), current_schema()").fetchone(),
+    "set_other": error_of(lambda: setattr(conn, "adbc_current_catalog", "elsewhere")),
+}}))
+"#,
+            reference = reference.to_str().unwrap()
+        ),
+    );
+    assert_eq!(v["got"], v["want"], "{v:#}");
+    assert_eq!(v["got"].as_array().unwrap().len(), 11, "{v:#}");
+    assert_eq!(v["catalog"], v["want_catalog"][0], "{v:#}");
+    assert_eq!(v["schema"], v["want_catalog"][1], "{v:#}");
+    assert!(v["set_other"].is_string(), "{v:#}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver, the OIDC issuer); scripts/test installs it"]
+async fn flight_a_prepared_statement_closes_after_its_jwt_expired() {
+    use crate::venv::oidc::{Issuer, AUDIENCE};
+    let issuer = Issuer::start();
+    let (_app, uri) = gateway(&[
+        ("DUCKGATE_OIDC_ISSUER", issuer.base.as_str()),
+        ("DUCKGATE_OIDC_AUDIENCE", AUDIENCE),
+        ("DUCKGATE_OIDC_LEEWAY_MS", "0"),
+    ])
+    .await;
+    // A JWT that expires 10 s from now (time to prepare with it), and
+    // another identity's.
+    let mut soon = issuer.claims("carol");
+    let exp = soon["iat"].as_i64().unwrap() + 10;
+    soon["exp"] = serde_json::json!(exp);
+    let soon = issuer.mint("rsa-1", "RS256", soon).await;
+    let dave = issuer.mint("rsa-1", "RS256", issuer.claims("dave")).await;
+    let v = run(
+        &uri,
+        &format!(
+            r#"
+SOON, DAVE, EXP = "{soon}", "{dave}", {exp}
+def fields(data):
+    # A protobuf message's length-delimited fields: {{number: bytes}}.
+    out, i = {{}}, 0
+    while i < len(data):
+        key, shift = 0, 0
+        while True:
+            b = data[i]; i += 1
+            key |= (b & 0x7F) << shift; shift += 7
+            if b < 0x80: break
+        n, size, shift = key >> 3, 0, 0
+        while True:
+            b = data[i]; i += 1
+            size |= (b & 0x7F) << shift; shift += 7
+            if b < 0x80: break
+        out[n] = data[i:i + size]; i += size
+    return out
+
+def action(name, payload, token):
+    body = command(name, payload)
+    return list(raw_client().do_action(fl.Action(name.replace("Action", "").replace("Request", ""), body), options(token)))
+
+def prepare(token):
+    result = action("ActionCreatePreparedStatementRequest", field(1, "SELECT 42 AS answer"), token)
+    return fields(fields(result[0].body.to_pybytes())[2])[1]
+
+def close(handle, token):
+    return error_of(lambda: action("ActionClosePreparedStatementRequest", field(1, handle), token))
+
+first, second = prepare(SOON), prepare(SOON)
+time.sleep(max(0, EXP + 1 - time.time()))
+out = {{
+    # Past its expiry the JWT opens nothing...
+    "query": error_of(lambda: connect(SOON).cursor().execute("SELECT 1")),
+    # ...but closes what it prepared, once; another identity's token does not.
+    "other": close(first, DAVE),
+    "closed": close(first, SOON),
+    "again": close(first, SOON),
+    "forged": close(second, SOON + "x"),
+}}
+print(json.dumps(out))
+"#
+        ),
+    );
+    let query = v["query"].as_str().unwrap_or_default();
+    assert!(query.contains("expired"), "{v:#}");
+    assert!(
+        v["other"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("another identity"),
+        "{v:#}"
+    );
+    assert_eq!(v["closed"], serde_json::Value::Null, "{v:#}");
+    assert!(v["again"].is_string(), "{v:#}");
+    assert!(v["forged"].is_string(), "{v:#}");
+}

@@ -21,6 +21,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod credentials;
 pub mod encode;
 pub mod engine;

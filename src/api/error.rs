@@ -121,6 +121,10 @@ impl From<crate::statements::Error> for ApiError {
             E::Query(e) => ApiError::Query(e),
             E::SharedState(cause) => ApiError::SharedState(cause),
             E::Internal(cause) => ApiError::Internal(cause),
+            E::SqlTooLarge { limit } => ApiError::PayloadTooLarge { limit },
+            E::NoSql => {
+                ApiError::bad_request("empty-sql", "No SQL", "the request holds no SQL text")
+            }
             e => ApiError::Statement(e),
         }
     }

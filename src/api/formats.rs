@@ -14,13 +14,13 @@ use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 
 use crate::api::auth::Caller;
-use crate::identity::Identity;
 use crate::api::error::ApiError;
 use crate::api::links::SignedInstance;
 use crate::api::request::UrlQuery;
 use crate::api::statements::PageOptions;
 use crate::api::AppState;
 use crate::encode::Format;
+use crate::identity::Identity;
 
 /// The formats that have a route of their own: every format but JSON,
 /// whose answer the plain routes document as their model.

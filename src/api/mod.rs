@@ -61,6 +61,14 @@ impl AppState {
 }
 
 impl Shared {
+    /// The one way to run a statement ([`crate::core`]).
+    pub fn core(&self) -> crate::core::Core {
+        crate::core::Core {
+            ctx: self.statements_context(),
+            config: self.config.clone(),
+        }
+    }
+
     /// What the statement domain works with, from this gateway.
     pub fn statements_context(&self) -> crate::statements::Context {
         let limits = &self.config.limits;

@@ -1,6 +1,6 @@
 //! `POST /query`: one SQL statement in, rows out in the format asked for.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -9,15 +9,12 @@ use axum::response::{IntoResponse, Response};
 
 use crate::api::error::{ApiError, Problem};
 use crate::api::request::{
-    id_error, query_id, read_request, read_url_request, QueryOptions, QueryRequest, RequestParts,
-    UrlQuery,
+    query_id, read_request, read_url_request, QueryOptions, QueryRequest, RequestParts, UrlQuery,
 };
 use crate::api::AppState;
-use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Column;
-use crate::engine::execute::{OutputBody, RunLimits};
+use crate::engine::execute::OutputBody;
 use crate::engine::queries::{Outcome, Registration};
-use crate::engine::{execute, QueryJob};
 use crate::identity::Identity;
 
 // Names, not strings: a name made from a string is allocated per answer.
@@ -276,7 +273,6 @@ async fn answer(state: AppState, auth: Identity, headers: HeaderMap, source: Sou
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn run_query(
     state: &AppState,
     auth: &Identity,
@@ -297,74 +293,38 @@ async fn run_query(
             "wait_ms belongs to POST /statements; /query always waits for the result",
         ));
     }
-    let limits = &state.config.limits;
     let RequestParts {
         sql,
         params,
         format,
         timeout_ms,
         max_rows,
-        read_only: reads_only,
+        read_only,
         ..
     } = request;
-    let timeout_ms = limits.query_timeout_ms(timeout_ms);
-    // A cut is clean only where the client asked for it; the server's caps
-    // end the answer in an error (see `QueryJob::rows_asked`).
-    let (max_rows, rows_asked) = limits.rows(max_rows);
-
-    // Whether a statement reads S3 is DuckDB's to say: with expired
-    // credentials S3 refuses its request, and the retry below answers.
-    let epoch = state.health.epoch();
-    let reg = state
-        .queries
-        .register(Some(id), auth.name.clone(), auth.roles.clone(), &sql, epoch)
-        .map_err(id_error)?;
-    let tracker = reg.running.clone();
-    let reg = registration.insert(reg);
-    let client_chose_id = headers.contains_key(QUERY_ID_HEADER);
-    crate::statements::replication::reserve_id(&state.statements_context(), reg, client_chose_id)
+    let ran = state
+        .core()
+        .run(
+            auth,
+            crate::core::Request {
+                sql,
+                params,
+                timeout_ms,
+                max_rows,
+                // A GET runs only statements that read, whatever the
+                // policy: proxies, browsers and tools repeat GETs.
+                read_only: by_url || read_only,
+                id: Some(id.to_string()),
+                client_chose_id: headers.contains_key(QUERY_ID_HEADER),
+                door: "query",
+                started,
+            },
+            crate::core::Leave::Encoded(format),
+        )
         .await?;
-
-    // A GET runs only statements that read, whatever the policy: proxies,
-    // browsers and tools repeat GETs (its request says `read_only`); so
-    // does a request that asks for it.
-    let rules = state.engine.rules_for(auth.access.clone());
-    let rules = if by_url || reads_only {
-        crate::engine::guard::read_only(rules)
-    } else {
-        rules
-    };
-    let run_limits = RunLimits {
-        started,
-        timeout: Duration::from_millis(timeout_ms),
-        max_rows,
-        rows_asked,
-        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
-        max_value_bytes: limits.max_value_bytes,
-    };
-    let max_bytes = limits.max_result_bytes;
-    let job = QueryJob::query(
-        sql,
-        params,
-        rules,
-        run_limits,
-        tracker.clone(),
-        format,
-        max_bytes,
-    );
-    // Expired credentials (revoked early, clock skew): the credentials
-    // layer refreshes them and runs the query once more.
-    let deadline = started + Duration::from_millis(timeout_ms);
-    let (pool, shutdown) = (&state.engine.pool, &state.shutdown);
-    let (output, retried) =
-        with_fresh_credentials(&state.rotator, &state.health, deadline, |retried| {
-            let mut job = job.clone();
-            job.retried = retried;
-            execute::run(pool, job, shutdown.clone())
-        })
-        .await?;
-    let epoch = if retried { state.health.epoch() } else { epoch };
-
+    let tracker = ran.registration.running.clone();
+    let (output, epoch, retried) = (ran.output, ran.epoch, ran.retried);
+    *registration = Some(ran.registration);
     let body = match output.body {
         OutputBody::Whole(data) => Body::new(Whole::new(data, registration.take())),
         OutputBody::Streamed(inner) => Body::from_stream(Tracked {

@@ -27,10 +27,10 @@ use futures::TryStreamExt;
 use prost::Message;
 use tonic::Status;
 
-use crate::identity::Identity;
 use crate::api::AppState;
 use crate::flight::options::CallOptions;
 use crate::flight::results;
+use crate::identity::Identity;
 
 /// Field metadata keys of Flight SQL's column metadata.
 pub const TYPE_NAME: &str = "ARROW:FLIGHT:SQL:TYPE_NAME";

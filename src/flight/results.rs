@@ -8,7 +8,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
@@ -26,12 +25,10 @@ use tonic::Status;
 
 use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::Format;
 use crate::engine::execute::describe::{DescribeSlot, Described};
-use crate::engine::execute::RunLimits;
 use crate::engine::queries::{Outcome, Registration, Running};
-use crate::engine::{execute, Param, QueryJob, QueryOutput};
+use crate::engine::Param;
 use crate::flight::options::CallOptions;
 use crate::flight::status;
 use crate::identity::Identity;
@@ -108,10 +105,10 @@ impl Answer {
     }
 }
 
-/// Runs `sql` with `params` for `auth` as `POST /query` would with the
-/// call's `options` (else the default time limit and row cap): returns once
-/// DuckDB has produced the schema (and usually the first rows), or its
-/// error.
+/// Runs `sql` with `params` for `auth` through the one core, as
+/// `POST /query` does, in the Arrow IPC format with the call's `options`
+/// (else the default time limit and row cap): returns once DuckDB has
+/// produced the schema (and usually the first rows), or its error.
 pub async fn start(
     state: &AppState,
     auth: &Identity,
@@ -119,49 +116,25 @@ pub async fn start(
     params: Vec<Param>,
     options: CallOptions,
 ) -> Result<Started, Status> {
-    let started = Instant::now();
-    let limits = &state.config.limits;
-    admit(limits, &sql)?;
-    let reg = register(state, "flight", auth, &sql)?;
-    let running = reg.running.clone();
+    let mut request = crate::core::Request::new("flight", sql);
+    request.params = params;
+    request.timeout_ms = options.timeout_ms;
+    request.max_rows = options.max_rows;
+    let ran = state
+        .core()
+        .run(auth, request, crate::core::Leave::Encoded(Format::Arrow))
+        .await
+        .map_err(|e| status::of_api(&ApiError::from(e), None))?;
+    let running = ran.registration.running.clone();
     let id = running.id.clone();
-    // A cut is clean only where the client asked for it (`max_rows`); the
-    // server's caps fail the result rather than end it short.
-    let (max_rows, rows_asked) = limits.rows(options.max_rows);
-    let run_limits = RunLimits {
-        started,
-        timeout: Duration::from_millis(limits.query_timeout_ms(options.timeout_ms)),
-        max_rows,
-        rows_asked,
-        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
-        max_value_bytes: limits.max_value_bytes,
-    };
-    let job = QueryJob::query(
-        sql,
-        params,
-        state.engine.rules_for(auth.access.clone()),
-        run_limits,
-        running.clone(),
-        Format::Arrow,
-        limits.max_result_bytes,
-    );
-    let output = match run(state, job).await {
-        Ok(output) => output,
-        Err(e) => {
-            running.set_outcome(e.outcome());
-            // Dropping the registration writes the audit line.
-            drop(reg);
-            return Err(status::of_api(&e, Some(&id)));
-        }
-    };
     let mut reader = Reader {
-        body: output.body.into_stream(),
+        body: ran.output.body.into_stream(),
         buf: Bytes::new(),
         decoder: StreamDecoder::new(),
         ahead: VecDeque::new(),
         ready: VecDeque::new(),
         schema: None,
-        registration: Some(reg),
+        registration: Some(ran.registration),
         id,
     };
     // Read until the schema is known: an empty result still has one.
@@ -179,65 +152,42 @@ pub async fn start(
     })
 }
 
-/// Describes `sql` for `auth` without running it: the guard and the
-/// caller's grants as for [`start`], then DuckDB's prepare reports the
-/// result's and the parameters' Arrow schemas. Listed, cancellable and
-/// audited like a query (it binds the statement, which may read a file's
-/// metadata), as `api=flight-describe`: ADBC prepares every statement it
-/// executes, so each query through it is one description and one run.
+/// Describes `sql` for `auth` without running it, through the one core:
+/// the guard and the caller's grants as for [`start`], then DuckDB's
+/// prepare reports the result's and the parameters' Arrow schemas. Listed,
+/// cancellable and audited like a query (it binds the statement, which may
+/// read a file's metadata), as `api=flight-describe`.
 pub async fn describe(
     state: &AppState,
     auth: &Identity,
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Status> {
-    let started = Instant::now();
-    let limits = &state.config.limits;
-    admit(limits, &sql)?;
-    let reg = register(state, "flight-describe", auth, &sql)?;
-    let running = reg.running.clone();
-    let id = running.id.clone();
     let out = DescribeSlot::default();
-    let run_limits = RunLimits {
-        started,
-        timeout: Duration::from_millis(limits.query_timeout_ms(options.timeout_ms)),
-        max_rows: limits.default_rows(),
-        rows_asked: false,
-        stall_timeout: Duration::from_millis(limits.send_stall_timeout_ms),
-        max_value_bytes: limits.max_value_bytes,
-    };
-    let job = QueryJob::describe(
-        sql,
-        state.engine.rules_for(auth.access.clone()),
-        run_limits,
-        running.clone(),
-        out.clone(),
-    );
-    let ended = match run(state, job).await {
-        Ok(output) => {
-            // The body is empty; its end is the worker's.
-            let mut end = Ok(());
-            let mut body = output.body.into_stream();
-            while let Some(chunk) = body.next().await {
-                if let Err(e) = chunk {
-                    end = Err(status::of_body(&e, Some(&id)));
-                    break;
-                }
-            }
-            end
+    let mut request = crate::core::Request::new("flight-describe", sql);
+    request.timeout_ms = options.timeout_ms;
+    let ran = state
+        .core()
+        .run(auth, request, crate::core::Leave::Described(out.clone()))
+        .await
+        .map_err(|e| status::of_api(&ApiError::from(e), None))?;
+    let registration = ran.registration;
+    let id = registration.running.id.clone();
+    // The body is empty; its end is the worker's.
+    let mut ended = Ok(());
+    let mut body = ran.output.body.into_stream();
+    while let Some(chunk) = body.next().await {
+        if let Err(e) = chunk {
+            ended = Err(status::of_body(&e, Some(&id)));
+            break;
         }
-        Err(e) => {
-            running.set_outcome(e.outcome());
-            drop(reg);
-            return Err(status::of_api(&e, Some(&id)));
-        }
-    };
-    running.set_outcome(Outcome {
+    }
+    registration.running.set_outcome(Outcome {
         status: if ended.is_ok() { 200 } else { 500 },
         kind: if ended.is_ok() { "ok" } else { "failed" }.into(),
         error_class: None,
     });
-    drop(reg);
+    drop(registration);
     ended?;
     out.get().cloned().ok_or_else(|| {
         status::of_api(
@@ -245,57 +195,6 @@ pub async fn describe(
             Some(&id),
         )
     })
-}
-
-/// The SQL's size and presence, checked before anything else.
-fn admit(limits: &crate::config::LimitsConfig, sql: &str) -> Result<(), Status> {
-    if sql.len() as u64 > limits.max_sql_bytes {
-        return Err(status::of_api(
-            &ApiError::PayloadTooLarge {
-                limit: limits.max_sql_bytes,
-            },
-            None,
-        ));
-    }
-    if sql.trim().is_empty() {
-        return Err(status::invalid("No SQL: the request holds no SQL text"));
-    }
-    Ok(())
-}
-
-/// The statement's entry in the registry of running queries, as `api`
-/// (`flight`, or `flight-describe` for a description).
-fn register(
-    state: &AppState,
-    api: &'static str,
-    auth: &Identity,
-    sql: &str,
-) -> Result<Registration, Status> {
-    state
-        .queries
-        .register_as(
-            api,
-            None,
-            auth.name.clone(),
-            auth.roles.clone(),
-            sql,
-            state.health.epoch(),
-        )
-        .map_err(|e| status::of_api(&crate::api::request::id_error(e), None))
-}
-
-/// Runs `job` with the credential retry, by its deadline.
-async fn run(state: &AppState, job: QueryJob) -> Result<QueryOutput, ApiError> {
-    let deadline = job.started + job.timeout;
-    let (pool, shutdown) = (&state.engine.pool, &state.shutdown);
-    with_fresh_credentials(&state.rotator, &state.health, deadline, |retried| {
-        let mut job = job.clone();
-        job.retried = retried;
-        execute::run(pool, job, shutdown.clone())
-    })
-    .await
-    .map(|(output, _)| output)
-    .map_err(ApiError::Query)
 }
 
 /// One message of the IPC stream: its flatbuffer header (with the

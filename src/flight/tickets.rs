@@ -364,7 +364,7 @@ mod tests {
 
     #[test]
     fn only_the_bearer_that_prepared_a_statement_closes_it_unauthenticated() {
-        let tickets = Tickets::new(8, Duration::from_secs(60));
+        let tickets = Tickets::new(8, None, Duration::from_secs(60));
         let mine = bearer_digest(b"Bearer eyJ.expired.jwt");
         let h = tickets
             .prepare(Arc::from("oidc:carol"), "SELECT 1".into(), mine)

@@ -72,6 +72,15 @@ pub enum Error {
     /// A fault of the gateway: logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
+    /// The SQL text is longer than `DUCKGATE_MAX_SQL_BYTES`.
+    #[error("the SQL text exceeds {limit} bytes")]
+    SqlTooLarge {
+        /// The limit, in bytes.
+        limit: u64,
+    },
+    /// The request holds no SQL text.
+    #[error("no SQL")]
+    NoSql,
 }
 
 impl Error {
@@ -144,6 +153,16 @@ impl Error {
             Error::Query(e) => crate::problems::of_query(e),
             Error::SharedState(_) => Problem::shared_state_unavailable(),
             Error::Internal(_) => Problem::internal(),
+            Error::SqlTooLarge { limit } => Problem::new(
+                &kind::PAYLOAD_TOO_LARGE,
+                format!("the request body or SQL text exceeds the limit of {limit} bytes"),
+            ),
+            Error::NoSql => Problem::with_slug(
+                &kind::BAD_REQUEST,
+                "empty-sql",
+                "No SQL",
+                "the request holds no SQL text",
+            ),
         }
     }
 

@@ -5,12 +5,10 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::engine::execute::Param;
-use crate::engine::execute::RunLimits;
-use crate::engine::guard::Rules;
-use crate::engine::queries::Registration;
+use crate::engine::queries::{Registration, Running};
+use crate::engine::sink::BatchSink;
 use crate::engine::QueryJob;
 
 use super::answer::end_published;
@@ -18,30 +16,25 @@ use super::spool::{Payer, SpoolResult};
 use super::status::status_json;
 use super::{replication, AdmitError, Context, Error, State, Statement};
 
-/// A statement as its client asked for it, its options not yet clamped.
+/// A statement as its client asked for it, its options not yet clamped
+/// (its job is built by the core: `crate::core::Core::submit`).
 pub struct Submission {
-    /// Its id: the client's, or generated.
-    pub id: String,
+    /// Its id: the client's or the door's; made when absent.
+    pub id: Option<String>,
     /// Whether the client chose the id (it is then reserved on every replica).
     pub client_chose_id: bool,
     /// The token (or identity) submitting it.
     pub owner: Arc<str>,
     /// Its roles.
     pub roles: Vec<Arc<str>>,
-    /// One SQL statement.
+    /// One SQL statement (for its registration).
     pub sql: String,
-    /// Values for its placeholders.
-    pub params: Vec<Param>,
     /// The time limit asked for (clamped to the statements' maximum).
     pub timeout_ms: Option<u64>,
-    /// The rows asked for at most (clamped to `DUCKGATE_MAX_ROWS`).
-    pub max_rows: Option<u64>,
     /// How long to wait for its end (default 10 s, clamped).
     pub wait_ms: Option<u64>,
-    /// What the guard enforces (read-only where the request asked).
-    pub rules: Arc<Rules>,
-    /// When the request arrived.
-    pub started: Instant,
+    /// The role whose spool quota its result counts against, if any.
+    pub role_spool_quota: Option<crate::engine::guard::access::RoleQuota>,
 }
 
 /// What a submission came to within its wait.
@@ -52,22 +45,26 @@ pub enum Submitted {
     Running(Arc<Statement>),
 }
 
-/// Submits one statement and waits up to its `wait_ms` for it. A
-/// statement that failed or was cancelled within the wait is its error.
-pub async fn submit(ctx: &Context, s: Submission) -> Result<Submitted, Error> {
+/// Submits one statement and waits up to its `wait_ms` for it; `job`
+/// builds its job from its clamped time limit, its entry among the running
+/// queries and the spool writer its result goes to. A statement that failed
+/// or was cancelled within the wait is its error.
+pub async fn submit(
+    ctx: &Context,
+    s: Submission,
+    job: impl FnOnce(Duration, Arc<Running>, Arc<dyn BatchSink>) -> QueryJob,
+) -> Result<Submitted, Error> {
     let settings = &ctx.statements.settings;
     let max_timeout = settings.max_timeout;
     let timeout = s
         .timeout_ms
         .map_or(max_timeout, |t| Duration::from_millis(t).min(max_timeout));
-    let rows_asked = s.max_rows.is_some_and(|r| r <= ctx.max_rows);
-    let max_rows = s.max_rows.map_or(ctx.max_rows, |r| r.min(ctx.max_rows));
     let wait = Duration::from_millis(s.wait_ms.unwrap_or(10_000)).min(settings.max_wait);
 
     let epoch = ctx.runner.health.epoch();
     let mut registration = ctx.queries.register_as(
         "statement",
-        Some(&s.id),
+        s.id.as_deref(),
         s.owner.clone(),
         s.roles.clone(),
         &s.sql,
@@ -83,22 +80,11 @@ pub async fn submit(ctx: &Context, s: Submission) -> Result<Submitted, Error> {
     };
     let writer = ctx.statements.writer(Payer {
         owner: s.owner.clone(),
-        role: s
-            .rules
-            .access
-            .as_ref()
-            .and_then(|a| a.quota(|l| l.spool_bytes)),
+        role: s.role_spool_quota,
     });
-    let limits = RunLimits {
-        started: s.started,
-        timeout,
-        max_rows,
-        rows_asked,
-        stall_timeout: ctx.stall_timeout,
-        max_value_bytes: ctx.max_value_bytes,
-    };
     let tracker = registration.running.clone();
-    let job = QueryJob::statement(s.sql, s.params, s.rules, limits, tracker, writer.clone());
+    let spool: Arc<dyn BatchSink> = writer.clone();
+    let job = job(timeout, tracker, spool);
     ctx.statements.start(
         statement.clone(),
         job,

@@ -26,7 +26,7 @@ use crate::api::AppState;
 use crate::identity::Identity;
 use crate::statements::answer::{self, Found, Ident};
 use crate::statements::pages::Page;
-use crate::statements::submit::{Submission, Submitted};
+use crate::statements::submit::Submitted;
 
 mod render;
 mod views;
@@ -121,26 +121,26 @@ async fn submit_inner(
     body: Body,
 ) -> Result<Response, ApiError> {
     let request = read_request(state, options, &headers, body).await?;
-    let rules = state.engine.rules_for(auth.access.clone());
-    let submission = Submission {
-        id: id.to_string(),
-        client_chose_id: headers.contains_key(QUERY_ID_HEADER),
-        owner: auth.name.clone(),
-        roles: auth.roles.clone(),
-        sql: request.sql,
-        params: request.params,
-        timeout_ms: request.timeout_ms,
-        max_rows: request.max_rows,
-        wait_ms: request.wait_ms,
-        rules: if request.read_only {
-            crate::engine::guard::read_only(rules)
-        } else {
-            rules
-        },
-        started,
-    };
-    let ctx = state.statements_context();
-    match crate::statements::submit::submit(&ctx, submission).await? {
+    let core = state.core();
+    let submitted = core
+        .submit(
+            auth,
+            crate::core::Request {
+                sql: request.sql,
+                params: request.params,
+                timeout_ms: request.timeout_ms,
+                max_rows: request.max_rows,
+                read_only: request.read_only,
+                id: Some(id.to_string()),
+                client_chose_id: headers.contains_key(QUERY_ID_HEADER),
+                door: "statement",
+                started,
+            },
+            request.wait_ms,
+        )
+        .await?;
+    let ctx = core.ctx;
+    match submitted {
         Submitted::Finished(statement, result) => {
             let page = Page {
                 format: request.format,

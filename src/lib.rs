@@ -26,6 +26,7 @@ pub mod encode;
 pub mod engine;
 pub mod flight;
 pub mod identity;
+pub mod pg;
 pub mod problems;
 mod startup;
 pub mod state;

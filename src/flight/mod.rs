@@ -37,8 +37,8 @@
 //! goes away; `CancelFlightInfo` and `CancelQuery` cancel it like
 //! `DELETE /queries/{id}`.
 
-mod options;
-mod results;
+pub(crate) mod options;
+pub(crate) mod results;
 mod server;
 mod service;
 pub mod status;

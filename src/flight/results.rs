@@ -1,6 +1,7 @@
 //! One statement through `POST /query`'s machinery: a [`QueryJob`] in the
 //! Arrow IPC format, registered (listed, cancellable, audited as
-//! `api=flight`), run with the credential retry. Its answer reaches the
+//! `api=flight`, or the label of the door that asks: `pg` for the
+//! PostgreSQL door), run with the credential retry. Its answer reaches the
 //! client as the engine wrote it: each IPC message of the stream becomes
 //! one `FlightData` (the message's header and body, sliced from the
 //! engine's buffer, not copied), and only a batch too large for one gRPC
@@ -52,6 +53,33 @@ pub struct Started {
     pub answer: Answer,
 }
 
+/// Why a statement failed: the gateway's error (its problem: slug, DuckDB's
+/// error class and place in the SQL) and the id of the query, where one was
+/// registered. Flight answers it as a gRPC status; another door as its own
+/// protocol's error.
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    pub error: ApiError,
+    /// The query's id, once it was registered.
+    pub query_id: Option<String>,
+}
+
+impl Failed {
+    fn new(error: ApiError, query_id: Option<&str>) -> Self {
+        Self {
+            error,
+            query_id: query_id.map(str::to_string),
+        }
+    }
+}
+
+impl From<Failed> for Status {
+    fn from(f: Failed) -> Status {
+        status::of_api(&f.error, f.query_id.as_deref())
+    }
+}
+
 /// The IPC stream of a started statement, read as record batches or
 /// passed through as Flight data.
 pub struct Answer(Reader);
@@ -59,6 +87,11 @@ pub struct Answer(Reader);
 impl Answer {
     /// The answer as record batches, every message decoded.
     pub fn batches(self) -> BoxStream<'static, Result<RecordBatch, Status>> {
+        self.records().map(|r| r.map_err(Status::from)).boxed()
+    }
+
+    /// The answer as record batches, an error as the gateway's.
+    pub fn records(self) -> BoxStream<'static, Result<RecordBatch, Failed>> {
         futures::stream::unfold(self.0, |mut r| async move {
             r.next_batch().await.map(|b| (b, r))
         })
@@ -85,14 +118,14 @@ impl Answer {
                     return Some((Ok(d), Some((r, out))));
                 }
                 match r.next_message().await? {
-                    Err(e) => return Some((Err(e), None)),
+                    Err(e) => return Some((Err(e.into()), None)),
                     Ok(m)
                         if m.kind == MessageHeader::RecordBatch
                             && m.header.len() + m.body.len() > MAX_FLIGHT_DATA =>
                     {
                         match r.cut(m) {
                             Ok(pieces) => out.extend(pieces),
-                            Err(e) => return Some((Err(e), None)),
+                            Err(e) => return Some((Err(e.into()), None)),
                         }
                     }
                     Ok(m) => out.push_back(FlightData {
@@ -119,10 +152,25 @@ pub async fn start(
     params: Vec<Param>,
     options: CallOptions,
 ) -> Result<Started, Status> {
+    start_as(state, "flight", auth, sql, params, options)
+        .await
+        .map_err(Status::from)
+}
+
+/// [`start`] for the door whose label `api` the registration (the audit
+/// line, `GET /queries`) carries; an error is the gateway's.
+pub async fn start_as(
+    state: &AppState,
+    api: &'static str,
+    auth: &QueryAuth,
+    sql: String,
+    params: Vec<Param>,
+    options: CallOptions,
+) -> Result<Started, Failed> {
     let started = Instant::now();
     let limits = &state.config.limits;
     admit(limits, &sql)?;
-    let reg = register(state, "flight", auth, &sql)?;
+    let reg = register(state, api, auth, &sql)?;
     let running = reg.running.clone();
     let id = running.id.clone();
     // A cut is clean only where the client asked for it (`max_rows`); the
@@ -151,7 +199,7 @@ pub async fn start(
             running.set_outcome(e.outcome());
             // Dropping the registration writes the audit line.
             drop(reg);
-            return Err(status::of_api(&e, Some(&id)));
+            return Err(Failed::new(e, Some(&id)));
         }
     };
     let mut reader = Reader {
@@ -191,10 +239,23 @@ pub async fn describe(
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Status> {
+    describe_as(state, "flight-describe", auth, sql, options)
+        .await
+        .map_err(Status::from)
+}
+
+/// [`describe`] registered as `api`; an error is the gateway's.
+pub async fn describe_as(
+    state: &AppState,
+    api: &'static str,
+    auth: &QueryAuth,
+    sql: String,
+    options: CallOptions,
+) -> Result<Described, Failed> {
     let started = Instant::now();
     let limits = &state.config.limits;
     admit(limits, &sql)?;
-    let reg = register(state, "flight-describe", auth, &sql)?;
+    let reg = register(state, api, auth, &sql)?;
     let running = reg.running.clone();
     let id = running.id.clone();
     let out = DescribeSlot::default();
@@ -220,7 +281,7 @@ pub async fn describe(
             let mut body = output.body.into_stream();
             while let Some(chunk) = body.next().await {
                 if let Err(e) = chunk {
-                    end = Err(status::of_body(&e, Some(&id)));
+                    end = Err(Failed::new(body_error(&e), Some(&id)));
                     break;
                 }
             }
@@ -229,7 +290,7 @@ pub async fn describe(
         Err(e) => {
             running.set_outcome(e.outcome());
             drop(reg);
-            return Err(status::of_api(&e, Some(&id)));
+            return Err(Failed::new(e, Some(&id)));
         }
     };
     running.set_outcome(Outcome {
@@ -240,25 +301,44 @@ pub async fn describe(
     drop(reg);
     ended?;
     out.get().cloned().ok_or_else(|| {
-        status::of_api(
-            &ApiError::Internal("the statement was not described".into()),
+        Failed::new(
+            ApiError::Internal("the statement was not described".into()),
             Some(&id),
         )
     })
 }
 
+/// The error that ended a result's body: the query's own where the engine
+/// carried it, else an internal one.
+fn body_error(e: &std::io::Error) -> ApiError {
+    match e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<crate::engine::QueryError>())
+    {
+        Some(q) => ApiError::Query(q.clone()),
+        None => ApiError::Internal(e.to_string()),
+    }
+}
+
 /// The SQL's size and presence, checked before anything else.
-fn admit(limits: &crate::config::LimitsConfig, sql: &str) -> Result<(), Status> {
+fn admit(limits: &crate::config::LimitsConfig, sql: &str) -> Result<(), Failed> {
     if sql.len() as u64 > limits.max_sql_bytes {
-        return Err(status::of_api(
-            &ApiError::PayloadTooLarge {
+        return Err(Failed::new(
+            ApiError::PayloadTooLarge {
                 limit: limits.max_sql_bytes,
             },
             None,
         ));
     }
     if sql.trim().is_empty() {
-        return Err(status::invalid("No SQL: the request holds no SQL text"));
+        return Err(Failed::new(
+            ApiError::BadRequest {
+                slug: crate::problems::kind::BAD_REQUEST.slug,
+                title: crate::problems::kind::BAD_REQUEST.title,
+                detail: "No SQL: the request holds no SQL text".into(),
+            },
+            None,
+        ));
     }
     Ok(())
 }
@@ -270,7 +350,7 @@ fn register(
     api: &'static str,
     auth: &Identity,
     sql: &str,
-) -> Result<Registration, Status> {
+) -> Result<Registration, Failed> {
     state
         .queries
         .register_as(
@@ -281,7 +361,7 @@ fn register(
             sql,
             state.health.epoch(),
         )
-        .map_err(|e| status::of_api(&crate::api::request::id_error(e), None))
+        .map_err(|e| Failed::new(crate::api::request::id_error(e), None))
 }
 
 /// Runs `job` with the credential retry, by its deadline.
@@ -386,7 +466,7 @@ impl Reader {
 
     /// The next message; the schema and the dictionaries are decoded on
     /// the way (a batch's values need them).
-    async fn next_message(&mut self) -> Option<Result<Message, Status>> {
+    async fn next_message(&mut self) -> Option<Result<Message, Failed>> {
         if let Some(m) = self.ahead.pop_front() {
             return Some(Ok(m));
         }
@@ -448,7 +528,7 @@ impl Reader {
 
     /// Feeds whole messages to the decoder; the batches it decodes wait in
     /// `ready`.
-    fn feed(&mut self, bytes: Bytes) -> Result<(), Status> {
+    fn feed(&mut self, bytes: Bytes) -> Result<(), Failed> {
         let mut buffer = Buffer::from(bytes);
         while !buffer.is_empty() {
             match self.decoder.decode(&mut buffer) {
@@ -462,7 +542,7 @@ impl Reader {
 
     /// A batch message past [`MAX_FLIGHT_DATA`], decoded and cut into
     /// batches under it, each encoded with the dictionaries it needs.
-    fn cut(&mut self, m: Message) -> Result<Vec<FlightData>, Status> {
+    fn cut(&mut self, m: Message) -> Result<Vec<FlightData>, Failed> {
         let size = m.header.len() + m.body.len();
         self.feed(m.framed)?;
         let Some(batch) = self.ready.pop_front() else {
@@ -499,7 +579,7 @@ impl Reader {
 
     /// The next chunk of the body, `None` at its end (the query's outcome
     /// is recorded then, or at its error).
-    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Failed> {
         let Some(reg) = &self.registration else {
             return Ok(None);
         };
@@ -511,7 +591,7 @@ impl Reader {
                 Ok(Some(chunk))
             }
             Some(Err(e)) => {
-                let status = status::of_body(&e, Some(&self.id));
+                let status = Failed::new(body_error(&e), Some(&self.id));
                 if let Some(r) = self.registration.take() {
                     r.running.set_outcome(Outcome {
                         status: 200,
@@ -530,7 +610,7 @@ impl Reader {
         }
     }
 
-    fn fail_internal(&mut self, cause: String) -> Status {
+    fn fail_internal(&mut self, cause: String) -> Failed {
         if let Some(r) = self.registration.take() {
             r.running.set_outcome(Outcome {
                 status: 500,
@@ -538,11 +618,11 @@ impl Reader {
                 error_class: None,
             });
         }
-        status::of_api(&ApiError::Internal(cause), Some(&self.id))
+        Failed::new(ApiError::Internal(cause), Some(&self.id))
     }
 
     /// The next batch, an error that ends the result, or `None` at its end.
-    async fn next_batch(&mut self) -> Option<Result<RecordBatch, Status>> {
+    async fn next_batch(&mut self) -> Option<Result<RecordBatch, Failed>> {
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Some(Ok(b));

@@ -62,12 +62,9 @@ impl AuthSource<Identity> for Credentials {
     ) -> PgWireResult<Option<Identity>> {
         match backend::identify(&self.door.state, presented).await {
             Some(identity) => Ok(Some(identity)),
-            None => {
-                self.door.count_auth_failure("wrong");
-                Err(PgWireError::InvalidPassword(
-                    login.user().unwrap_or_default().to_string(),
-                ))
-            }
+            None => Err(PgWireError::InvalidPassword(
+                login.user().unwrap_or_default().to_string(),
+            )),
         }
     }
 
@@ -272,8 +269,9 @@ impl StartupHandler for Startup {
                         }
                         // Never echo what the client sent.
                         let _ = client.flush().await;
+                        let user = client.metadata().get("user").cloned().unwrap_or_default();
                         Err(match e {
-                            PgWireError::InvalidPassword(user) => errors::fatal(
+                            PgWireError::InvalidPassword(_) => errors::fatal(
                                 code::BAD_PASSWORD,
                                 format!("password authentication failed for user \"{user}\""),
                             ),

@@ -26,6 +26,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod compat;
 pub mod errors;
 pub mod query;
 pub mod server;

@@ -27,6 +27,7 @@ use pgwire::messages::data::DataRow;
 use pgwire::messages::PgWireBackendMessage;
 
 use crate::pg::backend::{self, Started};
+use crate::pg::compat;
 use crate::pg::errors::{self, code};
 use crate::pg::session::{self, Command, Copy, Session};
 use crate::pg::types;
@@ -124,35 +125,64 @@ impl Queries {
         params: Vec<backend::Param>,
     ) -> PgWireResult<Started> {
         let timeout = session.statement_timeout_ms();
+        let text = compat::rewrite(sql);
         let started = backend::start(
             &self.door.state,
             &session.identity,
-            sql.to_string(),
+            text.to_string(),
             params,
             timeout,
         )
         .await
-        .map_err(|f| errors::of_problem(&f.problem, sql))?;
+        .map_err(|f| errors::of_problem(&f.problem, &text))?;
         session.running(Some(started.running.clone()));
         Ok(started)
     }
 
     /// The answer of a started statement: rows, or a tag for a statement
     /// that changed something (DuckDB answers those with a `Count`).
-    fn answer(
+    async fn answer(
         &self,
         started: Started,
         sql: &str,
         session: &Arc<Session>,
         format: impl Fn(usize) -> FieldFormat,
-    ) -> Response {
+    ) -> PgWireResult<Response> {
+        let tag = tag_of(sql);
+        if !matches!(tag, "SELECT" | "SHOW" | "EXPLAIN") {
+            // A statement that changes something: its tag, with DuckDB's
+            // count of the rows it changed.
+            let counted =
+                started.schema.fields().len() == 1 && started.schema.field(0).name() == "Count";
+            let _running = RunningGuard(session.clone());
+            let mut batches = backend::batches(started.answer);
+            let mut n = 0i64;
+            while let Some(b) = batches.next().await {
+                let b = b.map_err(|f| errors::of_problem(&f.problem, sql))?;
+                if counted {
+                    if let Some(c) = b
+                        .column(0)
+                        .as_any()
+                        .downcast_ref::<arrow::array::Int64Array>()
+                    {
+                        n += c.iter().flatten().sum::<i64>();
+                    }
+                }
+            }
+            let t = match tag {
+                "INSERT" => Tag::new(tag).with_oid(0).with_rows(n.max(0) as usize),
+                "UPDATE" | "DELETE" => Tag::new(tag).with_rows(n.max(0) as usize),
+                _ => Tag::new(tag),
+            };
+            return Ok(Response::Execution(t));
+        }
         let fields = Arc::new(types::fields(&started.schema, format));
         let mut response = QueryResponse::new(
             fields.clone(),
             rows(started.answer, fields, sql.into(), session.clone()),
         );
-        response.set_command_tag(tag_of(sql));
-        Response::Query(response)
+        response.set_command_tag(tag);
+        Ok(Response::Query(response))
     }
 
     /// The door's answer to a session command; `None` for DuckDB's work.
@@ -215,23 +245,54 @@ impl Queries {
         let running = RunningGuard(session.clone());
         let fields: Arc<Vec<FieldInfo>> =
             Arc::new(types::fields(&started.schema, |_| FieldFormat::Text));
-        let body = backend::batches(started.answer).flat_map(move |batch| {
-            let _keep = &running;
-            let lines = match batch {
-                Ok(b) => copy_lines(&b, &fields, &copy),
-                Err(f) => Err(errors::of_problem(&f.problem, &sql)),
-            };
-            match lines {
-                Ok(l) => stream::iter(l.into_iter().map(Ok)).boxed(),
-                Err(e) => stream::iter([Err(e)]).boxed(),
+        let state = CopyState {
+            batches: backend::batches(started.answer),
+            header,
+            lines: std::collections::VecDeque::new(),
+            done: false,
+            _running: running,
+        };
+        let body = stream::unfold(state, move |mut st| {
+            let (fields, copy, sql) = (fields.clone(), copy.clone(), sql.clone());
+            async move {
+                loop {
+                    if let Some(line) = st.lines.pop_front() {
+                        return Some((Ok(line), st));
+                    }
+                    if st.done {
+                        // An empty result: the header alone.
+                        let h = st.header.take()?;
+                        return Some((Ok(CopyData::new(h.into_bytes().into())), st));
+                    }
+                    let lines = match st.batches.next().await {
+                        None => {
+                            st.done = true;
+                            continue;
+                        }
+                        Some(Ok(b)) => copy_lines(&b, &fields, &copy),
+                        Some(Err(f)) => Err(errors::of_problem(&f.problem, &sql)),
+                    };
+                    match lines {
+                        Ok(lines) => st.lines.extend(lines),
+                        Err(e) => {
+                            st.done = true;
+                            st.header = None;
+                            return Some((Err(e), st));
+                        }
+                    }
+                    // The header travels with the first row, so COPY's
+                    // count is the rows'.
+                    if let (Some(first), true) = (st.lines.front_mut(), st.header.is_some()) {
+                        let h = st.header.take().unwrap_or_default();
+                        let mut joined = BytesMut::from(h.as_bytes());
+                        joined.extend_from_slice(&first.data);
+                        *first = CopyData::new(joined.freeze());
+                    }
+                }
             }
-        });
-        let head = stream::iter(header.map(|h| Ok(CopyData::new(h.into_bytes().into()))));
-        Ok(Response::CopyOut(CopyResponse::new(
-            0,
-            columns,
-            head.chain(body).boxed(),
-        )))
+        })
+        .boxed();
+        Ok(Response::CopyOut(CopyResponse::new(0, columns, body)))
     }
 
     /// Runs one statement of a simple query.
@@ -249,7 +310,9 @@ impl Queries {
             Command::CopyOut(copy) => self.copy_out(session, copy).await,
             _ => {
                 let started = self.start(session, sql, Vec::new()).await?;
-                let response = self.answer(started, sql, session, |_| FieldFormat::Text);
+                let response = self
+                    .answer(started, sql, session, |_| FieldFormat::Text)
+                    .await?;
                 if last {
                     return Ok(response);
                 }
@@ -270,6 +333,16 @@ impl Queries {
             }
         }
     }
+}
+
+/// A `COPY ... TO STDOUT` on its way: the batches to come, the lines of
+/// the last one, the header until it is sent.
+struct CopyState {
+    batches: BoxStream<'static, Result<RecordBatch, backend::Failure>>,
+    header: Option<String>,
+    lines: std::collections::VecDeque<CopyData>,
+    done: bool,
+    _running: RunningGuard,
 }
 
 /// A one-row, one-column text answer.
@@ -306,6 +379,8 @@ fn tag_of(sql: &str) -> &'static str {
         "DELETE" => "DELETE",
         "CREATE" => "CREATE",
         "DROP" => "DROP",
+        "ALTER" => "ALTER",
+        "ATTACH" | "DETACH" | "USE" | "SET" | "RESET" | "CHECKPOINT" | "LOAD" | "INSTALL" => "SET",
         _ => "SELECT",
     }
 }
@@ -538,14 +613,15 @@ impl ExtendedQueryHandler for Queries {
             }
             _ => return Ok(DescribeStatementResponse::no_data()),
         };
+        let text = compat::rewrite(sql);
         let described = backend::describe(
             &self.door.state,
             &session.identity,
-            sql.clone(),
+            text.to_string(),
             session.statement_timeout_ms(),
         )
         .await
-        .map_err(|f| errors::of_problem(&f.problem, sql))?;
+        .map_err(|f| errors::of_problem(&f.problem, &text))?;
         let found: Vec<Type> = described
             .parameters
             .fields()
@@ -647,7 +723,7 @@ impl ExtendedQueryHandler for Queries {
                     Some((k, started)) if k == key(portal) => started,
                     _ => self.start(&session, sql, params(portal)?).await?,
                 };
-                Ok(self.answer(started, sql, &session, format))
+                self.answer(started, sql, &session, format).await
             }
             _ => Ok(Response::EmptyQuery),
         }

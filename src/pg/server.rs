@@ -285,6 +285,9 @@ async fn serve(
             };
             match next.await {
                 Err(()) | Ok(Some(Err(PgWireError::MessageTooLarge(..)))) => too_large(),
+                // A message that arrived whole in one read never left the
+                // decoder pending: its size is checked now.
+                Ok(Some(Ok(m))) if size(&m) > cap => too_large(),
                 Ok(Some(Ok(m))) => Next::Message(m),
                 Ok(Some(Err(e))) => Next::Refused(e, ""),
                 Ok(None) => Next::Closed,
@@ -375,6 +378,23 @@ async fn serve(
     }
     let _ = socket.close().await;
     Ok(())
+}
+
+/// The bytes of what a client sent in a message (its text, parameters or
+/// data).
+fn size(m: &pgwire::messages::PgWireFrontendMessage) -> usize {
+    use pgwire::messages::PgWireFrontendMessage as M;
+    match m {
+        M::Query(q) => q.query.len(),
+        M::Parse(p) => p.query.len() + 4 * p.type_oids.len(),
+        M::Bind(b) => b
+            .parameters
+            .iter()
+            .map(|p| 4 + p.as_ref().map_or(0, |v| v.len()))
+            .sum(),
+        M::CopyData(d) => d.data.len(),
+        _ => 0,
+    }
 }
 
 /// Whether the message starting at the front of `buf` says it is longer

@@ -524,6 +524,11 @@ pub fn classify(sql: &str) -> Command {
     let text = sql.trim().trim_end_matches(';').trim();
     match w.as_slice() {
         ["begin", ..] | ["start", "transaction", ..] => Command::Begin,
+        // Savepoints (pandas and SQLAlchemy open one per read) mark
+        // nothing: every statement stands alone.
+        ["savepoint", ..] => Command::Noop("SAVEPOINT"),
+        ["release", ..] => Command::Noop("RELEASE"),
+        ["rollback", "to", ..] | ["rollback", _, "to", ..] => Command::Noop("ROLLBACK"),
         ["commit", ..] | ["end", ..] => Command::End("COMMIT"),
         ["rollback", ..] | ["abort", ..] => Command::End("ROLLBACK"),
         ["discard", ..] => Command::Noop("DISCARD ALL"),
@@ -902,6 +907,12 @@ mod tests {
         assert_eq!(classify("BEGIN"), Command::Begin);
         assert_eq!(classify("begin read only"), Command::Begin);
         assert_eq!(classify("COMMIT;"), Command::End("COMMIT"));
+        assert_eq!(classify("SAVEPOINT \"_pg3_1\""), Command::Noop("SAVEPOINT"));
+        assert_eq!(
+            classify("ROLLBACK TO SAVEPOINT x"),
+            Command::Noop("ROLLBACK")
+        );
+        assert_eq!(classify("rollback"), Command::End("ROLLBACK"));
         assert_eq!(
             classify("SET extra_float_digits = 3"),
             Command::Set("extra_float_digits".into(), Some("3".into()))

@@ -573,6 +573,15 @@ fn element(a: &ArrayRef, j: usize) -> Result<String, BoxError> {
         | DataType::Struct(_)
         | DataType::Map(_, _)
         | DataType::Union(_, _) => nested(a.as_ref(), j),
+        // DuckDB writes `2.0` where PostgreSQL writes `2`.
+        DataType::Float32 => Ok(format!(
+            "{:?}",
+            a.as_primitive::<at::Float32Type>().value(j)
+        )),
+        DataType::Float64 => Ok(format!(
+            "{:?}",
+            a.as_primitive::<at::Float64Type>().value(j)
+        )),
         _ => {
             let mut t = BytesMut::new();
             text(a.as_ref(), j, &Type::TEXT, &mut t)?;

@@ -201,12 +201,16 @@ pub fn text(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<()
             true,
         )?,
         DataType::Float64 => float(&mut w, a.as_primitive::<at::Float64Type>().value(i), false)?,
-        DataType::Decimal128(_, _) => {
-            w.write_str(&a.as_primitive::<at::Decimal128Type>().value_as_string(i))?
-        }
-        DataType::Decimal256(_, _) => {
-            w.write_str(&a.as_primitive::<at::Decimal256Type>().value_as_string(i))?
-        }
+        // From the raw integer: DuckDB exports HUGEINT as DECIMAL(38, 0),
+        // whose values may have 39 digits, which Arrow's own rendering cuts.
+        DataType::Decimal128(_, s) => w.write_str(&decimal_text(
+            &a.as_primitive::<at::Decimal128Type>().value(i).to_string(),
+            *s,
+        ))?,
+        DataType::Decimal256(_, s) => w.write_str(&decimal_text(
+            &a.as_primitive::<at::Decimal256Type>().value(i).to_string(),
+            *s,
+        ))?,
         DataType::Utf8 => w.write_str(a.as_string::<i32>().value(i))?,
         DataType::LargeUtf8 => w.write_str(a.as_string::<i64>().value(i))?,
         DataType::FixedSizeBinary(16) if *ty == Type::UUID => {
@@ -297,6 +301,22 @@ pub fn binary(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<
         _ => text(a, i, ty, out)?,
     }
     Ok(())
+}
+
+/// A decimal's text from its unscaled integer's and its scale.
+fn decimal_text(raw: &str, scale: i8) -> String {
+    let (sign, digits) = match raw.strip_prefix('-') {
+        Some(d) => ("-", d),
+        None => ("", raw),
+    };
+    if scale <= 0 {
+        let zeros = if digits == "0" { 0 } else { (-scale) as usize };
+        return format!("{sign}{digits}{}", "0".repeat(zeros));
+    }
+    let scale = scale as usize;
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
 }
 
 struct Writer<'a>(&'a mut BytesMut);
@@ -886,6 +906,18 @@ mod tests {
         ] {
             numeric_round_trip(t, e);
         }
+    }
+
+    #[test]
+    fn decimals_keep_every_digit() {
+        // HUGEINT's largest value has 39 digits in a DECIMAL(38, 0).
+        assert_eq!(
+            decimal_text("170141183460469231731687303715884105727", 0),
+            "170141183460469231731687303715884105727"
+        );
+        assert_eq!(decimal_text("-5", 2), "-0.05");
+        assert_eq!(decimal_text("12345", 2), "123.45");
+        assert_eq!(decimal_text("0", 3), "0.000");
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub struct Started {
 #[derive(Debug)]
 pub struct Failed {
     /// What went wrong.
-    pub error: ApiError,
+    pub error: Box<ApiError>,
     /// The query's id, once it was registered.
     pub query_id: Option<String>,
 }
@@ -68,7 +68,7 @@ pub struct Failed {
 impl Failed {
     fn new(error: ApiError, query_id: Option<&str>) -> Self {
         Self {
-            error,
+            error: Box::new(error),
             query_id: query_id.map(str::to_string),
         }
     }

@@ -40,17 +40,19 @@ pub const API_DESCRIBE: &str = "pg-describe";
 #[derive(Debug, Clone)]
 pub struct Failure {
     /// The problem an HTTP client would read.
-    pub problem: Problem,
+    pub problem: Box<Problem>,
 }
 
 impl From<Failed> for Failure {
     fn from(f: Failed) -> Self {
-        if let crate::api::error::ApiError::Internal(cause) = &f.error {
+        if let crate::api::error::ApiError::Internal(cause) = f.error.as_ref() {
             tracing::error!(error = %cause, query_id = ?f.query_id, "PostgreSQL door: statement failed");
         }
         let mut problem = f.error.problem();
         problem.query_id = f.query_id;
-        Failure { problem }
+        Failure {
+            problem: Box::new(problem),
+        }
     }
 }
 

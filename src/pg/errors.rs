@@ -136,8 +136,9 @@ mod tests {
 
     #[test]
     fn positions_count_characters_from_one() {
-        let mut p = crate::api::error::ApiError::bad_request("sql-error", "SQL error", "x".into())
-            .problem();
+        let mut p =
+            crate::api::error::ApiError::bad_request("sql-error", "SQL error", "x".to_string())
+                .problem();
         p.offset = Some(9);
         let PgWireError::UserError(info) = of_problem(&p, "SELECT é FROM") else {
             panic!()

@@ -70,8 +70,11 @@ pub struct Door {
     /// Connections per identity.
     identities: Mutex<HashMap<Arc<str>, usize>>,
     /// The sessions a cancel request may name: key, session.
-    cancels: Mutex<HashMap<i32, (Vec<u8>, Weak<Session>)>>,
+    cancels: Mutex<HashMap<i32, CancelTarget>>,
 }
+
+/// What a cancel request's process id leads to: its key, and the session.
+type CancelTarget = (Vec<u8>, Weak<Session>);
 
 impl std::fmt::Debug for Defaults {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -815,8 +815,8 @@ impl<'a> Scanner<'a> {
             let i = self.at;
             if rest.starts_with("--") {
                 self.at += rest.find('\n').map_or(rest.len(), |n| n + 1);
-            } else if rest.starts_with("/*") {
-                self.at += rest[2..].find("*/").map_or(rest.len(), |n| n + 4);
+            } else if let Some(body) = rest.strip_prefix("/*") {
+                self.at += body.find("*/").map_or(rest.len(), |n| n + 4);
             } else if c == '\'' || c == '"' {
                 let mut j = 1;
                 loop {

@@ -490,7 +490,7 @@ done(wrong=code(DSN), other=code(OTHER), unknown=code(UNKNOWN),
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (psycopg); scripts/test installs it"]
 async fn cancel_requests_and_statement_timeouts_stop_the_query() {
-    let d = door(&[]).await;
+    let d = door(&[("DUCKGATE_POOL_SIZE", "2")]).await;
     let v = run(
         &d,
         &d.dsn("alice", ALICE_SECRET),
@@ -532,7 +532,13 @@ with psycopg.connect(DSN, autocommit=True) as conn:
     took = time.monotonic() - started
     # The connection serves the next statement at once.
     after = conn.execute("SELECT 42").fetchone()[0]
-done(cancelled=cancelled, timed_out=timed_out, took=took, after=after, listed=listed)
+# Idle connections hold no pooled DuckDB connection: more sessions than
+# the pool has connections (DUCKGATE_POOL_SIZE=2) take turns.
+sessions = [psycopg.connect(DSN, autocommit=True) for _ in range(5)]
+turns = [c.execute("SELECT sum(i) FROM range(1000) t(i)").fetchone()[0] for c in sessions + sessions]
+for c in sessions:
+    c.close()
+done(cancelled=cancelled, timed_out=timed_out, took=took, after=after, listed=listed, turns=turns)
 "#
         ),
         &[],
@@ -541,6 +547,7 @@ done(cancelled=cancelled, timed_out=timed_out, took=took, after=after, listed=li
     assert_eq!(v["timed_out"], "57014", "{v}");
     assert_eq!(v["after"], 42);
     assert_eq!(v["listed"], serde_json::json!(["pg"]), "{v}");
+    assert_eq!(v["turns"], serde_json::json!(vec![499500; 10]), "{v}");
 }
 
 #[tokio::test]

@@ -535,7 +535,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
 # Idle connections hold no pooled DuckDB connection: more sessions than
 # the pool has connections (DUCKGATE_POOL_SIZE=2) take turns.
 sessions = [psycopg.connect(DSN, autocommit=True) for _ in range(5)]
-turns = [c.execute("SELECT sum(i) FROM range(1000) t(i)").fetchone()[0] for c in sessions + sessions]
+turns = [int(c.execute("SELECT sum(i) FROM range(1000) t(i)").fetchone()[0]) for c in sessions + sessions]
 for c in sessions:
     c.close()
 done(cancelled=cancelled, timed_out=timed_out, took=took, after=after, listed=listed, turns=turns)

@@ -162,7 +162,7 @@ pub async fn start(
 pub async fn start_as(
     state: &AppState,
     api: &'static str,
-    auth: &QueryAuth,
+    auth: &Identity,
     sql: String,
     params: Vec<Param>,
     options: CallOptions,
@@ -248,7 +248,7 @@ pub async fn describe(
 pub async fn describe_as(
     state: &AppState,
     api: &'static str,
-    auth: &QueryAuth,
+    auth: &Identity,
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Failed> {

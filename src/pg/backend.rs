@@ -6,13 +6,12 @@
 //! Today it calls what the Flight SQL door calls
 //! ([`crate::flight::results`]: registration listed in `GET /queries`,
 //! cancellable, audited with `api=pg`, the limits, the guard and the
-//! grants, the credentials retry) and reads identities with the HTTP API's
-//! own token and JWT checks ([`crate::api::auth::QueryAuth`]), so a token
-//! works, fails and is counted alike on every door.
+//! grants, the credentials retry) and decides identities with the one
+//! protocol-neutral [`crate::identity::Authenticator`], so a token works
+//! and fails alike on every door.
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use crate::api::AppState as State;
@@ -26,7 +25,7 @@ use crate::flight::options::CallOptions;
 use crate::flight::results::{self, Failed};
 
 /// Who runs statements on a connection.
-pub type Identity = crate::api::auth::QueryAuth;
+pub type Identity = crate::identity::Identity;
 
 /// The audit and `GET /queries` label of statements run through the door.
 pub const API: &str = "pg";
@@ -58,34 +57,31 @@ impl From<Failed> for Failure {
 
 /// Whether the gateway serves without credentials (no query token, no OIDC).
 pub fn anonymous(state: &State) -> bool {
-    state.tokens.load().anonymous
+    state.identities.directory().tokens.anonymous
 }
 
 /// The identity a bearer credential (a query token or an OIDC JWT) stands
 /// for, checked as HTTP checks `Authorization: Bearer`; `None`: refused.
 pub async fn identify(state: &State, credential: &[u8]) -> Option<Identity> {
-    let mut value = b"Bearer ".to_vec();
-    value.extend_from_slice(credential.trim_ascii());
-    let (mut parts, ()) = axum::http::Request::builder()
-        .header(axum::http::header::AUTHORIZATION, value)
-        .body(())
-        .ok()?
-        .into_parts();
-    Identity::from_request_parts(&mut parts, state).await.ok()
+    state
+        .identities
+        .identify(Some(credential.trim_ascii()))
+        .await
+        .ok()
 }
 
 /// The anonymous caller of a gateway that needs no credentials.
 pub async fn anonymous_identity(state: &State) -> Option<Identity> {
-    let (mut parts, ()) = axum::http::Request::builder().body(()).ok()?.into_parts();
-    Identity::from_request_parts(&mut parts, state).await.ok()
+    state.identities.identify(None).await.ok()
 }
 
 /// The secret of the query token named `name` (SCRAM needs the password of
 /// the user it is told); `None`: no such token.
 pub fn token_named(state: &State, name: &str) -> Option<SecretString> {
     state
+        .identities
+        .directory()
         .tokens
-        .load()
         .query
         .iter()
         .find(|t| t.name.as_ref() == name)

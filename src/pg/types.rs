@@ -424,9 +424,7 @@ fn interval_text(
     let mut parts: Vec<String> = Vec::new();
     let (years, mons) = (months / 12, months % 12);
     // PostgreSQL writes the singular for exactly 1 (`-1 mons`).
-    let plural = |n: i64, one: &str, many: &str| {
-        format!("{n} {}", if n == 1 { one } else { many })
-    };
+    let plural = |n: i64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     if years != 0 {
         parts.push(plural(years.into(), "year", "years"));
     }

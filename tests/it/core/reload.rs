@@ -256,7 +256,11 @@ async fn roles_reload_whole_and_a_reload_that_would_move_or_lock_out_is_refused(
             .unwrap();
         let status = r.status().as_u16();
         let v: serde_json::Value = r.json().await.unwrap();
-        let want = if v["replicas"][0]["outcome"] == "ok" { 200 } else { 207 };
+        let want = if v["replicas"][0]["outcome"] == "ok" {
+            200
+        } else {
+            207
+        };
         assert_eq!(status, want, "{v}");
         v
     };

@@ -27,6 +27,7 @@ pub mod encode;
 pub mod engine;
 pub mod flight;
 pub mod identity;
+pub mod pg;
 pub mod problems;
 mod startup;
 pub mod state;

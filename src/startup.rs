@@ -8,7 +8,8 @@
 //! 4. [`attach_and_lock_down`]: catalogs attached, the database locked;
 //! 5. [`open_statements`]: the shared state, the spool and the statements;
 //! 6. [`open_flight`]: the Flight SQL listener, when one is configured
-//!    (bound before the loops start, so a refused address stops nothing);
+//!    (bound before the loops start, so a refused address stops nothing),
+//!    and [`open_pg`]: the PostgreSQL wire listener, likewise;
 //! 7. [`Tasks::start`]: the background loops;
 //! 8. [`serve`]: the API until the signal, then the drain.
 
@@ -81,8 +82,9 @@ pub(crate) async fn serve_until(
         addr,
     });
     let flight = open_flight(&state).await?;
+    let pg = open_pg(&state).await?;
     let tasks = Tasks::start(&state);
-    serve(state, listener, shutdown, tasks, flight).await
+    serve(state, listener, shutdown, tasks, flight, pg).await
 }
 
 /// Step 6: the Arrow Flight SQL listener on `DUCKGATE_FLIGHT_LISTEN`, over
@@ -92,6 +94,14 @@ async fn open_flight(state: &AppState) -> anyhow::Result<Option<crate::flight::L
         Some(addr) => Ok(Some(
             crate::flight::Listener::start(state.clone(), addr).await?,
         )),
+        None => Ok(None),
+    }
+}
+
+/// Step 6 too: the PostgreSQL wire listener on `DUCKGATE_PG_LISTEN`.
+async fn open_pg(state: &AppState) -> anyhow::Result<Option<crate::pg::Listener>> {
+    match state.config.server.pg_listen {
+        Some(addr) => Ok(Some(crate::pg::Listener::start(state.clone(), addr).await?)),
         None => Ok(None),
     }
 }
@@ -404,6 +414,7 @@ async fn serve(
     shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
     tasks: Tasks,
     flight: Option<crate::flight::Listener>,
+    pg: Option<crate::pg::Listener>,
 ) -> anyhow::Result<()> {
     let (config, health, engine) = (
         state.config.clone(),
@@ -469,13 +480,17 @@ async fn serve(
     // finish, up to a hard cap, so a peer that keeps a connection open
     // cannot hold the process.
     let mut flight_stopped = None;
+    let mut pg_stopped = None;
+    let mut pg = pg;
     let mut deadline = tokio::time::Instant::now() + grace;
     let tracker = tokio::select! {
         t = &mut server => t,
         end = graceful => {
             deadline = end;
-            // Flight SQL takes no new calls; its open calls finish.
+            // Flight SQL and the PostgreSQL door take no new calls or
+            // connections; their open ones finish.
             flight_stopped = flight.map(|f| tokio::spawn(f.stop(grace + Duration::from_secs(5))));
+            pg_stopped = pg.take().map(|p| tokio::spawn(p.stop(grace + Duration::from_secs(5))));
             tokio::select! {
                 t = &mut server => t,
                 () = drain_statements(&statements, end, &drain) => {
@@ -493,6 +508,11 @@ async fn serve(
     }
     if let Some(f) = flight_stopped {
         let _ = f.await;
+    }
+    if let Some(p) = pg_stopped {
+        let _ = p.await;
+    } else if let Some(p) = pg.take() {
+        p.stop(Duration::from_secs(5)).await;
     }
     drain.cancel();
     // Statements interrupted at the end of the grace period end `failed`

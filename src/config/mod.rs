@@ -254,6 +254,52 @@ pub struct ServerConfig {
     #[arg(long, env = "DUCKGATE_FLIGHT_TICKET_TTL_MS", default_value_t = 60_000)]
     pub flight_ticket_ttl_ms: u64,
 
+    /// Address of the PostgreSQL wire listener: psql, PostgreSQL drivers
+    /// and BI tools run statements there with the same identities, guard,
+    /// grants, limits and audit as `POST /query` (docs/postgres.md). Off
+    /// by default.
+    #[arg(long, env = "DUCKGATE_PG_LISTEN")]
+    pub pg_listen: Option<SocketAddr>,
+
+    /// PEM certificate chain of the PostgreSQL listener: with
+    /// DUCKGATE_PG_TLS_KEY it accepts TLS (`sslmode=require`,
+    /// `verify-full`), and takes a query token or an OIDC JWT as a
+    /// cleartext password inside it; without both, plain TCP with
+    /// SCRAM-SHA-256 for query tokens.
+    #[arg(long, env = "DUCKGATE_PG_TLS_CERT", requires = "pg_tls_key")]
+    pub pg_tls_cert: Option<std::path::PathBuf>,
+
+    /// PEM private key of DUCKGATE_PG_TLS_CERT.
+    #[arg(long, env = "DUCKGATE_PG_TLS_KEY", requires = "pg_tls_cert")]
+    pub pg_tls_key: Option<std::path::PathBuf>,
+
+    /// PostgreSQL connections open at once, all identities together; one
+    /// more is answered `53300` (too many connections) and closed.
+    #[arg(long, env = "DUCKGATE_PG_MAX_CONNECTIONS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub pg_max_connections: u64,
+
+    /// PostgreSQL connections one identity may hold at once; one more is
+    /// answered `53300` once it has authenticated.
+    #[arg(long, env = "DUCKGATE_PG_MAX_CONNECTIONS_PER_IDENTITY", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub pg_max_connections_per_identity: u64,
+
+    /// How long a PostgreSQL connection may take from its first byte to
+    /// the end of its authentication (TLS included) before it is closed.
+    #[arg(long, env = "DUCKGATE_PG_STARTUP_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub pg_startup_timeout_ms: u64,
+
+    /// How long an authenticated PostgreSQL connection may wait between
+    /// statements before it is closed (`57P05`, as PostgreSQL's
+    /// idle_session_timeout); 0: no limit. An idle connection holds no
+    /// DuckDB connection, only its socket.
+    #[arg(long, env = "DUCKGATE_PG_IDLE_TIMEOUT_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(0..=604_800_000))]
+    pub pg_idle_timeout_ms: u64,
+
+    /// The largest message a PostgreSQL client may send (a statement with
+    /// its parameters); the connection is closed at a larger one's header.
+    #[arg(long, env = "DUCKGATE_PG_MAX_MESSAGE_BYTES", default_value = "16MiB", value_parser = bytes_between(1024, 1 << 30))]
+    pub pg_max_message_bytes: u64,
+
     /// How long a graceful shutdown lets running queries finish before it
     /// interrupts them.
     #[arg(long, env = "DUCKGATE_SHUTDOWN_GRACE_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]

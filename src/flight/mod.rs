@@ -38,8 +38,8 @@
 //! `DELETE /queries/{id}`.
 
 mod catalog;
-mod options;
-mod results;
+pub(crate) mod options;
+pub(crate) mod results;
 mod server;
 mod service;
 pub mod status;

@@ -1,6 +1,7 @@
 //! One statement through `POST /query`'s machinery: a [`QueryJob`] in the
 //! Arrow IPC format, registered (listed, cancellable, audited as
-//! `api=flight`), run with the credential retry. Its answer reaches the
+//! `api=flight`, or the label of the door that asks: `pg` for the
+//! PostgreSQL door), run with the credential retry. Its answer reaches the
 //! client as the engine wrote it: each IPC message of the stream becomes
 //! one `FlightData` (the message's header and body, sliced from the
 //! engine's buffer, not copied), and only a batch too large for one gRPC
@@ -49,6 +50,33 @@ pub struct Started {
     pub answer: Answer,
 }
 
+/// Why a statement failed: the gateway's error (its problem: slug, DuckDB's
+/// error class and place in the SQL) and the id of the query, where one was
+/// registered. Flight answers it as a gRPC status; another door as its own
+/// protocol's error.
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    pub error: Box<ApiError>,
+    /// The query's id, once it was registered.
+    pub query_id: Option<String>,
+}
+
+impl Failed {
+    fn new(error: ApiError, query_id: Option<&str>) -> Self {
+        Self {
+            error: Box::new(error),
+            query_id: query_id.map(str::to_string),
+        }
+    }
+}
+
+impl From<Failed> for Status {
+    fn from(f: Failed) -> Status {
+        status::of_api(&f.error, f.query_id.as_deref())
+    }
+}
+
 /// The IPC stream of a started statement, read as record batches or
 /// passed through as Flight data.
 pub struct Answer(Reader);
@@ -56,6 +84,11 @@ pub struct Answer(Reader);
 impl Answer {
     /// The answer as record batches, every message decoded.
     pub fn batches(self) -> BoxStream<'static, Result<RecordBatch, Status>> {
+        self.records().map(|r| r.map_err(Status::from)).boxed()
+    }
+
+    /// The answer as record batches, an error as the gateway's.
+    pub fn records(self) -> BoxStream<'static, Result<RecordBatch, Failed>> {
         futures::stream::unfold(self.0, |mut r| async move {
             r.next_batch().await.map(|b| (b, r))
         })
@@ -82,14 +115,14 @@ impl Answer {
                     return Some((Ok(d), Some((r, out))));
                 }
                 match r.next_message().await? {
-                    Err(e) => return Some((Err(e), None)),
+                    Err(e) => return Some((Err(e.into()), None)),
                     Ok(m)
                         if m.kind == MessageHeader::RecordBatch
                             && m.header.len() + m.body.len() > MAX_FLIGHT_DATA =>
                     {
                         match r.cut(m) {
                             Ok(pieces) => out.extend(pieces),
-                            Err(e) => return Some((Err(e), None)),
+                            Err(e) => return Some((Err(e.into()), None)),
                         }
                     }
                     Ok(m) => out.push_back(FlightData {
@@ -105,10 +138,10 @@ impl Answer {
     }
 }
 
-/// Runs `sql` with `params` for `auth` through the one core, as
-/// `POST /query` does, in the Arrow IPC format with the call's `options`
-/// (else the default time limit and row cap): returns once DuckDB has
-/// produced the schema (and usually the first rows), or its error.
+/// Runs `sql` with `params` for `auth` as `POST /query` would with the
+/// call's `options` (else the default time limit and row cap): returns once
+/// DuckDB has produced the schema (and usually the first rows), or its
+/// error.
 pub async fn start(
     state: &AppState,
     auth: &Identity,
@@ -116,7 +149,23 @@ pub async fn start(
     params: Vec<Param>,
     options: CallOptions,
 ) -> Result<Started, Status> {
-    let mut request = crate::core::Request::new("flight", sql);
+    start_as(state, "flight", auth, sql, params, options)
+        .await
+        .map_err(Status::from)
+}
+
+/// [`start`] for the door whose label `api` the registration (the audit
+/// line, `GET /queries`) carries, through the one core
+/// ([`crate::core::Core::run`]); an error is the gateway's.
+pub async fn start_as(
+    state: &AppState,
+    api: &'static str,
+    auth: &Identity,
+    sql: String,
+    params: Vec<Param>,
+    options: CallOptions,
+) -> Result<Started, Failed> {
+    let mut request = crate::core::Request::new(api, sql);
     request.params = params;
     request.timeout_ms = options.timeout_ms;
     request.max_rows = options.max_rows;
@@ -124,7 +173,7 @@ pub async fn start(
         .core()
         .run(auth, request, crate::core::Leave::Encoded(Format::Arrow))
         .await
-        .map_err(|e| status::of_api(&ApiError::from(e), None))?;
+        .map_err(|e| Failed::new(ApiError::from(e), None))?;
     let running = ran.registration.running.clone();
     let id = running.id.clone();
     let mut reader = Reader {
@@ -152,25 +201,40 @@ pub async fn start(
     })
 }
 
-/// Describes `sql` for `auth` without running it, through the one core:
-/// the guard and the caller's grants as for [`start`], then DuckDB's
-/// prepare reports the result's and the parameters' Arrow schemas. Listed,
-/// cancellable and audited like a query (it binds the statement, which may
-/// read a file's metadata), as `api=flight-describe`.
+/// Describes `sql` for `auth` without running it: the guard and the
+/// caller's grants as for [`start`], then DuckDB's prepare reports the
+/// result's and the parameters' Arrow schemas. Listed, cancellable and
+/// audited like a query (it binds the statement, which may read a file's
+/// metadata), as `api=flight-describe`: ADBC prepares every statement it
+/// executes, so each query through it is one description and one run.
 pub async fn describe(
     state: &AppState,
     auth: &Identity,
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Status> {
+    describe_as(state, "flight-describe", auth, sql, options)
+        .await
+        .map_err(Status::from)
+}
+
+/// [`describe`] registered as `api`, through the one core; an error is
+/// the gateway's.
+pub async fn describe_as(
+    state: &AppState,
+    api: &'static str,
+    auth: &Identity,
+    sql: String,
+    options: CallOptions,
+) -> Result<Described, Failed> {
     let out = DescribeSlot::default();
-    let mut request = crate::core::Request::new("flight-describe", sql);
+    let mut request = crate::core::Request::new(api, sql);
     request.timeout_ms = options.timeout_ms;
     let ran = state
         .core()
         .run(auth, request, crate::core::Leave::Described(out.clone()))
         .await
-        .map_err(|e| status::of_api(&ApiError::from(e), None))?;
+        .map_err(|e| Failed::new(ApiError::from(e), None))?;
     let registration = ran.registration;
     let id = registration.running.id.clone();
     // The body is empty; its end is the worker's.
@@ -178,7 +242,7 @@ pub async fn describe(
     let mut body = ran.output.body.into_stream();
     while let Some(chunk) = body.next().await {
         if let Err(e) = chunk {
-            ended = Err(status::of_body(&e, Some(&id)));
+            ended = Err(Failed::new(body_error(&e), Some(&id)));
             break;
         }
     }
@@ -190,11 +254,23 @@ pub async fn describe(
     drop(registration);
     ended?;
     out.get().cloned().ok_or_else(|| {
-        status::of_api(
-            &ApiError::Internal("the statement was not described".into()),
+        Failed::new(
+            ApiError::Internal("the statement was not described".into()),
             Some(&id),
         )
     })
+}
+
+/// The error that ended a result's body: the query's own where the engine
+/// carried it, else an internal one.
+fn body_error(e: &std::io::Error) -> ApiError {
+    match e
+        .get_ref()
+        .and_then(|i| i.downcast_ref::<crate::engine::QueryError>())
+    {
+        Some(q) => ApiError::Query(q.clone()),
+        None => ApiError::Internal(e.to_string()),
+    }
 }
 
 /// One message of the IPC stream: its flatbuffer header (with the
@@ -285,7 +361,7 @@ impl Reader {
 
     /// The next message; the schema and the dictionaries are decoded on
     /// the way (a batch's values need them).
-    async fn next_message(&mut self) -> Option<Result<Message, Status>> {
+    async fn next_message(&mut self) -> Option<Result<Message, Failed>> {
         if let Some(m) = self.ahead.pop_front() {
             return Some(Ok(m));
         }
@@ -347,7 +423,7 @@ impl Reader {
 
     /// Feeds whole messages to the decoder; the batches it decodes wait in
     /// `ready`.
-    fn feed(&mut self, bytes: Bytes) -> Result<(), Status> {
+    fn feed(&mut self, bytes: Bytes) -> Result<(), Failed> {
         let mut buffer = Buffer::from(bytes);
         while !buffer.is_empty() {
             match self.decoder.decode(&mut buffer) {
@@ -361,7 +437,7 @@ impl Reader {
 
     /// A batch message past [`MAX_FLIGHT_DATA`], decoded and cut into
     /// batches under it, each encoded with the dictionaries it needs.
-    fn cut(&mut self, m: Message) -> Result<Vec<FlightData>, Status> {
+    fn cut(&mut self, m: Message) -> Result<Vec<FlightData>, Failed> {
         let size = m.header.len() + m.body.len();
         self.feed(m.framed)?;
         let Some(batch) = self.ready.pop_front() else {
@@ -398,7 +474,7 @@ impl Reader {
 
     /// The next chunk of the body, `None` at its end (the query's outcome
     /// is recorded then, or at its error).
-    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Status> {
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, Failed> {
         let Some(reg) = &self.registration else {
             return Ok(None);
         };
@@ -410,7 +486,7 @@ impl Reader {
                 Ok(Some(chunk))
             }
             Some(Err(e)) => {
-                let status = status::of_body(&e, Some(&self.id));
+                let status = Failed::new(body_error(&e), Some(&self.id));
                 if let Some(r) = self.registration.take() {
                     r.running.set_outcome(Outcome {
                         status: 200,
@@ -429,7 +505,7 @@ impl Reader {
         }
     }
 
-    fn fail_internal(&mut self, cause: String) -> Status {
+    fn fail_internal(&mut self, cause: String) -> Failed {
         if let Some(r) = self.registration.take() {
             r.running.set_outcome(Outcome {
                 status: 500,
@@ -437,11 +513,11 @@ impl Reader {
                 error_class: None,
             });
         }
-        status::of_api(&ApiError::Internal(cause), Some(&self.id))
+        Failed::new(ApiError::Internal(cause), Some(&self.id))
     }
 
     /// The next batch, an error that ends the result, or `None` at its end.
-    async fn next_batch(&mut self) -> Option<Result<RecordBatch, Status>> {
+    async fn next_batch(&mut self) -> Option<Result<RecordBatch, Failed>> {
         loop {
             if let Some(b) = self.ready.pop_front() {
                 return Some(Ok(b));

@@ -63,15 +63,6 @@ pub fn of_query(e: QueryError, query_id: Option<&str>) -> Status {
     of_api(&ApiError::Query(e), query_id)
 }
 
-/// The status of an error that ended a result's body: the query's own
-/// error where the engine carried it, else an internal error.
-pub fn of_body(e: &std::io::Error, query_id: Option<&str>) -> Status {
-    match e.get_ref().and_then(|i| i.downcast_ref::<QueryError>()) {
-        Some(q) => of_query(q.clone(), query_id),
-        None => of_api(&ApiError::Internal(e.to_string()), query_id),
-    }
-}
-
 /// A status for a request that is malformed (the client's mistake).
 pub fn invalid(detail: impl Into<String>) -> Status {
     Status::invalid_argument(detail.into())

@@ -121,8 +121,10 @@ async fn a_fresh_gateway_shows_every_series_at_zero() {
             || name.starts_with("duckgate_oidc_")
             || name == "duckgate_grant_decisions_total"
             || name == "duckgate_role_share_timeouts_total"
-            // The Flight SQL listener's calls: off in this gateway.
+            // The Flight SQL listener's calls and the PostgreSQL door's
+            // connections: both off in this gateway.
             || name.starts_with("duckgate_flight_")
+            || name.starts_with("duckgate_pg_")
         {
             continue;
         }

@@ -16,6 +16,7 @@ mod oidc;
 mod oidc_outage;
 mod openapi_client;
 mod parquet;
+mod pg_door;
 mod replay;
 mod s3_capacity;
 mod s3_globs;

@@ -1,0 +1,153 @@
+//! The door's one way into the gateway: who a credential is, running and
+//! describing a statement for an identity, cancelling it. Everything the
+//! door does with the core passes here, so the rest of `src/pg` is protocol
+//! translation only and imports nothing of the other doors.
+//!
+//! Today it calls what the Flight SQL door calls
+//! ([`crate::flight::results`]: registration listed in `GET /queries`,
+//! cancellable, audited with `api=pg`, the limits, the guard and the
+//! grants, the credentials retry) and decides identities with the one
+//! protocol-neutral [`crate::identity::Authenticator`], so a token works
+//! and fails alike on every door.
+
+use std::sync::Arc;
+
+use secrecy::{ExposeSecret, SecretString};
+
+pub use crate::api::AppState as State;
+pub use crate::engine::execute::describe::Described;
+pub use crate::engine::queries::Running;
+pub use crate::engine::Param;
+pub use crate::flight::results::{Answer, Started};
+pub use crate::problems::Problem;
+
+use crate::flight::options::CallOptions;
+use crate::flight::results::{self, Failed};
+
+/// Who runs statements on a connection.
+pub type Identity = crate::identity::Identity;
+
+/// The audit and `GET /queries` label of statements run through the door.
+pub const API: &str = "pg";
+/// The label of statements only described (a `Describe` of a prepared
+/// statement): bound by DuckDB, never run.
+pub const API_DESCRIBE: &str = "pg-describe";
+
+/// Why a statement failed, as the gateway's problem (its slug, DuckDB's
+/// error class and place in the SQL); never a secret or the cause of an
+/// internal error (that goes to the log).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// The problem an HTTP client would read.
+    pub problem: Box<Problem>,
+}
+
+impl From<Failed> for Failure {
+    fn from(f: Failed) -> Self {
+        if let crate::api::error::ApiError::Internal(cause) = f.error.as_ref() {
+            tracing::error!(error = %cause, query_id = ?f.query_id, "PostgreSQL door: statement failed");
+        }
+        let mut problem = f.error.problem();
+        problem.query_id = f.query_id;
+        Failure {
+            problem: Box::new(problem),
+        }
+    }
+}
+
+/// Whether the gateway serves without credentials (no query token, no OIDC).
+pub fn anonymous(state: &State) -> bool {
+    state.identities.directory().tokens.anonymous
+}
+
+/// The identity a bearer credential (a query token or an OIDC JWT) stands
+/// for, checked as HTTP checks `Authorization: Bearer`; `None`: refused.
+pub async fn identify(state: &State, credential: &[u8]) -> Option<Identity> {
+    state
+        .identities
+        .identify(Some(credential.trim_ascii()))
+        .await
+        .ok()
+}
+
+/// The anonymous caller of a gateway that needs no credentials.
+pub async fn anonymous_identity(state: &State) -> Option<Identity> {
+    state.identities.identify(None).await.ok()
+}
+
+/// The secret of the query token named `name` (SCRAM needs the password of
+/// the user it is told); `None`: no such token.
+pub fn token_named(state: &State, name: &str) -> Option<SecretString> {
+    state
+        .identities
+        .directory()
+        .tokens
+        .query
+        .iter()
+        .find(|t| t.name.as_ref() == name)
+        .map(|t| SecretString::from(t.secret.expose_secret().to_string()))
+}
+
+/// The gateway's limit on a statement's time, for a session's
+/// `statement_timeout` (0: the default), clamped to the gateway's maximum.
+pub fn timeout_ms(state: &State, asked: Option<u64>) -> u64 {
+    state
+        .config
+        .limits
+        .query_timeout_ms(asked.filter(|t| *t > 0))
+}
+
+/// Whether the gateway's policy only reads.
+pub fn read_only(state: &State) -> bool {
+    state.engine.rules().policy == crate::config::Policy::ReadOnly
+}
+
+/// The DuckDB version the gateway embeds.
+pub fn duckdb_version(state: &State) -> &str {
+    &state.health.duckdb_version
+}
+
+/// Runs `sql` with `params` for `who`, within `timeout_ms` (0: the
+/// default): returns once DuckDB has produced the result's schema.
+pub async fn start(
+    state: &State,
+    who: &Identity,
+    sql: String,
+    params: Vec<Param>,
+    timeout_ms: u64,
+) -> Result<Started, Failure> {
+    let options = CallOptions {
+        timeout_ms: (timeout_ms > 0).then_some(timeout_ms),
+        max_rows: None,
+    };
+    Ok(results::start_as(state, API, who, sql, params, options).await?)
+}
+
+/// Describes `sql` for `who` without running it: its result's and its
+/// parameters' types as DuckDB binds them, after the guard.
+pub async fn describe(
+    state: &State,
+    who: &Identity,
+    sql: String,
+    timeout_ms: u64,
+) -> Result<Described, Failure> {
+    let options = CallOptions {
+        timeout_ms: (timeout_ms > 0).then_some(timeout_ms),
+        max_rows: None,
+    };
+    Ok(results::describe_as(state, API_DESCRIBE, who, sql, options).await?)
+}
+
+/// The answer's batches; an error as the gateway's.
+pub fn batches(
+    answer: Answer,
+) -> futures::stream::BoxStream<'static, Result<arrow::array::RecordBatch, Failure>> {
+    use futures::StreamExt;
+    answer.records().map(|r| r.map_err(Failure::from)).boxed()
+}
+
+/// Cancels a running statement as `DELETE /queries/{id}` does.
+pub fn cancel(state: &State, running: &Arc<Running>) {
+    tracing::info!(query_id = %running.id, owner = %running.owner, by = "pg cancel request", "cancel requested");
+    state.queries.cancel(running);
+}

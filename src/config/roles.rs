@@ -34,6 +34,7 @@ use super::{ConfigError, ConfigFile};
 use crate::engine::guard::access::{
     Access, ColumnGrant, ColumnMasks, Grants, Pattern, RoleLimits, RowFilter, TablePolicy, LISTINGS,
 };
+use crate::engine::policy::{Document, ListingRule, TableRule};
 
 /// One role, as declared.
 #[derive(Debug, Clone, Deserialize)]
@@ -357,17 +358,27 @@ impl Roles {
                 claims: Arc::default(),
                 sources: Arc::default(),
             };
-            let functions: Vec<serde_json::Value> = LISTINGS
+            let no_claims = serde_json::Map::new();
+            let functions = LISTINGS
                 .iter()
                 .filter_map(|f| {
                     let p = listings.listing(f)?;
-                    Some(serde_json::json!({ "name": f, "filter": p.filter, "masks": p.masks }))
+                    Some(ListingRule {
+                        name: f.to_string(),
+                        filter: p.filter,
+                        masks: p.masks,
+                    })
                 })
                 .collect();
             out.push((
                 format!("role '{}', its catalog listings", spec.name),
-                serde_json::json!({ "tables": [], "functions": functions, "claims": {} })
-                    .to_string(),
+                Document {
+                    tables: Vec::new(),
+                    functions,
+                    listings: LISTINGS,
+                    claims: &no_claims,
+                }
+                .to_json(),
             ));
             for o in objects.iter().filter(|o| !o.name.is_empty()) {
                 let TablePolicy { filter, masks } =
@@ -375,19 +386,24 @@ impl Roles {
                 if filter.is_none() && masks.is_empty() {
                     continue;
                 }
-                let doc = serde_json::json!({
-                    "tables": [{
-                        "catalog": o.catalog, "schema": o.schema, "name": o.name,
-                        "filter": filter, "masks": masks,
+                let doc = Document {
+                    tables: vec![TableRule {
+                        catalog: o.catalog.clone(),
+                        schema: o.schema.clone(),
+                        name: o.name.clone(),
+                        filter,
+                        masks,
                     }],
-                    "claims": {},
-                });
+                    functions: Vec::new(),
+                    listings: LISTINGS,
+                    claims: &no_claims,
+                };
                 out.push((
                     format!(
                         "role '{}', rows or masks of {}.{}.{}",
                         spec.name, o.catalog, o.schema, o.name
                     ),
-                    doc.to_string(),
+                    doc.to_json(),
                 ));
             }
         }

@@ -42,7 +42,7 @@
 //   silently).
 //
 // The same holds for DuckDB's catalog listings (`duckdb_tables()` and the
-// others in `LISTINGS`): a confined caller's scan of one is filtered to
+// others the document's `listings` name): a confined caller's scan of one is filtered to
 // the objects its roles let it see (the gateway writes those filters), so
 // `information_schema`, `SHOW TABLES` and `DESCRIBE` answer from its part of
 // the catalog; a listing the document does not name is refused.
@@ -112,20 +112,6 @@ namespace duckgate_policy {
 
 const char *const STATE_KEY = "duckgate_policy";
 
-// DuckDB's catalog functions a confined caller may scan, each only through
-// the listing policy the gateway sends for it (`functions` of the document):
-// `information_schema`, `SHOW TABLES` and the rest are views and queries over
-// these, so they list only what the caller may see.
-const char *const LISTINGS[] = {"duckdb_schemas", "duckdb_tables", "duckdb_views", "duckdb_columns"};
-
-bool IsListing(const string &function) {
-	for (auto name : LISTINGS) {
-		if (function == name) {
-			return true;
-		}
-	}
-	return false;
-}
 
 // One table the statement reads (or catalog function it scans: `function`,
 // named by `name`), and what the caller's roles make of it.
@@ -172,6 +158,23 @@ struct Claims {
 
 struct PolicyState : public ClientContextState {
 	vector<TablePolicy> tables;
+	// DuckDB's catalog functions a confined caller may scan, each only
+	// through the listing policy the gateway sends for it (`functions`):
+	// `information_schema`, `pg_catalog`, `SHOW TABLES` and the rest are
+	// views and queries over these, so they list only what the caller may
+	// see. The gateway sends the list (`listings`, its
+	// `guard::access::LISTINGS`); a scan of one the statement's document
+	// does not filter is refused.
+	vector<string> listings;
+
+	bool IsListing(const string &function) const {
+		for (auto &name : listings) {
+			if (function == name) {
+				return true;
+			}
+		}
+		return false;
+	}
 	// The caller's claims, as DuckDB values, by their exact name (and
 	// dotted path): JSON names are case-sensitive, and `TENANT` is not the
 	// claim `tenant` a policy names.
@@ -302,6 +305,18 @@ shared_ptr<PolicyState> ReadSpec(const char *spec, size_t len) {
 		if (functions && !yyjson_is_arr(functions)) {
 			throw InvalidInputException("policy: functions is a list");
 		}
+		auto listings = yyjson_obj_get(root, "listings");
+		if (!listings || !yyjson_is_arr(listings)) {
+			throw InvalidInputException("policy: no listings");
+		}
+		size_t li, lmax;
+		yyjson_val *listing;
+		yyjson_arr_foreach(listings, li, lmax, listing) {
+			if (!yyjson_is_str(listing)) {
+				throw InvalidInputException("policy: a listing is a function's name");
+			}
+			state->listings.emplace_back(yyjson_get_str(listing), yyjson_get_len(listing));
+		}
 		auto entries = yyjson_arr_size(tables) + (functions ? yyjson_arr_size(functions) : 0);
 		for (size_t idx = 0; idx < entries; idx++) {
 			TablePolicy p;
@@ -314,7 +329,7 @@ shared_ptr<PolicyState> ReadSpec(const char *spec, size_t len) {
 				p.function = true;
 			}
 			p.name = Text(t, "name");
-			if (p.function && !IsListing(p.name)) {
+			if (p.function && !state->IsListing(p.name)) {
 				throw InvalidInputException("policy: %s is not a catalog listing", p.name);
 			}
 			auto filter = yyjson_obj_get(t, "filter");
@@ -793,7 +808,7 @@ void Apply(OptimizerExtensionInput &input, PolicyState &state, unique_ptr<Logica
 	const TablePolicy *policy;
 	if (table) {
 		policy = state.Find(*table);
-	} else if (IsListing(get.function.name)) {
+	} else if (state.IsListing(get.function.name)) {
 		policy = state.FindFunction(get.function.name);
 	} else {
 		// A table function that reads no catalog table: the grants decide.
@@ -1078,7 +1093,7 @@ void Check(ClientContext &context, PolicyState &state, LogicalOperator &op, Logi
 	if (op.type == LogicalOperatorType::LOGICAL_GET) {
 		auto &get = op.Cast<LogicalGet>();
 		auto table = get.GetTable();
-		if (!table && IsListing(get.function.name)) {
+		if (!table && state.IsListing(get.function.name)) {
 			auto policy = state.FindFunction(get.function.name);
 			if (!policy) {
 				throw PermissionException("a row policy could not be applied to this statement");

@@ -5,19 +5,15 @@
 //! extension wraps every scan of a filtered or masked table in the plan
 //! DuckDB runs.
 //!
-//! The policy document (JSON, built by
-//! [`crate::engine::guard::access::Access::policy`]):
-//!
-//! ```json
-//! {"tables": [{"catalog": "memory", "schema": "main", "name": "orders",
-//!              "filter": "(tenant_id = claim('tenant'))",
-//!              "masks": [["email", "NULL"]]}],
-//!  "claims": {"tenant": "a"}}
-//! ```
-//!
-//! It lists every table the statement reads, those without a policy with
-//! neither `filter` nor `masks`: a scan of a table it does not list is
-//! refused.
+//! The policy document is a [`Document`], serialized here and read by the
+//! shim (`ReadSpec`); `policy::tests` checks that the shim reads what this
+//! writes. It lists every table the statement reads, those without a
+//! policy with neither `filter` nor `masks` (a scan of a table it does not
+//! list is refused), the catalog listings the statement scans with their
+//! filters, every catalog listing there is (a scan of one it does not
+//! filter is refused), and the caller's claims.
+
+use serde::Serialize;
 
 use std::ffi::{c_char, c_void};
 
@@ -76,5 +72,101 @@ pub fn check(conn: &RawConnection, spec: &str) -> Result<(), String> {
             duckgate_policy_check(conn.as_ptr().cast(), spec.as_ptr().cast(), spec.len()),
             duckgate_policy_free,
         )
+    }
+}
+
+/// A policy document, as the shim reads it.
+#[derive(Debug, Serialize)]
+pub struct Document<'a> {
+    /// Every table the statement reads.
+    pub tables: Vec<TableRule>,
+    /// The catalog listings it scans, each filtered.
+    pub functions: Vec<ListingRule>,
+    /// Every catalog listing there is (`guard::access::LISTINGS`).
+    pub listings: &'static [&'static str],
+    /// The caller's claims, which `claim('name')` reads by exact name.
+    pub claims: &'a serde_json::Map<String, serde_json::Value>,
+}
+
+/// What the caller's roles make of one table it reads.
+#[derive(Debug, Serialize)]
+pub struct TableRule {
+    /// The table's database.
+    pub catalog: String,
+    /// Its schema.
+    pub schema: String,
+    /// Its name.
+    pub name: String,
+    /// The row filter (operator SQL, `claim()` calls in it), if any.
+    pub filter: Option<String>,
+    /// Masked columns: `[column, expression]`.
+    pub masks: Vec<(String, String)>,
+}
+
+/// What the caller's roles let it see of one catalog listing.
+#[derive(Debug, Serialize)]
+pub struct ListingRule {
+    /// The listing function (`duckdb_tables`, ...).
+    pub name: String,
+    /// The filter to what it may see.
+    pub filter: Option<String>,
+    /// Masked columns: `[column, expression]`.
+    pub masks: Vec<(String, String)>,
+}
+
+impl Document<'_> {
+    /// The document as the shim reads it.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a policy document serializes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn database() -> crate::engine::ffi::RawDatabase {
+        crate::engine::ffi::RawDatabase::open(None, &[]).unwrap()
+    }
+
+    /// What Rust writes the shim reads: a document with a filter that
+    /// reads a claim, a mask and a listing binds on a table that has the
+    /// columns; one the shim cannot read is refused, naming why.
+    #[test]
+    fn the_shim_reads_the_document_rust_writes() {
+        let db = database();
+        let raw = db.connect_raw().unwrap();
+        raw.execute("CREATE TABLE t (id INTEGER, tenant VARCHAR, email VARCHAR)")
+            .unwrap();
+        let claims: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_value(serde_json::json!({"tenant": "a", "org": {"tenant": "b"}}))
+                .unwrap();
+        let doc = Document {
+            tables: vec![TableRule {
+                catalog: "memory".into(),
+                schema: "main".into(),
+                name: "t".into(),
+                filter: Some("tenant = claim('tenant') OR tenant = claim('org.tenant')".into()),
+                masks: vec![("email".into(), "NULL".into())],
+            }],
+            functions: vec![ListingRule {
+                name: "duckdb_tables".into(),
+                filter: Some("table_name = 't'".into()),
+                masks: vec![("sql".into(), "NULL".into())],
+            }],
+            listings: crate::engine::guard::access::LISTINGS,
+            claims: &claims,
+        };
+        check(&raw, &doc.to_json()).unwrap();
+        // A column the table lacks, a listing the list lacks, no list.
+        let mut bad = doc.to_json().replace("\"email\"", "\"phone\"");
+        assert!(check(&raw, &bad).unwrap_err().contains("phone"), "{bad}");
+        bad = doc
+            .to_json()
+            .replace("\"name\":\"duckdb_tables\"", "\"name\":\"duckdb_secrets\"");
+        let e = check(&raw, &bad).unwrap_err();
+        assert!(e.contains("not a catalog listing"), "{e}");
+        bad = doc.to_json().replace("\"listings\"", "\"nothing\"");
+        assert!(check(&raw, &bad).unwrap_err().contains("no listings"));
     }
 }

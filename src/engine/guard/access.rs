@@ -67,7 +67,18 @@ pub const LISTINGS: &[&str] = &[
     "duckdb_tables",
     "duckdb_views",
     "duckdb_columns",
+    "duckdb_indexes",
+    "duckdb_sequences",
+    "duckdb_types",
 ];
+
+/// `column` with its ASCII letters lowered, as SQL: how DuckDB compares
+/// identifiers (`StringUtil::CIEquals`, ASCII only), and so how
+/// [`Part::matches`] compares names in Rust; `lower()` would fold other
+/// letters too, and a listing would then show what a read refuses.
+fn ascii_lower(column: &str) -> String {
+    format!("translate({column}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')")
+}
 
 /// One part of a [`Pattern`]: a name (compared as DuckDB compares
 /// identifiers, case-insensitively) or `*`.
@@ -169,8 +180,9 @@ impl Pattern {
             .filter_map(|(part, column)| match part {
                 Part::Any => None,
                 Part::Name(n) => Some(format!(
-                    "lower({column}) = {}",
-                    sql_string(&n.to_lowercase())
+                    "{} = {}",
+                    ascii_lower(column),
+                    sql_string(&n.to_ascii_lowercase())
                 )),
             })
             .collect();
@@ -315,11 +327,12 @@ impl Grants {
             let names: Vec<String> = g
                 .columns
                 .iter()
-                .map(|c| sql_string(&c.to_lowercase()))
+                .map(|c| sql_string(&c.to_ascii_lowercase()))
                 .collect();
             format!(
-                "{} AND lower({column}) IN ({})",
+                "{} AND {} IN ({})",
                 g.table.condition(columns),
+                ascii_lower(column),
                 names.join(", ")
             )
         }))
@@ -514,6 +527,32 @@ impl Access {
                 sees(&["database_name", "schema_name", "view_name"]),
                 vec![("sql".to_string(), "NULL".to_string())],
             ),
+            // An index of a table it may read; its definition and
+            // expressions may name columns a narrowed grant hides.
+            "duckdb_indexes" => (
+                sees(&table),
+                vec![
+                    ("sql".to_string(), "NULL".to_string()),
+                    ("expressions".to_string(), "NULL".to_string()),
+                ],
+            ),
+            // A sequence its grants' patterns name; its values count
+            // what every writer drew from it.
+            "duckdb_sequences" => (
+                sees(&["database_name", "schema_name", "sequence_name"]),
+                vec![
+                    ("last_value".to_string(), "NULL".to_string()),
+                    ("sql".to_string(), "NULL".to_string()),
+                ],
+            ),
+            // DuckDB's own types, and the types of schemas it may read.
+            "duckdb_types" => (
+                format!(
+                    "internal OR ({})",
+                    all_patterns(&["database_name", "schema_name"])
+                ),
+                Vec::new(),
+            ),
             "duckdb_columns" => (
                 any_of(self.grants.iter().map(|g| {
                     format!(
@@ -642,32 +681,35 @@ impl Access {
                  depend on rows and objects this identity may not see; run the statement itself",
             ));
         }
-        let tables: Vec<serde_json::Value> = tables
+        let tables = tables
             .into_iter()
-            .map(|(o, p)| {
-                serde_json::json!({
-                    "catalog": o.catalog,
-                    "schema": o.schema,
-                    "name": o.name,
-                    "filter": p.filter,
-                    "masks": p.masks,
-                })
+            .map(|(o, p)| crate::engine::policy::TableRule {
+                catalog: o.catalog.clone(),
+                schema: o.schema.clone(),
+                name: o.name.clone(),
+                filter: p.filter,
+                masks: p.masks,
             })
             .collect();
-        let functions: Vec<serde_json::Value> = listings
+        let functions = listings
             .into_iter()
             .filter_map(|f| {
                 let p = self.listing(f)?;
-                Some(serde_json::json!({ "name": f, "filter": p.filter, "masks": p.masks }))
+                Some(crate::engine::policy::ListingRule {
+                    name: f.to_string(),
+                    filter: p.filter,
+                    masks: p.masks,
+                })
             })
             .collect();
         Ok(Some(
-            serde_json::json!({
-                "tables": tables,
-                "functions": functions,
-                "claims": &*self.claims,
-            })
-            .to_string(),
+            crate::engine::policy::Document {
+                tables,
+                functions,
+                listings: LISTINGS,
+                claims: &self.claims,
+            }
+            .to_json(),
         ))
     }
 

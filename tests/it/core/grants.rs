@@ -51,7 +51,13 @@ fn operator_database(path: &std::path::Path) {
          CREATE VIEW v_orders AS SELECT id, amount FROM orders WHERE amount > 0;
          CREATE VIEW v_payroll AS SELECT emp FROM payroll;
          CREATE VIEW v_deals AS SELECT deal FROM sales.deals;
-         CREATE SCHEMA client;",
+         CREATE SCHEMA client;
+         CREATE INDEX orders_id ON orders (id);
+         CREATE INDEX payroll_salary ON payroll (salary);
+         CREATE SEQUENCE client.ticket_no START 7;
+         CREATE SEQUENCE sales.deal_no START 9;
+         CREATE TYPE client.mood AS ENUM ('calm', 'busy');
+         CREATE TYPE sales.tier AS ENUM ('gold', 'tin');",
     )
     .unwrap();
 }
@@ -277,7 +283,6 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
             "SELECT * FROM information_schema.table_constraints",
             "duckdb_constraints",
         ),
-        ("SELECT * FROM duckdb_indexes()", "duckdb_indexes"),
         ("DESCRIBE customers", "column email"),
         ("SELECT * FROM (DESCRIBE orders)", "DESCRIBE"),
         (
@@ -456,6 +461,12 @@ async fn an_identity_lists_only_what_it_may_read() {
          USING (table_oid) {where_t} GROUP BY ALL ORDER BY ALL",
         "SELECT o.id, t.table_name FROM orders o, duckdb_tables() t {where_t} \
          AND o.id < 2 ORDER BY ALL",
+        "SELECT database_name, schema_name, index_name, table_name, is_unique \
+         FROM duckdb_indexes() {where} ORDER BY ALL",
+        "SELECT database_name, schema_name, sequence_name, start_value \
+         FROM duckdb_sequences() {where} ORDER BY ALL",
+        "SELECT database_name, schema_name, type_name, logical_type \
+         FROM duckdb_types() {where} AND NOT internal ORDER BY ALL",
     ];
     let mut attempts = 0;
     for template in listings {
@@ -500,6 +511,14 @@ async fn an_identity_lists_only_what_it_may_read() {
         ),
         (
             "SELECT count(*) FROM information_schema.views WHERE view_definition IS NOT NULL",
+            json!([[0]]),
+        ),
+        (
+            "SELECT count(*) FROM duckdb_indexes() WHERE sql IS NOT NULL OR expressions IS NOT NULL",
+            json!([[0]]),
+        ),
+        (
+            "SELECT count(*) FROM duckdb_sequences() WHERE sql IS NOT NULL",
             json!([[0]]),
         ),
     ] {

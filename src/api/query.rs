@@ -92,7 +92,7 @@ pub struct QueryResult {
 /// from the body's `format`, then the `format` query parameter, then Accept.
 #[utoipa::path(post, path = "/query", tag = "query",
     params(QueryOptions,
-        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
+        ("duckgate-query-id" = Option<String>, Header, pattern = r"^[A-Za-z0-9._-]{1,128}$", description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
     request_body(content(
         (QueryRequest = "application/json"),
         (String = "text/plain"),
@@ -149,7 +149,7 @@ pub async fn query(
 /// URL holds the SQL: proxies in front may log it (the gateway never does).
 #[utoipa::path(get, path = "/query", tag = "query",
     params(UrlQuery,
-        ("duckgate-query-id" = Option<String>, Header, description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
+        ("duckgate-query-id" = Option<String>, Header, pattern = r"^[A-Za-z0-9._-]{1,128}$", description = "The query's id (1-128 of A-Za-z0-9._-, unique among the token's running queries, on every replica); generated when absent")),
     responses(
         (status = 200, description = "The result", content(
             (QueryResult = "application/json"),

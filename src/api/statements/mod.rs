@@ -54,7 +54,7 @@ pub const TOTAL_ROWS_HEADER: &str = "duckgate-total-rows";
 #[utoipa::path(post, path = "/statements", operation_id = "submit_statement", tag = "statements",
     params(QueryOptions,
         ("wait_ms" = Option<i64>, Query, minimum = 0, description = "How long to wait for the finished result before answering 202 with the statement's status (milliseconds, default 10000, clamped to the gateway's maximum; 0 answers at once)"),
-        ("duckgate-query-id" = Option<String>, Header, description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
+        ("duckgate-query-id" = Option<String>, Header, pattern = r"^[A-Za-z0-9._-]{1,128}$", description = "The statement's id (1-128 of A-Za-z0-9._-, unique among the token's statements and running queries); generated when absent")),
     request_body(content(
         (crate::api::request::StatementRequest = "application/json"),
         (String = "text/plain"),

@@ -25,8 +25,8 @@ const MAX_EXAMPLES: u32 = 30;
 const WALL_CLOCK: Duration = Duration::from_secs(300);
 
 /// schemathesis.toml for the run. Two checks are narrowed for `POST /query`,
-/// `POST /statements` (the same body) and `GET /query` (the same fields in
-/// the URL; HEAD the first only) only, each because it cannot apply as
+/// `POST /statements` (the same body) and `GET /query` and its per-format
+/// routes (the same fields in the URL; HEAD the first only) only, each because it cannot apply as
 /// written:
 ///
 /// - `positive_data_acceptance` also accepts 400 there. A schema-valid body
@@ -54,6 +54,26 @@ checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
 [[operations]]
 include-name = "GET /query"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
+
+[[operations]]
+include-name = "GET /query/arrow"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
+
+[[operations]]
+include-name = "GET /query/csv"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
+
+[[operations]]
+include-name = "GET /query/ndjson"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
+checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
+
+[[operations]]
+include-name = "GET /query/parquet"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 

@@ -28,11 +28,14 @@ pub mod engine;
 pub mod flight;
 pub mod identity;
 pub mod pg;
-pub mod problems;
+pub mod sql;
 mod startup;
 pub mod state;
 pub mod statements;
 pub mod telemetry;
+
+/// The error catalogue, where every door reads it ([`engine::problems`]).
+pub use engine::problems;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 
 use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::identity::{Denied, Identity};
+use crate::identity::{bearer_of, Denied, Identity};
 
 fn bearer(parts: &Parts) -> Option<&[u8]> {
     bearer_of(
@@ -30,38 +30,28 @@ fn failed(route: &'static str, reason: &'static str) {
 
 /// The identity of a request's bearer, or the API's refusal.
 pub async fn identify(parts: &Parts, state: &AppState) -> Result<Identity, ApiError> {
-    identify_bearer(bearer(parts), state).await
+    let authorization = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    Ok(state
+        .identities
+        .identify_authorization(authorization)
+        .await?)
 }
 
-/// The identity of a bearer credential (the part after `Bearer `), or the
-/// API's refusal: counted, logged by its reason, never by the credential.
-pub async fn identify_bearer(given: Option<&[u8]>, state: &AppState) -> Result<Identity, ApiError> {
-    match state.identities.identify(given).await {
-        Ok(identity) => {
-            tracing::Span::current().record("identity", &*identity.name);
-            Ok(identity)
-        }
-        Err(denied) => {
-            failed("query", denied.reason());
-            Err(match denied {
-                Denied::Missing => ApiError::Unauthorized {
-                    detail: "a bearer token is required: Authorization: Bearer <token>",
-                },
-                Denied::Wrong => ApiError::Unauthorized {
-                    detail: "the bearer token is not valid for queries",
-                },
-                Denied::Token(refusal) => ApiError::TokenRefused(refusal),
-            })
+impl From<Denied> for ApiError {
+    fn from(denied: Denied) -> Self {
+        match denied {
+            Denied::Missing => ApiError::Unauthorized {
+                detail: "a bearer token is required: Authorization: Bearer <token>",
+            },
+            Denied::Wrong => ApiError::Unauthorized {
+                detail: "the bearer token is not valid for queries",
+            },
+            Denied::Token(refusal) => ApiError::TokenRefused(refusal),
         }
     }
-}
-
-/// The credential of an `Authorization` value: what follows `Bearer `.
-pub fn bearer_of(value: &[u8]) -> Option<&[u8]> {
-    value
-        .strip_prefix(b"Bearer ")
-        .or_else(|| value.strip_prefix(b"bearer "))
-        .map(<[u8]>::trim_ascii)
 }
 
 impl FromRequestParts<AppState> for Identity {

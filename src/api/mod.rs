@@ -31,8 +31,6 @@ use axum::http::{header, Request};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use metrics_exporter_prometheus::PrometheusHandle;
-use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
@@ -42,92 +40,11 @@ use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use crate::config::Config;
-use crate::credentials::Rotator;
-use crate::engine::Engine;
 use crate::state::Health;
 
 use self::error::ApiError;
 
-/// Shared state of every handler: one pointer, cloned for every request.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-impl AppState {
-    /// The state every handler shares.
-    pub fn new(shared: Shared) -> Self {
-        Self(Arc::new(shared))
-    }
-}
-
-impl Shared {
-    /// The one way to run a statement ([`crate::core`]).
-    pub fn core(&self) -> crate::core::Core {
-        crate::core::Core {
-            ctx: self.statements_context(),
-            config: self.config.clone(),
-        }
-    }
-
-    /// What the statement domain works with, from this gateway.
-    pub fn statements_context(&self) -> crate::statements::Context {
-        let limits = &self.config.limits;
-        crate::statements::Context {
-            statements: self.statements.clone(),
-            queries: self.queries.clone(),
-            runner: crate::statements::Runner {
-                engine: self.engine.clone(),
-                rotator: self.rotator.clone(),
-                health: self.health.clone(),
-                shutdown: self.shutdown.clone(),
-            },
-            max_rows: limits.max_rows,
-            stall_timeout: std::time::Duration::from_millis(limits.send_stall_timeout_ms),
-            max_value_bytes: limits.max_value_bytes,
-            orphan_grace: std::time::Duration::from_millis(
-                self.config.statements.spool_orphan_grace_ms,
-            ),
-            download_limit: std::time::Duration::from_millis(limits.default_query_timeout_ms()),
-        }
-    }
-}
-
-impl std::ops::Deref for AppState {
-    type Target = Shared;
-
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
-
-/// What [`AppState`] holds.
-pub struct Shared {
-    /// Database, query pool and control connection.
-    pub engine: Arc<Engine>,
-    /// The health snapshot.
-    pub health: Arc<Health>,
-    /// The credential lifecycle.
-    pub rotator: Arc<Rotator>,
-    /// Who may call what (tokens, roles, OIDC, the URL key); its directory
-    /// is replaced whole by a reload ([`crate::identity::directory`]).
-    pub identities: Arc<crate::identity::Authenticator>,
-    /// What a reload reads again.
-    pub reload: crate::identity::directory::Sources,
-    /// Every setting.
-    pub config: Arc<Config>,
-    /// Prometheus renderer.
-    pub metrics: PrometheusHandle,
-    /// Cancelled when shutdown's grace period ends: running queries stop.
-    pub shutdown: CancellationToken,
-    /// The queries running now (`GET /queries`, `DELETE /queries/{id}`).
-    pub queries: Arc<crate::engine::queries::Registry>,
-    /// Async statements and their spool.
-    pub statements: Arc<crate::statements::Statements>,
-    /// The operator-declared catalogs attached at start.
-    pub catalogs: Arc<Vec<crate::engine::catalogs::Catalog>>,
-    /// The address the API listens on.
-    pub addr: std::net::SocketAddr,
-}
+pub use crate::core::state::{AppState, Shared};
 
 /// New work (a query, a statement) while the gateway drains: 503
 /// `shutting-down` with `Retry-After`, so the client sends it to another

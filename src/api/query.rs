@@ -31,17 +31,7 @@ pub const RETRIED_HEADER: HeaderName = HeaderName::from_static("duckgate-retried
 // The OpenAPI schemas of `encode::Column` and `encode::Format` (encoding
 // knows nothing of HTTP or OpenAPI).
 
-/// A column of the result, as the JSON answer names it.
-#[derive(serde::Serialize, utoipa::ToSchema)]
-#[schema(as = Column)]
-#[allow(dead_code)]
-pub struct ColumnSchema {
-    /// The column's name as DuckDB gave it.
-    pub name: String,
-    /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
-    #[serde(rename = "type")]
-    pub type_name: String,
-}
+pub use crate::statements::status::ColumnSchema;
 
 /// A response format.
 #[derive(serde::Serialize, utoipa::ToSchema)]

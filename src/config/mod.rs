@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use secrecy::{ExposeSecret, SecretString};
 
 pub mod attach;
+pub mod grants;
 pub mod oidc;
 pub mod roles;
 pub mod s3;

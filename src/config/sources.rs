@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::engine::sql_string;
+use crate::sql::sql_string;
 
 /// The catalog the sources' views live in.
 pub const CATALOG: &str = "sources";

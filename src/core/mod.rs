@@ -22,6 +22,8 @@
 //! protocol: errors are [`Error`]s, whose problem (slug, status,
 //! `Retry-After`) each door translates.
 
+pub mod state;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -733,8 +733,7 @@ pub async fn watch(
 pub fn objects(
     conn: &super::ffi::Connection,
     declared: &[Catalog],
-) -> duckdb::Result<Vec<crate::config::roles::CatalogObject>> {
-    use crate::config::roles::CatalogObject;
+) -> duckdb::Result<Vec<CatalogObject>> {
     let mut out = Vec::new();
     for database in list(conn, declared)? {
         for schema in database.schemas {
@@ -764,6 +763,22 @@ pub fn objects(
         }
     }
     Ok(out)
+}
+
+/// A table, view or schema of the catalog (a schema: empty name), with
+/// its columns.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogObject {
+    /// Its database.
+    pub catalog: String,
+    /// Its schema.
+    pub schema: String,
+    /// Its name; empty for the schema itself.
+    pub name: String,
+    /// Its columns.
+    pub columns: Vec<String>,
+    /// Whether it is a view (a named source is one).
+    pub view: bool,
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod pipe;
 pub mod policy;
 pub mod pool;
 pub mod priority;
+pub mod problems;
 pub mod progress;
 pub mod queries;
 pub mod s3_paths;
@@ -362,10 +363,7 @@ impl Engine {
     }
 }
 
-/// Quotes a value as an SQL string literal.
-pub fn sql_string(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
+pub use crate::sql::sql_string;
 
 fn prepare_data_dir(dir: &Path) -> Result<PathBuf, EngineError> {
     std::fs::create_dir_all(dir).map_err(|source| EngineError::DataDir {

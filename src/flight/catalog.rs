@@ -27,7 +27,7 @@ use futures::TryStreamExt;
 use prost::Message;
 use tonic::Status;
 
-use crate::api::AppState;
+use crate::core::state::AppState;
 use crate::flight::options::CallOptions;
 use crate::flight::results;
 use crate::identity::Identity;

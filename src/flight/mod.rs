@@ -53,7 +53,7 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::AppState;
+use crate::core::state::AppState;
 
 /// A running Flight SQL listener.
 pub struct Listener {

@@ -25,7 +25,7 @@ use futures::StreamExt;
 use tonic::Status;
 
 use crate::api::error::ApiError;
-use crate::api::AppState;
+use crate::core::state::AppState;
 use crate::encode::Format;
 use crate::engine::execute::describe::{DescribeSlot, Described};
 use crate::engine::queries::{Outcome, Registration, Running};

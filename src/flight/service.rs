@@ -33,7 +33,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::api::AppState;
+use crate::core::state::AppState;
 use crate::engine::Param;
 use crate::flight::catalog;
 use crate::flight::options::CallOptions;
@@ -84,8 +84,8 @@ impl FlightSql {
         }
     }
 
-    /// The caller, from the `authorization` metadata, read by the HTTP
-    /// API's own extractor (query tokens, OIDC JWTs).
+    /// The caller, from the `authorization` metadata, decided as every
+    /// door decides it (query tokens, OIDC JWTs).
     async fn auth<T>(&self, request: &Request<T>) -> Result<Identity, Status> {
         let value = request
             .metadata()
@@ -95,9 +95,11 @@ impl FlightSql {
     }
 
     async fn auth_header(&self, value: Option<&[u8]>) -> Result<Identity, Status> {
-        crate::api::auth::identify_bearer(value.and_then(crate::api::auth::bearer_of), &self.state)
+        self.state
+            .identities
+            .identify_authorization(value)
             .await
-            .map_err(|e| status::of_api(&e, None))
+            .map_err(|denied| status::of_api(&denied.into(), None))
     }
 
     /// The FlightInfo of a started result, kept for its DoGet.

@@ -24,8 +24,9 @@ use secrecy::ExposeSecret;
 
 use super::signer::UrlSigner;
 use super::tokens::{self, Tokens};
-use crate::config::roles::{RoleSpec, Roles};
+use crate::config::roles::RoleSpec;
 use crate::config::{AuthConfig, ConfigError, ConfigFile};
+use crate::identity::roles::Roles;
 
 /// Tokens, roles and the URL key, as one value.
 pub struct Directory {

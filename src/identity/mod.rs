@@ -13,6 +13,7 @@
 pub mod directory;
 pub mod jwks;
 pub mod oidc;
+pub mod roles;
 pub mod signer;
 pub mod tokens;
 
@@ -46,7 +47,7 @@ pub struct Identity {
 impl Identity {
     /// A query token's holder (or the anonymous caller) with the roles it
     /// is a member of in `roles`.
-    pub fn token_holder(name: Arc<str>, roles: &crate::config::roles::Roles) -> Self {
+    pub fn token_holder(name: Arc<str>, roles: &crate::identity::roles::Roles) -> Self {
         Self::with_roles(name, Vec::new(), Arc::default(), roles, false)
     }
 
@@ -70,7 +71,7 @@ impl Identity {
         name: Arc<str>,
         claimed: Vec<Arc<str>>,
         claims: Arc<serde_json::Map<String, serde_json::Value>>,
-        roles: &crate::config::roles::Roles,
+        roles: &crate::identity::roles::Roles,
         jwt: bool,
     ) -> Self {
         let mut access = roles.access(&name, &claimed, &claims);
@@ -166,6 +167,36 @@ impl Authenticator {
         self.oidc.as_ref()
     }
 
+    /// The identity of an `Authorization` value (`Bearer <credential>`, as
+    /// HTTP and gRPC metadata carry it), or why it opens nothing: counted
+    /// in `duckgate_auth_failures_total` and logged by its reason, never by
+    /// the credential. Every door decides identities here.
+    pub async fn identify_authorization(
+        &self,
+        authorization: Option<&[u8]>,
+    ) -> Result<Identity, Denied> {
+        match self.identify(authorization.and_then(bearer_of)).await {
+            Ok(identity) => {
+                tracing::Span::current().record("identity", &*identity.name);
+                Ok(identity)
+            }
+            Err(denied) => {
+                metrics::counter!(
+                    "duckgate_auth_failures_total",
+                    "route" => "query",
+                    "reason" => denied.reason()
+                )
+                .increment(1);
+                tracing::warn!(
+                    route = "query",
+                    reason = denied.reason(),
+                    "authentication failed"
+                );
+                Err(denied)
+            }
+        }
+    }
+
     /// The identity `bearer` (the credential as sent, without a scheme)
     /// proves: a query token's holder, an OIDC identity, or the anonymous
     /// caller of an anonymous gateway (which takes no credential).
@@ -210,4 +241,12 @@ impl Authenticator {
         };
         holds.then(|| Identity::owner(owner.into()))
     }
+}
+
+/// The credential of an `Authorization` value: what follows `Bearer `.
+pub fn bearer_of(value: &[u8]) -> Option<&[u8]> {
+    value
+        .strip_prefix(b"Bearer ")
+        .or_else(|| value.strip_prefix(b"bearer "))
+        .map(<[u8]>::trim_ascii)
 }

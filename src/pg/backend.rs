@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use secrecy::{ExposeSecret, SecretString};
 
-pub use crate::api::AppState as State;
+pub use crate::core::state::AppState as State;
 pub use crate::engine::execute::describe::Described;
 pub use crate::engine::queries::Running;
 pub use crate::engine::Param;

@@ -58,7 +58,7 @@ pub struct StatementStatus {
     pub spool_bytes: Option<u64>,
     /// The result's columns, once it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Vec<crate::api::query::ColumnSchema>>)]
+    #[schema(value_type = Option<Vec<ColumnSchema>>)]
     pub columns: Option<Vec<Column>>,
     /// Where its result is paged, once it succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -171,4 +171,16 @@ pub fn remote_status(row: &Row) -> serde_json::Value {
         }
     }
     status
+}
+
+/// A column of the result, as the JSON answer names it.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Column)]
+#[allow(dead_code)]
+pub struct ColumnSchema {
+    /// The column's name as DuckDB gave it.
+    pub name: String,
+    /// DuckDB's type name, e.g. `INTEGER`, `DECIMAL(18,3)`, `STRUCT(a INTEGER)`.
+    #[serde(rename = "type")]
+    pub type_name: String,
 }

@@ -1,17 +1,27 @@
-//! duckgate: an HTTP SQL gateway over an embedded DuckDB that keeps S3 STS
-//! credentials fresh.
+//! duckgate: a SQL gateway over an embedded DuckDB, with three doors (HTTP,
+//! Arrow Flight SQL, the PostgreSQL wire protocol) over one core, per-caller
+//! grants, row filters and masks, and S3 credentials kept fresh.
 //!
-//! - `config`: every setting (S3 secrets in `config::s3`), with defaults and
-//!   validation.
-//! - `api`: axum routes (query, health, admin, metrics, docs), content
-//!   negotiation, errors, auth: everything HTTP.
-//! - `engine`: DuckDB: database set-up and lockdown, the query pool, the
-//!   statement guard, execution. No HTTP.
-//! - `encode`: result formats (JSON, NDJSON, CSV, Arrow). No HTTP.
-//! - `credentials`: credential sources, the rotator, the secret DDL.
-//! - `identity`: bearer JWTs of an OIDC issuer, checked against its keys.
-//! - `state`: the health snapshot that probes read with atomic loads.
-//! - `telemetry`: logging.
+//! The layers, from the outside in (each imports only those below it):
+//!
+//! - [`api`], [`flight`], [`pg`]: the doors. Each turns its protocol into an
+//!   [`identity::Identity`] and a [`core::Request`], and the answer back into
+//!   its protocol (problem documents, gRPC status, SQLSTATEs).
+//! - [`core`]: one way to run a statement ([`core::Core::run`],
+//!   [`core::Core::submit`]) and what every door shares
+//!   ([`core::state::AppState`]).
+//! - [`identity`]: who a caller is (query tokens, OIDC JWTs) and what its
+//!   roles let it read ([`identity::roles`]).
+//! - [`statements`]: async statements, their spool and, with replicas, their
+//!   shared state in PostgreSQL and S3.
+//! - [`engine`]: DuckDB: set-up and lockdown, admission and the pool, the
+//!   guard, the row policy, execution, and the error catalogue
+//!   ([`problems`]). No protocol.
+//! - [`encode`]: result formats (JSON, NDJSON, CSV, Arrow). No protocol.
+//! - [`credentials`]: credential sources, the rotator, the secrets.
+//! - [`config`]: every setting and every declared role and grant, validated
+//!   once; [`state`]: the health snapshot probes read with atomic loads;
+//!   [`telemetry`]: logging; [`sql`]: quoting SQL text.
 //!
 //! [`run`] wires them together (`startup`, in named steps) and serves until
 //! the shutdown future resolves.

@@ -4,7 +4,7 @@
 //! names it. What a grant means is [`crate::engine::guard::access`]'s;
 //! here they are read and checked for form. Whether each grant names
 //! something that exists is checked once the catalogs are attached
-//! ([`check_against`]).
+//! ([`crate::identity::roles::Roles::check_against`]).
 //!
 //! ```toml
 //! [[role]]

@@ -1,6 +1,6 @@
 //! What every door shares: one pointer to the gateway's parts (engine,
 //! health, rotator, identities, statements, settings), cloned per call.
-//! Built once by the composition root ([`crate::startup`]); HTTP, Flight SQL
+//! Built once by the composition root (`startup.rs`); HTTP, Flight SQL
 //! and the PostgreSQL door each take it, none owns it.
 
 use std::sync::Arc;

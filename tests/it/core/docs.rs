@@ -21,7 +21,7 @@ fn the_settings_reference_is_generated_from_the_command_line() {
     );
 }
 
-/// The error table of docs/api.md is the catalogue's (`src/problems.rs`):
+/// The error table of docs/api.md is the catalogue's (`src/engine/problems.rs`):
 /// every kind a client can see has its row, with its status and its
 /// `Retry-After`. (`bad-request` stands for the malformed requests' own
 /// slugs, which the table lists by name.)
@@ -215,5 +215,101 @@ fn the_operators_documents_link_to_headings_that_exist() {
         broken.is_empty(),
         "links to missing headings:\n{}",
         broken.join("\n")
+    );
+}
+
+/// Every file of the tree the documents name in backquotes exists: a full
+/// path (`src/...`, `tests/...`, `scripts/...`, ...) where it says, a
+/// shorter one (`execute/inline.rs`, `policy.cpp`) as the end of some
+/// file's path. A file moved or removed without its documents fails here.
+#[test]
+fn every_file_the_documents_name_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name == ".git" || name == "target" || name == "node_modules" {
+                continue;
+            }
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(
+                    path.strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .to_string(),
+                );
+            }
+        }
+    }
+    let tops = [
+        "src/",
+        "tests/",
+        "scripts/",
+        "deploy/",
+        "ui/",
+        "bench/",
+        "k6/",
+        "examples/",
+        "clients/",
+        "openapi/",
+        "docs/",
+    ];
+    let kinds = [
+        ".rs", ".cpp", ".hpp", ".h", ".py", ".js", ".tsv", ".toml", ".yml", ".yaml",
+    ];
+    let mut documents = vec![root.join("README.md")];
+    documents.extend(
+        std::fs::read_dir(root.join("docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md") && !p.ends_with("history.md")),
+    );
+    let (mut checked, mut missing) = (0, Vec::new());
+    for doc in &documents {
+        let text = std::fs::read_to_string(doc).unwrap();
+        for (n, quoted) in text.split('`').enumerate() {
+            if n % 2 == 0
+                || quoted.contains(char::is_whitespace)
+                || quoted.contains(['*', '{', '<', '$'])
+            {
+                continue;
+            }
+            let name = quoted.trim_end_matches([',', '.', ':']);
+            let full = tops.iter().any(|t| name.starts_with(t));
+            let file_like = kinds.iter().any(|k| name.ends_with(k));
+            if !(full || file_like) {
+                continue;
+            }
+            let name = name.trim_end_matches('/');
+            let exists = if full {
+                root.join(name).exists()
+            } else {
+                files
+                    .iter()
+                    .any(|f| f == name || f.ends_with(&format!("/{name}")))
+            };
+            checked += 1;
+            if !exists {
+                missing.push(format!(
+                    "{}: {name}",
+                    doc.strip_prefix(root).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        checked > 100,
+        "only {checked} names checked: the scan is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "{} of {checked} files the documents name do not exist:\n{}",
+        missing.len(),
+        missing.join("\n")
     );
 }

@@ -8,6 +8,7 @@ mod drain;
 pub(super) mod grants;
 mod guard_kinds;
 mod inline;
+mod layers;
 mod metrics;
 mod openapi;
 mod policies;

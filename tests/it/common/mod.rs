@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod pg_tls;
+pub mod reference;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

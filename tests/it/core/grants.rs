@@ -63,40 +63,7 @@ fn operator_database(path: &std::path::Path) {
 }
 
 /// DuckDB's answer to `sql` on `conn`: rows of JSON values, or its error.
-pub(super) fn reference(conn: &duckdb::Connection, sql: &str) -> Result<Value, String> {
-    let mut stmt = conn.prepare(sql).map_err(|e| e.to_string())?;
-    let mut rows = stmt.query([]).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().map_err(|e| e.to_string())? {
-        let n = row.as_ref().column_count();
-        let mut values = Vec::new();
-        for i in 0..n {
-            values.push(json_of(sql, row.get(i).unwrap()));
-        }
-        out.push(Value::Array(values));
-    }
-    Ok(Value::Array(out))
-}
-
-/// A DuckDB value as the gateway's JSON answer writes it.
-fn json_of(sql: &str, v: duckdb::types::Value) -> Value {
-    use duckdb::types::Value as V;
-    match v {
-        V::Null => Value::Null,
-        V::Boolean(b) => json!(b),
-        V::TinyInt(x) => json!(x),
-        V::SmallInt(x) => json!(x),
-        V::Int(x) => json!(x),
-        V::BigInt(x) => json!(x),
-        V::HugeInt(x) => json!(x as i64),
-        V::UBigInt(x) => json!(x),
-        V::Double(x) => json!(x),
-        V::Decimal(d) => json!(d.to_string().parse::<f64>().unwrap()),
-        V::Text(s) => json!(s),
-        V::List(items) => Value::Array(items.into_iter().map(|i| json_of(sql, i)).collect()),
-        other => panic!("{sql}: a type the corpus does not use: {other:?}"),
-    }
-}
+pub(super) use crate::common::reference::rows as reference;
 
 /// The spellings of a table of `main` in database `ops`.
 pub(super) fn spellings(name: &str) -> Vec<String> {

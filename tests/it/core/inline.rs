@@ -22,24 +22,11 @@ async fn counters(g: &common::Endpoint) -> [f64; 3] {
     ]
 }
 
-/// `sql` with `params` in-process: DuckDB's own rows, as JSON values.
+/// `sql` with `param` in-process: DuckDB's own rows, as JSON values.
 fn duckdb_rows(sql: &str, param: i64) -> Vec<Vec<Value>> {
     let conn = duckdb::Connection::open_in_memory().unwrap();
-    let mut stmt = conn.prepare(sql).unwrap();
-    let mut rows = stmt.query([param]).unwrap();
-    let mut out = Vec::new();
-    while let Some(r) = rows.next().unwrap() {
-        let n = r.as_ref().column_count();
-        out.push(
-            (0..n)
-                .map(|i| match r.get_ref(i).unwrap() {
-                    duckdb::types::ValueRef::Text(t) => json!(std::str::from_utf8(t).unwrap()),
-                    _ => json!(r.get::<_, i64>(i).unwrap()),
-                })
-                .collect(),
-        );
-    }
-    out
+    let rows = common::reference::rows_with(&conn, sql, &[&param]).unwrap();
+    serde_json::from_value(rows).unwrap()
 }
 
 /// The rows of an NDJSON answer, each as its array of values.

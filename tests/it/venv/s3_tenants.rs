@@ -11,7 +11,7 @@
 use crate::common;
 
 use crate::common::{Gateway, S3Server};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const ALICE: &str = "alice-tenant-acme-token-01";
 const BOB: &str = "bob-tenant-globex-token-02";
@@ -52,17 +52,7 @@ fn files(tenant: &str, n: i64) -> Vec<(String, String)> {
 /// DuckDB's rows for `sql` over local copies (`{dir}` stands for the
 /// directory holding a tenant's files), as the gateway's JSON renders them.
 fn reference(sql: &str) -> Value {
-    let db = duckdb::Connection::open_in_memory().unwrap();
-    let mut stmt = db.prepare(sql).unwrap();
-    let mut rows = stmt.query([]).unwrap();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().unwrap() {
-        let id: i64 = row.get(0).unwrap();
-        let amount: f64 = row.get(1).unwrap();
-        let note: String = row.get(2).unwrap();
-        out.push(json!([id, amount, note]));
-    }
-    Value::Array(out)
+    crate::common::reference::in_memory(sql)
 }
 
 #[tokio::test]

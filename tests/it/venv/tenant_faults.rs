@@ -22,17 +22,7 @@ const ADMIN: &str = "admin-tenant-token-0000003";
 /// DuckDB's rows for `sql` over local copies of a tenant's files, as the
 /// gateway's JSON renders them (id BIGINT, amount DOUBLE, note VARCHAR).
 fn reference(sql: &str) -> Value {
-    let db = duckdb::Connection::open_in_memory().unwrap();
-    let mut stmt = db.prepare(sql).unwrap();
-    let mut rows = stmt.query([]).unwrap();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next().unwrap() {
-        let id: i64 = row.get(0).unwrap();
-        let amount: f64 = row.get(1).unwrap();
-        let note: String = row.get(2).unwrap();
-        out.push(json!([id, amount, note]));
-    }
-    Value::Array(out)
+    crate::common::reference::in_memory(sql)
 }
 
 async fn rotations(g: &Gateway, name: &str) -> u64 {

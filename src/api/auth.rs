@@ -44,10 +44,10 @@ impl From<Denied> for ApiError {
     fn from(denied: Denied) -> Self {
         match denied {
             Denied::Missing => ApiError::Unauthorized {
-                detail: "a bearer token is required: Authorization: Bearer <token>",
+                detail: crate::identity::MISSING_DETAIL,
             },
             Denied::Wrong => ApiError::Unauthorized {
-                detail: "the bearer token is not valid for queries",
+                detail: crate::identity::WRONG_DETAIL,
             },
             Denied::Token(refusal) => ApiError::TokenRefused(refusal),
         }

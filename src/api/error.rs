@@ -233,17 +233,11 @@ impl ApiError {
             ),
             // The issuer's keys cannot be had: the service's fault, a retry
             // may succeed (503 with Retry-After), never the client's 401.
-            ApiError::TokenRefused(refusal) if refusal.issuer_unavailable() => (
-                Problem::new(&kind::ISSUER_UNAVAILABLE, refusal.detail()),
-                None,
-            ),
+            ApiError::TokenRefused(refusal) if refusal.issuer_unavailable() => {
+                (refusal.problem(), None)
+            }
             ApiError::TokenRefused(refusal) => (
-                Problem::with_slug(
-                    &kind::UNAUTHORIZED,
-                    refusal.slug(),
-                    refusal.title(),
-                    refusal.detail(),
-                ),
+                refusal.problem(),
                 // RFC 6750: the token was there and is not good.
                 Some((
                     header::WWW_AUTHENTICATE,

@@ -10,7 +10,6 @@
 use tonic::metadata::MetadataMap;
 use tonic::Status;
 
-use crate::api::error::ApiError;
 use crate::flight::status;
 
 /// What a call asked for; `None`: the gateway's default.
@@ -37,8 +36,9 @@ impl CallOptions {
                 .filter(|&v| v > 0)
                 .map(Some)
                 .ok_or_else(|| {
-                    status::of_api(
-                        &ApiError::bad_request(
+                    status::of_problem(
+                        &crate::problems::Problem::with_slug(
+                            &crate::problems::kind::BAD_REQUEST,
                             slug,
                             title,
                             format!("the {name} header must be a positive integer"),

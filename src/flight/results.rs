@@ -24,7 +24,6 @@ use futures::stream::BoxStream;
 use futures::StreamExt;
 use tonic::Status;
 
-use crate::api::error::ApiError;
 use crate::core::state::AppState;
 use crate::encode::Format;
 use crate::engine::execute::describe::{DescribeSlot, Described};
@@ -57,13 +56,13 @@ pub struct Started {
 #[derive(Debug)]
 pub struct Failed {
     /// What went wrong.
-    pub error: Box<ApiError>,
+    pub error: Box<crate::core::Error>,
     /// The query's id, once it was registered.
     pub query_id: Option<String>,
 }
 
 impl Failed {
-    fn new(error: ApiError, query_id: Option<&str>) -> Self {
+    fn new(error: crate::core::Error, query_id: Option<&str>) -> Self {
         Self {
             error: Box::new(error),
             query_id: query_id.map(str::to_string),
@@ -73,7 +72,7 @@ impl Failed {
 
 impl From<Failed> for Status {
     fn from(f: Failed) -> Status {
-        status::of_api(&f.error, f.query_id.as_deref())
+        status::of_core(&f.error, f.query_id.as_deref())
     }
 }
 
@@ -173,7 +172,7 @@ pub async fn start_as(
         .core()
         .run(auth, request, crate::core::Leave::Encoded(Format::Arrow))
         .await
-        .map_err(|e| Failed::new(ApiError::from(e), None))?;
+        .map_err(|e| Failed::new(e, None))?;
     let running = ran.registration.running.clone();
     let id = running.id.clone();
     let mut reader = Reader {
@@ -234,7 +233,7 @@ pub async fn describe_as(
         .core()
         .run(auth, request, crate::core::Leave::Described(out.clone()))
         .await
-        .map_err(|e| Failed::new(ApiError::from(e), None))?;
+        .map_err(|e| Failed::new(e, None))?;
     let registration = ran.registration;
     let id = registration.running.id.clone();
     // The body is empty; its end is the worker's.
@@ -255,7 +254,7 @@ pub async fn describe_as(
     ended?;
     out.get().cloned().ok_or_else(|| {
         Failed::new(
-            ApiError::Internal("the statement was not described".into()),
+            crate::core::Error::Internal("the statement was not described".into()),
             Some(&id),
         )
     })
@@ -263,13 +262,13 @@ pub async fn describe_as(
 
 /// The error that ended a result's body: the query's own where the engine
 /// carried it, else an internal one.
-fn body_error(e: &std::io::Error) -> ApiError {
+fn body_error(e: &std::io::Error) -> crate::core::Error {
     match e
         .get_ref()
         .and_then(|i| i.downcast_ref::<crate::engine::QueryError>())
     {
-        Some(q) => ApiError::Query(q.clone()),
-        None => ApiError::Internal(e.to_string()),
+        Some(q) => crate::core::Error::Query(q.clone()),
+        None => crate::core::Error::Internal(e.to_string()),
     }
 }
 
@@ -513,7 +512,7 @@ impl Reader {
                 error_class: None,
             });
         }
-        Failed::new(ApiError::Internal(cause), Some(&self.id))
+        Failed::new(crate::core::Error::Internal(cause), Some(&self.id))
     }
 
     /// The next batch, an error that ends the result, or `None` at its end.

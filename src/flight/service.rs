@@ -99,7 +99,7 @@ impl FlightSql {
             .identities
             .identify_authorization(value)
             .await
-            .map_err(|denied| status::of_api(&denied.into(), None))
+            .map_err(|denied| status::of_problem(&denied.problem(), None))
     }
 
     /// The FlightInfo of a started result, kept for its DoGet.
@@ -157,14 +157,14 @@ impl FlightSql {
         auth: &Identity,
     ) -> Result<Vec<crate::engine::catalogs::DatabaseEntry>, Status> {
         let declared = self.state.catalogs.clone();
-        let mut databases = crate::api::catalog::on_pooled(&self.state, &auth.name, move |conn| {
+        let mut databases = crate::core::catalog::on_pooled(&self.state, &auth.name, move |conn| {
             crate::engine::catalogs::list(conn, &declared)
         })
         .await
-        .map_err(|e| status::of_api(&e, None))?;
+        .map_err(|e| status::of_core(&e, None))?;
         // A caller confined by roles sees what they grant.
         if let Some(access) = &auth.access {
-            crate::api::catalog::confine(&mut databases, access);
+            crate::core::catalog::confine(&mut databases, access);
         }
         Ok(databases)
     }

@@ -7,8 +7,8 @@
 
 use tonic::{Code, Status};
 
-use crate::api::error::{ApiError, Problem};
 use crate::engine::QueryError;
+use crate::problems::Problem;
 
 /// The gRPC code of a problem.
 pub fn code_of(problem: &Problem) -> Code {
@@ -50,9 +50,10 @@ pub fn of_problem(problem: &Problem, query_id: Option<&str>) -> Status {
     status
 }
 
-/// The status of an API error.
-pub fn of_api(e: &ApiError, query_id: Option<&str>) -> Status {
-    if let ApiError::Internal(cause) = e {
+/// The status of the core's error (its cause logged where it is the
+/// gateway's fault, never sent).
+pub fn of_core(e: &crate::core::Error, query_id: Option<&str>) -> Status {
+    if let crate::core::Error::Internal(cause) | crate::core::Error::SharedState(cause) = e {
         tracing::error!(error = %cause, "Flight SQL call failed");
     }
     of_problem(&e.problem(), query_id)
@@ -60,7 +61,7 @@ pub fn of_api(e: &ApiError, query_id: Option<&str>) -> Status {
 
 /// The status of a query's failure.
 pub fn of_query(e: QueryError, query_id: Option<&str>) -> Status {
-    of_api(&ApiError::Query(e), query_id)
+    of_core(&crate::core::Error::Query(e), query_id)
 }
 
 /// A status for a request that is malformed (the client's mistake).

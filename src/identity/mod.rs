@@ -106,6 +106,11 @@ pub fn parties(tokens: &tokens::Tokens, oidc: bool) -> usize {
     }
 }
 
+/// What a caller without a credential is told.
+pub const MISSING_DETAIL: &str = "a bearer token is required: Authorization: Bearer <token>";
+/// What a caller whose credential is no query token is told.
+pub const WRONG_DETAIL: &str = "the bearer token is not valid for queries";
+
 /// Why a credential opens nothing.
 #[derive(Debug)]
 pub enum Denied {
@@ -118,6 +123,17 @@ pub enum Denied {
 }
 
 impl Denied {
+    /// What a caller is told, whatever the door (HTTP adds its
+    /// `WWW-Authenticate`, gRPC and PostgreSQL carry the same text).
+    pub fn problem(&self) -> crate::problems::Problem {
+        use crate::problems::{kind, Problem};
+        match self {
+            Denied::Missing => Problem::new(&kind::UNAUTHORIZED, MISSING_DETAIL),
+            Denied::Wrong => Problem::new(&kind::UNAUTHORIZED, WRONG_DETAIL),
+            Denied::Token(refusal) => refusal.problem(),
+        }
+    }
+
     /// The reason counted in `duckgate_auth_failures_total`.
     pub fn reason(&self) -> &'static str {
         match self {

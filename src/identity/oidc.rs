@@ -120,6 +120,22 @@ impl Refusal {
         }
     }
 
+    /// The problem a caller gets: 503 when the issuer's keys cannot be
+    /// had (the service's fault, a retry may succeed), else 401.
+    pub fn problem(self) -> crate::problems::Problem {
+        use crate::problems::{kind, Problem};
+        if self.issuer_unavailable() {
+            Problem::new(&kind::ISSUER_UNAVAILABLE, self.detail())
+        } else {
+            Problem::with_slug(
+                &kind::UNAUTHORIZED,
+                self.slug(),
+                self.title(),
+                self.detail(),
+            )
+        }
+    }
+
     /// What was wrong, for the problem's detail.
     pub fn detail(self) -> String {
         match self {

@@ -44,7 +44,9 @@ pub struct Failure {
 
 impl From<Failed> for Failure {
     fn from(f: Failed) -> Self {
-        if let crate::api::error::ApiError::Internal(cause) = f.error.as_ref() {
+        if let crate::core::Error::Internal(cause) | crate::core::Error::SharedState(cause) =
+            f.error.as_ref()
+        {
             tracing::error!(error = %cause, query_id = ?f.query_id, "PostgreSQL door: statement failed");
         }
         let mut problem = f.error.problem();

@@ -136,9 +136,12 @@ mod tests {
 
     #[test]
     fn positions_count_characters_from_one() {
-        let mut p =
-            crate::api::error::ApiError::bad_request("sql-error", "SQL error", "x".to_string())
-                .problem();
+        let mut p = crate::problems::Problem::with_slug(
+            &crate::problems::kind::BAD_REQUEST,
+            "sql-error",
+            "SQL error",
+            "x",
+        );
         p.offset = Some(9);
         let PgWireError::UserError(info) = of_problem(&p, "SELECT é FROM") else {
             panic!()

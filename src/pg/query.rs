@@ -472,7 +472,15 @@ impl SimpleQueryHandler for Queries {
             match self.simple(&session, sql, i + 1 == pieces.len()).await {
                 Ok(r) => out.push(r),
                 // PostgreSQL stops a simple query at its first error.
-                Err(PgWireError::UserError(info)) => {
+                Err(PgWireError::UserError(mut info)) => {
+                    // The position is in the statement; the client counts
+                    // from the start of the text it sent.
+                    let before = sql.as_ptr() as usize - query.as_ptr() as usize;
+                    info.position = info
+                        .position
+                        .as_deref()
+                        .and_then(|p| p.parse::<usize>().ok())
+                        .map(|p| (p + query[..before].chars().count()).to_string());
                     out.push(Response::Error(info));
                     break;
                 }

@@ -90,7 +90,7 @@ async fn door(extra: &[(&str, &str)]) -> Door {
 }
 
 /// The door's address, once the gateway logged it.
-async fn pg_addr(app: &App) -> String {
+pub(super) async fn pg_addr(app: &App) -> String {
     eventually("the PostgreSQL address", Duration::from_secs(10), || {
         let log = app.log_text();
         async move {
@@ -108,7 +108,7 @@ async fn pg_addr(app: &App) -> String {
 /// Python shared by the scripts: the door's DSN, the reference DuckDB, and
 /// values made comparable (a driver's Decimal, datetime, timedelta or
 /// bytes against DuckDB's).
-const PRELUDE: &str = r#"
+pub(super) const PRELUDE: &str = r#"
 import datetime, decimal, json, sys, uuid
 import duckdb
 DSN, REFERENCE, ARGS = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -626,7 +626,7 @@ done(third_alice=third_alice, fourth=fourth, too_big=too_big, idle=idle, closed=
 
 /// A CA and a server certificate for `localhost` and 127.0.0.1, by the
 /// venv's `cryptography`; their paths.
-fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+pub(super) fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     python(
         r#"
 import datetime, ipaddress, sys

@@ -1,0 +1,555 @@
+//! The tenant corpus and the guard's refusals replayed through the
+//! PostgreSQL door (issue 58): what `core::tenant_channels`,
+//! `core::policies`, `venv::oidc` and `venv::guard_corpus` check over HTTP,
+//! checked by what psycopg and psql see. On an operator's database made here
+//! by DuckDB in-process:
+//! - `acme` (a query token over SCRAM) reads the orders of tenant `acme`
+//!   through a filter that stays above the scan (`lower(tenant) = 'acme'`)
+//!   and the customers with `phone` masked; OIDC JWTs of role `tenant`
+//!   (cleartext passwords inside TLS) read their `tenant` claim's orders;
+//!   `bob` holds no role (the control: his answers are the whole table's).
+//!   Every answer, in the simple protocol and the extended one's text and
+//!   binary formats, is Python DuckDB's over a database holding exactly
+//!   the identity's rows (an error only hidden rows would raise included);
+//! - a hidden table, view or index answers exactly as a missing name does
+//!   (`42P01`, the same message and position), in every spelling;
+//! - the guard's refusals are `42501` (a multi-statement simple query stops
+//!   at the refused one, psql's caret under DuckDB's place in the whole text);
+//! - `pg_catalog` and `information_schema` list only what the identity may
+//!   read, as psql's `\dt` does;
+//! - a JWT is never taken outside TLS; an expired or wrong one is `28P01`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use super::oidc::{Issuer, AUDIENCE};
+use super::pg_door::{certificates, pg_addr, PRELUDE};
+use crate::common::{python, App, Gateway};
+
+const ACME: &str = "acme-pg-token-0123456789abcdef";
+const BOB: &str = "bob-pg-token-0123456789abcdef01";
+
+const ROLES: &str = r#"
+[[role]]
+name = "acme"
+members = ["acme"]
+read = ["ops.main.orders", "ops.main.regions", "ops.main.customers"]
+[role.rows]
+"ops.main.orders" = "lower(tenant) = 'acme'"
+[role.masks."ops.main.customers"]
+phone = "'***'"
+
+[[role]]
+name = "tenant"
+read = ["ops.main.orders", "ops.main.regions", "ops.main.customers"]
+[role.rows]
+"ops.main.orders" = "tenant = claim('tenant')"
+[role.masks."ops.main.customers"]
+phone = "'***'"
+"#;
+
+/// The tables every confined identity here may read.
+const GRANTED: &[&str] = &["customers", "orders", "regions"];
+/// Objects of the database no role grants.
+const HIDDEN: &[&str] = &["secret_stuff", "constants", "all_orders"];
+
+/// The operator's database, made by DuckDB: orders of three tenants whose
+/// notes are numbers for `acme` only (a cast of another tenant's fails),
+/// regions, customers with phones, a table, two views, an index and a
+/// sequence no role grants.
+fn operator_database(path: &Path) {
+    let conn = duckdb::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE orders AS SELECT i AS id,
+                ['acme', 'globex', 'initech'][i % 3 + 1] AS tenant,
+                (i * 7919) % 3000 AS amount,
+                CASE WHEN i % 3 = 0 THEN CAST(i AS VARCHAR) ELSE 'boom' END AS note,
+                DATE '2024-01-01' + (i % 400)::INTEGER AS placed
+            FROM range(3000) t(i);
+         CREATE TABLE regions AS SELECT i AS id, 'r' || i AS region FROM range(10) t(i);
+         CREATE TABLE customers AS SELECT i AS id, 'name ' || i AS name,
+                '+1-555-' || lpad(i::VARCHAR, 4, '0') AS phone FROM range(20) t(i);
+         CREATE TABLE secret_stuff(x INTEGER PRIMARY KEY, y VARCHAR);
+         INSERT INTO secret_stuff VALUES (42, 'hidden');
+         CREATE VIEW constants AS SELECT 42 AS answer;
+         CREATE VIEW all_orders AS SELECT * FROM orders;
+         CREATE INDEX regions_by_name ON regions(region);
+         CREATE INDEX secret_by_y ON secret_stuff(y);
+         CREATE SEQUENCE secret_seq;",
+    )
+    .unwrap();
+}
+
+struct Door {
+    app: App,
+    port: String,
+    reference: PathBuf,
+    dir: tempfile::TempDir,
+    issuer: Option<Issuer>,
+    ca: Option<PathBuf>,
+}
+
+/// A gateway over the operator's database with the door on a free port;
+/// `tls`: with a certificate and an OIDC issuer.
+async fn door(tls: bool) -> Door {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ops.duckdb");
+    operator_database(&db);
+    let reference = dir.path().join("reference.duckdb");
+    std::fs::copy(&db, &reference).unwrap();
+    let roles = dir.path().join("roles.toml");
+    std::fs::write(&roles, ROLES).unwrap();
+    let mut b = Gateway::builder()
+        .env("DUCKGATE_PG_LISTEN", "127.0.0.1:0")
+        .env("DUCKGATE_DATABASE", db.display())
+        .env("DUCKGATE_CONFIG", roles.display())
+        .env("DUCKGATE_QUERY_TOKENS", format!("acme:{ACME},bob:{BOB}"));
+    let (mut issuer, mut ca) = (None, None);
+    if tls {
+        let (ca_pem, cert, key) = certificates(dir.path());
+        let i = Issuer::start();
+        b = b
+            .env("DUCKGATE_PG_TLS_CERT", cert.display())
+            .env("DUCKGATE_PG_TLS_KEY", key.display())
+            .env("DUCKGATE_OIDC_ISSUER", &i.base)
+            .env("DUCKGATE_OIDC_AUDIENCE", AUDIENCE);
+        issuer = Some(i);
+        ca = Some(ca_pem);
+    }
+    let app = b.spawn_app().await;
+    let addr = pg_addr(&app).await;
+    let port = addr.rsplit(':').next().unwrap_or_default().to_string();
+    Door {
+        app,
+        port,
+        reference,
+        dir,
+        issuer,
+        ca,
+    }
+}
+
+impl Door {
+    /// A libpq connection string over plain TCP.
+    fn dsn(&self, user: &str, password: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user={user} password={password} dbname=ops sslmode=disable",
+            self.port
+        )
+    }
+
+    /// A libpq connection string inside TLS, the certificate verified.
+    fn tls_dsn(&self, password: &str) -> String {
+        format!(
+            "host=localhost port={} user=whoever password={password} dbname=ops sslmode=verify-full sslrootcert={}",
+            self.port,
+            self.ca.as_ref().unwrap().display()
+        )
+    }
+
+    /// Runs `script` after the prelude (`DSN`, the reference, `ARGS`); its
+    /// last line as JSON.
+    fn run(&self, script: &str, args: &[&str]) -> Value {
+        let reference = self.reference.to_str().unwrap();
+        let mut all = vec!["", reference];
+        all.extend_from_slice(args);
+        let out = python(&format!("{PRELUDE}\n{CORPUS}\n{script}"), &all);
+        let last = out.lines().last().unwrap_or_default();
+        serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"))
+    }
+
+    /// A JWT of the issuer for `tenant` (role `tenant`), expiring in
+    /// `expires_in` seconds (negative: expired).
+    async fn jwt(&self, tenant: &str, expires_in: i64) -> String {
+        let issuer = self.issuer.as_ref().unwrap();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let claims = json!({
+            "iss": issuer.base, "aud": AUDIENCE, "sub": format!("user-of-{tenant}"),
+            "iat": now - 600, "exp": now + expires_in,
+            "roles": ["tenant"], "tenant": tenant,
+        });
+        issuer.mint("rsa-1", "RS256", claims).await
+    }
+}
+
+/// The corpus each identity runs, and how its answer is checked: against
+/// DuckDB over a database holding only that identity's rows (`confined`),
+/// through every protocol psycopg speaks.
+const CORPUS: &str = r#"
+import psycopg
+
+QUERIES = [
+    ("SELECT count(*), sum(amount), min(placed), max(placed) FROM orders", ()),
+    ("SELECT tenant, count(*) AS n, sum(amount) AS s FROM orders GROUP BY ALL ORDER BY ALL", ()),
+    ("SELECT id FROM orders ORDER BY amount, id LIMIT 100", ()),
+    ("SELECT count(*) FROM orders o JOIN (SELECT v FROM range(0, 300) r(v)) r ON o.amount = r.v", ()),
+    ("SELECT r.region, count(*) FROM orders o JOIN regions r ON o.id % 10 = r.id GROUP BY ALL ORDER BY ALL", ()),
+    ("SELECT id, amount, sum(amount) OVER (ORDER BY id) AS running FROM orders ORDER BY id LIMIT 50", ()),
+    ("WITH orders AS (SELECT * FROM main.orders WHERE amount < 1000) SELECT count(*) FROM orders", ()),
+    ("SELECT count(*) FROM ops.main.orders WHERE id IN (SELECT id FROM orders WHERE amount > 1500)", ()),
+    ("SELECT tenant FROM orders UNION SELECT 'x' ORDER BY 1", ()),
+    ("SELECT max(id) FROM orders WHERE EXISTS (SELECT 1 FROM orders o2 WHERE o2.id = orders.id + 1)", ()),
+    # An error only other tenants' rows raise: acme's notes are numbers.
+    ("SELECT sum(CAST(note AS INTEGER)) FROM orders", ()),
+    ("SELECT id, name, phone FROM customers ORDER BY id", ()),
+    ("SELECT count(DISTINCT phone), min(phone) FROM customers", ()),
+    ("SELECT count(*), sum(amount) FROM orders WHERE amount > %s AND tenant <> %s", (1000, "zz")),
+    ("SELECT id, placed FROM orders WHERE placed BETWEEN %s AND %s ORDER BY id LIMIT 20",
+     (datetime.date(2024, 2, 1), datetime.date(2024, 3, 1))),
+]
+
+def confined(rows_filter, mask):
+    """DuckDB over a database holding exactly what the identity reads."""
+    c = duckdb.connect()
+    c.execute("ATTACH ':memory:' AS ops")
+    c.execute("USE ops")
+    c.execute(f"ATTACH '{REFERENCE}' AS src (READ_ONLY)")
+    c.execute(f"CREATE TABLE orders AS SELECT * FROM src.orders WHERE {rows_filter}")
+    c.execute("CREATE TABLE regions AS SELECT * FROM src.regions")
+    phone = "'***'" if mask else "phone"
+    c.execute(f"CREATE TABLE customers AS SELECT id, name, {phone} AS phone FROM src.customers")
+    return c
+
+def sqlstate_of(e):
+    return {"ConversionException": "22P02", "InvalidInputException": "22P02",
+            "CatalogException": "42P01"}.get(type(e).__name__, type(e).__name__)
+
+def outcome_ref(c, q, p):
+    try:
+        return ["rows", rows(c.execute(q.replace("%s", "?"), list(p)).fetchall())]
+    except duckdb.Error as e:
+        return ["error", sqlstate_of(e)]
+
+def outcome(cur, q, p):
+    try:
+        cur.execute(q, p or None)
+        return ["rows", rows(cur.fetchall())]
+    except psycopg.Error as e:
+        return ["error", e.sqlstate]
+
+def replay(dsn, rows_filter, mask):
+    """The corpus through the simple protocol and the extended one's text
+    and binary formats; the mismatches, and the outcomes by query."""
+    want = confined(rows_filter, mask)
+    bad, seen = [], {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cursors = {"simple": psycopg.ClientCursor(conn), "text": conn.cursor(), "binary": conn.cursor(binary=True)}
+        for q, p in QUERIES:
+            w = outcome_ref(want, q, p)
+            seen[q] = w
+            for name, cur in cursors.items():
+                got = outcome(cur, q, p)
+                if got != w:
+                    bad.append({"protocol": name, "sql": q, "got": str(got)[:300], "want": str(w)[:300]})
+    return bad, seen
+"#;
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, psycopg); scripts/test installs it"]
+async fn a_confined_identity_reads_duckdbs_answer_over_only_its_rows() {
+    let d = door(false).await;
+    let v = d.run(
+        r#"
+acme, acme_seen = replay(ARGS[0], "lower(tenant) = 'acme'", True)
+bob, bob_seen = replay(ARGS[1], "true", False)
+q = "SELECT count(*), sum(amount), min(placed), max(placed) FROM orders"
+done(acme=acme, bob=bob, acme_count=acme_seen[q], bob_count=bob_seen[q],
+     acme_cast=acme_seen["SELECT sum(CAST(note AS INTEGER)) FROM orders"][0],
+     bob_cast=bob_seen["SELECT sum(CAST(note AS INTEGER)) FROM orders"])
+"#,
+        &[&d.dsn("acme", ACME), &d.dsn("bob", BOB)],
+    );
+    assert_eq!(v["acme"], json!([]), "{v}");
+    assert_eq!(v["bob"], json!([]), "{v}");
+    // The controls: the filter takes rows away, and the cast that acme's
+    // rows pass fails on the rows it hides.
+    assert_ne!(v["acme_count"], v["bob_count"], "{v}");
+    assert_eq!(v["acme_cast"], "rows", "{v}");
+    assert_eq!(v["bob_cast"], json!(["error", "22P02"]), "{v}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, psycopg, PyJWT, cryptography); scripts/test installs it"]
+async fn jwts_inside_tls_read_their_tenants_rows_and_never_travel_in_the_open() {
+    let d = door(true).await;
+    let acme = d.jwt("acme", 300).await;
+    let globex = d.jwt("globex", 300).await;
+    let expired = d.jwt("acme", -120).await;
+    let v = d.run(
+        r#"
+A, G, EXPIRED, PLAIN_A, PORT = ARGS
+acme, _ = replay(A, "tenant = 'acme'", True)
+globex, seen = replay(G, "tenant = 'globex'", True)
+def refused(dsn):
+    try:
+        psycopg.connect(dsn).close()
+        return None
+    except psycopg.OperationalError as e:
+        return str(e)
+token = A.split("password=")[1].split()[0]
+expired_token = EXPIRED.split("password=")[1].split()[0]
+done(acme=acme, globex=globex,
+     globex_cast=seen["SELECT sum(CAST(note AS INTEGER)) FROM orders"],
+     expired=refused(EXPIRED),
+     plain=refused(PLAIN_A),
+     expired_state=connect_error(int(PORT), "whoever", expired_token, ssl="require"),
+     plain_state=connect_error(int(PORT), "whoever", token, ssl=False),
+     tls_state=connect_error(int(PORT), "whoever", token, ssl="require"))
+"#,
+        &[
+            &d.tls_dsn(&acme),
+            &d.tls_dsn(&globex),
+            &d.tls_dsn(&expired),
+            &d.dsn("whoever", &acme),
+            &d.port,
+        ],
+    );
+    // Each JWT's tenant claim binds its row filter; the answers are
+    // DuckDB's over that tenant's rows, in every protocol.
+    assert_eq!(v["acme"], json!([]), "{v}");
+    assert_eq!(v["globex"], json!([]), "{v}");
+    assert_eq!(v["globex_cast"], json!(["error", "22P02"]), "{v}");
+    // Outside TLS a JWT is refused (SCRAM knows no JWT), inside it works,
+    // an expired one is refused: 28P01, the token in no message.
+    assert_eq!(v["tls_state"], Value::Null, "{v}");
+    assert_eq!(v["plain_state"], "28P01", "{v}");
+    assert_eq!(v["expired_state"], "28P01", "{v}");
+    for case in ["plain", "expired"] {
+        let msg = v[case].as_str().unwrap_or_default();
+        assert!(
+            msg.contains("password authentication failed"),
+            "{case}: {v}"
+        );
+        assert!(!msg.contains(&acme) && !msg.contains(&expired), "{v}");
+    }
+    let log = d.app.log_text();
+    for token in [&acme, &globex, &expired] {
+        let signature = token.rsplit('.').next().unwrap();
+        assert!(!log.contains(signature), "a JWT reached the log");
+    }
+}
+
+/// psql with `args` as `user`; stdout and stderr.
+fn psql(d: &Door, user: &str, password: &str, args: &[&str]) -> (String, String) {
+    let out = Command::new("psql")
+        .arg(format!(
+            "host=127.0.0.1 port={} user={user} dbname=ops sslmode=disable",
+            d.port
+        ))
+        .args(["-X", "-v", "ON_ERROR_STOP=0"])
+        .args(args)
+        .env("PGPASSWORD", password)
+        .env("PGCONNECT_TIMEOUT", "10")
+        .current_dir(d.dir.path())
+        .output()
+        .expect("psql (Debian's postgresql-client; scripts/test-env installs it)");
+    (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs psql and the test venv (psycopg); scripts/test installs them"]
+async fn hidden_objects_answer_as_missing_ones_and_refusals_are_42501() {
+    let d = door(false).await;
+    let v = d.run(
+        r#"
+HIDDEN = json.loads(ARGS[1])
+SPELLINGS = ["SELECT * FROM {t}", "select x from main.{t}", "SELECT count(*) FROM ops.main.{t} AS s",
+             "SELECT 1 FROM orders JOIN {t} ON true", "WITH c AS (SELECT * FROM \"{t}\") SELECT * FROM c",
+             "SELECT * FROM orders WHERE id IN (SELECT 1 FROM {t})"]
+def error_of(cur, q, p=()):
+    try:
+        cur.execute(q, p or None)
+        cur.fetchall()
+        return None
+    except psycopg.Error as e:
+        return [e.sqlstate, e.diag.message_primary, e.diag.message_detail, e.diag.statement_position]
+hidden = []
+with psycopg.connect(ARGS[0], autocommit=True) as conn:
+    for name in HIDDEN:
+        missing = "no_such_" + "x" * (len(name) - 8)  # as long as the name: the same position
+        for s in SPELLINGS:
+            for cur in (psycopg.ClientCursor(conn), conn.cursor()):
+                got = error_of(cur, s.format(t=name))
+                want = error_of(cur, s.format(t=missing))
+                got = got and [g.replace(name, "<t>") if isinstance(g, str) else g for g in got]
+                want = want and [w.replace(missing, "<t>") if isinstance(w, str) else w for w in want]
+                if got != want or not got or got[0] != "42P01":
+                    hidden.append({"sql": s.format(t=name), "got": got, "want": want})
+    # The guard's refusals, in the spellings of its corpus.
+    REFUSED = [
+        "CREATE SECRET evil (TYPE s3, KEY_ID 'x', SECRET 'y')",
+        "cReAtE /* a comment */ oR rEpLaCe SeCrEt duckgate_s3 (TYPE s3)",
+        "ATTACH 'elsewhere.db' AS e",
+        "LOAD httpfs",
+        "INSTALL httpfs",
+        "SET threads = 1",
+        "PRAGMA threads = 1",
+        "CHECKPOINT",
+        "SELECT current_setting('threads')",
+        "SELECT * FROM duckdb_settings()",
+        "SELECT * FROM duckdb_secrets()",
+        "SELECT * FROM pg_catalog.pg_settings",
+        "SELECT getenv('HOME')",
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT content FROM read_text('/etc/shadow')",
+        "SELECT * FROM glob('/*')",
+        "INSERT INTO orders VALUES (1, 'acme', 1, '1', DATE '2024-01-01')",
+        "DELETE FROM orders",
+        "DROP TABLE orders",
+        "CREATE TABLE mine AS SELECT 1",
+        "SELECT rowid FROM orders",
+        "EXPLAIN SELECT * FROM orders",
+        "EXPLAIN ANALYZE SELECT count(*) FROM orders",
+        "SELECT * FROM duckdb_constraints()",
+    ]
+    refused = {}
+    for q in REFUSED:
+        for name, cur in (("simple", psycopg.ClientCursor(conn)), ("extended", conn.cursor())):
+            e = error_of(cur, q)
+            if e is None or e[0] != "42501" or "root:" in str(e):
+                refused[name + ": " + q] = e
+    # The connection serves the next statement after every refusal.
+    after = conn.execute("SELECT count(*) FROM orders").fetchone()[0]
+done(hidden=hidden, refused=refused, after=after)
+"#,
+        &[&d.dsn("acme", ACME), &serde_json::to_string(HIDDEN).unwrap()],
+    );
+    assert_eq!(v["hidden"], json!([]), "{v}");
+    assert_eq!(v["refused"], json!({}), "{v}");
+    assert_eq!(v["after"], 1000, "{v}");
+    // A simple query of several statements stops at the refused one; psql
+    // draws its caret under DuckDB's place in the whole text.
+    let (out, err) = psql(
+        &d,
+        "acme",
+        ACME,
+        &[
+            "-A",
+            "-t",
+            "-c",
+            "SELECT 7; SELECT * FROM secret_stuff; SELECT 8",
+        ],
+    );
+    assert_eq!(out.trim(), "7", "{out}{err}");
+    assert!(err.contains("does not exist"), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("LINE 1:"))
+        .unwrap_or_default();
+    let caret = err
+        .lines()
+        .skip_while(|l| !l.starts_with("LINE 1:"))
+        .nth(1)
+        .unwrap_or_default();
+    let at = caret.find('^').unwrap_or_else(|| panic!("no caret: {err}"));
+    assert!(line[at..].starts_with("secret_stuff"), "{err}");
+    let (out, err) = psql(
+        &d,
+        "acme",
+        ACME,
+        &[
+            "-A",
+            "-t",
+            "-c",
+            "SELECT 7; CREATE SECRET s (TYPE s3); SELECT 8",
+        ],
+    );
+    assert_eq!(out.trim(), "7", "{out}{err}");
+    assert!(err.contains("Statement not allowed"), "{err}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs psql and the test venv (psycopg); scripts/test installs them"]
+async fn catalogs_list_only_what_the_identity_may_read() {
+    let d = door(false).await;
+    let v = d.run(
+        r#"
+GRANTED, HIDDEN = json.loads(ARGS[2]), json.loads(ARGS[3])
+LISTINGS = {
+    "tables": "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY 1",
+    "columns": "SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = 'main' ORDER BY 1, 2",
+    "pg_class": "SELECT relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'main' ORDER BY 1",
+    "pg_attribute": "SELECT c.relname, a.attname FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON a.attrelid = c.oid JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'main' AND a.attnum > 0 ORDER BY 1, 2",
+    "pg_namespace": "SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname = 'main'",
+    "pg_tables": "SELECT tablename FROM pg_catalog.pg_tables WHERE schemaname = 'main' ORDER BY 1",
+}
+def listings(dsn):
+    out = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for k, q in LISTINGS.items():
+            try:
+                out[k] = [list(r) for r in conn.execute(q).fetchall()]
+            except psycopg.Error as e:
+                out[k] = ["error", e.sqlstate, str(e).splitlines()[0]]
+    return out
+# DuckDB's own listings of the granted tables (names only: the gateway's
+# database is attached under its own name).
+want = {}
+for k, q in LISTINGS.items():
+    got = [list(r) for r in ref.execute(q).fetchall()]
+    if k in ("tables", "columns", "pg_class", "pg_attribute", "pg_tables"):
+        got = [r for r in got if r[0] in GRANTED]
+    want[k] = got
+done(acme=listings(ARGS[0]), bob=listings(ARGS[1]), want=want)
+"#,
+        &[
+            &d.dsn("acme", ACME),
+            &d.dsn("bob", BOB),
+            &serde_json::to_string(GRANTED).unwrap(),
+            &serde_json::to_string(HIDDEN).unwrap(),
+        ],
+    );
+    for listing in [
+        "tables",
+        "columns",
+        "pg_class",
+        "pg_attribute",
+        "pg_namespace",
+        "pg_tables",
+    ] {
+        let got = &v["acme"][listing];
+        let text = got.to_string();
+        for hidden in HIDDEN.iter().chain(&["secret_by_y", "secret_seq"]) {
+            assert!(
+                !text.contains(hidden),
+                "{listing} shows {hidden} to acme: {got}"
+            );
+        }
+        if listing != "pg_class" {
+            assert_eq!(got, &v["want"][listing], "{listing}: {v}");
+        }
+        // The control: bob, holding no role, sees the hidden table.
+        if listing != "pg_namespace" {
+            assert!(
+                v["bob"][listing].to_string().contains("secret_stuff"),
+                "{listing}: {v}"
+            );
+        }
+    }
+    // pg_class lists the granted tables (and what DuckDB lists with them
+    // that the identity may see: the granted table's index).
+    let pg_class: Vec<&str> = v["acme"]["pg_class"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .filter_map(|r| r[0].as_str())
+        .collect();
+    for t in GRANTED {
+        assert!(pg_class.contains(t), "{t} not in {pg_class:?}");
+    }
+    // psql's \dt: the granted tables, nothing hidden.
+    let (out, err) = psql(&d, "acme", ACME, &["-c", "\\dt"]);
+    for t in GRANTED {
+        assert!(out.contains(t), "{out}{err}");
+    }
+    assert!(!out.contains("secret_stuff"), "{out}");
+}

@@ -19,6 +19,7 @@
 //! | TIMESTAMP (any unit) | Timestamp | `timestamp` |
 //! | TIMESTAMP WITH TIME ZONE | Timestamp with a zone | `timestamptz`, written in UTC (`+00`) |
 //! | INTERVAL | Interval(MonthDayNano) | `interval` (microseconds: PostgreSQL keeps no nanoseconds) |
+//! | BIGNUM | Binary, `arrow.opaque` `bignum` | `numeric`, every digit |
 //! | LIST, ARRAY, STRUCT, MAP, UNION | nested | `text`, rendered as DuckDB renders them (`[1, 2]`, `{'a': 1}`, `{k=v}`) |
 //! | anything else | | `text`, Arrow's rendering |
 
@@ -46,6 +47,9 @@ const PG_EPOCH_MICROS: i64 = PG_EPOCH_DAYS * 86_400_000_000;
 /// The PostgreSQL type a column of `field` is described with, and its
 /// type modifier (a DECIMAL's precision and scale; -1: none).
 pub fn pg_type(field: &Field) -> (Type, i32) {
+    if is_bignum(field) {
+        return (Type::NUMERIC, -1);
+    }
     match field.data_type() {
         DataType::Boolean => (Type::BOOL, -1),
         DataType::Int8 | DataType::Int16 | DataType::UInt8 => (Type::INT2, -1),
@@ -91,6 +95,18 @@ fn is_uuid(field: &Field) -> bool {
         .metadata()
         .get("ARROW:extension:name")
         .is_some_and(|n| n == "arrow.uuid")
+}
+
+/// Whether a column is a BIGNUM: DuckDB exports it as an opaque Arrow
+/// extension (`arrow.opaque`, `type_name` `bignum`) over its blob.
+fn is_bignum(field: &Field) -> bool {
+    let m = field.metadata();
+    if m.get("ARROW:extension:name").map(String::as_str) != Some("arrow.opaque") {
+        return false;
+    }
+    m.get("ARROW:extension:metadata")
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        .is_some_and(|meta| meta.get("type_name").and_then(|n| n.as_str()) == Some("bignum"))
 }
 
 fn is_json(field: &Field) -> bool {
@@ -150,7 +166,7 @@ impl ToSqlText for Cell<'_> {
         out: &mut BytesMut,
         _options: &FormatOptions,
     ) -> Result<IsNull, BoxError> {
-        if self.array.is_null(self.row) {
+        if null_at(self.array, self.row) {
             return Ok(IsNull::Yes);
         }
         text(self.array, self.row, ty, out)?;
@@ -160,7 +176,7 @@ impl ToSqlText for Cell<'_> {
 
 impl ToSql for Cell<'_> {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
-        if self.array.is_null(self.row) {
+        if null_at(self.array, self.row) {
             return Ok(IsNull::Yes);
         }
         binary(self.array, self.row, ty, out)?;
@@ -172,6 +188,19 @@ impl ToSql for Cell<'_> {
     }
 
     postgres_types::to_sql_checked!();
+}
+
+/// Whether a value is NULL: a union's is its member's (Arrow's unions have
+/// no validity of their own).
+pub fn null_at(a: &dyn Array, i: usize) -> bool {
+    if a.is_null(i) {
+        return true;
+    }
+    if let DataType::Union(_, _) = a.data_type() {
+        let u = a.as_union();
+        return u.child(u.type_id(i)).is_null(u.value_offset(i));
+    }
+    false
 }
 
 /// Writes the PostgreSQL text of a value that is not NULL.
@@ -215,6 +244,10 @@ pub fn text(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<()
         DataType::LargeUtf8 => w.write_str(a.as_string::<i64>().value(i))?,
         DataType::FixedSizeBinary(16) if *ty == Type::UUID => {
             uuid_text(&mut w, a.as_fixed_size_binary().value(i))?
+        }
+        // DuckDB's opaque types (the column is described as what they are).
+        DataType::Binary if *ty == Type::NUMERIC => {
+            w.write_str(&bignum_text(a.as_binary::<i32>().value(i))?)?
         }
         DataType::Binary => bytea_text(&mut w, a.as_binary::<i32>().value(i))?,
         DataType::LargeBinary => bytea_text(&mut w, a.as_binary::<i64>().value(i))?,
@@ -268,6 +301,9 @@ pub fn binary(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<
         }
         DataType::FixedSizeBinary(16) if *ty == Type::UUID => {
             out.put_slice(a.as_fixed_size_binary().value(i))
+        }
+        DataType::Binary if *ty == Type::NUMERIC => {
+            numeric_binary(&bignum_text(a.as_binary::<i32>().value(i))?, out)?
         }
         DataType::Binary => out.put_slice(a.as_binary::<i32>().value(i)),
         DataType::LargeBinary => out.put_slice(a.as_binary::<i64>().value(i)),
@@ -357,6 +393,56 @@ fn bytea_text(w: &mut impl std::fmt::Write, b: &[u8]) -> std::fmt::Result {
         write!(w, "{byte:02x}")?;
     }
     Ok(())
+}
+
+/// The most bytes of a BIGNUM the door writes (about 39,000 digits, within
+/// PostgreSQL's `numeric`); a larger one fails the statement (`54000`).
+const MAX_BIGNUM_BYTES: usize = 16 * 1024;
+
+/// A BIGNUM's decimal digits from DuckDB's blob: a 3-byte header (the top
+/// bit set for a positive number, then the length), the magnitude's bytes
+/// big-endian; a negative number's header and bytes are inverted.
+fn bignum_text(b: &[u8]) -> Result<String, BoxError> {
+    if b.len() < 3 {
+        return Err("a BIGNUM shorter than its header".into());
+    }
+    let negative = b[0] & 0x80 == 0;
+    let bytes: Vec<u8> = b[3..]
+        .iter()
+        .map(|&x| if negative { !x } else { x })
+        .collect();
+    if bytes.len() > MAX_BIGNUM_BYTES {
+        return Err(format!(
+            "value too large: a BIGNUM of {} bytes (the door writes up to {MAX_BIGNUM_BYTES})",
+            bytes.len()
+        )
+        .into());
+    }
+    // Base 10^9 limbs, least significant first.
+    let mut limbs: Vec<u32> = vec![0];
+    for &byte in &bytes {
+        let mut carry = u64::from(byte);
+        for limb in limbs.iter_mut() {
+            let v = u64::from(*limb) * 256 + carry;
+            *limb = (v % 1_000_000_000) as u32;
+            carry = v / 1_000_000_000;
+        }
+        while carry > 0 {
+            limbs.push((carry % 1_000_000_000) as u32);
+            carry /= 1_000_000_000;
+        }
+    }
+    let mut out = String::with_capacity(limbs.len() * 9 + 1);
+    let zero = limbs.iter().all(|&l| l == 0);
+    if negative && !zero {
+        out.push('-');
+    }
+    let mut it = limbs.iter().rev();
+    out.push_str(&it.next().copied().unwrap_or(0).to_string());
+    for l in it {
+        out.push_str(&format!("{l:09}"));
+    }
+    Ok(out)
 }
 
 fn uuid_text(w: &mut impl std::fmt::Write, b: &[u8]) -> Result<(), BoxError> {
@@ -531,7 +617,7 @@ fn nested_text(w: &mut Writer<'_>, a: &dyn Array, i: usize) -> Result<(), BoxErr
 }
 
 fn nested(a: &dyn Array, i: usize) -> Result<String, BoxError> {
-    if a.is_null(i) {
+    if null_at(a, i) {
         return Ok("NULL".into());
     }
     let list = |values: ArrayRef| -> Result<String, BoxError> {
@@ -543,6 +629,15 @@ fn nested(a: &dyn Array, i: usize) -> Result<String, BoxError> {
         DataType::List(_) => list(a.as_list::<i32>().value(i)),
         DataType::LargeList(_) => list(a.as_list::<i64>().value(i)),
         DataType::FixedSizeList(_, _) => list(a.as_fixed_size_list().value(i)),
+        DataType::Struct(fields)
+            if !fields.is_empty() && fields.iter().all(|f| f.name().is_empty()) =>
+        {
+            // An unnamed struct (`struct_values`, a row): `(1, x)`.
+            let s = a.as_struct();
+            let items: Result<Vec<String>, BoxError> =
+                s.columns().iter().map(|c| element(c, i)).collect();
+            Ok(format!("({})", items?.join(", ")))
+        }
         DataType::Struct(fields) => {
             let s = a.as_struct();
             let items: Result<Vec<String>, BoxError> = fields
@@ -576,7 +671,7 @@ fn nested(a: &dyn Array, i: usize) -> Result<String, BoxError> {
 
 /// A value inside a nested one: strings quoted as DuckDB quotes them.
 fn element(a: &ArrayRef, j: usize) -> Result<String, BoxError> {
-    if a.is_null(j) {
+    if null_at(a.as_ref(), j) {
         return Ok("NULL".into());
     }
     let a = plain(a)?;
@@ -592,20 +687,37 @@ fn element(a: &ArrayRef, j: usize) -> Result<String, BoxError> {
         | DataType::Struct(_)
         | DataType::Map(_, _)
         | DataType::Union(_, _) => nested(a.as_ref(), j),
-        // DuckDB writes `2.0` where PostgreSQL writes `2`.
-        DataType::Float32 => Ok(format!(
-            "{:?}",
-            a.as_primitive::<at::Float32Type>().value(j)
+        DataType::Boolean => Ok(a.as_boolean().value(j).to_string()),
+        DataType::Binary | DataType::LargeBinary => {
+            let mut t = BytesMut::new();
+            text(a.as_ref(), j, &Type::BYTEA, &mut t)?;
+            Ok(String::from_utf8(t.to_vec())?)
+        }
+        // DuckDB writes `2.0` where PostgreSQL writes `2`, and `nan`, `inf`.
+        DataType::Float32 => Ok(nested_float(
+            f64::from(a.as_primitive::<at::Float32Type>().value(j)),
+            || format!("{:?}", a.as_primitive::<at::Float32Type>().value(j)),
         )),
-        DataType::Float64 => Ok(format!(
-            "{:?}",
-            a.as_primitive::<at::Float64Type>().value(j)
+        DataType::Float64 => Ok(nested_float(
+            a.as_primitive::<at::Float64Type>().value(j),
+            || format!("{:?}", a.as_primitive::<at::Float64Type>().value(j)),
         )),
         _ => {
             let mut t = BytesMut::new();
             text(a.as_ref(), j, &Type::TEXT, &mut t)?;
             Ok(String::from_utf8(t.to_vec())?)
         }
+    }
+}
+
+/// A float inside a nested value as DuckDB writes it.
+fn nested_float(v: f64, finite: impl Fn() -> String) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf" } else { "-inf" }.into()
+    } else {
+        finite()
     }
 }
 
@@ -950,5 +1062,34 @@ mod tests {
         assert_eq!(f(1e20), "1e+20");
         assert_eq!(f(1.5e-7), "1.5e-7");
         assert_eq!(f(f64::NEG_INFINITY), "-Infinity");
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// DuckDB's blobs of BIGNUMs (its Arrow export, read by Python DuckDB
+    /// 1.5.5) and the text DuckDB casts them to.
+    #[test]
+    fn bignums_read_as_duckdb_writes_them() {
+        for (blob, want) in [
+            (
+                "80000d018ee90ff6c373e0ee4e3f0ad2",
+                "123456789012345678901234567890",
+            ),
+            (
+                "7ffff2fe7116f0093c8c1f11b1c0f52d",
+                "-123456789012345678901234567890",
+            ),
+            ("80000100", "0"),
+            ("7ffffefe", "-1"),
+            ("800001ff", "255"),
+            ("7ffffdfeff", "-256"),
+        ] {
+            assert_eq!(bignum_text(&hex(blob)).unwrap(), want, "{blob}");
+        }
     }
 }

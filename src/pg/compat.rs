@@ -293,6 +293,12 @@ fn rewrite_all(sql: &str) -> String {
                 let tail = &after[1 + name.len()..];
                 if !name.is_empty() {
                     if tail.trim_start().starts_with('(') {
+                        if let Some((text, used)) = series(name, tail) {
+                            out.push_str(&text);
+                            rest = &tail[used..];
+                            after_name = true;
+                            continue;
+                        }
                         if let Some((text, used)) = function(name, tail) {
                             out.push_str(&text);
                             rest = &tail[used..];
@@ -366,6 +372,34 @@ fn has_alias(tail: &str) -> bool {
     !w.is_empty() && !NOT_ALIAS.iter().any(|k| k.eq_ignore_ascii_case(w))
 }
 
+/// `pg_catalog.generate_series(a, b) s`: PostgreSQL names the column by
+/// the alias (`x[s]`), DuckDB the row; `generate_series(a, b) s(s)` names
+/// both. The replacement and the length of `tail` it used.
+fn series(name: &str, tail: &str) -> Option<(String, usize)> {
+    if !name.eq_ignore_ascii_case("generate_series") {
+        return None;
+    }
+    let open = tail.find('(')?;
+    let close = open + 1 + closing(&tail[open + 1..])?;
+    let after = &tail[close + 1..];
+    let t = after.trim_start();
+    let alias = word(t);
+    if t.len() == after.len() || alias.is_empty() || !has_alias(t) {
+        return None;
+    }
+    if alias.eq_ignore_ascii_case("as") || t[alias.len()..].trim_start().starts_with('(') {
+        return None;
+    }
+    let used = close + 1 + (after.len() - t.len()) + alias.len();
+    Some((
+        format!(
+            "generate_series({}) {alias}({alias})",
+            rewrite_all(&tail[open + 1..close])
+        ),
+        used,
+    ))
+}
+
 /// A call of a function the door rewrites: `name` followed by `tail`
 /// (`(args) ...`); its replacement and the length of `tail` it used.
 fn function(name: &str, tail: &str) -> Option<(String, usize)> {
@@ -393,22 +427,32 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
         .map(|a| rewrite_all(a))
         .collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("NULL");
-    let text = match lower.as_str() {
-        "json_build_object" => format!("json_object({})", args.join(",")),
-        "array_upper" => format!("len({})", arg(0)),
+    // What stands for the call, and the arguments it no longer reads (a
+    // parameter among them must still be there: the client binds it).
+    let (text, dropped): (String, Vec<usize>) = match lower.as_str() {
+        "json_build_object" => (format!("json_object({})", args.join(",")), vec![]),
+        "array_upper" => (format!("len({})", arg(0)), vec![1]),
         "pg_get_indexdef" => {
             if args.len() >= 2 && arg(1).trim() != "0" {
-                "NULL::VARCHAR".to_string()
+                ("NULL::VARCHAR".to_string(), vec![0, 1, 2])
             } else {
-                format!(
-                    "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
-                    arg(0)
+                (
+                    format!(
+                        "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
+                        arg(0)
+                    ),
+                    vec![1, 2],
                 )
             }
         }
-        "pg_get_serial_sequence" | "pg_get_statisticsobjdef_columns" => "NULL::VARCHAR".to_string(),
-        "pg_relation_is_publishable" => "false".to_string(),
-        "pg_get_expr" => format!("pg_catalog.pg_get_expr({},{})", arg(0), arg(1)),
+        "pg_get_serial_sequence" | "pg_get_statisticsobjdef_columns" => {
+            ("NULL::VARCHAR".to_string(), (0..args.len()).collect())
+        }
+        "pg_relation_is_publishable" => ("false".to_string(), (0..args.len()).collect()),
+        "pg_get_expr" => (
+            format!("pg_catalog.pg_get_expr({},{})", arg(0), arg(1)),
+            vec![2],
+        ),
         "format_type" => {
             let call = format!("pg_catalog.format_type({},{})", arg(0), arg(1));
             let mut case = format!("(CASE {call}");
@@ -416,16 +460,33 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
                 case.push_str(&format!(" WHEN '{duck}' THEN '{pg}'"));
             }
             case.push_str(&format!(" ELSE {call} END)"));
-            case
+            (case, vec![])
         }
         // The type's oid, or NULL (psycopg's type lookups, SQLAlchemy's
         // hstore check).
-        "to_regtype" => format!(
-            "(SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = ({}))",
-            arg(0)
+        "to_regtype" => (
+            format!(
+                "(SELECT min(oid) FROM pg_catalog.pg_type WHERE typname = ({}))",
+                arg(0)
+            ),
+            vec![],
         ),
-        "pg_get_userbyid" => "'duckdb'".to_string(),
+        "pg_get_userbyid" => ("'duckdb'".to_string(), vec![0]),
         _ => return None,
+    };
+    let kept: Vec<String> = dropped
+        .iter()
+        .filter_map(|&i| args.get(i))
+        .filter(|a| a.contains('$') || a.contains('?'))
+        .map(|a| format!("CAST(({a}) AS VARCHAR)"))
+        .collect();
+    let text = if kept.is_empty() {
+        text
+    } else {
+        format!(
+            "coalesce({text}, CASE WHEN {} IS NULL THEN NULL END)",
+            kept.join(" || ")
+        )
     };
     Some((text, close + 1))
 }
@@ -607,9 +668,19 @@ mod tests {
         );
         assert!(rewrite("pg_catalog.pg_get_indexdef(i.indexrelid, 0, true)")
             .contains("FROM duckdb_indexes() WHERE index_oid = (i.indexrelid)"));
+        // Parameters of a dropped argument are still read.
         assert_eq!(
             rewrite("pg_catalog.pg_get_indexdef(idx.indexrelid, idx.ord + $2::INTEGER, $3)"),
+            "coalesce(NULL::VARCHAR, CASE WHEN CAST(( idx.ord + $2::INTEGER) AS VARCHAR) || CAST(( $3) AS VARCHAR) IS NULL THEN NULL END)"
+        );
+        assert_eq!(
+            rewrite("pg_catalog.pg_get_indexdef(i.indexrelid, 1, true)"),
             "NULL::VARCHAR"
+        );
+        // A series named by its alias is the column too.
+        assert_eq!(
+            rewrite("FROM pg_catalog.generate_series(0, pg_catalog.array_upper(p, 1)) s, x WHERE a = p[s]"),
+            "FROM generate_series(0, len(p)) s(s), x WHERE a = p[s]"
         );
     }
 }

@@ -27,6 +27,8 @@ c = duckdb.connect(path)
 c.sql("CREATE TABLE orders(id INTEGER, tenant VARCHAR, amount DECIMAL(10,2), placed DATE, note VARCHAR)")
 c.sql("INSERT INTO orders SELECT i, CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END, i * 1.25, DATE '2024-01-01' + i::INTEGER, 'note ' || i FROM range(1, 31) t(i)")
 c.sql("CREATE TABLE secret_stuff(x INTEGER)")
+c.sql("CREATE TABLE events(id INTEGER, kind VARCHAR)")
+c.sql("CREATE INDEX events_by_kind ON events(kind)")
 c.sql("INSERT INTO secret_stuff VALUES (42)")
 c.close()
 shutil.copy(path, sys.argv[2])
@@ -816,4 +818,122 @@ print("product|PostgreSQL")
         &[d.reference.to_str().unwrap()],
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
+/// PostgreSQL's names of the DuckDB types of `orders` and `events`
+/// (docs/postgres.md "Catalogs"), and SQLAlchemy's types for them.
+const PG_NAMES: &[(&str, &str, &str)] = &[
+    ("INTEGER", "integer", "INTEGER"),
+    ("VARCHAR", "character varying", "VARCHAR"),
+    ("DECIMAL(10,2)", "numeric(10,2)", "NUMERIC"),
+    ("DATE", "date", "DATE"),
+];
+
+#[tokio::test]
+#[ignore = "tier venv: needs psql and the test venv (SQLAlchemy 2, psycopg); scripts/test installs them"]
+async fn psql_describes_tables_and_sqlalchemy_reflects_their_columns() {
+    let d = door(&[]).await;
+    // DuckDB's own columns of each table, in order.
+    let columns: Value = serde_json::from_str(
+        python(
+            r#"
+import duckdb, json, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+print(json.dumps({t: c.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position", [t]).fetchall() for t in ("orders", "events")}))
+"#,
+            &[d.reference.to_str().unwrap()],
+        )
+        .trim(),
+    )
+    .unwrap();
+    let pg_name = |duck: &str| {
+        PG_NAMES
+            .iter()
+            .find(|(d, _, _)| *d == duck)
+            .unwrap_or_else(|| panic!("no PostgreSQL name for {duck}"))
+    };
+    // psql's \d: every column with PostgreSQL's name of its type, and the
+    // index as PostgreSQL writes one.
+    for (user, secret) in [("alice", ALICE_SECRET), ("carol", CAROL_SECRET)] {
+        let (out, err) = psql(&d, user, secret, &["-c", "\\d orders"]);
+        assert!(out.contains("Table \"main.orders\""), "{user}: {out}{err}");
+        let rows: Vec<(String, String)> = out
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (cells.len() >= 2 && cells[0] != "Column")
+                    .then(|| (cells[0].into(), cells[1].into()))
+            })
+            .collect();
+        let want: Vec<(String, String)> = columns["orders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c[0].as_str().unwrap().to_string(),
+                    pg_name(c[1].as_str().unwrap()).1.to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(rows, want, "{user}: {out}{err}");
+        assert!(err.is_empty(), "{user}: {err}");
+    }
+    let (out, err) = psql(&d, "alice", ALICE_SECRET, &["-c", "\\d events"]);
+    assert!(out.contains("Indexes:"), "{out}{err}");
+    assert!(out.contains("\"events_by_kind\" art (kind)"), "{out}{err}");
+    // A table carol may not read is described as one that does not exist.
+    let (_, hidden) = psql(&d, "carol", CAROL_SECRET, &["-c", "\\d secret_stuff"]);
+    let (_, missing) = psql(&d, "carol", CAROL_SECRET, &["-c", "\\d secret_stuffy"]);
+    assert!(hidden.contains("Did not find any relation"), "{hidden}");
+    assert_eq!(
+        hidden.replace("secret_stuff", "<t>"),
+        missing.replace("secret_stuffy", "<t>")
+    );
+    // SQLAlchemy 2's reflection: the tables each identity may read, their
+    // columns with DuckDB's names and types in SQLAlchemy's terms.
+    let v = run(
+        &d,
+        "",
+        &format!(
+            "PORT = {}\nUSERS = {:?}\n{}",
+            d.port(),
+            [("alice", ALICE_SECRET), ("carol", CAROL_SECRET)],
+            r#"
+import sqlalchemy as sa, warnings
+out = {}
+for user, secret in USERS:
+    engine = sa.create_engine(f"postgresql+psycopg://{user}:{secret}@127.0.0.1:{PORT}/ops?sslmode=disable")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        i = sa.inspect(engine)
+        tables = sorted(i.get_table_names())
+        cols = {t: [[c["name"], type(c["type"]).__name__, c["nullable"]] for c in i.get_columns(t)] for t in tables if t in ("orders", "events")}
+    out[user] = {"tables": tables, "columns": cols}
+    engine.dispose()
+done(**out)
+"#
+        ),
+        &[],
+    );
+    assert_eq!(
+        v["alice"]["tables"],
+        serde_json::json!(["events", "orders", "secret_stuff"]),
+        "{v}"
+    );
+    assert_eq!(v["carol"]["tables"], serde_json::json!(["orders"]), "{v}");
+    for (user, tables) in [
+        ("alice", vec!["orders", "events"]),
+        ("carol", vec!["orders"]),
+    ] {
+        for t in tables {
+            let want: Vec<Value> = columns[t]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| serde_json::json!([c[0], pg_name(c[1].as_str().unwrap()).2, true]))
+                .collect();
+            assert_eq!(v[user]["columns"][t], Value::Array(want), "{user} {t}: {v}");
+        }
+    }
 }

@@ -18,6 +18,7 @@ mod openapi_client;
 mod parquet;
 mod pg_door;
 mod pg_door_tenants;
+mod pg_door_types;
 mod replay;
 mod s3_capacity;
 mod s3_globs;

@@ -424,7 +424,7 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
     let close = open + 1 + closing(&tail[open + 1..])?;
     let args: Vec<String> = split_args(&tail[open + 1..close])
         .into_iter()
-        .map(|a| rewrite_all(a))
+        .map(rewrite_all)
         .collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("NULL");
     // What stands for the call, and the arguments it no longer reads (a

@@ -42,11 +42,14 @@ pub struct Described {
 pub type DescribeSlot = Arc<OnceLock<Described>>;
 
 /// Describes the accepted statement into `out` and ends the answer with an
-/// empty body.
+/// empty body. `sql` is what an Arrow answer runs (the statement, or its
+/// wrapper), `marks` where that wrapper leaves values DuckDB rendered for
+/// want of an Arrow type.
 pub(super) fn describe(
     raw: &RawConnection,
     accepted: &guard::Accepted,
     sql: &str,
+    marks: &[Vec<crate::encode::Mark>],
     tx: &Sender,
     control: &QueryControl,
     out: &DescribeSlot,
@@ -54,6 +57,7 @@ pub(super) fn describe(
     match prepare_schemas(raw, sql) {
         Ok(mut described) => {
             if let Some(dataset) = described.dataset.take() {
+                let dataset = crate::encode::mark_schema(&dataset, marks);
                 described.dataset = Some(as_answered(dataset, accepted));
             }
             let _ = out.set(described);

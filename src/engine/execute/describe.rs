@@ -184,8 +184,16 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
             known &= id != ffi::DUCKDB_TYPE_DUCKDB_TYPE_INVALID;
             names.push(name);
         }
+        // DuckDB's conversion of a prepared statement's types can fail where
+        // its export of the result does not (a GEOMETRY with a CRS): then,
+        // as for types that follow the parameters, the result's schema
+        // comes with its execution.
         let dataset = if known {
-            Some(to_arrow(raw, types, &names)?)
+            to_arrow(raw, types, &names)
+                .inspect_err(|e| {
+                    tracing::warn!(error.cause = %e, "the result's Arrow schema is left to its execution")
+                })
+                .ok()
         } else {
             None
         };

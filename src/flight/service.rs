@@ -987,7 +987,7 @@ impl FlightSqlService for FlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         self.auth(&request).await?;
-        let schema = query.clone().into_builder(xdbc::type_info()).schema();
+        let schema = query.into_builder(xdbc::type_info()).schema();
         command_info(query.as_any(), &schema, request.into_inner())
     }
 

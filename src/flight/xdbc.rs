@@ -106,10 +106,16 @@ pub fn type_info() -> &'static XdbcTypeInfoData {
                 minimum_scale: (name == "DECIMAL").then_some(0),
                 maximum_scale: (name == "DECIMAL").then_some(38),
                 sql_data_type: if datetime { X::XdbcDatetime } else { data_type },
-                datetime_subcode: match data_type {
-                    X::XdbcDate => Some(XdbcDatetimeSubcode::XdbcSubcodeDate),
-                    X::XdbcTime => Some(XdbcDatetimeSubcode::XdbcSubcodeTime),
-                    X::XdbcTimestamp => Some(XdbcDatetimeSubcode::XdbcSubcodeTimestamp),
+                // ODBC's SQL_CODE_DATE is 1, which the generated enum names
+                // by its first alias, `XdbcSubcodeYear`.
+                datetime_subcode: match (data_type, name.contains("TIME ZONE")) {
+                    (X::XdbcDate, _) => Some(XdbcDatetimeSubcode::XdbcSubcodeYear),
+                    (X::XdbcTime, false) => Some(XdbcDatetimeSubcode::XdbcSubcodeTime),
+                    (X::XdbcTime, true) => Some(XdbcDatetimeSubcode::XdbcSubcodeTimeWithTimezone),
+                    (X::XdbcTimestamp, false) => Some(XdbcDatetimeSubcode::XdbcSubcodeTimestamp),
+                    (X::XdbcTimestamp, true) => {
+                        Some(XdbcDatetimeSubcode::XdbcSubcodeTimestampWithTimezone)
+                    }
                     _ => None,
                 },
                 num_prec_radix: numeric.then_some(10),

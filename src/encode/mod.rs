@@ -7,6 +7,8 @@
 //!   dates, unnamed structs as arrays, ...).
 //! - [`csv`]: DuckDB's COPY quoting over DuckDB's own VARCHAR text.
 //! - [`types`]: DuckDB's names for the types of a result.
+//! - [`marks`]: the fields that hold what DuckDB's Arrow export has no type
+//!   for (VARIANT, TYPE), rendered by DuckDB.
 //!
 //! Values Arrow cannot carry faithfully are rendered by DuckDB itself before
 //! they get here (the engine wraps the query; see `ResultShape::json_exprs`).
@@ -14,9 +16,11 @@
 pub mod csv;
 pub(crate) mod ipc;
 pub mod json;
+pub mod marks;
 pub mod types;
 
 pub use json::DUCKDB_TYPE_KEY;
+pub use marks::{mark_schema, Mark};
 pub use types::{duckdb_type_name, logical_type_name};
 
 use std::io::Write as _;
@@ -250,7 +254,19 @@ impl ResultEncoder {
                         .unary(|v| arrow::datatypes::i256::from_parts(v as u128, 0));
                     columns[i] = Arc::new(unsigned.with_precision_and_scale(39, 0)?);
                 }
-                let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+                // The answer's schema may mark fields (see `marks`) the
+                // batch's types do not: the stream's schema message carries
+                // the marks, the batch only its data.
+                let fields: Vec<FieldRef> = self
+                    .schema
+                    .fields()
+                    .iter()
+                    .zip(&columns)
+                    .map(|(f, c)| {
+                        Arc::new(f.as_ref().clone().with_data_type(c.data_type().clone()))
+                    })
+                    .collect();
+                let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
                 let w = self.ipc.as_mut().expect("begin() ran");
                 w.batch(&batch, out)?;
             }

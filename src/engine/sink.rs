@@ -133,10 +133,14 @@ pub fn arrow_interval_refusal(column: &str) -> String {
     )
 }
 
-/// The statement wrapped for the spool, and its layout: the result's own
-/// columns, then JSON twins, then CSV twins. `None` when there is no
-/// statement text or result shape to wrap.
-pub fn spool_sql(accepted: &guard::Accepted) -> Option<(String, ResultLayout)> {
+/// The statement wrapped for the spool, its layout and the marks of its
+/// columns (see [`crate::encode::marks`]): the result's own columns (what
+/// DuckDB's Arrow export has no type for mapped as Arrow answers map it),
+/// then JSON twins, then CSV twins. `None` when there is no statement text or
+/// result shape to wrap.
+pub fn spool_sql(
+    accepted: &guard::Accepted,
+) -> Option<(String, ResultLayout, Vec<Vec<crate::encode::Mark>>)> {
     let result = accepted.result.as_ref()?;
     let inner = result.sql.as_deref()?;
     let n = result.names.len();
@@ -148,7 +152,9 @@ pub fn spool_sql(accepted: &guard::Accepted) -> Option<(String, ResultLayout)> {
     let mut interval_checked = vec![false; n];
     for (i, (t, name)) in result.types.iter().zip(&result.names).enumerate() {
         let c = format!("#{}", i + 1);
-        let own = if t == "INTERVAL" && result.json_exprs.get(i).is_some_and(|e| !e.is_empty()) {
+        let own = if let Some(e) = result.arrow_exprs.get(i).filter(|e| !e.is_empty()) {
+            e.clone()
+        } else if t == "INTERVAL" && result.json_exprs.get(i).is_some_and(|e| !e.is_empty()) {
             interval_checked[i] = true;
             format!("CASE WHEN {} THEN {c} END", interval_fits_arrow(&c))
         } else {
@@ -156,11 +162,15 @@ pub fn spool_sql(accepted: &guard::Accepted) -> Option<(String, ResultLayout)> {
         };
         exprs.push(format!("{own} AS {}", quoted(name)));
     }
+    let mut marks: Vec<Vec<crate::encode::Mark>> = (0..n)
+        .map(|i| result.arrow_marks.get(i).cloned().unwrap_or_default())
+        .collect();
     let mut json = vec![None; n];
     for (i, e) in result.json_exprs.iter().enumerate().take(n) {
         if !e.is_empty() {
             json[i] = Some(exprs.len());
             exprs.push(format!("{e} AS \"duckgate_json_{}\"", i + 1));
+            marks.push(result.json_marks.get(i).cloned().unwrap_or_default());
         }
     }
     let mut csv = vec![None; n];
@@ -189,5 +199,6 @@ pub fn spool_sql(accepted: &guard::Accepted) -> Option<(String, ResultLayout)> {
             csv_text: true,
             interval_checked,
         },
+        marks,
     ))
 }

@@ -44,6 +44,7 @@ mod server;
 mod service;
 pub mod status;
 mod tickets;
+mod xdbc;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -19,9 +19,9 @@ use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
     ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any, Command,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandPreparedStatementQuery, CommandPreparedStatementUpdate,
-    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
-    SqlInfo, TicketStatementQuery,
+    CommandGetTables, CommandGetXdbcTypeInfo, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
@@ -40,6 +40,7 @@ use crate::flight::options::CallOptions;
 use crate::flight::results::{self, Started};
 use crate::flight::status;
 use crate::flight::tickets::{self, Handle, Tickets};
+use crate::flight::xdbc;
 use crate::identity::Identity;
 
 type DoGetStream = <FlightSql as FlightService>::DoGetStream;
@@ -250,6 +251,7 @@ impl FlightSql {
                 Command::CommandGetTables(q) => q.into_builder().schema(),
                 Command::CommandGetTableTypes(q) => q.into_builder().schema(),
                 Command::CommandGetSqlInfo(q) => q.into_builder(&self.sql_info).schema(),
+                Command::CommandGetXdbcTypeInfo(q) => q.into_builder(xdbc::type_info()).schema(),
                 other => {
                     return Err(Status::unimplemented(format!(
                         "GetSchema of {} is not supported",
@@ -977,6 +979,25 @@ impl FlightSqlService for FlightSql {
     ) -> Result<Response<DoGetStream>, Status> {
         self.auth(&request).await?;
         one_batch(query.into_builder(&self.sql_info).build())
+    }
+
+    async fn get_flight_info_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&request).await?;
+        let schema = query.into_builder(xdbc::type_info()).schema();
+        command_info(query.as_any(), &schema, request.into_inner())
+    }
+
+    async fn do_get_xdbc_type_info(
+        &self,
+        query: CommandGetXdbcTypeInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<DoGetStream>, Status> {
+        self.auth(&request).await?;
+        one_batch(query.into_builder(xdbc::type_info()).build())
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

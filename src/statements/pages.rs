@@ -208,12 +208,17 @@ fn projection(result: &SpoolResult, format: Format) -> (Vec<usize>, SchemaRef) {
         .enumerate()
         .map(|(i, &c)| {
             let f = result.schema.field(c);
+            // The spooled field's metadata says what DuckDB rendered for
+            // want of an Arrow type (see `encode::marks`).
+            let mut metadata = f.metadata().clone();
             let f = Field::new(&layout.names[i], f.data_type().clone(), true);
             match format {
                 // JSON rules need DuckDB's type where Arrow's is ambiguous.
-                Format::Json | Format::Ndjson => f.with_metadata(
-                    [(encode::DUCKDB_TYPE_KEY.to_string(), layout.types[i].clone())].into(),
-                ),
+                Format::Json | Format::Ndjson => {
+                    metadata.insert(encode::DUCKDB_TYPE_KEY.to_string(), layout.types[i].clone());
+                    f.with_metadata(metadata)
+                }
+                Format::Arrow => f.with_metadata(metadata),
                 _ => f,
             }
         })

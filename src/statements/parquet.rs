@@ -84,11 +84,19 @@ fn select_list(result: &SpoolResult) -> (Vec<usize>, String) {
             Some(text) if from_text(ty) => text,
             _ => i,
         };
-        exprs.push(format!(
-            "CAST(c{} AS {ty}) AS {}",
-            source.len(),
-            quoted(name)
-        ));
+        // A TYPE value is spooled as DuckDB's text of it, which is what
+        // DuckDB's Parquet writer writes of it too (and no cast makes a TYPE
+        // of text).
+        let holds_type = crate::encode::marks::field_holds(result.schema.field(i), "TYPE");
+        if holds_type {
+            exprs.push(format!("c{} AS {}", source.len(), quoted(name)));
+        } else {
+            exprs.push(format!(
+                "CAST(c{} AS {ty}) AS {}",
+                source.len(),
+                quoted(name)
+            ));
+        }
         source.push(column);
     }
     (source, exprs.join(", "))
@@ -106,6 +114,20 @@ pub fn write_page(result: &SpoolResult, page: Page, dir: &Path) -> Result<PageFi
 fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, PageError> {
     let internal =
         |what: &str, e: &dyn std::fmt::Display| PageError::Internal(format!("{what}: {e}"));
+    // A VARIANT is spooled as DuckDB's JSON of it (Arrow has no VARIANT), and
+    // JSON does not say what DuckDB's VARIANT held (a DATE is a string, a
+    // DECIMAL a number): the Parquet file `/query` writes cannot be made
+    // again from it.
+    if let Some(name) = (0..result.layout.names.len())
+        .find(|&i| crate::encode::marks::field_holds(result.schema.field(i), "VARIANT"))
+        .map(|i| &result.layout.names[i])
+    {
+        return Err(PageError::Unrepresentable(format!(
+            "column {name} holds VARIANT values, which a statement's result keeps as their JSON: \
+             its Parquet pages cannot hold DuckDB's VARIANT; ask for json, ndjson, csv or arrow pages, \
+             or for Parquet from /query"
+        )));
+    }
     let (source, select) = select_list(result);
     let schema: SchemaRef = Arc::new(Schema::new(
         source

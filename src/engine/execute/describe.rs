@@ -42,11 +42,14 @@ pub struct Described {
 pub type DescribeSlot = Arc<OnceLock<Described>>;
 
 /// Describes the accepted statement into `out` and ends the answer with an
-/// empty body.
+/// empty body. `sql` is what an Arrow answer runs (the statement, or its
+/// wrapper), `marks` where that wrapper leaves values DuckDB rendered for
+/// want of an Arrow type.
 pub(super) fn describe(
     raw: &RawConnection,
     accepted: &guard::Accepted,
     sql: &str,
+    marks: &[Vec<crate::encode::Mark>],
     tx: &Sender,
     control: &QueryControl,
     out: &DescribeSlot,
@@ -54,6 +57,7 @@ pub(super) fn describe(
     match prepare_schemas(raw, sql) {
         Ok(mut described) => {
             if let Some(dataset) = described.dataset.take() {
+                let dataset = crate::encode::mark_schema(&dataset, marks);
                 described.dataset = Some(as_answered(dataset, accepted));
             }
             let _ = out.set(described);
@@ -180,8 +184,16 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
             known &= id != ffi::DUCKDB_TYPE_DUCKDB_TYPE_INVALID;
             names.push(name);
         }
+        // DuckDB's conversion of a prepared statement's types can fail where
+        // its export of the result does not (a GEOMETRY with a CRS): then,
+        // as for types that follow the parameters, the result's schema
+        // comes with its execution.
         let dataset = if known {
-            Some(to_arrow(raw, types, &names)?)
+            to_arrow(raw, types, &names)
+                .inspect_err(|e| {
+                    tracing::warn!(error.cause = %e, "the result's Arrow schema is left to its execution")
+                })
+                .ok()
         } else {
             None
         };

@@ -28,12 +28,13 @@ pub(super) fn spool_statement(
     sink: &dyn BatchSink,
     epoch: u64,
 ) -> Result<(), QueryError> {
-    let wrapped = sink::spool_sql(accepted)
-        .filter(|(sql, _)| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
-    let prepared = wrapped.and_then(|(sql, layout)| match slot.conn.prepare_cached(&sql) {
+    let wrapped = sink::spool_sql(accepted).filter(|(sql, _, _)| {
+        sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch)
+    });
+    let prepared = wrapped.and_then(|(sql, layout, marks)| match slot.conn.prepare_cached(&sql) {
         Ok(s) => {
             control.runs(super::worker::statement_sql(accepted).map(|s| (sql.as_str(), s)));
-            Some((s, Some(layout)))
+            Some((s, Some((layout, marks))))
         }
         Err(e) => {
             tracing::warn!(error_class = %error_class(&e), "spool wrapper did not prepare; keeping the statement's own values");
@@ -53,12 +54,17 @@ pub(super) fn spool_statement(
     let keep = || -> Result<bool, QueryError> {
         execute_arrow(&mut stmt, job, control)?;
         let schema = stmt.schema();
-        let layout = match layout {
-            Some(l) => l,
-            None => ResultLayout::plain(
-                accepted.kind.clone(),
-                schema.fields().iter().map(|f| f.name().clone()).collect(),
-                column_types(&stmt, accepted, &schema),
+        let (layout, schema) = match layout {
+            // The spool's file says which fields hold what DuckDB rendered
+            // for want of an Arrow type: pages read it from there.
+            Some((l, marks)) => (l, crate::encode::mark_schema(&schema, &marks)),
+            None => (
+                ResultLayout::plain(
+                    accepted.kind.clone(),
+                    schema.fields().iter().map(|f| f.name().clone()).collect(),
+                    column_types(&stmt, accepted, &schema),
+                ),
+                schema,
             ),
         };
         sink.begin(&layout, &schema)?;

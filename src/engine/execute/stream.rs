@@ -88,6 +88,7 @@ pub(super) fn stream_statement(
     stmt: &mut duckdb::Statement<'_>,
     accepted: &guard::Accepted,
     csv_names: Option<Vec<String>>,
+    marks: &[Vec<encode::Mark>],
     job: &QueryJob,
     tx: &Sender,
     control: &QueryControl,
@@ -95,7 +96,12 @@ pub(super) fn stream_statement(
     if let Err(e) = execute_arrow(stmt, job, control) {
         return tx.fail(e);
     }
-    let schema = stmt.schema();
+    // The fields holding what DuckDB rendered for want of an Arrow type say
+    // so (the batches need no change: only metadata differs).
+    let schema = match stmt.schema() {
+        s if encode::marks::any(marks) => encode::mark_schema(&s, marks),
+        s => s,
+    };
     let type_names = column_types(stmt, accepted, &schema);
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
     let mut encoder = result_encoder(job.format, &schema, &type_names, csv_names);

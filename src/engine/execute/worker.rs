@@ -22,7 +22,7 @@ use super::sender::{Msg, Sender};
 use super::spool::spool_statement;
 use super::stream::stream_statement;
 use super::verdict::{judged, verdict};
-use super::wrap::{arrow_interval_sql, csv_text_sql, json_text_sql, MAX_WRAPPER_BYTES};
+use super::wrap::{arrow_text_sql, csv_text_sql, json_text_sql, text_marks, MAX_WRAPPER_BYTES};
 
 /// The blocking half. Owns the pooled connection until it returns.
 /// `parsed`: DuckDB's parse of the job's text, when admission made one.
@@ -168,7 +168,17 @@ pub(super) fn work_inner(
     }
     // Described, not run: nothing executes, the catalog stays as it is.
     if let Some(out) = &job.describe {
-        return super::describe::describe(&slot.raw, &accepted, &job.sql, tx, control, out);
+        // The schema an Arrow answer has: of its wrapper, where DuckDB
+        // renders what its Arrow export has no type for.
+        let wrapper = arrow_text_sql(&accepted)
+            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
+        let marks = if wrapper.is_some() {
+            text_marks(&accepted, Format::Arrow)
+        } else {
+            Vec::new()
+        };
+        let sql = wrapper.as_deref().unwrap_or(&job.sql);
+        return super::describe::describe(&slot.raw, &accepted, sql, &marks, tx, control, out);
     }
     // A statement that may change the catalog makes every verdict older
     // than it stale, whatever its outcome: the epoch moves when it starts
@@ -263,7 +273,7 @@ pub(super) fn work_inner(
     let text_sql = match job.format {
         Format::Csv => csv_text_sql(&accepted),
         Format::Json | Format::Ndjson => json_text_sql(&accepted),
-        Format::Arrow => arrow_interval_sql(&accepted),
+        Format::Arrow => arrow_text_sql(&accepted),
         Format::Parquet => None,
     }
     .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
@@ -283,6 +293,11 @@ pub(super) fn work_inner(
         .as_ref()
         .filter(|_| job.format == Format::Csv)
         .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
+    let marks = if wrapped.is_some() {
+        text_marks(&accepted, job.format)
+    } else {
+        Vec::new()
+    };
     let mut stmt = match wrapped {
         Some(s) => {
             let text = text_sql.as_deref().unwrap_or_default();
@@ -297,7 +312,7 @@ pub(super) fn work_inner(
             }
         }
     };
-    match stream_statement(&mut stmt, &accepted, csv_names, job, tx, control) {
+    match stream_statement(&mut stmt, &accepted, csv_names, &marks, job, tx, control) {
         Ok(true) => Ok(()),
         Ok(false) => {
             stmt.discard();

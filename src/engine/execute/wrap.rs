@@ -2,6 +2,7 @@
 //! a format takes as DuckDB's text (CSV casts, JSON renderings, Arrow's
 //! interval range check). Every wrapper is judged by the guard before it runs.
 
+use crate::encode::{Format, Mark};
 use crate::engine::guard;
 use crate::engine::sink;
 
@@ -68,14 +69,20 @@ pub(super) fn json_text_sql(accepted: &guard::Accepted) -> Option<String> {
     })
 }
 
+/// Arrow: DuckDB renders what its Arrow export has no type for (a VARIANT
+/// as its JSON, a TYPE as its text: see `ResultShape::arrow_exprs`). And
 /// Arrow's INTERVAL (month, day, nanosecond) cannot hold DuckDB's
 /// microseconds beyond ±2^63 ns (about 292 years of hours), and DuckDB's
-/// export wraps such values silently. For a query with INTERVAL columns the
+/// export wraps such values silently: for a query with INTERVAL columns the
 /// Arrow answer is wrapped so that such a value fails the query with a
 /// message that says so, instead of arriving wrong.
-pub(super) fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
-    let names = &accepted.result.as_ref()?.names;
+pub(super) fn arrow_text_sql(accepted: &guard::Accepted) -> Option<String> {
+    let result = accepted.result.as_ref()?;
+    let (names, exprs) = (&result.names, &result.arrow_exprs);
     wrap_columns(accepted, false, |i, t| {
+        if let Some(e) = exprs.get(i).filter(|e| !e.is_empty()) {
+            return Some(e.clone());
+        }
         (t == "INTERVAL").then(|| {
             let c = format!("#{}", i + 1);
             let message = sink::arrow_interval_refusal(&names[i]).replace('\'', "''");
@@ -85,4 +92,18 @@ pub(super) fn arrow_interval_sql(accepted: &guard::Accepted) -> Option<String> {
             )
         })
     })
+}
+
+/// Where the wrapper of `format` (`json_text_sql`, `arrow_text_sql`) leaves
+/// values DuckDB rendered for want of an Arrow type, per column (see
+/// [`crate::encode::marks`]); nothing for the other formats.
+pub(super) fn text_marks(accepted: &guard::Accepted, format: Format) -> Vec<Vec<Mark>> {
+    let Some(result) = accepted.result.as_ref() else {
+        return Vec::new();
+    };
+    match format {
+        Format::Json | Format::Ndjson => result.json_marks.clone(),
+        Format::Arrow => result.arrow_marks.clone(),
+        Format::Csv | Format::Parquet => Vec::new(),
+    }
 }

@@ -501,6 +501,8 @@ LogicalType JsonType(const LogicalType &type, idx_t depth) {
 	case LogicalTypeId::GEOMETRY:
 	case LogicalTypeId::TYPE:
 		return LogicalType::VARCHAR;
+	case LogicalTypeId::VARIANT:
+		return LogicalType::JSON();
 	case LogicalTypeId::UHUGEINT:
 		return depth == 0 ? type : LogicalType::VARCHAR;
 	case LogicalTypeId::LIST:
@@ -536,14 +538,17 @@ LogicalType JsonType(const LogicalType &type, idx_t depth) {
 // INTERVAL (Arrow's nanoseconds overflow), TIME WITH TIME ZONE (Arrow drops
 // the offset), BIT, BIGNUM and GEOMETRY (Arrow carries DuckDB's bytes) become
 // DuckDB's VARCHAR text; so does UHUGEINT inside a nested value (Arrow's
-// signed decimal; a top-level column is read back from its bits). MAP keys
-// that are not VARCHAR become their DuckDB text, so every JSON key is the
-// key's value as DuckDB writes it. Lists, arrays, structs and maps are
-// rebuilt around converted children; a UNION that holds any of these is
-// DuckDB's text as a whole.
+// signed decimal; a top-level column is read back from its bits). A VARIANT
+// becomes DuckDB's JSON of it (`CAST(v AS JSON)`), which the encoder writes
+// as a JSON value where `JsonMarks` says. MAP keys that are not VARCHAR
+// become their DuckDB text, so every JSON key is the key's value as DuckDB
+// writes it. Lists, arrays, structs and maps are rebuilt around converted
+// children; a UNION that holds any of these is DuckDB's text as a whole.
 string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
 	auto var = "duckgate_v" + to_string(depth);
 	switch (type.id()) {
+	case LogicalTypeId::VARIANT:
+		return "CAST(" + e + " AS JSON)";
 	case LogicalTypeId::INTERVAL:
 	case LogicalTypeId::TIME_TZ:
 	case LogicalTypeId::BIT:
@@ -612,6 +617,191 @@ string JsonExpr(const LogicalType &type, const string &e, idx_t depth) {
 	default:
 		return "";
 	}
+}
+
+// What DuckDB's Arrow export has no Arrow type for ("Unsupported Arrow type
+// ..."), as the gateway sends it: a VARIANT as DuckDB's JSON of it (JSON
+// text; DuckDB 1.5.5 has no Arrow form of VARIANT), a TYPE value as DuckDB's
+// text of the type. The type a column of `type` has once mapped; `changed`
+// says whether anything in it was.
+LogicalType ArrowType(const LogicalType &type, bool &changed) {
+	switch (type.id()) {
+	case LogicalTypeId::VARIANT:
+		changed = true;
+		return LogicalType::JSON();
+	case LogicalTypeId::TYPE:
+		changed = true;
+		return LogicalType::VARCHAR;
+	case LogicalTypeId::LIST: {
+		bool inner = false;
+		auto child = ArrowType(ListType::GetChildType(type), inner);
+		changed = changed || inner;
+		return inner ? LogicalType::LIST(child) : type;
+	}
+	case LogicalTypeId::ARRAY: {
+		bool inner = false;
+		auto child = ArrowType(ArrayType::GetChildType(type), inner);
+		changed = changed || inner;
+		return inner ? LogicalType::ARRAY(child, ArrayType::GetSize(type)) : type;
+	}
+	case LogicalTypeId::MAP: {
+		bool inner = false;
+		auto key = ArrowType(MapType::KeyType(type), inner);
+		auto value = ArrowType(MapType::ValueType(type), inner);
+		changed = changed || inner;
+		return inner ? LogicalType::MAP(key, value) : type;
+	}
+	case LogicalTypeId::STRUCT: {
+		bool inner = false;
+		child_list_t<LogicalType> children;
+		for (auto &child : StructType::GetChildTypes(type)) {
+			children.emplace_back(child.first, ArrowType(child.second, inner));
+		}
+		changed = changed || inner;
+		return inner ? LogicalType::STRUCT(std::move(children)) : type;
+	}
+	case LogicalTypeId::UNION: {
+		bool inner = false;
+		child_list_t<LogicalType> members;
+		for (idx_t i = 0; i < UnionType::GetMemberCount(type); i++) {
+			members.emplace_back(UnionType::GetMemberName(type, i),
+			                     ArrowType(UnionType::GetMemberType(type, i), inner));
+		}
+		changed = changed || inner;
+		return inner ? LogicalType::UNION(std::move(members)) : type;
+	}
+	default:
+		return type;
+	}
+}
+
+// The expression that makes `e` (a value of `type`) exportable as Arrow
+// (see `ArrowType`), or "" when DuckDB's export takes it as it is. Lists are
+// rebuilt with `list_transform`, structs with `struct_pack` (`row` when
+// unnamed: an unnamed struct's type cannot be written in a CAST); arrays,
+// maps and unions are cast to their mapped type.
+string ArrowExpr(const LogicalType &type, const string &e, idx_t depth) {
+	auto var = "duckgate_a" + to_string(depth);
+	switch (type.id()) {
+	case LogicalTypeId::VARIANT:
+		return "CAST(" + e + " AS JSON)";
+	case LogicalTypeId::TYPE:
+		return "CAST(" + e + " AS VARCHAR)";
+	case LogicalTypeId::LIST: {
+		auto inner = ArrowExpr(ListType::GetChildType(type), var, depth + 1);
+		if (inner.empty()) {
+			return "";
+		}
+		return "list_transform(" + e + ", lambda " + var + ": " + inner + ")";
+	}
+	case LogicalTypeId::STRUCT: {
+		auto &children = StructType::GetChildTypes(type);
+		vector<string> parts;
+		bool changed = false;
+		for (idx_t i = 0; i < children.size(); i++) {
+			auto field = "struct_extract_at(" + e + ", " + to_string(i + 1) + ")";
+			auto inner = ArrowExpr(children[i].second, field, depth + 1);
+			changed = changed || !inner.empty();
+			parts.push_back(inner.empty() ? field : inner);
+		}
+		if (!changed) {
+			return "";
+		}
+		string body = StructType::IsUnnamed(type) ? "row(" : "struct_pack(";
+		for (idx_t i = 0; i < parts.size(); i++) {
+			body += i ? ", " : "";
+			if (!StructType::IsUnnamed(type)) {
+				body += KeywordHelper::WriteOptionallyQuoted(children[i].first) + " := ";
+			}
+			body += parts[i];
+		}
+		return "CASE WHEN " + e + " IS NULL THEN NULL ELSE " + body + ") END";
+	}
+	default: {
+		bool changed = false;
+		auto target = ArrowType(type, changed);
+		if (!changed) {
+			return "";
+		}
+		return "CAST(" + e + " AS " + target.ToString() + ")";
+	}
+	}
+}
+
+// Where the mapped values of a column of `type` are (see `ArrowType`), so
+// the gateway can say so in the Arrow schema: each a path of child indexes
+// (a list's or an array's element 0; a struct's field, a union's member and
+// a map's key 0 or value 1 by position) and the DuckDB type it held
+// (`VARIANT`, `TYPE`). `json`: the marks of `JsonType`'s value instead, its
+// VARIANTs only (a union holding one is DuckDB's text as a whole there, and
+// map keys are text).
+void Marks(const LogicalType &type, bool json, vector<idx_t> &path, vector<std::pair<vector<idx_t>, string>> &out) {
+	switch (type.id()) {
+	case LogicalTypeId::VARIANT:
+		out.emplace_back(path, "VARIANT");
+		return;
+	case LogicalTypeId::TYPE:
+		if (!json) {
+			out.emplace_back(path, "TYPE");
+		}
+		return;
+	case LogicalTypeId::LIST:
+	case LogicalTypeId::ARRAY:
+		path.push_back(0);
+		Marks(type.id() == LogicalTypeId::LIST ? ListType::GetChildType(type) : ArrayType::GetChildType(type), json,
+		      path, out);
+		path.pop_back();
+		return;
+	case LogicalTypeId::MAP:
+		if (!json) {
+			path.push_back(0);
+			Marks(MapType::KeyType(type), json, path, out);
+			path.pop_back();
+		}
+		path.push_back(1);
+		Marks(MapType::ValueType(type), json, path, out);
+		path.pop_back();
+		return;
+	case LogicalTypeId::STRUCT: {
+		auto &children = StructType::GetChildTypes(type);
+		for (idx_t i = 0; i < children.size(); i++) {
+			path.push_back(i);
+			Marks(children[i].second, json, path, out);
+			path.pop_back();
+		}
+		return;
+	}
+	case LogicalTypeId::UNION:
+		if (json && JsonType(type, path.size()) != type) {
+			return;
+		}
+		for (idx_t i = 0; i < UnionType::GetMemberCount(type); i++) {
+			path.push_back(i);
+			Marks(UnionType::GetMemberType(type, i), json, path, out);
+			path.pop_back();
+		}
+		return;
+	default:
+		return;
+	}
+}
+
+// `Marks` of `type` as a JSON array of {"path": [...], "type": "..."}.
+yyjson_mut_val *MarksJson(yyjson_mut_doc *doc, const LogicalType &type, bool json) {
+	vector<idx_t> path;
+	vector<std::pair<vector<idx_t>, string>> marks;
+	Marks(type, json, path, marks);
+	auto arr = yyjson_mut_arr(doc);
+	for (auto &m : marks) {
+		auto obj = yyjson_mut_arr_add_obj(doc, arr);
+		auto p = yyjson_mut_arr(doc);
+		for (auto i : m.first) {
+			yyjson_mut_arr_add_uint(doc, p, i);
+		}
+		yyjson_mut_obj_add_val(doc, obj, "path", p);
+		yyjson_mut_obj_add_strcpy(doc, obj, "type", m.second.c_str());
+	}
+	return arr;
 }
 
 } // namespace
@@ -713,6 +903,9 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		vector<string> types;
 		vector<string> columns;
 		vector<string> json_exprs;
+		vector<string> arrow_exprs;
+		auto json_marks = yyjson_mut_arr(doc);
+		auto arrow_marks = yyjson_mut_arr(doc);
 		vector<string> modified;
 		vector<string> read;
 		const char *described_kind = nullptr;
@@ -775,6 +968,9 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 			for (idx_t i = 0; i < planner.types.size(); i++) {
 				types.push_back(planner.types[i].ToString());
 				json_exprs.push_back(JsonExpr(planner.types[i], "#" + to_string(i + 1), 0));
+				arrow_exprs.push_back(ArrowExpr(planner.types[i], "#" + to_string(i + 1), 0));
+				yyjson_mut_arr_append(json_marks, MarksJson(doc, planner.types[i], true));
+				yyjson_mut_arr_append(arrow_marks, MarksJson(doc, planner.types[i], false));
 			}
 			columns = planner.names;
 		});
@@ -784,6 +980,9 @@ char *duckgate_plan_names(void *connection, const char *sql) {
 		AddStrings(doc, root, "types", types);
 		AddStrings(doc, root, "names", columns);
 		AddStrings(doc, root, "json_exprs", json_exprs);
+		yyjson_mut_obj_add_val(doc, root, "json_marks", json_marks);
+		AddStrings(doc, root, "arrow_exprs", arrow_exprs);
+		yyjson_mut_obj_add_val(doc, root, "arrow_marks", arrow_marks);
 		AddStrings(doc, root, "modified", modified);
 		AddStrings(doc, root, "read", read);
 		auto objects = yyjson_mut_arr(doc);

@@ -43,6 +43,18 @@ pub struct PlanNames {
     /// faithfully; empty where the Arrow value needs nothing.
     #[serde(default)]
     pub json_exprs: Vec<String>,
+    /// Per result column, where `json_exprs` leave DuckDB's JSON of a
+    /// VARIANT (see [`crate::encode::marks`]).
+    #[serde(default)]
+    pub json_marks: Vec<Vec<crate::encode::Mark>>,
+    /// Per result column, the expression (over `#i`) that makes values
+    /// DuckDB's Arrow export has no type for exportable (a VARIANT as its
+    /// JSON, a TYPE as its text); empty where DuckDB exports it as it is.
+    #[serde(default)]
+    pub arrow_exprs: Vec<String>,
+    /// Per result column, where `arrow_exprs` leave those values.
+    #[serde(default)]
+    pub arrow_marks: Vec<Vec<crate::encode::Mark>>,
     /// The databases the statement changes, by DuckDB's own account (what
     /// its read-only transactions check): a write's target, the catalog a
     /// CREATE or DROP reaches, an EXPLAIN ANALYZE's inner write.

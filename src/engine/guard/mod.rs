@@ -107,6 +107,14 @@ pub struct ResultShape {
     /// Per column, DuckDB's rendering of values JSON cannot take from Arrow
     /// (an expression over `#i`), or empty (see `describe.cpp`'s `JsonExpr`).
     pub json_exprs: Vec<String>,
+    /// Per column, where `json_exprs` leave DuckDB's JSON of a VARIANT.
+    pub json_marks: Vec<Vec<crate::encode::Mark>>,
+    /// Per column, the expression that makes what DuckDB's Arrow export has
+    /// no type for exportable (a VARIANT as its JSON, a TYPE as its text),
+    /// or empty (see `describe.cpp`'s `ArrowExpr`).
+    pub arrow_exprs: Vec<String>,
+    /// Per column, where `arrow_exprs` leave those values.
+    pub arrow_marks: Vec<Vec<crate::encode::Mark>>,
 }
 
 /// Why the guard refused.
@@ -259,6 +267,9 @@ pub fn check_parsed(
                 types: plan.types,
                 names: plan.names,
                 json_exprs: plan.json_exprs,
+                json_marks: plan.json_marks,
+                arrow_exprs: plan.arrow_exprs,
+                arrow_marks: plan.arrow_marks,
                 sql: statement.sql.clone(),
             });
         }

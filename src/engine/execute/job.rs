@@ -130,6 +130,8 @@ pub struct QueryJob {
     pub params: Vec<Param>,
     /// How the result is encoded.
     pub format: Format,
+    /// Arrow IPC's buffer compression of an Arrow answer, if asked for.
+    pub arrow_compression: Option<crate::encode::ArrowCodec>,
     /// How long the query may take, counted from `started`.
     pub timeout: Duration,
     /// Rows beyond this are cut and the result marked truncated.
@@ -255,6 +257,7 @@ impl QueryJob {
             sql,
             params,
             format,
+            arrow_compression: None,
             timeout,
             max_rows,
             rows_asked,

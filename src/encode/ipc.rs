@@ -10,11 +10,11 @@
 
 use arrow::datatypes::Schema;
 use arrow::error::ArrowError;
-use arrow::ipc::CompressionType;
 use arrow::ipc::writer::{
     write_message, CompressionContext, DictionaryTracker, EncodedData, IpcDataGenerator,
     IpcWriteOptions,
 };
+use arrow::ipc::CompressionType;
 use arrow::record_batch::RecordBatch;
 
 /// The end-of-stream marker of the Arrow IPC streaming format: the
@@ -146,7 +146,11 @@ mod tests {
         let plain = write(None);
         for codec in [CompressionType::ZSTD, CompressionType::LZ4_FRAME] {
             let packed = write(Some(codec));
-            assert!(packed.len() < plain.len() / 2, "{codec:?}: {} bytes", packed.len());
+            assert!(
+                packed.len() < plain.len() / 2,
+                "{codec:?}: {} bytes",
+                packed.len()
+            );
             let read: Vec<RecordBatch> =
                 arrow::ipc::reader::StreamReader::try_new(packed.as_slice(), None)
                     .unwrap()

@@ -277,7 +277,9 @@ async fn columnar_answers_are_never_gzipped_and_arrow_compresses_its_own_buffers
             }
         }
     }
-    let plain = post(&g, json!({"sql": SQL, "format": "arrow"}), None).await.2;
+    let plain = post(&g, json!({"sql": SQL, "format": "arrow"}), None)
+        .await
+        .2;
     assert!(batch_codecs(&plain).iter().all(Option::is_none));
     let expected = read_arrow(&plain);
     for (name, codec) in [
@@ -322,14 +324,23 @@ async fn columnar_answers_are_never_gzipped_and_arrow_compresses_its_own_buffers
         .all(|c| *c == Some(arrow::ipc::CompressionType::ZSTD)));
     // A codec only Arrow carries, and only one it knows: 400, said why.
     for (body, says) in [
-        (json!({"sql": SQL, "format": "csv", "arrow_compression": "zstd"}), "Arrow answers"),
-        (json!({"sql": SQL, "format": "arrow", "arrow_compression": "gzip"}), "zstd, lz4, none"),
+        (
+            json!({"sql": SQL, "format": "csv", "arrow_compression": "zstd"}),
+            "Arrow answers",
+        ),
+        (
+            json!({"sql": SQL, "format": "arrow", "arrow_compression": "gzip"}),
+            "zstd, lz4, none",
+        ),
     ] {
         let (status, _, problem) = post(&g, body, None).await;
         let problem: Value = serde_json::from_slice(&problem).unwrap();
         assert_eq!(status, 400, "{problem}");
         assert_eq!(problem["type"], "urn:duckgate:problem:invalid-option");
-        assert!(problem["detail"].as_str().unwrap().contains(says), "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(says),
+            "{problem}"
+        );
     }
     // `none` is the default said aloud.
     let (status, _, wire) = post(

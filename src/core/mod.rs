@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use crate::config::LimitsConfig;
 use crate::credentials::retry::with_fresh_credentials;
 use crate::encode::{ArrowCodec, Format};
+use crate::engine::admission::Reclaim;
 use crate::engine::execute::describe::DescribeSlot;
 use crate::engine::execute::{self, Param, QueryOutput, RunLimits};
 use crate::engine::queries::{Registration, Running};
@@ -243,12 +244,25 @@ impl Core {
         // layer refreshes them and runs the statement once more.
         let deadline = started + job.timeout;
         let runner = &ctx.runner;
-        let ran = with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
-            let mut job = job.clone();
-            job.retried = retried;
-            execute::run(&runner.engine.pool, job, runner.shutdown.clone())
-        })
-        .await;
+        let ran = loop {
+            // Past its share the statement may borrow a free connection;
+            // one taken back before its answer began runs again, from its
+            // token's own queue (see `admission::Fair`).
+            let reclaim = Reclaim::new();
+            let ran =
+                with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
+                    let mut job = job.clone();
+                    job.retried = retried;
+                    job.reclaim = Some(reclaim.clone());
+                    execute::run(&runner.engine.pool, job, runner.shutdown.clone())
+                })
+                .await;
+            match ran {
+                Ok(ran) if reclaim.settle() => break Ok(ran),
+                Err(_) | Ok(_) if reclaim.reclaimed() && Instant::now() < deadline => continue,
+                other => break other,
+            }
+        };
         match ran {
             Ok((output, retried)) => Ok(Ran {
                 registration,

@@ -162,6 +162,9 @@ pub struct QueryJob {
     /// Describe the statement here instead of running it (see
     /// [`super::describe`]): the answer's body is empty.
     pub describe: Option<super::describe::DescribeSlot>,
+    /// Its hold on what it may borrow past its token's share; `None`: it
+    /// never borrows (it runs within its share only).
+    pub reclaim: Option<crate::engine::admission::Reclaim>,
 }
 
 /// The bounds of one run, whichever way its result leaves.
@@ -270,6 +273,7 @@ impl QueryJob {
             tracker: Some(tracker),
             sink,
             describe: None,
+            reclaim: None,
         }
     }
 

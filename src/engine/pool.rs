@@ -388,6 +388,11 @@ impl QueryPool {
             search_path,
         })
         .max_size(size + spares)
+        // The connection that came back last goes out first: the next
+        // statement finds the verdicts (and the prepared statements) of
+        // the one before (a Flight SQL execution the text its prepare
+        // judged), and idle connections stay cold rather than all lukewarm.
+        .queue_mode(managed::QueueMode::Lifo)
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|e| PoolError::Build(e.to_string()))?;

@@ -138,6 +138,16 @@ async fn a_token_alone_uses_the_whole_pool_and_its_share_under_contention() {
         let (status, body) = t.await.unwrap();
         assert!(status == 504 || status == 429, "{status} {body}");
     }
+    // Every tile's connection back (a lease goes after its answer).
+    eventually("the pool idle", Duration::from_secs(20), || async {
+        let h = g.health().await;
+        if h["pool"]["in_use"].as_u64() == Some(0) {
+            Ok(())
+        } else {
+            Err(h["pool"].clone())
+        }
+    })
+    .await;
     // Control: bob holds his share; alice gets hers and no more.
     let bob = runs_long(&g, BOB, 8_000, 1).await;
     let alice = alice_runs(&g, 2).await;

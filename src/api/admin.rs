@@ -509,7 +509,7 @@ async fn catalogs(state: &AppState) -> Vec<CatalogInfo> {
     let snapshots = match state
         .engine
         .pool
-        .acquire_within(SNAPSHOT_WAIT, false, None, None, false)
+        .acquire_within(SNAPSHOT_WAIT, false, None, None, false, None)
         .await
     {
         Err(_) => Err("no pooled connection free to read it".to_string()),

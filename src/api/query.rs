@@ -287,6 +287,7 @@ async fn run_query(
         sql,
         params,
         format,
+        arrow_compression,
         timeout_ms,
         max_rows,
         read_only,
@@ -309,7 +310,10 @@ async fn run_query(
                 door: "query",
                 started,
             },
-            crate::core::Leave::Encoded(format),
+            match arrow_compression {
+                Some(codec) => crate::core::Leave::CompressedArrow(codec),
+                None => crate::core::Leave::Encoded(format),
+            },
         )
         .await?;
     let tracker = ran.registration.running.clone();

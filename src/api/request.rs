@@ -13,7 +13,7 @@ use crate::api::error::ApiError;
 use crate::api::negotiate::choose_format;
 use crate::api::query::QUERY_ID_HEADER;
 use crate::api::AppState;
-use crate::encode::Format;
+use crate::encode::{ArrowCodec, Format};
 use crate::engine::queries::{valid_id, IdError};
 use crate::engine::{Param, QueryError};
 
@@ -34,6 +34,12 @@ pub struct QueryRequest {
     #[serde(default)]
     #[schema(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
+    /// With `format` Arrow: compress the stream's buffers with Arrow IPC's
+    /// own codec (`zstd` or `lz4`; default `none`), which every Arrow
+    /// reader undoes. Arrow answers never get `Content-Encoding`.
+    #[serde(default)]
+    #[schema(value_type = Option<ArrowCompressionSchema>)]
+    pub arrow_compression: Option<String>,
     /// Time limit in milliseconds, clamped to the gateway's maximum.
     #[serde(default)]
     #[schema(minimum = 1)]
@@ -113,6 +119,9 @@ pub struct QueryOptions {
     /// Response format; else the Accept header's, else JSON.
     #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
+    /// With an Arrow answer: Arrow IPC's own buffer compression.
+    #[param(value_type = Option<ArrowCompressionSchema>)]
+    pub arrow_compression: Option<String>,
     /// Time limit in milliseconds.
     #[param(minimum = 1)]
     pub timeout_ms: Option<i64>,
@@ -138,6 +147,9 @@ pub struct UrlQuery {
     /// Response format; else the Accept header's, else JSON.
     #[param(value_type = Option<crate::api::query::FormatSchema>)]
     pub format: Option<String>,
+    /// With an Arrow answer: Arrow IPC's own buffer compression.
+    #[param(value_type = Option<ArrowCompressionSchema>)]
+    pub arrow_compression: Option<String>,
     /// Time limit in milliseconds.
     #[param(minimum = 1)]
     pub timeout_ms: Option<i64>,
@@ -146,11 +158,29 @@ pub struct UrlQuery {
     pub max_rows: Option<i64>,
 }
 
+/// Arrow IPC's buffer compression codecs (`lz4` is LZ4 frames).
+#[derive(utoipa::ToSchema)]
+#[schema(as = ArrowCompression)]
+#[allow(dead_code)]
+pub enum ArrowCompressionSchema {
+    /// Zstandard.
+    #[schema(rename = "zstd")]
+    Zstd,
+    /// LZ4 frames.
+    #[schema(rename = "lz4")]
+    Lz4,
+    /// Buffers as they are (the default).
+    #[schema(rename = "none")]
+    None,
+}
+
 /// A request read and checked, with its limits still as asked.
 pub(crate) struct RequestParts {
     pub sql: String,
     pub params: Vec<Param>,
     pub format: Format,
+    /// Arrow IPC's buffer compression (only with `format` Arrow).
+    pub arrow_compression: Option<ArrowCodec>,
     /// As asked (positive), not yet clamped.
     pub timeout_ms: Option<u64>,
     pub max_rows: Option<u64>,
@@ -263,6 +293,7 @@ pub(crate) fn read_url_request(
         sql: url.sql,
         params: Vec::new(),
         format: url.format,
+        arrow_compression: url.arrow_compression,
         timeout_ms: url.timeout_ms,
         max_rows: url.max_rows,
         wait_ms: None,
@@ -292,6 +323,7 @@ fn checked(
         ));
     }
     let format = choose_format(request.format.as_deref(), headers)?;
+    let arrow_compression = arrow_codec(request.arrow_compression.as_deref(), format)?;
     let params = request
         .params
         .iter()
@@ -332,11 +364,39 @@ fn checked(
         sql: request.sql,
         params,
         format,
+        arrow_compression,
         timeout_ms,
         max_rows,
         wait_ms,
         read_only: request.read_only.unwrap_or(false),
     })
+}
+
+/// The Arrow compression `name` asks for, for an answer in `format`: a
+/// codec only an Arrow answer can carry, so any other format refuses one
+/// (400), as it refuses a codec it does not know.
+fn arrow_codec(name: Option<&str>, format: Format) -> Result<Option<ArrowCodec>, ApiError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    let codec = ArrowCodec::from_name(name).map_err(|()| {
+        ApiError::bad_request(
+            "invalid-option",
+            "Unknown Arrow compression",
+            format!("arrow_compression `{name}` is not one of zstd, lz4, none"),
+        )
+    })?;
+    if codec.is_some() && format != Format::Arrow {
+        return Err(ApiError::bad_request(
+            "invalid-option",
+            "Option not accepted here",
+            format!(
+                "arrow_compression applies to Arrow answers; this one is {}",
+                format.name()
+            ),
+        ));
+    }
+    Ok(codec)
 }
 
 /// The request, from a JSON body or a raw SQL body.
@@ -380,6 +440,7 @@ fn parse_body(
         })?;
         // Query-string options fill in what the body leaves out.
         request.format = request.format.or(options.format);
+        request.arrow_compression = request.arrow_compression.or(options.arrow_compression);
         request.timeout_ms = request.timeout_ms.or(options.timeout_ms);
         request.max_rows = request.max_rows.or(options.max_rows);
         request.wait_ms = request.wait_ms.or(options.wait_ms);
@@ -397,6 +458,7 @@ fn parse_body(
             sql: sql.to_string(),
             params: Vec::new(),
             format: options.format,
+            arrow_compression: options.arrow_compression,
             timeout_ms: options.timeout_ms,
             max_rows: options.max_rows,
             wait_ms: options.wait_ms,

@@ -1,6 +1,6 @@
-//! How answers travel: compression by `Accept-Encoding` (gzip, zstd), the
-//! read-ahead that keeps small streamed answers uncompressed and gives them
-//! a length, and CORS for the configured origins.
+//! How answers travel: compression by `Accept-Encoding` (gzip, zstd) of
+//! text answers, the read-ahead that keeps small streamed answers
+//! uncompressed and gives them a length, and CORS for the configured origins.
 
 use std::sync::Arc;
 
@@ -18,19 +18,30 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::config::ServerConfig;
 
-/// The media types never compressed: already compressed (images, Parquet).
+/// Columnar answers, never compressed by a general-purpose compressor:
+/// Parquet compresses its own pages, and Arrow IPC its own buffers when
+/// asked (`arrow_compression`). gzip around either costs the CPU and the
+/// time of a second pass over every byte (1.5M rows of Arrow: 2.42 s with
+/// gzip against 1.00 s without) for what the format does better itself.
 const PARQUET: NotForContentType = NotForContentType::const_new("application/vnd.apache.parquet");
+/// See [`PARQUET`].
+const ARROW: NotForContentType =
+    NotForContentType::const_new("application/vnd.apache.arrow.stream");
 
 /// Which answers [`compression`] compresses.
 pub type Compressible = tower_http::compression::predicate::And<
-    tower_http::compression::predicate::And<SizeAbove, NotForContentType>,
+    tower_http::compression::predicate::And<
+        tower_http::compression::predicate::And<SizeAbove, NotForContentType>,
+        NotForContentType,
+    >,
     NotForContentType,
 >;
 
 /// gzip or zstd, as the request's `Accept-Encoding` prefers (identity when
 /// it names neither), for answers of at least `min_bytes` or of unknown
-/// length (a streamed result), streamed through a fixed-size compressor so
-/// memory stays flat however long the answer.
+/// length (a streamed result) but the columnar ones (Arrow, Parquet: see
+/// [`PARQUET`]), streamed through a fixed-size compressor so memory stays
+/// flat however long the answer.
 ///
 /// The fastest level of each: a result streams at the rate DuckDB produces
 /// it, and level 1 keeps up with that on one core where the default levels
@@ -45,7 +56,8 @@ pub fn compression(min_bytes: u16) -> CompressionLayer<Compressible> {
         .compress_when(
             SizeAbove::new(min_bytes)
                 .and(NotForContentType::IMAGES)
-                .and(PARQUET),
+                .and(PARQUET)
+                .and(ARROW),
         )
 }
 

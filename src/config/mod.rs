@@ -455,11 +455,13 @@ pub struct EngineConfig {
     #[arg(long, env = "DUCKGATE_POOL_SPARES", value_parser = clap::value_parser!(u32).range(0..=1024))]
     pub pool_spares: Option<u32>,
 
-    /// Queries one token (or OIDC identity) may run at once. Default: with
-    /// two or more query tokens, or with OIDC on (its identities count as
-    /// one more token, and as two at least), a fair share of the pool (its
-    /// size over the number of tokens, rounded up, never the whole pool, at
-    /// least one); else no bound.
+    /// Queries one token (or OIDC identity) is guaranteed at once; past it a
+    /// token borrows free connections nobody else waits for, and gives one
+    /// back when another token within its share finds none free. Default:
+    /// with two or more query tokens, or with OIDC on (its identities count
+    /// as one more token, and as two at least), a fair share of the pool
+    /// (its size over the number of tokens, rounded up, never the whole
+    /// pool, at least one); else no bound.
     #[arg(long, env = "DUCKGATE_MAX_QUERIES_PER_TOKEN", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_queries_per_token: Option<u32>,
 

@@ -30,7 +30,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::LimitsConfig;
 use crate::credentials::retry::with_fresh_credentials;
-use crate::encode::Format;
+use crate::encode::{ArrowCodec, Format};
+use crate::engine::admission::Reclaim;
 use crate::engine::execute::describe::DescribeSlot;
 use crate::engine::execute::{self, Param, QueryOutput, RunLimits};
 use crate::engine::queries::{Registration, Running};
@@ -46,6 +47,9 @@ pub use crate::statements::Error;
 pub enum Leave {
     /// Encoded in `Format` as it runs (a body, a stream of Arrow messages).
     Encoded(Format),
+    /// Encoded as an Arrow IPC stream whose buffers are compressed with
+    /// the codec (Arrow's own compression, which the client asked for).
+    CompressedArrow(ArrowCodec),
     /// Described, not run: its result's and parameters' schemas.
     Described(DescribeSlot),
 }
@@ -158,7 +162,7 @@ impl Core {
         let rules = self.rules(who, req.read_only);
         let (max_rows, rows_asked) = match &leave {
             Ok(Leave::Described(_)) => (limits.default_rows(), false),
-            Ok(Leave::Encoded(_)) => limits.rows(req.max_rows),
+            Ok(Leave::Encoded(_) | Leave::CompressedArrow(_)) => limits.rows(req.max_rows),
             // A kept result holds up to the gateway's cap unless asked.
             Err(_) => (
                 req.max_rows
@@ -184,6 +188,19 @@ impl Core {
                 format,
                 limits.max_result_bytes,
             ),
+            Ok(Leave::CompressedArrow(codec)) => {
+                let mut job = QueryJob::query(
+                    req.sql,
+                    req.params,
+                    rules,
+                    run_limits,
+                    tracker,
+                    Format::Arrow,
+                    limits.max_result_bytes,
+                );
+                job.arrow_compression = Some(codec);
+                job
+            }
             Ok(Leave::Described(slot)) => {
                 QueryJob::describe(req.sql, rules, run_limits, tracker, slot)
             }
@@ -227,12 +244,25 @@ impl Core {
         // layer refreshes them and runs the statement once more.
         let deadline = started + job.timeout;
         let runner = &ctx.runner;
-        let ran = with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
-            let mut job = job.clone();
-            job.retried = retried;
-            execute::run(&runner.engine.pool, job, runner.shutdown.clone())
-        })
-        .await;
+        let ran = loop {
+            // Past its share the statement may borrow a free connection;
+            // one taken back before its answer began runs again, from its
+            // token's own queue (see `admission::Fair`).
+            let reclaim = Reclaim::new();
+            let ran =
+                with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
+                    let mut job = job.clone();
+                    job.retried = retried;
+                    job.reclaim = Some(reclaim.clone());
+                    execute::run(&runner.engine.pool, job, runner.shutdown.clone())
+                })
+                .await;
+            match ran {
+                Ok(ran) if reclaim.settle() => break Ok(ran),
+                Err(_) | Ok(_) if reclaim.reclaimed() && Instant::now() < deadline => continue,
+                other => break other,
+            }
+        };
         match ran {
             Ok((output, retried)) => Ok(Ran {
                 registration,

@@ -99,6 +99,39 @@ impl Format {
     }
 }
 
+/// Arrow IPC's own compression of a record batch's buffers (the format's
+/// `BodyCompression`), which every Arrow reader undoes itself: the way to
+/// ask for a smaller Arrow answer, since a general-purpose compressor
+/// around the stream (`Content-Encoding`) is never applied to one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArrowCodec {
+    /// LZ4 frames: cheap to write and read, a modest ratio.
+    Lz4,
+    /// Zstandard at its default level: a better ratio for more CPU.
+    Zstd,
+}
+
+impl ArrowCodec {
+    /// The codec `arrow_compression=` names (case-insensitive; `lz4_frame`
+    /// as Arrow names it too): `Ok(None)` for `none`, `Err` for anything else.
+    pub fn from_name(name: &str) -> Result<Option<Self>, ()> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "zstd" => Ok(Some(ArrowCodec::Zstd)),
+            "lz4" | "lz4_frame" => Ok(Some(ArrowCodec::Lz4)),
+            "none" | "uncompressed" => Ok(None),
+            _ => Err(()),
+        }
+    }
+
+    /// arrow-ipc's name of it.
+    fn ipc(self) -> arrow::ipc::CompressionType {
+        match self {
+            ArrowCodec::Lz4 => arrow::ipc::CompressionType::LZ4_FRAME,
+            ArrowCodec::Zstd => arrow::ipc::CompressionType::ZSTD,
+        }
+    }
+}
+
 /// A column of the result, as the JSON answer names it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Column {
@@ -130,6 +163,8 @@ pub struct ResultEncoder {
     /// Rows written so far (JSON needs it for separators).
     rows: u64,
     ipc: Option<ipc::IpcStream>,
+    /// Arrow IPC's buffer compression, if the client asked for it.
+    arrow_codec: Option<ArrowCodec>,
     csv_header_pending: bool,
     /// CSV whose columns DuckDB already rendered as text, with these names.
     csv_text: Option<Arc<Vec<String>>>,
@@ -155,6 +190,7 @@ impl ResultEncoder {
             options,
             rows: 0,
             ipc: None,
+            arrow_codec: None,
             csv_header_pending: true,
             csv_text: None,
             uhugeint: Vec::new(),
@@ -191,6 +227,13 @@ impl ResultEncoder {
             fields,
             self.schema.metadata().clone(),
         ));
+    }
+
+    /// Compresses an Arrow answer's buffers with `codec` (Arrow IPC's own
+    /// compression; no effect on other formats). Call before
+    /// [`ResultEncoder::begin`].
+    pub fn arrow_compression(&mut self, codec: Option<ArrowCodec>) {
+        self.arrow_codec = codec;
     }
 
     /// The schema the answer carries (after [`ResultEncoder::unsigned_huge`]).
@@ -233,7 +276,8 @@ impl ResultEncoder {
                 }
             },
             Format::Arrow => {
-                self.ipc = Some(ipc::IpcStream::begin(&self.schema, out)?);
+                let codec = self.arrow_codec.map(ArrowCodec::ipc);
+                self.ipc = Some(ipc::IpcStream::begin(&self.schema, codec, out)?);
             }
             Format::Parquet => return Err(parquet_is_duckdbs()),
         }

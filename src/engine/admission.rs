@@ -5,6 +5,16 @@
 //! share (`DUCKGATE_MAX_S3_QUERIES`), so a slow S3 or a busy token queues
 //! its own work, never another's.
 //!
+//! Fair shares conserve work ([`Fair`], the one fair-share system: the
+//! pool's and the async statements' share both use it). A token's share
+//! is what it is guaranteed, not all it may use: past it, a token borrows
+//! a free connection when nobody else waits for one, so a token alone uses
+//! the whole pool. A loan is given back when another token, within its own
+//! share, finds no connection free: the youngest borrowed query is
+//! interrupted before its first rows and goes back to its token's own
+//! queue (an async statement starts again), so shares bind only when
+//! tokens contend.
+//!
 //! Overload is shed at once: a request that finds every permit taken
 //! estimates its wait (the requests queued ahead of it, plus itself, times
 //! the recent mean time a permit is held, over the pool size). When that is
@@ -17,11 +27,11 @@
 //! [`crate::engine::pool`]'s.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::cache::{sha256_hex, BoundedCache};
@@ -91,12 +101,9 @@ pub struct Admission {
     gate: Arc<Semaphore>,
     size: usize,
     health: Arc<Health>,
-    /// Queries one token may run at once (its share of the pool), or
-    /// `None`: no per-token bound (anonymous access, or one token).
-    token_share: Option<usize>,
-    /// Each token's share, as a semaphore: its own work waits here, in its
-    /// own queue, never in front of another token's.
-    token_gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// Each token's share of the pool (`None`: no per-token bound,
+    /// anonymous access or one token), and its loans past it.
+    fair: Arc<Fair>,
     /// Each capped role's statements at once (`[role.limits]
     /// queries_at_once`), as a semaphore with the cap it was made for: the
     /// role's members wait here together.
@@ -128,8 +135,8 @@ pub struct Admission {
 pub(crate) struct Admitted {
     /// The pool permit.
     pub(crate) permit: Held,
-    /// The token's share.
-    pub(crate) token: Option<OwnedSemaphorePermit>,
+    /// The token's share, or its loan past it.
+    pub(crate) token: Part,
     /// The role's share.
     pub(crate) role: Option<OwnedSemaphorePermit>,
     /// The S3 share.
@@ -158,8 +165,7 @@ impl Admission {
             gate: Arc::new(Semaphore::new(size)),
             size,
             health,
-            token_share,
-            token_gates: Default::default(),
+            fair: Fair::new(token_share),
             role_gates: Default::default(),
             queued: Default::default(),
             s3: S3Share {
@@ -216,19 +222,6 @@ impl Admission {
         *t = CancellationToken::new();
     }
 
-    /// The semaphore of `owner`'s share, if shares are bounded.
-    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
-        let share = self.token_share?;
-        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
-        forget_idle_gates(&mut gates);
-        Some(
-            gates
-                .entry(owner.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(share)))
-                .clone(),
-        )
-    }
-
     /// The semaphore of `quota`'s role (made anew when its cap changed,
     /// on a reload).
     fn role_gate(&self, quota: &RoleQuota) -> Arc<Semaphore> {
@@ -245,10 +238,11 @@ impl Admission {
         gate.1.clone()
     }
 
-    /// Waits at most `wait` for `owner`'s share, its role's share (`role`:
-    /// the role whose `queries_at_once` it counts against), the S3 share
-    /// (`s3`: the query reads S3) and a pool permit, in that order.
-    /// Background work passes `count_timeout: false` (see
+    /// Waits at most `wait` for `owner`'s share (or a loan past it, when
+    /// the job can give it back: `reclaim`), its role's share (`role`: the
+    /// role whose `queries_at_once` it counts against), the S3 share (`s3`:
+    /// the query reads S3) and a pool permit, in that order. Background
+    /// work passes `count_timeout: false` (see
     /// [`crate::engine::pool::QueryPool::acquire_within`]).
     pub(crate) async fn admit(
         &self,
@@ -257,18 +251,43 @@ impl Admission {
         owner: Option<&Arc<str>>,
         role: Option<&RoleQuota>,
         s3: bool,
+        reclaim: Option<&Reclaim>,
     ) -> Result<Admitted, AcquireError> {
         let start = tokio::time::Instant::now();
-        let token = match owner.and_then(|o| self.token_gate(o)) {
-            None => None,
-            Some(gate) => match tokio::time::timeout(wait, gate.acquire_owned()).await {
-                Ok(Ok(p)) => Some(p),
-                Ok(Err(_)) => return Err(AcquireError::Closed),
-                Err(_) => {
-                    metrics::counter!("duckgate_token_share_timeouts_total").increment(1);
-                    return Err(AcquireError::TokenShare);
-                }
-            },
+        loop {
+            if let Some(admitted) = self
+                .admit_once(start, wait, count_timeout, owner, role, s3, reclaim)
+                .await?
+            {
+                return Ok(admitted);
+            }
+        }
+    }
+
+    /// One try of [`Admission::admit`]: `None` when a loan found the free
+    /// connection it was made for taken meanwhile (it is given back; the
+    /// caller tries again, its wait counting from `start`).
+    #[allow(clippy::too_many_arguments)]
+    async fn admit_once(
+        &self,
+        start: tokio::time::Instant,
+        wait: Duration,
+        count_timeout: bool,
+        owner: Option<&Arc<str>>,
+        role: Option<&RoleQuota>,
+        s3: bool,
+        reclaim: Option<&Reclaim>,
+    ) -> Result<Option<Admitted>, AcquireError> {
+        // A token past its share borrows a free connection nobody waits for.
+        let free = || self.gate.available_permits() > 0 && self.queued.load(Ordering::Relaxed) == 0;
+        let left = wait.saturating_sub(start.elapsed());
+        let token = match self.fair.part(owner, reclaim, left, free).await {
+            Ok(part) => part,
+            Err(FairError::Closed) => return Err(AcquireError::Closed),
+            Err(FairError::Timeout) => {
+                metrics::counter!("duckgate_token_share_timeouts_total").increment(1);
+                return Err(AcquireError::TokenShare);
+            }
         };
         // The role's members wait together after each one's own share, so
         // one member's burst queues behind its own work first.
@@ -313,22 +332,28 @@ impl Admission {
         let permit = match self.gate.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(tokio::sync::TryAcquireError::Closed) => return Err(AcquireError::Closed),
+            // A loan is of a free connection: never queued for one.
+            Err(tokio::sync::TryAcquireError::NoPermits) if !token.guaranteed() => return Ok(None),
             Err(tokio::sync::TryAcquireError::NoPermits) => {
-                self.wait_for_permit(wait, count_timeout).await?
+                // Within its share, a token takes back a connection another
+                // token borrowed; it waits for it rather than being shed.
+                let reclaimed = owner.is_some_and(|o| self.fair.reclaim_for(o));
+                self.wait_for_permit(wait, count_timeout, reclaimed).await?
             }
         };
         let permit = Held {
-            _permit: permit,
+            _permit: Some(permit),
             since: Instant::now(),
             hold: self.hold.clone(),
             health: self.health.clone(),
+            fair: self.fair.clone(),
         };
-        Ok(Admitted {
+        Ok(Some(Admitted {
             permit,
             token,
             role,
             s3,
-        })
+        }))
     }
 
     /// Every permit is taken: queues for one for at most `wait`, or refuses
@@ -337,9 +362,10 @@ impl Admission {
         &self,
         wait: Duration,
         count_timeout: bool,
+        reclaimed: bool,
     ) -> Result<OwnedSemaphorePermit, AcquireError> {
         let ahead = self.queued.load(Ordering::Relaxed);
-        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early) {
+        if let Some(mean) = self.hold.mean().filter(|_| self.shed_early && !reclaimed) {
             let expected = expected_wait(ahead, mean, self.size);
             if expected > wait {
                 if count_timeout {
@@ -418,10 +444,12 @@ impl HoldTime {
 
 /// A pool permit that records how long it was held when it goes back.
 pub(crate) struct Held {
-    _permit: OwnedSemaphorePermit,
+    _permit: Option<OwnedSemaphorePermit>,
     since: Instant,
     hold: Arc<HoldTime>,
     health: Arc<Health>,
+    /// Told when the permit is back (tokens past their share may borrow it).
+    fair: Arc<Fair>,
 }
 
 impl Drop for Held {
@@ -431,6 +459,8 @@ impl Drop for Held {
             self.health.started.elapsed().as_millis() as u64,
             Ordering::Relaxed,
         );
+        drop(self._permit.take());
+        self.fair.freed();
     }
 }
 
@@ -453,7 +483,7 @@ pub enum AcquireError {
     /// Waited the full acquire timeout.
     Timeout,
     /// The token's own share of the pool stayed taken (by its own queries)
-    /// for the whole wait.
+    /// for the whole wait, and no connection was free to borrow.
     TokenShare,
     /// The role's `queries_at_once` stayed taken (by its members' queries)
     /// for the whole wait.
@@ -473,6 +503,262 @@ pub enum AcquireError {
     Closed,
     /// A connection could not be created.
     Backend(PoolError),
+}
+
+/// A job's hold on what it borrowed past its token's share: fired when the
+/// loan is taken back (the job's query is interrupted and runs again from
+/// its token's own queue), or settled once its answer began (a loan is
+/// never taken back from a client that is reading rows).
+#[derive(Debug, Clone, Default)]
+pub struct Reclaim(Arc<ReclaimState>);
+
+#[derive(Debug, Default)]
+struct ReclaimState {
+    /// [`OPEN`], [`SETTLED`] or [`RECLAIMED`].
+    state: AtomicU8,
+    /// Fires when reclaimed.
+    token: CancellationToken,
+}
+
+const OPEN: u8 = 0;
+const SETTLED: u8 = 1;
+const RECLAIMED: u8 = 2;
+
+impl Reclaim {
+    /// A hold on nothing yet, open.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fires when what the job borrowed is taken back.
+    pub fn token(&self) -> CancellationToken {
+        self.0.token.clone()
+    }
+
+    /// The job's answer began: what it borrowed is kept until it ends.
+    /// False when it was taken back first (the answer is being interrupted).
+    pub fn settle(&self) -> bool {
+        match self
+            .0
+            .state
+            .compare_exchange(OPEN, SETTLED, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(state) => state == SETTLED,
+        }
+    }
+
+    /// Whether what the job borrowed was taken back.
+    pub fn reclaimed(&self) -> bool {
+        self.0.state.load(Ordering::Acquire) == RECLAIMED
+    }
+
+    /// Takes the loan back, unless the answer began or it was taken
+    /// already: whether this call took it.
+    pub fn take_back(&self) -> bool {
+        let taken = self
+            .0
+            .state
+            .compare_exchange(OPEN, RECLAIMED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if taken {
+            self.0.token.cancel();
+        }
+        taken
+    }
+}
+
+/// A loan given out: its owner and its job's hold.
+struct LoanEntry {
+    id: u64,
+    owner: Arc<str>,
+    reclaim: Reclaim,
+}
+
+/// Fair shares of some capacity (the pool's connections, or the async
+/// statements' share of them) among tokens, conserving work: each token
+/// is guaranteed `share` at once (a semaphore of its own: its work waits
+/// there, in its own queue, never in front of another token's); past it,
+/// a token borrows capacity that is free and nobody waits for, and gives
+/// it back when a token within its share finds none free
+/// ([`Fair::reclaim_for`]). The capacity itself is its caller's.
+pub struct Fair {
+    /// What one token is guaranteed; `None`: no per-token bound.
+    share: Option<usize>,
+    /// Each token's guaranteed share.
+    gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// Loans out now, oldest first.
+    loans: Mutex<Vec<LoanEntry>>,
+    /// Numbers loans.
+    next: AtomicU64,
+    /// Wakes tokens waiting past their share when capacity comes back.
+    freed: Notify,
+}
+
+/// Why [`Fair::part`] gave nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FairError {
+    /// The token's share stayed taken by its own work for the whole wait,
+    /// and nothing was free to borrow.
+    Timeout,
+    /// Shutting down.
+    Closed,
+}
+
+/// A token's part of the capacity: a permit of its share, or a loan past
+/// it (given back when dropped), or nothing to hold (no per-token bound).
+#[derive(Default)]
+pub struct Part {
+    _permit: Option<OwnedSemaphorePermit>,
+    loan: Option<Loan>,
+}
+
+impl Part {
+    /// Whether this is within the token's share (not a loan).
+    pub fn guaranteed(&self) -> bool {
+        self.loan.is_none()
+    }
+}
+
+/// A loan out: forgotten when dropped (the capacity came back).
+struct Loan {
+    fair: Arc<Fair>,
+    id: u64,
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        let mut loans = self.fair.loans.lock().unwrap_or_else(|p| p.into_inner());
+        loans.retain(|l| l.id != self.id);
+    }
+}
+
+impl std::fmt::Debug for Fair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let loans = self.loans.lock().map(|l| l.len()).unwrap_or_default();
+        f.debug_struct("Fair")
+            .field("share", &self.share)
+            .field("loans", &loans)
+            .finish()
+    }
+}
+
+impl Fair {
+    /// Shares of `share` per token (`None`: unbounded).
+    pub fn new(share: Option<usize>) -> Arc<Self> {
+        Arc::new(Fair {
+            share,
+            gates: Default::default(),
+            loans: Default::default(),
+            next: Default::default(),
+            freed: Notify::new(),
+        })
+    }
+
+    /// What one token is guaranteed (`None`: no per-token bound).
+    pub fn share(&self) -> Option<usize> {
+        self.share
+    }
+
+    /// The semaphore of `owner`'s share, if shares are bounded.
+    fn gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
+        let share = self.share?;
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        forget_idle_gates(&mut gates);
+        Some(
+            gates
+                .entry(owner.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(share)))
+                .clone(),
+        )
+    }
+
+    /// Waits at most `wait` for `owner`'s part: a permit of its share, or,
+    /// past it, a loan as soon as `free()` says capacity is free and nobody
+    /// waits for it, if the job can give a loan back (`reclaim`; work that
+    /// cannot, and anonymous work, only waits for its share).
+    pub async fn part(
+        self: &Arc<Self>,
+        owner: Option<&Arc<str>>,
+        reclaim: Option<&Reclaim>,
+        wait: Duration,
+        free: impl Fn() -> bool,
+    ) -> Result<Part, FairError> {
+        let Some((owner, gate)) = owner.and_then(|o| Some((o, self.gate(o)?))) else {
+            return Ok(Part::default());
+        };
+        let give_up = tokio::time::sleep(wait);
+        tokio::pin!(give_up);
+        loop {
+            // Registered before looking, so a release in between wakes it.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            match gate.clone().try_acquire_owned() {
+                Ok(p) => {
+                    return Ok(Part {
+                        _permit: Some(p),
+                        loan: None,
+                    })
+                }
+                Err(tokio::sync::TryAcquireError::Closed) => return Err(FairError::Closed),
+                Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            }
+            if let Some(reclaim) = reclaim.filter(|_| free()) {
+                return Ok(Part {
+                    _permit: None,
+                    loan: Some(self.lend(owner, reclaim)),
+                });
+            }
+            tokio::select! {
+                p = gate.clone().acquire_owned() => {
+                    return p
+                        .map(|p| Part { _permit: Some(p), loan: None })
+                        .map_err(|_| FairError::Closed);
+                }
+                _ = freed => {}
+                _ = &mut give_up => return Err(FairError::Timeout),
+            }
+        }
+    }
+
+    fn lend(self: &Arc<Self>, owner: &Arc<str>, reclaim: &Reclaim) -> Loan {
+        metrics::counter!("duckgate_share_loans_total").increment(1);
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.loans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(LoanEntry {
+                id,
+                owner: owner.clone(),
+                reclaim: reclaim.clone(),
+            });
+        Loan {
+            fair: self.clone(),
+            id,
+        }
+    }
+
+    /// `owner`, within its share, found no capacity free: takes back the
+    /// youngest loan of another token whose answer has not begun. Whether
+    /// one was taken back (its capacity comes back once its query stops).
+    pub fn reclaim_for(&self, owner: &Arc<str>) -> bool {
+        let loans = self.loans.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = loans
+            .iter()
+            .rev()
+            .filter(|l| l.owner != *owner)
+            .any(|l| l.reclaim.take_back());
+        if taken {
+            metrics::counter!("duckgate_share_reclaims_total").increment(1);
+        }
+        taken
+    }
+
+    /// Capacity came back: tokens waiting past their share look again.
+    pub fn freed(&self) {
+        self.freed.notify_waiters();
+    }
 }
 
 /// Past this many owners' gates, the idle ones are forgotten.
@@ -504,10 +790,11 @@ pub struct Shares {
 }
 
 impl Shares {
-    /// How many queries one token may run at once in a pool of `size`:
-    /// the setting, else with two or more tokens a fair share (the size
-    /// over the tokens, rounded up), never the whole pool, at least one;
-    /// with fewer tokens, no bound.
+    /// How many queries one token is guaranteed at once in a pool of
+    /// `size` (past it, it borrows what nobody else waits for, see
+    /// [`Fair`]): the setting, else with two or more tokens a fair share
+    /// (the size over the tokens, rounded up), never the whole pool, at
+    /// least one; with fewer tokens, no bound.
     pub fn per_token_of(&self, size: usize) -> Option<usize> {
         match self.per_token {
             Some(n) => Some(n.clamp(1, size)),

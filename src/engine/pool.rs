@@ -19,7 +19,9 @@ use deadpool::managed::{self, Metrics, RecycleError, RecycleResult, Timeouts};
 use deadpool::Runtime;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::engine::admission::{AcquireError, Admission, Classified, Held, OwnedS3Permit, Shares};
+use crate::engine::admission::{
+    AcquireError, Admission, Classified, Held, OwnedS3Permit, Part, Reclaim, Shares,
+};
 use crate::engine::cache::BoundedCache;
 use crate::engine::ffi::{RawConnection, RawDatabase};
 use crate::engine::guard::access::RoleQuota;
@@ -259,10 +261,10 @@ pub struct Lease {
     owner: Arc<str>,
     /// Counts the lease in `pool.in_use` while it lives.
     _in_use: OwnedCounterGuard,
-    /// The token's share: held until the connection really comes back,
-    /// even when a stuck one is replaced, so one token's stuck queries
-    /// never take the spares beyond its share.
-    _token: Option<OwnedSemaphorePermit>,
+    /// The token's share (or its loan past it): held until the connection
+    /// really comes back, even when a stuck one is replaced, so one token's
+    /// stuck queries never take the spares beyond its share.
+    _token: Part,
     /// The role's share (`queries_at_once`), held the same way.
     _role: Option<OwnedSemaphorePermit>,
     /// The S3 share's permit, held the same way: S3 queries stuck on a hung
@@ -386,6 +388,11 @@ impl QueryPool {
             search_path,
         })
         .max_size(size + spares)
+        // The connection that came back last goes out first: the next
+        // statement finds the verdicts (and the prepared statements) of
+        // the one before (a Flight SQL execution the text its prepare
+        // judged), and idle connections stay cold rather than all lukewarm.
+        .queue_mode(managed::QueueMode::Lifo)
         .runtime(Runtime::Tokio1)
         .build()
         .map_err(|e| PoolError::Build(e.to_string()))?;
@@ -457,7 +464,7 @@ impl QueryPool {
         role: Option<&RoleQuota>,
         s3: bool,
     ) -> Result<(Pooled, Lease), AcquireError> {
-        self.acquire_within(self.acquire_timeout, true, owner, role, s3)
+        self.acquire_within(self.acquire_timeout, true, owner, role, s3, None)
             .await
     }
 
@@ -465,7 +472,9 @@ impl QueryPool {
     /// Background work (an async statement waits as long as its own time
     /// limit allows) passes `count_timeout: false`: running out of that
     /// wait is its own timeout, not a client turned away, so it is not
-    /// counted in `acquire_timeouts`.
+    /// counted in `acquire_timeouts`. A job that can give back what it
+    /// borrowed (`reclaim`) may borrow past its token's share (see
+    /// [`crate::engine::admission::Fair`]).
     pub async fn acquire_within(
         &self,
         wait: Duration,
@@ -473,10 +482,11 @@ impl QueryPool {
         owner: Option<&Arc<str>>,
         role: Option<&RoleQuota>,
         s3: bool,
+        reclaim: Option<&Reclaim>,
     ) -> Result<(Pooled, Lease), AcquireError> {
         let admitted = self
             .admission
-            .admit(wait, count_timeout, owner, role, s3)
+            .admit(wait, count_timeout, owner, role, s3, reclaim)
             .await?;
         let timeouts = Timeouts {
             wait: Some(self.acquire_timeout),

@@ -571,7 +571,7 @@ mod tests {
     fn the_engines_messages_pass_through_as_flight_data() {
         let written = batches();
         let mut out = Vec::new();
-        let mut w = IpcStream::begin(&written[0].schema(), &mut out).unwrap();
+        let mut w = IpcStream::begin(&written[0].schema(), None, &mut out).unwrap();
         for b in &written {
             w.batch(b, &mut out).unwrap();
         }

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::credentials::retry::with_fresh_credentials;
 use crate::credentials::Rotator;
+use crate::engine::admission::{Fair, FairError, Reclaim};
 use crate::engine::queries::{Outcome, Registration, Running};
 use crate::engine::{execute, Engine, QueryError, QueryJob};
 use crate::state::Health;
@@ -50,9 +51,10 @@ pub struct Settings {
     pub max_wait: Duration,
     /// Pool connections statements may hold at once.
     pub share: usize,
-    /// Of those, how many one token's statements may hold at once (`None`:
-    /// no bound, a single token or none), so that one token's long
-    /// statements never keep another token's from starting.
+    /// Of those, how many one token's statements are guaranteed at once
+    /// (`None`: no bound, a single token or none), so that one token's long
+    /// statements never keep another token's from starting; past it a
+    /// token borrows what nobody waits for ([`Fair`]).
     pub token_share: Option<usize>,
 }
 
@@ -254,9 +256,12 @@ type Key = (Arc<str>, String);
 pub struct Statements {
     map: Mutex<HashMap<Key, Arc<Statement>>>,
     share: Arc<Semaphore>,
+    /// Statements waiting for `share` within their token's part.
+    share_waiting: std::sync::atomic::AtomicU64,
     /// Each token's part of `share` ([`Settings::token_share`]), waited for
-    /// first, in the token's own queue.
-    token_gates: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
+    /// first, in the token's own queue, and its loans past it: the
+    /// admission's one fair-share system ([`Fair`]).
+    fair: Arc<Fair>,
     /// Where results are kept.
     pub spool: Arc<Spool>,
     /// How statements are bounded.
@@ -287,7 +292,8 @@ impl Statements {
         Arc::new(Statements {
             map: Mutex::new(HashMap::new()),
             share: Arc::new(Semaphore::new(settings.share)),
-            token_gates: Mutex::new(HashMap::new()),
+            share_waiting: Default::default(),
+            fair: Fair::new(settings.token_share),
             spool,
             settings,
             files: Default::default(),
@@ -501,63 +507,107 @@ impl Statements {
         runner: &Runner,
     ) -> Result<bool, QueryError> {
         let deadline = job.started + job.timeout;
+        loop {
+            let reclaim = Reclaim::new();
+            match self.drive_once(statement, &job, runner, &reclaim).await {
+                // Taken back for a token within its part: it starts again
+                // from its token's own queue.
+                Err(_) if reclaim.reclaimed() && Instant::now() < deadline => {
+                    statement.set_state(State::Queued);
+                    Self::publish(&self.lock());
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One run of [`Statements::drive`]: the token's part of the share (or
+    /// a loan past it, given back through `reclaim`), then the share, then
+    /// the run.
+    async fn drive_once(
+        &self,
+        statement: &Statement,
+        job: &QueryJob,
+        runner: &Runner,
+        reclaim: &Reclaim,
+    ) -> Result<bool, QueryError> {
+        let deadline = job.started + job.timeout;
         // The token's part first, then the statements' share: a token
         // whose statements hold its part waits in its own queue, never in
-        // front of another token's.
-        let _token = match self.token_gate(&statement.running.owner) {
-            Some(gate) => Some(self.permit(gate, statement, &job, runner).await?),
-            None => None,
+        // front of another token's; past its part it borrows the share's
+        // free capacity nobody waits for.
+        let free = || {
+            self.share.available_permits() > 0
+                && self
+                    .share_waiting
+                    .load(std::sync::atomic::Ordering::Relaxed)
+                    == 0
         };
-        let _permit = self
-            .permit(self.share.clone(), statement, &job, runner)
-            .await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let part = self
+            .fair
+            .part(Some(&statement.running.owner), Some(reclaim), left, free);
+        let part = match self.until_stopped(part, statement, job, runner).await? {
+            Ok(part) => part,
+            Err(FairError::Closed) => return Err(QueryError::ShuttingDown),
+            Err(FairError::Timeout) => return Err(QueryError::Timeout(job.timeout)),
+        };
+        let permit = match self.share.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) if !part.guaranteed() => return Err(reclaimed(reclaim)),
+            Err(_) => {
+                self.fair.reclaim_for(&statement.running.owner);
+                let _waiting = crate::state::CounterGuard::new(&self.share_waiting);
+                let share = self.share.clone().acquire_owned();
+                self.until_stopped(share, statement, job, runner)
+                    .await?
+                    .map_err(|_| QueryError::ShuttingDown)?
+            }
+        };
+        let _permit = SharePermit {
+            permit: Some(permit),
+            fair: &self.fair,
+        };
         statement.set_state(State::Running);
         Self::publish(&self.lock());
         // The engine waits for a connection as long as the deadline allows
         // (interactive queries may hold the rest of the pool).
-        let (output, retried) =
-            with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
-                let mut job = job.clone();
-                job.retried = retried;
-                execute::run(&runner.engine.pool, job, runner.shutdown.clone())
-            })
-            .await?;
-        // The body is empty: the result went to the spool. It ends with an
-        // error if the statement failed late.
-        let mut body = output.body.into_stream();
-        while let Some(chunk) = body.next().await {
-            if let Err(e) = chunk {
-                return Err(QueryError::Internal(e.to_string()));
+        let run = async {
+            let (output, retried) =
+                with_fresh_credentials(&runner.rotator, &runner.health, deadline, |retried| {
+                    let mut job = job.clone();
+                    job.retried = retried;
+                    job.reclaim = Some(reclaim.clone());
+                    execute::run(&runner.engine.pool, job, runner.shutdown.clone())
+                })
+                .await?;
+            // The body is empty: the result went to the spool. It ends with
+            // an error if the statement failed late.
+            let mut body = output.body.into_stream();
+            while let Some(chunk) = body.next().await {
+                if let Err(e) = chunk {
+                    return Err(QueryError::Internal(e.to_string()));
+                }
             }
-        }
-        Ok(retried)
+            Ok(retried)
+        };
+        let ran = run.await;
+        drop(part);
+        ran
     }
 
-    /// `owner`'s gate, when statements are bounded per token.
-    fn token_gate(&self, owner: &Arc<str>) -> Option<Arc<Semaphore>> {
-        let permits = self.settings.token_share?;
-        let mut gates = self.token_gates.lock().unwrap_or_else(|p| p.into_inner());
-        crate::engine::admission::forget_idle_gates(&mut gates);
-        Some(
-            gates
-                .entry(owner.clone())
-                .or_insert_with(|| Arc::new(Semaphore::new(permits)))
-                .clone(),
-        )
-    }
-
-    /// A permit of `gate` for `statement`, unless it is cancelled, the
-    /// gateway stops, or its time limit passes first.
-    async fn permit(
+    /// `wait` for `statement`, unless it is cancelled, the gateway stops,
+    /// or its time limit passes first.
+    async fn until_stopped<T>(
         &self,
-        gate: Arc<Semaphore>,
+        wait: impl std::future::Future<Output = T>,
         statement: &Statement,
         job: &QueryJob,
         runner: &Runner,
-    ) -> Result<tokio::sync::OwnedSemaphorePermit, QueryError> {
+    ) -> Result<T, QueryError> {
         let deadline = job.started + job.timeout;
         tokio::select! {
-            p = gate.acquire_owned() => p.map_err(|_| QueryError::ShuttingDown),
+            r = wait => Ok(r),
             _ = statement.running.cancel.cancelled() => Err(QueryError::CancelledByRequest),
             _ = runner.shutdown.cancelled() => Err(QueryError::ShuttingDown),
             _ = tokio::time::sleep_until(deadline.into()) => Err(QueryError::Timeout(job.timeout)),
@@ -643,6 +693,27 @@ impl Statements {
             drop(expired);
         }
     }
+}
+
+/// A permit of the statements' share that tells the fair shares when it
+/// is back (tokens past their part may borrow it).
+struct SharePermit<'a> {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    fair: &'a Fair,
+}
+
+impl Drop for SharePermit<'_> {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.fair.freed();
+    }
+}
+
+/// The error of a loan that found the capacity it was made for taken
+/// meanwhile: it counts as taken back, and the statement waits again.
+fn reclaimed(reclaim: &Reclaim) -> QueryError {
+    reclaim.take_back();
+    QueryError::TokenShare(Duration::ZERO)
 }
 
 #[cfg(test)]

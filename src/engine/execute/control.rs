@@ -27,6 +27,9 @@ pub(super) enum CancelReason {
     /// An inline run outlived its budget: it runs again on a blocking
     /// thread (see `inline`), so no client sees this.
     Moved,
+    /// What it borrowed past its token's share was taken back (see
+    /// `admission::Reclaim`): it runs again from its token's own queue.
+    Reclaimed,
 }
 
 /// Where the worker is with its connection.
@@ -170,6 +173,7 @@ pub(super) async fn watchdog(
     shutdown: CancellationToken,
     spill: CancellationToken,
     requested: CancellationToken,
+    reclaimed: CancellationToken,
 ) {
     tokio::select! {
         _ = control.finished.cancelled() => return,
@@ -178,6 +182,7 @@ pub(super) async fn watchdog(
         _ = tokio::time::sleep_until(deadline) => control.cancel(CancelReason::Timeout),
         _ = shutdown.cancelled() => control.cancel(CancelReason::Shutdown),
         _ = spill.cancelled() => control.cancel(CancelReason::TempSpace),
+        _ = reclaimed.cancelled() => control.cancel(CancelReason::Reclaimed),
     }
     let stuck_at = tokio::time::Instant::now() + STUCK_AFTER;
     loop {
@@ -202,5 +207,8 @@ pub(super) fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<Que
         CancelReason::ClientStalled => QueryError::ClientStalled,
         CancelReason::TempSpace => QueryError::TempSpace,
         CancelReason::Shutdown => QueryError::ShuttingDown,
+        // Its caller runs it again; should it reach a client, it is the
+        // token's share that bound it.
+        CancelReason::Reclaimed => QueryError::TokenShare(job.timeout),
     })
 }

@@ -130,6 +130,8 @@ pub struct QueryJob {
     pub params: Vec<Param>,
     /// How the result is encoded.
     pub format: Format,
+    /// Arrow IPC's buffer compression of an Arrow answer, if asked for.
+    pub arrow_compression: Option<crate::encode::ArrowCodec>,
     /// How long the query may take, counted from `started`.
     pub timeout: Duration,
     /// Rows beyond this are cut and the result marked truncated.
@@ -160,6 +162,9 @@ pub struct QueryJob {
     /// Describe the statement here instead of running it (see
     /// [`super::describe`]): the answer's body is empty.
     pub describe: Option<super::describe::DescribeSlot>,
+    /// Its hold on what it may borrow past its token's share; `None`: it
+    /// never borrows (it runs within its share only).
+    pub reclaim: Option<crate::engine::admission::Reclaim>,
 }
 
 /// The bounds of one run, whichever way its result leaves.
@@ -255,6 +260,7 @@ impl QueryJob {
             sql,
             params,
             format,
+            arrow_compression: None,
             timeout,
             max_rows,
             rows_asked,
@@ -267,6 +273,7 @@ impl QueryJob {
             tracker: Some(tracker),
             sink,
             describe: None,
+            reclaim: None,
         }
     }
 

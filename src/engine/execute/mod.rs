@@ -77,20 +77,29 @@ pub async fn run(
     // reads S3 and goes on to the guard on the pooled connection.
     let classified = pool.classify(&job.sql);
     let s3 = classified.s3;
-    let acquired = match job.sink {
-        None => futures::future::Either::Left(pool.acquire(owner.as_ref(), role.as_ref(), s3)),
-        Some(_) => futures::future::Either::Right(pool.acquire_within(
+    let (wait, count_timeout) = match job.sink {
+        None => (pool.acquire_timeout(), true),
+        Some(_) => (
             deadline.saturating_duration_since(tokio::time::Instant::now()),
             false,
-            owner.as_ref(),
-            role.as_ref(),
-            s3,
-        )),
+        ),
     };
+    let acquired = pool.acquire_within(
+        wait,
+        count_timeout,
+        owner.as_ref(),
+        role.as_ref(),
+        s3,
+        job.reclaim.as_ref(),
+    );
+    // A loan taken back stops the query (before its answer began; see
+    // `admission::Reclaim`): its caller runs it again.
+    let reclaimed = job.reclaim.as_ref().map(|r| r.token()).unwrap_or_default();
     let (slot, lease) = tokio::select! {
         r = acquired => r.map_err(|e| not_admitted(e, &job, pool))?,
         _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
         _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
+        _ = reclaimed.cancelled() => return Err(QueryError::TokenShare(job.timeout)),
     };
     let lease = Arc::new(lease);
     // A short read this connection ran before runs here, on the request's
@@ -116,6 +125,7 @@ pub async fn run(
         shutdown.clone(),
         pool.spill_token(),
         requested,
+        reclaimed,
     ));
     // A CSV answer is DuckDB's COPY while a place for one is free.
     let csv_copy = (job.format == Format::Csv && job.sink.is_none())

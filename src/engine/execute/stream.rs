@@ -105,6 +105,7 @@ pub(super) fn stream_statement(
     let type_names = column_types(stmt, accepted, &schema);
     let columns: Vec<Column> = encode::columns(&schema, &type_names);
     let mut encoder = result_encoder(job.format, &schema, &type_names, csv_names);
+    encoder.arrow_compression(job.arrow_compression);
     let mut body = Body {
         tx,
         tracker: job.tracker.as_deref(),

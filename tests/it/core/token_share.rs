@@ -1,9 +1,13 @@
-//! Fair shares of the pool (issue 20): one token cannot hold every pooled
-//! connection. With two tokens and a pool of two, each token's share is one
-//! connection: alice's second query waits in her own queue and gets 429
-//! `token-concurrency`, while bob's query runs at once. The control case
-//! gives every token the whole pool (`DUCKGATE_MAX_QUERIES_PER_TOKEN=2`):
-//! then alice holds both connections and bob gets 503.
+//! Fair shares of the pool (issues 20 and 60): one token cannot keep
+//! another from its share, and a token alone uses the whole pool. With two
+//! tokens and a pool of two, each token is guaranteed one connection; past
+//! it a token borrows a free connection nobody else waits for, and gives it
+//! back when the other token, within its share, finds none free (the
+//! borrowed query is interrupted before its answer began and waits in its
+//! own token's queue again). The controls: under contention each token is
+//! held to its share (429 `token-concurrency`), and a token allowed the
+//! whole pool (`DUCKGATE_MAX_QUERIES_PER_TOKEN=2`) holds both connections
+//! and bob gets 503.
 
 use std::time::Duration;
 
@@ -81,19 +85,77 @@ async fn alice_runs(g: &App, running: u64) -> tokio::task::JoinHandle<(u16, Valu
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_token_cannot_take_the_whole_pool() {
     let g = gateway(None).await;
+    // Alice alone borrows the second connection: both are hers.
     let first = alice_runs(&g, 1).await;
-    // Her second query waits for her own share, not for the pool.
-    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
-    assert_eq!(status, 429, "{body}");
-    assert_eq!(body["type"], "urn:duckgate:problem:token-concurrency");
-    // Bob is served while alice's query runs.
+    let second = alice_runs(&g, 2).await;
+    // Bob, within his share, takes the borrowed one back at once.
     let (status, body) = call(&g, BOB, "SELECT 42 AS x", 30_000).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["rows"], json!([[42]]));
+    // Her borrowed query went back to her own queue: it waits there for
+    // her share (429) or borrows again once bob's is done (its own time
+    // limit then ends it); never an error of the gateway's.
+    let (status, body) = second.await.unwrap();
+    assert!(status == 429 || status == 504, "{status} {body}");
+    if status == 429 {
+        assert_eq!(body["type"], "urn:duckgate:problem:token-concurrency");
+    }
     assert_eq!(first.await.unwrap().0, 504);
     // Her share comes back with her connection.
     let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
     assert_eq!(status, 200, "{body}");
+}
+
+/// Issue 60: eight dashboard tiles of one token on a pool of two run two at
+/// a time when no other token works; with bob holding his share, alice is
+/// held to hers (her second query waits in her own queue, then 429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_alone_uses_the_whole_pool_and_its_share_under_contention() {
+    let g = gateway(None).await;
+    let tiles: Vec<_> = (0..8)
+        .map(|_| {
+            let e = Endpoint {
+                base: g.base.clone(),
+                client: g.client.clone(),
+            };
+            tokio::spawn(async move { call(&e, ALICE, LONG, 4_000).await })
+        })
+        .collect();
+    eventually(
+        "two of alice's tiles running at once",
+        Duration::from_secs(20),
+        || async {
+            let h = g.health().await;
+            if h["pool"]["in_use"].as_u64() == Some(2) {
+                Ok(())
+            } else {
+                Err(h["pool"].clone())
+            }
+        },
+    )
+    .await;
+    for t in tiles {
+        let (status, body) = t.await.unwrap();
+        assert!(status == 504 || status == 429, "{status} {body}");
+    }
+    // Every tile's connection back (a lease goes after its answer).
+    eventually("the pool idle", Duration::from_secs(20), || async {
+        let h = g.health().await;
+        if h["pool"]["in_use"].as_u64() == Some(0) {
+            Ok(())
+        } else {
+            Err(h["pool"].clone())
+        }
+    })
+    .await;
+    // Control: bob holds his share; alice gets hers and no more.
+    let bob = runs_long(&g, BOB, 8_000, 1).await;
+    let alice = alice_runs(&g, 2).await;
+    let (status, body) = call(&g, ALICE, "SELECT 1", 30_000).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["type"], "urn:duckgate:problem:token-concurrency");
+    assert_eq!(alice.await.unwrap().0, 504);
+    assert_eq!(bob.await.unwrap().0, 504);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -379,7 +379,7 @@ fn arrow_codec(name: Option<&str>, format: Format) -> Result<Option<ArrowCodec>,
     let Some(name) = name else {
         return Ok(None);
     };
-    let codec = ArrowCodec::from_name(name).map_err(|()| {
+    let codec = ArrowCodec::from_name(name).map_err(|_| {
         ApiError::bad_request(
             "invalid-option",
             "Unknown Arrow compression",

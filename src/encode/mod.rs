@@ -114,12 +114,12 @@ pub enum ArrowCodec {
 impl ArrowCodec {
     /// The codec `arrow_compression=` names (case-insensitive; `lz4_frame`
     /// as Arrow names it too): `Ok(None)` for `none`, `Err` for anything else.
-    pub fn from_name(name: &str) -> Result<Option<Self>, ()> {
+    pub fn from_name(name: &str) -> Result<Option<Self>, UnknownCodec> {
         match name.trim().to_ascii_lowercase().as_str() {
             "zstd" => Ok(Some(ArrowCodec::Zstd)),
             "lz4" | "lz4_frame" => Ok(Some(ArrowCodec::Lz4)),
             "none" | "uncompressed" => Ok(None),
-            _ => Err(()),
+            _ => Err(UnknownCodec),
         }
     }
 
@@ -131,6 +131,10 @@ impl ArrowCodec {
         }
     }
 }
+
+/// A name `arrow_compression=` does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnknownCodec;
 
 /// A column of the result, as the JSON answer names it.
 #[derive(Debug, Clone, Serialize)]

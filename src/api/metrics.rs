@@ -129,7 +129,7 @@ pub fn describe() {
     );
     metrics::describe_counter!(
         "duckgate_statements_lost_total",
-        "Statements this replica marked lost in the shared state: their replica was taken for dead, or left, before they finished (each counted once, by the replica that marked it)."
+        "Statements this replica marked lost in the shared state, by reason: their replica was taken for dead (replica_gone), or left the shared state, shutting down, without ending them (shutdown). Each is counted once, by the replica that marked it."
     );
     metrics::describe_counter!(
         "duckgate_statement_lost_answers_total",
@@ -300,7 +300,9 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
-    metrics::counter!("duckgate_statements_lost_total").increment(0);
+    for reason in ["replica_gone", "shutdown"] {
+        metrics::counter!("duckgate_statements_lost_total", "reason" => reason).increment(0);
+    }
     metrics::counter!("duckgate_statement_lost_answers_total").increment(0);
     for command in ["rotate", "reload"] {
         metrics::counter!("duckgate_admin_fanout_unanswered_total", "command" => command)

@@ -400,10 +400,11 @@ impl Tasks {
 }
 
 /// Step 8: serves until `shutdown`, then drains: readiness off, new work
-/// (queries, statements, Flight SQL calls) refused with 503
-/// `shutting-down`, while running queries and statements finish within the
-/// grace period, their results spooled and their ends published, and
-/// clients keep polling and paging ([`drain_statements`]). Then it stops
+/// (queries, statements, Flight SQL statements) refused with 503
+/// `shutting-down` (Flight: UNAVAILABLE), while running queries and
+/// statements finish within the grace period, their results spooled and
+/// their ends published, and clients keep polling and paging
+/// ([`drain_statements`]) and fetching Flight results ([`drain_flight`]). Then it stops
 /// accepting, lets open connections finish, interrupts what still runs at
 /// the end of the grace period (a statement ends `failed` with
 /// `shutting-down`, published before the replica leaves), and stops the
@@ -479,7 +480,6 @@ async fn serve(
     // statements drain; then stop accepting and let open connections
     // finish, up to a hard cap, so a peer that keeps a connection open
     // cannot hold the process.
-    let mut flight_stopped = None;
     let mut pg_stopped = None;
     let mut pg = pg;
     let mut deadline = tokio::time::Instant::now() + grace;
@@ -487,13 +487,18 @@ async fn serve(
         t = &mut server => t,
         end = graceful => {
             deadline = end;
-            // Flight SQL and the PostgreSQL door take no new calls or
-            // connections; their open ones finish.
-            flight_stopped = flight.map(|f| tokio::spawn(f.stop(grace + Duration::from_secs(5))));
+            // Flight SQL, like HTTP, takes no new statement from here on
+            // (`flight::results`) but serves the rest, the DoGet of a
+            // result that runs among it, until its statements end too.
+            // The PostgreSQL door takes no new connection; its open ones
+            // finish.
             pg_stopped = pg.take().map(|p| tokio::spawn(p.stop(grace + Duration::from_secs(5))));
             tokio::select! {
                 t = &mut server => t,
-                () = drain_statements(&statements, end, &drain) => {
+                () = async {
+                    drain_statements(&statements, end, &drain).await;
+                    drain_flight(&statements.queries, end).await;
+                } => {
                     stop_accepting.cancel();
                     server.await
                 }
@@ -502,6 +507,8 @@ async fn serve(
     };
     let cap =
         deadline.saturating_duration_since(tokio::time::Instant::now()) + Duration::from_secs(5);
+    // Neither door accepts now; their open calls and connections finish.
+    let flight_stopped = flight.map(|f| tokio::spawn(f.stop(cap)));
     let http = tokio::time::timeout(cap, tracker.wait()).await;
     if http.is_err() {
         tracing::warn!("connections still open after the grace period; exiting anyway");
@@ -535,6 +542,39 @@ async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The Flight SQL statements' drain: each one running, or waiting for its
+/// DoGet, when the drain began (or started just before) ends and is
+/// fetched, until `deadline`. A result's query stays registered until
+/// its stream ends (fetched, cancelled, or dropped unfetched when its
+/// ticket expires), so the registry says what is left. (HTTP's `/query`
+/// needs no such wait: its answer is the open connection itself.)
+async fn drain_flight(queries: &engine::queries::Registry, deadline: tokio::time::Instant) {
+    let mut said: Option<tokio::time::Instant> = None;
+    loop {
+        let left = queries
+            .list()
+            .iter()
+            .filter(|r| r.api.starts_with("flight"))
+            .count();
+        if left == 0 {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            tracing::warn!(
+                flight_statements = left,
+                "the grace period ended before every Flight SQL statement was fetched"
+            );
+            return;
+        }
+        if said.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            said = Some(now);
+            tracing::info!(flight_statements = left, "draining Flight SQL statements");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The statements' drain: every statement of this replica ends (its result

@@ -373,6 +373,12 @@ impl ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         mark_problem(&mut response, &body.title, &body.detail);
+        if let ApiError::Query(QueryError::Timeout(limit)) = &self {
+            // For the count of timeouts the client chose (api/metrics.rs).
+            response
+                .extensions_mut()
+                .insert(crate::api::metrics::TimedOut(limit.as_millis() as u64));
+        }
         if let Some(v) = query_id.and_then(|id| HeaderValue::from_str(id).ok()) {
             response
                 .headers_mut()

@@ -2,6 +2,7 @@
 //! Gauges are read from the health snapshot at scrape time; nothing here
 //! touches the pool.
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime};
@@ -76,6 +77,10 @@ pub fn describe() {
         "HTTP requests answered, by route, method and status."
     );
     metrics::describe_counter!(
+        "duckgate_http_client_timeouts_total",
+        "Answers 504 query-timeout at the time limit the client asked for (timeout_ms), by route: the client's choice, not a fault of the gateway (they count in duckgate_http_requests_total too)."
+    );
+    metrics::describe_counter!(
         "duckgate_pool_acquire_timeouts_total",
         "Requests that found no pooled connection within the acquire timeout."
     );
@@ -129,7 +134,7 @@ pub fn describe() {
     );
     metrics::describe_counter!(
         "duckgate_statements_lost_total",
-        "Statements this replica marked lost in the shared state: their replica was taken for dead, or left, before they finished (each counted once, by the replica that marked it)."
+        "Statements this replica marked lost in the shared state, by reason: their replica was taken for dead (replica_gone), or left the shared state, shutting down, without ending them (shutdown). Each is counted once, by the replica that marked it."
     );
     metrics::describe_counter!(
         "duckgate_statement_lost_answers_total",
@@ -300,7 +305,12 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_audit_records_lost_total").increment(0);
     metrics::counter!("duckgate_token_share_timeouts_total").increment(0);
     metrics::counter!("duckgate_sts_unusable_answers_total").increment(0);
-    metrics::counter!("duckgate_statements_lost_total").increment(0);
+    for reason in ["replica_gone", "shutdown"] {
+        metrics::counter!("duckgate_statements_lost_total", "reason" => reason).increment(0);
+    }
+    for route in CLIENT_TIMEOUT_ROUTES {
+        metrics::counter!("duckgate_http_client_timeouts_total", "route" => route).increment(0);
+    }
     metrics::counter!("duckgate_statement_lost_answers_total").increment(0);
     for command in ["rotate", "reload"] {
         metrics::counter!("duckgate_admin_fanout_unanswered_total", "command" => command)
@@ -349,20 +359,49 @@ where
     }
 
     fn call(&mut self, req: Request) -> Self::Future {
+        let route = req.extensions().get::<MatchedPath>().cloned();
+        let method = req.method().clone();
+        // The handler's future does the work (axum's `call` only makes
+        // it), so the scope around it covers the request's reading.
+        let inner = self.inner.call(req);
         Tracked {
             started: Instant::now(),
-            route: req.extensions().get::<MatchedPath>().cloned(),
-            method: req.method().clone(),
-            inner: self.inner.call(req),
+            route,
+            method,
+            inner: TIME_LIMIT_ASKED.scope(Cell::new(None), inner),
         }
     }
 }
+
+/// The routes whose answers may be a 504 `query-timeout` at the client's
+/// `timeout_ms`: their `duckgate_http_client_timeouts_total` exists from
+/// start-up.
+const CLIENT_TIMEOUT_ROUTES: [&str; 3] = ["/query", "/query/{format}", "/statements"];
+
+tokio::task_local! {
+    /// The time limit the client asked for (`timeout_ms`), in ms, noted by
+    /// the request's reader ([`note_time_limit_asked`]) for [`Tracked`],
+    /// which tells a 504 at the client's own limit from one at the
+    /// gateway's or a role's.
+    static TIME_LIMIT_ASKED: Cell<Option<u64>>;
+}
+
+/// Notes the time limit the client asked for in this request (see
+/// [`TIME_LIMIT_ASKED`]); nothing outside a tracked request.
+pub(crate) fn note_time_limit_asked(ms: Option<u64>) {
+    let _ = TIME_LIMIT_ASKED.try_with(|asked| asked.set(ms));
+}
+
+/// Marks a 504 `query-timeout` answer with the time limit the query ran
+/// past, in ms (put there by the problem's response, `api/error.rs`).
+#[derive(Debug, Clone, Copy)]
+pub struct TimedOut(pub u64);
 
 pin_project_lite::pin_project! {
     /// A request's answer, recorded when it is ready.
     pub struct Tracked<F> {
         #[pin]
-        inner: F,
+        inner: tokio::task::futures::TaskLocalFuture<Cell<Option<u64>>, F>,
         started: Instant,
         route: Option<MatchedPath>,
         method: axum::http::Method,
@@ -379,13 +418,23 @@ where
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        let this = self.project();
-        let out = std::task::ready!(this.inner.poll(cx));
+        let mut this = self.project();
+        let out = std::task::ready!(this.inner.as_mut().poll(cx));
         if let Ok(response) = &out {
             let route = this.route.as_ref().map_or("unmatched", |p| p.as_str());
             let (requests, duration) = http_handles(route, this.method, response.status().as_u16());
             requests.increment(1);
             duration.record(this.started.elapsed().as_secs_f64());
+            // A 504 at the very limit the client asked for: its choice.
+            let asked = this.inner.take_value().and_then(Cell::into_inner);
+            if let (Some(TimedOut(limit)), Some(asked)) =
+                (response.extensions().get::<TimedOut>(), asked)
+            {
+                if response.status() == axum::http::StatusCode::GATEWAY_TIMEOUT && *limit == asked {
+                    metrics::counter!("duckgate_http_client_timeouts_total", "route" => route.to_owned())
+                        .increment(1);
+                }
+            }
         }
         std::task::Poll::Ready(out)
     }

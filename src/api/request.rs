@@ -344,6 +344,8 @@ fn checked(
         "timeout_ms",
         request.timeout_ms,
     )?;
+    // A 504 at this very limit is the client's choice, not a server error.
+    crate::api::metrics::note_time_limit_asked(timeout_ms);
     let max_rows = positive(
         "invalid-max-rows",
         "Invalid row limit",

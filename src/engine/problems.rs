@@ -75,8 +75,9 @@ catalogue! {
     RESULT_MISSING = 410 "result-missing" "Result missing", retry None, outcome Some("storage_error");
     /// A value past DUCKGATE_MAX_VALUE_BYTES.
     VALUE_TOO_LARGE = 422 "value-too-large" "Value too large", retry None, outcome Some("value_too_large");
-    /// The result passed a cap the client did not ask for.
-    RESULT_TOO_LARGE = 422 "result-too-large" "Result larger than the gateway's cap", retry None, outcome Some("result_cap");
+    /// The result passed a cap the client did not ask for: the gateway's
+    /// or the caller's role's (the detail says which).
+    RESULT_TOO_LARGE = 422 "result-too-large" "Result larger than its cap", retry None, outcome Some("result_cap");
     /// The token already runs its share of the pool.
     TOKEN_CONCURRENCY = 429 "token-concurrency" "Too many queries for this token", retry Some(1), outcome Some("token_share");
     /// The caller's role already runs its `queries_at_once`.
@@ -428,13 +429,20 @@ pub fn of_query(e: &QueryError) -> Problem {
                     waited.as_millis()
                 ),
             ),
-        QueryError::ResultCap { what, limit } => Problem::new(&kind::RESULT_TOO_LARGE,
-                match *what {
-                    "rows" => format!(
+        QueryError::ResultCap { what, limit, role } => Problem::new(&kind::RESULT_TOO_LARGE,
+                match (*what, role) {
+                    ("rows", None) => format!(
                         "the result has more than {limit} rows, the gateway's cap for an answer that asks for no limit; ask for fewer rows with max_rows (the answer then ends cleanly at that row), narrow the query, or use POST /statements"
                     ),
-                    _ => format!(
+                    // A role's cap holds for its members' statements too.
+                    ("rows", Some(role)) => format!(
+                        "the result has more than {limit} rows, the cap of role '{role}' (its max_rows) on one result of its members; ask for at most {limit} rows with max_rows (the answer then ends cleanly at that row), or narrow the query"
+                    ),
+                    (_, None) => format!(
                         "the answer passed {limit} bytes, the gateway's cap (DUCKGATE_MAX_RESULT_BYTES); ask for fewer rows with max_rows, narrow the query, or use POST /statements"
+                    ),
+                    (_, Some(role)) => format!(
+                        "the answer passed {limit} bytes, the cap of role '{role}' (its max_result_bytes) on one answer of its members; ask for fewer rows with max_rows, narrow the query, or use POST /statements"
                     ),
                 },
             ),

@@ -148,6 +148,7 @@ pub async fn start(
     params: Vec<Param>,
     options: CallOptions,
 ) -> Result<Started, Status> {
+    open_for_work(state)?;
     start_as(state, "flight", auth, sql, params, options)
         .await
         .map_err(Status::from)
@@ -212,6 +213,7 @@ pub async fn describe(
     sql: String,
     options: CallOptions,
 ) -> Result<Described, Status> {
+    open_for_work(state)?;
     describe_as(state, "flight-describe", auth, sql, options)
         .await
         .map_err(Status::from)
@@ -258,6 +260,24 @@ pub async fn describe_as(
             Some(&id),
         )
     })
+}
+
+/// No new statement while the gateway drains, as HTTP's `/query` and
+/// `/statements` take none (503 `shutting-down`): UNAVAILABLE with the
+/// problem and its retry hint, so a client retries elsewhere. What runs
+/// finishes and its result is fetched (the drain waits for it).
+fn open_for_work(state: &AppState) -> Result<(), Status> {
+    if state
+        .health
+        .shutting_down
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return Err(status::of_query(
+            crate::engine::QueryError::ShuttingDown,
+            None,
+        ));
+    }
+    Ok(())
 }
 
 /// The error that ended a result's body: the query's own where the engine

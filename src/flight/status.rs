@@ -1,6 +1,8 @@
 //! The gateway's problems as gRPC statuses: the code from the problem's HTTP
 //! status (and slug, where one HTTP status covers two gRPC meanings), the
-//! message `<title>: <detail>`, the slug in the `duckgate-problem` metadata.
+//! message `<title>: <detail>`, the slug in the `duckgate-problem` metadata
+//! and, where a retry can succeed, HTTP's `Retry-After` seconds in the
+//! `retry-after` metadata.
 //! The problem's text is what the HTTP answer says, so nothing reaches a
 //! Flight client that an HTTP client would not see (never a token, never
 //! the cause of a 500).
@@ -43,6 +45,9 @@ pub fn of_problem(problem: &Problem, query_id: Option<&str>) -> Status {
     let mut status = Status::new(code_of(problem), message);
     if let Ok(v) = problem.slug().parse() {
         status.metadata_mut().insert("duckgate-problem", v);
+    }
+    if let Some(secs) = problem.retry_after {
+        status.metadata_mut().insert("retry-after", secs.into());
     }
     if let Some(id) = query_id.and_then(|i| i.parse().ok()) {
         status.metadata_mut().insert("duckgate-query-id", id);

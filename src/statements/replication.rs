@@ -175,7 +175,8 @@ impl Watch {
             }
             self.suspects.remove(&replica);
             if let Some(lost) = shared.declare_dead(&replica, &heartbeat, ttl).await? {
-                metrics::counter!("duckgate_statements_lost_total").increment(lost);
+                metrics::counter!("duckgate_statements_lost_total", "reason" => "replica_gone")
+                    .increment(lost);
                 tracing::warn!(
                     dead = %replica,
                     last_heartbeat = %heartbeat,
@@ -325,7 +326,10 @@ async fn sweep(ctx: &Context, shared: &Shared) {
     match shared.sweep(ctx.statements.settings.ttl).await {
         Ok((urls, lost)) => {
             if lost > 0 {
-                metrics::counter!("duckgate_statements_lost_total").increment(lost);
+                // Their replica's row went without a death declared: it
+                // left (a shutdown) before their ends were published.
+                metrics::counter!("duckgate_statements_lost_total", "reason" => "shutdown")
+                    .increment(lost);
                 tracing::warn!(
                     statements_lost = lost,
                     "statements of replicas that left before they finished are lost"

@@ -12,7 +12,7 @@ use super::control::{cancel_error, QueryControl};
 use super::error::QueryError;
 use super::job::QueryJob;
 use super::sender::{end_body, Msg, Sender, CHUNK_BYTES};
-use super::stream::row_cap;
+use super::stream::{byte_cap, row_cap};
 use super::worker::{execution_error, param_values};
 
 /// A CSV answer in the making: what DuckDB's COPY writes, cut at the row
@@ -175,10 +175,7 @@ pub(super) fn copy_csv(
             match (at_row_limit, job.rows_asked) {
                 (true, true) => cancel_error(control, job),
                 (true, false) => Some(row_cap(job)),
-                (false, _) => Some(QueryError::ResultCap {
-                    what: "bytes",
-                    limit: job.max_bytes,
-                }),
+                (false, _) => Some(byte_cap(job)),
             }
         }
         _ => cancel_error(control, job),

@@ -106,13 +106,16 @@ pub enum QueryError {
         waited: Duration,
     },
     /// The result passed a server-side cap the client did not ask for
-    /// (`what`: `rows` or `bytes`, `limit`: the cap and its setting).
-    #[error("the result passed the gateway's {what} cap of {limit}")]
+    /// (`what`: `rows` or `bytes`, `limit`: the cap): the gateway's, or
+    /// that of `role` (its `max_rows`, `max_result_bytes`).
+    #[error("the result passed its {what} cap of {limit}")]
     ResultCap {
         /// `rows` or `bytes`.
         what: &'static str,
         /// The cap.
         limit: u64,
+        /// The role whose cap it is; `None`: the gateway's.
+        role: Option<Arc<str>>,
     },
     /// S3 credentials are expired (S3 said so, or they are known to be), and
     /// no retry with fresh ones succeeded.

@@ -143,6 +143,11 @@ pub struct QueryJob {
     pub rows_asked: bool,
     /// Encoded bytes after which the result is cut.
     pub max_bytes: u64,
+    /// The role whose `max_rows` set `max_rows` (below the gateway's): a
+    /// result past it names that role's cap, not the gateway's.
+    pub row_cap_role: Option<Arc<str>>,
+    /// The role whose `max_result_bytes` set `max_bytes`, likewise.
+    pub byte_cap_role: Option<Arc<str>>,
     /// What the guard enforces.
     pub rules: Arc<guard::Rules>,
     /// When the request arrived; the deadline and `elapsed_ms` count from it.
@@ -243,17 +248,25 @@ impl QueryJob {
         } = limits;
         // A confined caller's roles may cap it lower than the gateway does;
         // a cut at a role's cap is the server's (an error), not the client's.
+        // The cap is the most any of its roles allows, so it is that
+        // role's: named in the problem of a result past it.
         let mut max_bytes = max_bytes;
-        if let Some(role) = rules.access.as_ref().map(|a| a.limits()) {
-            if let Some(cap) = role.max_rows.filter(|&cap| cap < max_rows) {
-                max_rows = cap;
+        let (mut row_cap_role, mut byte_cap_role) = (None, None);
+        if let Some(access) = rules.access.as_ref() {
+            if let Some(q) = access.quota(|l| l.max_rows).filter(|q| q.cap < max_rows) {
+                max_rows = q.cap;
                 rows_asked = false;
+                row_cap_role = Some(q.role);
             }
-            if let Some(ms) = role.max_query_timeout_ms {
+            if let Some(ms) = access.limits().max_query_timeout_ms {
                 timeout = timeout.min(Duration::from_millis(ms));
             }
-            if let Some(cap) = role.max_result_bytes.filter(|_| sink.is_none()) {
-                max_bytes = max_bytes.min(cap);
+            if let Some(q) = access
+                .quota(|l| l.max_result_bytes)
+                .filter(|q| sink.is_none() && q.cap < max_bytes)
+            {
+                max_bytes = q.cap;
+                byte_cap_role = Some(q.role);
             }
         }
         QueryJob {
@@ -265,6 +278,8 @@ impl QueryJob {
             max_rows,
             rows_asked,
             max_bytes,
+            row_cap_role,
+            byte_cap_role,
             rules,
             started,
             retried: false,

@@ -25,7 +25,7 @@ use super::control::{cancel_error, QueryControl};
 use super::error::QueryError;
 use super::job::QueryJob;
 use super::sender::{end_body, Msg, Sender, CHUNK_BYTES};
-use super::stream::row_cap;
+use super::stream::{byte_cap, row_cap};
 use super::worker::{execution_error, param_values};
 
 /// Bytes of the file kept back until the COPY succeeds: the footer length
@@ -57,6 +57,8 @@ struct ParquetPipe {
     tx: Sender,
     kind: String,
     max_bytes: u64,
+    /// The error of an answer past `max_bytes`.
+    over_cap: QueryError,
     state: Mutex<ParquetState>,
 }
 
@@ -101,10 +103,7 @@ impl pipe::Output for ParquetPipe {
         st.bytes += data.len() as u64;
         if st.bytes > self.max_bytes {
             // A Parquet file cut short is no file: the cap fails the answer.
-            st.failed = Some(QueryError::ResultCap {
-                what: "bytes",
-                limit: self.max_bytes,
-            });
+            st.failed = Some(self.over_cap.clone());
             st.closed = true;
             return false;
         }
@@ -138,6 +137,7 @@ pub(super) fn copy_parquet(
         tx: tx.clone(),
         kind: kind.to_string(),
         max_bytes: job.max_bytes,
+        over_cap: byte_cap(job),
         state: Mutex::new(ParquetState::default()),
     });
     let attached = pipe::attach(token, connection_id, out.clone());

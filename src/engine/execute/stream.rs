@@ -331,11 +331,7 @@ fn write_result(
                 truncated = sa.len() > 0;
             }
             if truncated {
-                return Err(QueryError::ResultCap {
-                    what: "bytes",
-                    limit: job.max_bytes,
-                }
-                .into());
+                return Err(byte_cap(job).into());
             }
             break;
         }
@@ -362,11 +358,21 @@ fn write_result(
     Ok(!truncated)
 }
 
-/// The row cap the client did not ask for.
+/// The row cap the client did not ask for (the gateway's or a role's).
 pub(super) fn row_cap(job: &QueryJob) -> QueryError {
     QueryError::ResultCap {
         what: "rows",
         limit: job.max_rows,
+        role: job.row_cap_role.clone(),
+    }
+}
+
+/// The byte cap of an answer (the gateway's or a role's).
+pub(super) fn byte_cap(job: &QueryJob) -> QueryError {
+    QueryError::ResultCap {
+        what: "bytes",
+        limit: job.max_bytes,
+        role: job.byte_cap_role.clone(),
     }
 }
 

@@ -462,6 +462,28 @@ impl Gateway {
         self.child.id()
     }
 
+    /// The Flight SQL listener's URI (`grpc://host:port`), once the process
+    /// has logged it (started with `DUCKGATE_FLIGHT_LISTEN`).
+    pub async fn flight_uri(&self) -> String {
+        eventually("the Flight SQL address", Duration::from_secs(10), || {
+            let log = self.log_text();
+            async move {
+                log.lines()
+                    .find_map(|l| {
+                        let rest = l.split("Flight SQL listening on ").nth(1)?;
+                        Some(
+                            rest.split_whitespace()
+                                .next()?
+                                .trim_matches('"')
+                                .to_string(),
+                        )
+                    })
+                    .ok_or("not logged yet")
+            }
+        })
+        .await
+    }
+
     /// Sends SIGTERM and waits for the exit code.
     pub fn terminate(&mut self, within: Duration) -> Option<i32> {
         let _ = Command::new("kill")

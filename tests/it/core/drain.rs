@@ -189,3 +189,171 @@ fn reference(sql: &str) -> Value {
     }
     Value::Array(out)
 }
+
+/// A Flight SQL call with the token and the statement `sql`.
+fn flight_statement(sql: &str) -> tonic::Request<arrow_flight::FlightDescriptor> {
+    use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
+    use prost::Message;
+    let cmd = CommandStatementQuery {
+        query: sql.to_string(),
+        transaction_id: None,
+    };
+    let mut request = tonic::Request::new(arrow_flight::FlightDescriptor::new_cmd(
+        cmd.as_any().encode_to_vec(),
+    ));
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {FLIGHT_SECRET}").parse().unwrap(),
+    );
+    request
+}
+
+const FLIGHT_SECRET: &str = "drain-flight-3f9a7c21";
+
+type FlightClient =
+    arrow_flight::flight_service_client::FlightServiceClient<tonic::transport::Channel>;
+
+async fn flight_client(uri: &str) -> FlightClient {
+    let channel = tonic::transport::Endpoint::from_shared(uri.replace("grpc://", "http://"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {uri}: {e}"));
+    FlightClient::new(channel)
+}
+
+/// Runs `sql` over Flight SQL: GetFlightInfo, then (once `go` says so) the
+/// DoGet of its ticket; the rows as (i, v, slept).
+async fn flight_rows(
+    mut client: FlightClient,
+    sql: String,
+    go: tokio::sync::oneshot::Receiver<()>,
+) -> Result<Value, tonic::Status> {
+    use arrow::array::{AsArray, RecordBatch};
+    use arrow::datatypes::Int64Type;
+    use futures::TryStreamExt;
+    let info = client
+        .get_flight_info(flight_statement(&sql))
+        .await?
+        .into_inner();
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let _ = go.await;
+    let mut request = tonic::Request::new(ticket);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {FLIGHT_SECRET}").parse().unwrap(),
+    );
+    let data = client.do_get(request).await?.into_inner();
+    let batches: Vec<RecordBatch> =
+        arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+            data.map_err(arrow_flight::error::FlightError::from),
+        )
+        .try_collect()
+        .await
+        .map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for r in 0..b.num_rows() {
+            rows.push(json!([
+                b.column(0).as_primitive::<Int64Type>().value(r),
+                b.column(1).as_primitive::<Int64Type>().value(r),
+                b.column(2).as_boolean().value(r),
+            ]));
+        }
+    }
+    Ok(Value::Array(rows))
+}
+
+/// Flight SQL drains as the HTTP door does: during SIGTERM's drain a new
+/// statement is refused with UNAVAILABLE, the problem `shutting-down` and a
+/// retry hint (`retry-after`), on a connection open before the signal and
+/// on one made after it (the listener still accepts), while a statement
+/// running at the signal finishes and its result is fetched (its DoGet
+/// comes during the drain); then the process exits before the grace
+/// period is over. Before, the listener stopped at the signal: the
+/// running statement's DoGet and the new statement both met a closed
+/// listener (UNAVAILABLE, a transport error, no problem, no hint).
+#[tokio::test]
+async fn flight_sql_statements_drain_as_http_queries_do() {
+    let grace = Duration::from_secs(20);
+    let g = Gateway::builder()
+        .env("DUCKGATE_SHUTDOWN_GRACE_MS", grace.as_millis())
+        .env("DUCKGATE_FLIGHT_LISTEN", "127.0.0.1:0")
+        .env("DUCKGATE_QUERY_TOKENS", format!("analyst:{FLIGHT_SECRET}"))
+        .start();
+    let uri = g.flight_uri().await;
+    let client = flight_client(&uri).await;
+    let sql = |ms: u64| {
+        format!(
+            "SELECT i, i * 7 AS v, (SELECT sleep_ms({ms}) IS NULL) AS slept FROM range(3) t(i) ORDER BY i"
+        )
+    };
+    let (sql, reference_sql) = (sql(4000), sql(0));
+    let (go, wait) = tokio::sync::oneshot::channel();
+    let running = tokio::spawn(flight_rows(client.clone(), sql, wait));
+    // The statement is running (its GetFlightInfo returns once DuckDB has
+    // its first rows) when the signal comes.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sigterm(&g);
+    let signalled = Instant::now();
+    crate::common::eventually("the drain's start", Duration::from_secs(5), || {
+        let log = g.log_text();
+        async move {
+            log.contains("shutting down: new work refused")
+                .then_some(())
+                .ok_or("not yet")
+        }
+    })
+    .await;
+
+    for fresh in [false, true] {
+        let (which, mut c) = if fresh {
+            (
+                "a connection made during the drain",
+                flight_client(&uri).await,
+            )
+        } else {
+            ("the connection open before the signal", client.clone())
+        };
+        let refused = c
+            .get_flight_info(flight_statement("SELECT 1 AS one"))
+            .await
+            .expect_err("a new statement during the drain");
+        assert_eq!(
+            refused.code(),
+            tonic::Code::Unavailable,
+            "{which}: {refused:?}"
+        );
+        let meta = refused.metadata();
+        assert_eq!(
+            meta.get("duckgate-problem").and_then(|v| v.to_str().ok()),
+            Some("shutting-down"),
+            "{which}: {refused:?}"
+        );
+        assert_eq!(
+            meta.get("retry-after").and_then(|v| v.to_str().ok()),
+            Some("1"),
+            "{which}: {refused:?}"
+        );
+    }
+
+    // The running statement's DoGet, during the drain: its whole result.
+    let _ = go.send(());
+    let rows = running.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the running statement's result, fetched during the drain: {e:?}\n{}",
+            g.log_text()
+        )
+    });
+    assert_eq!(rows, reference(&reference_sql));
+    let fetched = signalled.elapsed();
+
+    let (code, g) = exit_code(g, grace + Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0), "{}", g.log_text());
+    let exited = signalled.elapsed();
+    assert!(
+        exited < grace,
+        "exited {exited:?} after SIGTERM (the result was fetched after {fetched:?})"
+    );
+    eprintln!("SIGTERM: Flight result fetched after {fetched:?}, exited after {exited:?}");
+}

@@ -269,3 +269,103 @@ async fn every_series_has_help_and_every_route_an_access_line() {
     let text = g.log_text();
     assert!(!text.contains(TOKEN) && !text.contains("wrong-token"));
 }
+
+/// `duckgate_http_client_timeouts_total{route}` (issue 57): the 504
+/// `query-timeout` answers at the very time limit the client asked for
+/// (`timeout_ms`, in the body or the URL) are counted by route, from 0 at
+/// start-up, and kept out of `DuckgateServerErrors` by it; a 504 at the
+/// gateway's default limit, or at the gateway's largest one below what the
+/// client asked, is the gateway's and is not counted.
+#[tokio::test]
+async fn timeouts_the_client_chose_are_counted_apart_from_the_gateways() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_QUERY_TOKENS", "alice:alice-token-0123456789")
+        .env("DUCKGATE_QUERY_TIMEOUT_MS", 300)
+        .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 600)
+        .start();
+    let series = |route: &str| format!("duckgate_http_client_timeouts_total{{route=\"{route}\"}}");
+    let m = g.get_text("/metrics").await;
+    for route in ["/query", "/query/{format}", "/statements"] {
+        assert_eq!(
+            value_of(&m, &format!("{} ", series(route))),
+            Some(0.0),
+            "{m}"
+        );
+    }
+    let slow = crate::common::sleeping_sql(Duration::from_secs(5));
+    let post = |path: &'static str, body: serde_json::Value| {
+        let g = &g;
+        async move {
+            let r = g
+                .client
+                .post(g.url(path))
+                .bearer_auth("alice-token-0123456789")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    };
+    // The client's own limits: counted.
+    let (status, v) = post("/query", json!({"sql": slow, "timeout_ms": 250})).await;
+    assert_eq!(
+        (status, v["type"].as_str()),
+        (504, Some("urn:duckgate:problem:query-timeout")),
+        "{v}"
+    );
+    let r = g
+        .client
+        .get(g.url("/query"))
+        .query(&[("sql", slow.as_str()), ("timeout_ms", "250")])
+        .bearer_auth("alice-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 504);
+    let (status, v) = post(
+        "/statements",
+        json!({"sql": slow, "timeout_ms": 250, "wait_ms": 5000}),
+    )
+    .await;
+    assert_eq!(
+        (status, v["type"].as_str()),
+        (504, Some("urn:duckgate:problem:query-timeout")),
+        "{v}"
+    );
+    // The gateway's: its default, and its largest below the 4 s asked.
+    let (status, v) = post("/query", json!({"sql": slow})).await;
+    assert_eq!(status, 504, "{v}");
+    let (status, v) = post("/query", json!({"sql": slow, "timeout_ms": 4000})).await;
+    assert_eq!(status, 504, "{v}");
+    assert!(
+        v["detail"].as_str().unwrap_or_default().contains("600 ms"),
+        "{v}"
+    );
+
+    let m = g.get_text("/metrics").await;
+    assert_eq!(
+        value_of(&m, &format!("{} ", series("/query"))),
+        Some(2.0),
+        "{m}"
+    );
+    assert_eq!(
+        value_of(&m, &format!("{} ", series("/statements"))),
+        Some(1.0),
+        "{m}"
+    );
+    let timeouts: f64 = m
+        .lines()
+        .filter(|l| l.starts_with("duckgate_http_requests_total{") && l.contains("status=\"504\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(timeouts, 5.0, "{m}");
+    assert!(
+        m.contains("# HELP duckgate_http_client_timeouts_total "),
+        "{m}"
+    );
+}

@@ -530,6 +530,10 @@ async fn a_row_filter_that_does_not_bind_stops_start_up_naming_it() {
 /// a result past the role's rows fails (never a silent cut), a smaller
 /// `max_rows` the client asks for is a clean cut, a statement past the
 /// role's time limit is stopped; the token holding no role is not capped.
+/// A result past a role's rows or bytes says it is that role's cap (issue
+/// 59: it said "the gateway's cap", naming nothing the client could look
+/// up), and a 504 at a role's time limit is not counted as one the client
+/// chose, even when it asked for a longer one.
 #[tokio::test]
 async fn a_roles_limits_cap_its_members_statements() {
     let dir = tempfile::tempdir().unwrap();
@@ -537,7 +541,7 @@ async fn a_roles_limits_cap_its_members_statements() {
     std::fs::write(
         &config,
         "[[role]]\nname = \"small\"\nmembers = [\"alice\"]\nread = []\n\
-         [role.limits]\nmax_rows = 5\nmax_query_timeout_ms = 800\n",
+         [role.limits]\nmax_rows = 5\nmax_query_timeout_ms = 800\nmax_result_bytes = 2000\n",
     )
     .unwrap();
     let g = Gateway::builder()
@@ -549,6 +553,28 @@ async fn a_roles_limits_cap_its_members_statements() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(
         body["type"], "urn:duckgate:problem:result-too-large",
+        "{body}"
+    );
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("5 rows, the cap of role 'small' (its max_rows)")
+            && !detail.contains("gateway"),
+        "{body}"
+    );
+    assert_eq!(body["title"], "Result larger than its cap", "{body}");
+    // Past the role's bytes (a CSV answer of 4 rows, 4 KB): its cap too.
+    let (status, bytes) = post(
+        &g,
+        ALICE,
+        json!({"sql": "SELECT repeat('x', 1000) AS x FROM range(4)", "format": "csv"}),
+    )
+    .await;
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    assert_eq!(status, 422, "{body}");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("2000 bytes, the cap of role 'small' (its max_result_bytes)")
+            && !detail.contains("gateway"),
         "{body}"
     );
     let (status, bytes) = post(&g, ALICE, json!({"sql": sql, "max_rows": 3})).await;
@@ -573,6 +599,15 @@ async fn a_roles_limits_cap_its_members_statements() {
         started.elapsed() < std::time::Duration::from_secs(4),
         "{:?}",
         started.elapsed()
+    );
+    // Asked for 4 s, stopped at the role's 800 ms: not the client's choice.
+    let (status, bytes) = post(&g, ALICE, json!({"sql": slow, "timeout_ms": 4000})).await;
+    assert_eq!(status, 504, "{}", String::from_utf8_lossy(&bytes));
+    let m = g.get_text("/metrics").await;
+    assert_eq!(
+        crate::common::metric(&m, "duckgate_http_client_timeouts_total{route=\"/query\"}"),
+        0.0,
+        "a 504 at the role's limit counted as the client's"
     );
     let (status, body) = g
         .run_sql(

@@ -927,7 +927,8 @@ print(json.dumps(out))
             "{k}: {e}"
         );
         assert!(
-            e.contains("Result larger than the gateway's cap"),
+            e.contains("Result larger than its cap")
+                && e.contains("the gateway's cap (DUCKGATE_MAX_RESULT_BYTES)"),
             "{k}: {e}"
         );
     }

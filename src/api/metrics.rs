@@ -105,6 +105,14 @@ pub fn describe() {
         "Statements of identities that roles confine, by the roles held (joined with +) and the grants' decision (allowed, refused)."
     );
     metrics::describe_counter!(
+        "duckgate_share_loans_total",
+        "Queries and statements that ran past their token's share of the pool on a connection nobody else was waiting for."
+    );
+    metrics::describe_counter!(
+        "duckgate_share_reclaims_total",
+        "Borrowed connections taken back for a token within its share: the borrowing query, whose answer had not started, runs again from its own token's queue."
+    );
+    metrics::describe_counter!(
         "duckgate_queries_inline_total",
         "Queries run inline on the request's worker."
     );
@@ -293,6 +301,8 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_query_cancellations_total").increment(0);
     metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
     metrics::counter!("duckgate_queries_inline_total").increment(0);
+    metrics::counter!("duckgate_share_loans_total").increment(0);
+    metrics::counter!("duckgate_share_reclaims_total").increment(0);
     for reason in ["answer_size", "budget"] {
         metrics::counter!("duckgate_queries_inline_moved_total", "reason" => reason).increment(0);
     }

@@ -210,10 +210,29 @@ fn every_route_lists_the_problems_of_the_catalogue_it_can_answer() {
     );
 }
 
-/// A value the schema admits, for a request.
+/// A value the schema admits, for a request: for a reference to an
+/// enumeration, `none` where it has one (an option off takes any format),
+/// else its first value.
 fn example(schema: &Value) -> Value {
-    if schema.to_string().contains("#/components/schemas/Format") {
+    let text = schema.to_string();
+    if text.contains("#/components/schemas/Format") {
         return json!("csv");
+    }
+    if let Some(at) = text.find("#/components/schemas/") {
+        let name: String = text[at + 21..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let target = &spec()["components"]["schemas"][&name];
+        if let Some(values) = target["enum"].as_array() {
+            if let Some(v) = values
+                .iter()
+                .find(|v| **v == "none")
+                .or_else(|| values.iter().find(|v| !v.is_null()))
+            {
+                return v.clone();
+            }
+        }
     }
     let types = schema["type"].to_string();
     if types.contains("integer") {

@@ -2384,9 +2384,7 @@ async fn the_console_keeps_its_workspace() {
             );
             if let Some(bounds) = p["bounds"].as_str() {
                 // DuckDB's histogram over the page's bins (each bin: the
-                // values above the previous bound up to its own), of the
-                // values as DuckDB prints them (the page's are that text:
-                // a DOUBLE's exact maximum may lie past its printed one).
+                // values above the previous bound up to its own).
                 let bounds: Vec<f64> = serde_json::from_str(bounds).unwrap();
                 let counts: Vec<u64> = serde_json::from_str(p["counts"].as_str().unwrap()).unwrap();
                 let list = bounds
@@ -2395,7 +2393,7 @@ async fn the_console_keeps_its_workspace() {
                     .collect::<Vec<_>>()
                     .join(", ");
                 let map = q(&format!(
-                    "SELECT CAST(map_values(histogram(CAST(CAST({{c}} AS VARCHAR) AS DOUBLE), [{list}])) AS VARCHAR) FROM measures"
+                    "SELECT CAST(map_values(histogram(CAST({{c}} AS DOUBLE), [{list}])) AS VARCHAR) FROM measures"
                 ))
                 .unwrap();
                 let want = format!(

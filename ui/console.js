@@ -1,15 +1,21 @@
 // The duckgate console: type SQL (with names completed from the catalog
 // and the functions the guard allows), run it as an async statement, watch
 // its progress, cancel it, page its result into a virtual table in one of
-// several result tabs, open a cell, chart it, download it. Every request
-// goes to this gateway's public API with the tab's token (see api.js):
-// nothing here is more than curl could do.
+// several result tabs, open a cell, chart it, profile its columns, download
+// it. The editor's text and the tabs are kept in the browser per identity
+// (workspace.js) and come back after a reload. Every request goes to this
+// gateway's public API with the tab's token (see api.js): nothing here is
+// more than curl could do.
 
 import * as api from './api.js';
 import { Editor, errorRange } from './editor.js';
-import { Grid, cellText } from './grid.js';
+import { Grid, cellText, displayText } from './grid.js';
 import { chartable, draw, hit, numericColumns, COLORS } from './chart.js';
 import { sha256hex } from './sha256.js';
+import { fmtCount } from './numbers.js';
+import { profile, renderProfile } from './profile.js';
+import { tabTitle } from './titles.js';
+import * as workspace from './workspace.js';
 
 const $ = (id) => document.getElementById(id);
 /** History lives in local storage under this prefix and a hash of the token. */
@@ -26,7 +32,7 @@ const ui = {
   editor: null,
   grid: null,
   run: null, // the statement being watched: {id, started, timer, cancelled, tab}
-  tabs: [], // result tabs: {n, sql, state, result, problem}
+  tabs: [], // result tabs: {n, sql, state, id, view, result, problem}
   active: null, // the tab shown
   tabSeq: 0,
   gridFor: null, // the result the grid shows
@@ -34,6 +40,9 @@ const ui = {
   columns: new Map(), // 'db\0schema\0table' -> [{name, type}] or a Promise
   functions: [], // GET /catalog/functions
   historyKey: null,
+  workspaceKey: null, // where this identity's workspace is kept
+  who: null, // GET /whoami's answer for the token
+  reauth: null, // {promise, resolve}: a refused session waits for a new token
   chartLayout: null,
 };
 
@@ -43,9 +52,7 @@ function setStatus(state, text) {
   s.textContent = text;
 }
 
-function fmtInt(n) {
-  return Number(n).toLocaleString('en-US');
-}
+const fmtInt = fmtCount;
 
 function fmtMs(ms) {
   if (ms < 1000) return `${Math.round(ms)} ms`;
@@ -56,34 +63,120 @@ function fmtMs(ms) {
 
 // ---------------------------------------------------------------- token
 
-function showLogin(message) {
+/** Opens the token dialog with `message` (`slug`: the problem's, if any). */
+function showLogin(message, slug) {
   const d = $('login');
   $('login-error').hidden = !message;
   $('login-error').textContent = message || '';
+  if (slug) $('login-error').dataset.slug = slug;
+  else delete $('login-error').dataset.slug;
   $('token').value = '';
   if (!d.open) d.showModal();
   $('token').focus();
 }
 
+/** The slug of a problem document (`token-expired`, ...). */
+const slugOf = (doc) => String((doc && doc.type) || '').split(':').pop();
+
+/**
+ * What the dialog says of a refused token. `session`: the token this tab
+ * was using (so its expiry, from /whoami, is known), not one just typed.
+ */
+function refusalText(p, session) {
+  if (slugOf(p.doc) === 'token-expired') {
+    const exp = session && ui.who && ui.who.expires_at_ms;
+    const at = exp ? ` at ${new Date(exp).toLocaleTimeString()}` : '';
+    return session
+      ? `Your token expired${at}. Paste a new one to carry on: your tabs and the editor stay as they are.`
+      : 'This token has expired (its exp claim is past). Get a new one from your identity provider.';
+  }
+  if (session) return `The gateway refused the token: ${p.doc.title}${p.doc.detail ? ` (${p.doc.detail})` : ''}.`;
+  return `${p.doc.title}: ${p.doc.detail || ''}`;
+}
+
+/**
+ * The session's token was refused (401, e.g. an expired JWT): the dialog
+ * says why, and the caller may wait for the token given next.
+ */
+function sessionRefused(p) {
+  showLogin(refusalText(p, true), slugOf(p.doc));
+  if (!ui.reauth) {
+    let resolve;
+    const promise = new Promise((r) => { resolve = r; });
+    ui.reauth = { promise, resolve };
+  }
+  return ui.reauth.promise;
+}
+
 async function connect(token) {
   api.setToken(token);
-  // A request that needs the token and changes nothing: a wrong token is
-  // told here rather than at the first query.
-  const r = await api.call('/queries');
+  // Who the token is (a wrong or expired one is told here rather than at
+  // the first query). A gateway without /whoami: the token checked with a
+  // request that changes nothing.
+  let who = null;
+  let r = await api.call('/whoami');
+  if (r.status === 404) r = await api.call('/queries');
+  else if (r.ok) who = await r.json();
   if (r.status === 401) {
     api.clearToken();
     const p = await api.problemOf(r);
-    showLogin(`${p.doc.title}: ${p.doc.detail || ''}`);
+    showLogin(refusalText(p, false), slugOf(p.doc));
     return false;
   }
   $('login').close();
-  $('who').textContent = token ? 'token set' : 'anonymous';
+  const sameIdentity = ui.who && who && ui.who.name === who.name;
+  ui.who = who;
+  renderWho(token);
   $('signout').hidden = false;
-  ui.historyKey = historyKey(token);
+  ui.historyKey = historyKey(token, who);
+  if (who) {
+    // A history filed under the token's hash (before /whoami) moves to
+    // the identity's.
+    const old = historyKey(token, null);
+    if (localStorage.getItem(ui.historyKey) === null && localStorage.getItem(old) !== null) {
+      localStorage.setItem(ui.historyKey, localStorage.getItem(old));
+      localStorage.removeItem(old);
+    }
+  }
+  const key = workspace.workspaceKey(token, who);
+  if (who) workspace.adopt(workspace.workspaceKey(token, null), key);
+  // The same identity again (a new token after one expired): the page's
+  // tabs are the newest; another identity: its own workspace.
+  if (!(sameIdentity && ui.workspaceKey === key)) {
+    const switching = ui.workspaceKey !== null;
+    ui.workspaceKey = key;
+    restoreWorkspace(switching);
+  }
   renderHistory();
   loadCatalog();
   loadFunctions();
+  if (ui.reauth) {
+    const { resolve } = ui.reauth;
+    ui.reauth = null;
+    resolve();
+  }
   return true;
+}
+
+/** The header: the identity's name, roles and (a JWT's) expiry. */
+function renderWho(token) {
+  const box = $('who');
+  box.replaceChildren();
+  if (!ui.who) {
+    box.textContent = token ? 'token set' : 'anonymous';
+    box.title = '';
+    return;
+  }
+  const w = ui.who;
+  box.appendChild(text('span', w.name, 'who-name'));
+  for (const role of w.roles) box.appendChild(text('span', role, 'who-role'));
+  if (w.expires_at_ms) {
+    box.appendChild(text('span', `expires ${new Date(w.expires_at_ms).toLocaleTimeString()}`, 'who-exp'));
+  }
+  const kinds = { token: 'a query token', oidc: 'a JWT of the OIDC issuer', anonymous: 'no token (an anonymous gateway)' };
+  box.title = [`Signed in as ${w.name} with ${kinds[w.kind] || w.kind}`,
+    w.roles.length ? `roles: ${w.roles.join(', ')}` : 'no roles',
+    w.confined ? 'confined to what the roles grant' : 'not confined by roles'].join('\n');
 }
 
 // ---------------------------------------------------------------- problems
@@ -127,14 +220,17 @@ function showProblem(doc, status, sql) {
 // refuses it as such under `read_only`) runs after the user says so.
 async function run(opts) {
   if (ui.run) return;
-  const shared = opts !== null && typeof opts === 'object' && opts.shared === true;
-  const inNewTab = opts !== null && typeof opts === 'object' && opts.newTab === true;
-  const sql = ui.editor.value;
+  const o = opts !== null && typeof opts === 'object' ? opts : {};
+  const shared = o.shared === true;
+  const inNewTab = o.newTab === true;
+  // `o.tab`, `o.sql`: a tab's own SQL run again into it (a restored tab).
+  const sql = typeof o.sql === 'string' ? o.sql : ui.editor.value;
   if (!sql.trim()) return;
   if (ui.editor.completer) ui.editor.completer.close();
-  const tab = inNewTab || !ui.active ? addTab() : ui.active;
+  const tab = o.tab && ui.tabs.includes(o.tab) ? o.tab : inNewTab || !ui.active ? addTab() : ui.active;
   tab.sql = sql;
   tab.state = 'running';
+  tab.id = null;
   tab.result = null;
   tab.problem = null;
   activate(tab);
@@ -161,13 +257,15 @@ async function run(opts) {
     if (e instanceof api.Problem) {
       runProblem(run, e.doc, e.status, sql);
       remember(run, 'failed', 0);
-      if (e.status === 401) showLogin('The gateway refused the token.');
+      if (e.status === 401) sessionRefused(e);
     } else {
       runProblem(run, { title: 'Network error', detail: String(e) });
     }
     return;
   }
   run.id = status.id;
+  tab.id = status.id;
+  saveSoon();
   $('stmt-id').textContent = `statement ${status.id}`;
   $('stmt-id').title = 'Its id: GET /statements/{id}, DELETE /statements/{id}, GET /queries/{id}';
   await watch(run, status);
@@ -214,13 +312,16 @@ async function watch(run, status) {
     if (TERMINAL.has(status.state)) break;
     setStatus(run.cancelRequested ? 'cancelling' : status.state, label(status.state));
     tick(run);
-    // DuckDB's progress, as GET /queries lists it (404 once it stops).
-    const [q, s] = await Promise.all([
-      api.call(api.queryPath(run.id)).then((r) => (r.ok ? r.json() : null)).catch(() => null),
-      api.getJson(api.statementPath(run.id)).catch((e) => e),
-    ]);
-    if (q) showProgress(q);
-    else showProgress({ progress: status.progress, rows: status.rows });
+    // The statement's status carries DuckDB's progress while it runs (as
+    // GET /queries/{id} does, which answers 404 once the query stops).
+    showProgress(status);
+    const s = await api.getJson(api.statementPath(run.id)).catch((e) => e);
+    if (s instanceof api.Problem && s.status === 401) {
+      // The token ran out mid-statement: the statement goes on; watch it
+      // again with the token given next.
+      await sessionRefused(s);
+      continue;
+    }
     if (s instanceof Error) {
       finish(run, 'failed');
       runProblem(run, s.doc || { title: String(s) }, s.status);
@@ -232,11 +333,11 @@ async function watch(run, status) {
   const elapsed = status.elapsed_ms;
   if (status.state === 'succeeded') {
     finish(run, 'succeeded', status);
-    remember(run, 'succeeded', status.rows, elapsed);
+    if (!run.reattached) remember(run, 'succeeded', status.rows, elapsed);
     await loadResult(status, run.tab);
   } else if (status.state === 'cancelled') {
     finish(run, 'cancelled', status);
-    remember(run, 'cancelled', status.rows, elapsed);
+    if (!run.reattached) remember(run, 'cancelled', status.rows, elapsed);
     setStatus('cancelled', `Cancelled after ${fmtMs(elapsed)}`);
   } else if (run.shared && writesRefused(status.problem)) {
     // A shared link's statement that writes: refused as asked, not failed.
@@ -244,8 +345,9 @@ async function watch(run, status) {
     setStatus('idle', 'Shared statement not run');
     if (await confirmWrite(status.problem.statement_kind, run.sql)) runAgain();
   } else {
+    if (status.problem) run.tab.problem = { doc: status.problem, status: status.problem.status, sql: run.sql };
     finish(run, status.state, status);
-    remember(run, status.state, 0, elapsed);
+    if (!run.reattached) remember(run, status.state, 0, elapsed);
     if (status.problem) runProblem(run, status.problem, status.problem.status, run.sql);
     setStatus('failed', `${status.problem ? status.problem.title : status.state} after ${fmtMs(elapsed)}`);
   }
@@ -258,6 +360,7 @@ function finish(run, state, status) {
   if (run.tab) {
     run.tab.state = state === 'idle' ? 'empty' : state;
     renderTabs();
+    saveSoon();
   }
   $('run').disabled = false;
   $('run-new').disabled = false;
@@ -290,10 +393,12 @@ async function cancel() {
 function runProblem(run, doc, status, sql) {
   if (run.tab) run.tab.problem = { doc, status, sql };
   if (!run.tab || ui.active === run.tab) showProblem(doc, status, sql);
+  renderTabs();
+  saveSoon();
 }
 
 function addTab() {
-  const tab = { n: ++ui.tabSeq, sql: '', state: 'empty', result: null, problem: null };
+  const tab = { n: ++ui.tabSeq, sql: '', state: 'empty', id: null, view: 'table', result: null, problem: null };
   ui.tabs.push(tab);
   return tab;
 }
@@ -310,11 +415,7 @@ function closeTab(tab) {
     else resetResult();
   }
   renderTabs();
-}
-
-function tabTitle(tab) {
-  const one = tab.sql.replace(/\s+/g, ' ').trim();
-  return one.length > 28 ? one.slice(0, 27) + '…' : one || 'empty';
+  saveSoon();
 }
 
 function renderTabs() {
@@ -332,6 +433,7 @@ function renderTabs() {
     name.className = 'rtab-name';
     name.setAttribute('role', 'tab');
     name.textContent = `${tab.n} · ${tabTitle(tab)}`;
+    name.dataset.title = tabTitle(tab);
     name.title = tab.sql;
     name.addEventListener('click', () => activate(tab));
     const close = document.createElement('button');
@@ -347,7 +449,7 @@ function renderTabs() {
   }
 }
 
-/** Shows `tab`: its result (table, chart, downloads) or its problem. */
+/** Shows `tab`: its result (table, chart, profile, downloads) or its problem. */
 function activate(tab) {
   ui.active = tab;
   renderTabs();
@@ -356,6 +458,9 @@ function activate(tab) {
   closeCell();
   if (tab.problem) showProblem(tab.problem.doc, tab.problem.status, tab.problem.sql);
   if (tab.result) showResult(tab.result);
+  renderRestored(tab);
+  if (tab.result && tab.view && tab.view !== 'table') selectTab(tab.view);
+  saveSoon();
 }
 
 // ---------------------------------------------------------------- results
@@ -366,12 +471,15 @@ function resetResult() {
   $('tabs').hidden = true;
   $('table-pane').replaceChildren();
   $('chart-pane').hidden = true;
+  $('profile-pane').hidden = true;
+  $('profile-pane').replaceChildren();
+  $('restored').hidden = true;
   if (!ui.run) $('progress').hidden = true;
   $('result-info').textContent = '';
   delete $('table-pane').dataset.loaded;
   $('downloads').replaceChildren();
   closeCell();
-  selectTab('table');
+  selectTab('table', true);
 }
 
 function showResult(result) {
@@ -380,7 +488,7 @@ function showResult(result) {
   ui.gridFor = result;
   ui.grid.setColumns(result.columns);
   ui.grid.append(result.rows);
-  renderDownloads(result.id);
+  renderDownloads(result);
   $('tabs').querySelector('[data-tab="chart"]').disabled = !chartable(result.columns);
   renderAxes(result);
   info(result, !result.complete);
@@ -392,10 +500,19 @@ function showResult(result) {
 
 async function loadResult(status, tab) {
   const columns = status.columns || [];
-  const result = { id: status.id, columns, rows: [], total: status.rows, truncated: status.truncated, complete: false, chart: null };
+  const result = {
+    id: status.id, columns, rows: [], total: status.rows, truncated: status.truncated, complete: false,
+    chart: tab.result && tab.result.id === status.id ? tab.result.chart : null, expiresAt: status.expires_at_ms || null,
+  };
   tab.result = result;
+  tab.problem = null;
   const shown = () => tab.result === result && ui.gridFor === result;
-  if (ui.active === tab) showResult(result);
+  if (ui.active === tab) {
+    clearProblem();
+    showResult(result);
+    renderRestored(tab);
+    renderTabs();
+  }
   const want = Math.min(status.rows, MAX_ROWS_SHOWN);
   let offset = 0;
   let limit = FIRST_PAGE;
@@ -406,6 +523,10 @@ async function loadResult(status, tab) {
     try {
       page = await api.getJson(`${api.statementPath(status.id)}/result?format=json&offset=${offset}&limit=${n}`);
     } catch (e) {
+      if (e instanceof api.Problem && e.status === 401) {
+        await sessionRefused(e);
+        continue;
+      }
       tab.problem = { doc: e.doc || { title: String(e) }, status: e.status };
       if (ui.active === tab) showProblem(tab.problem.doc, tab.problem.status);
       break;
@@ -423,22 +544,29 @@ async function loadResult(status, tab) {
   }
   result.loadMs = performance.now() - t0;
   result.complete = true;
+  saveSoon();
   if (!shown()) return;
   info(result, false);
   ui.grid.flush();
   $('table-pane').dataset.loaded = String(result.rows.length);
   if (!$('chart-pane').hidden) redrawChart();
+  if (!$('profile-pane').hidden) showProfile();
 }
 
 function info(result, loading) {
   let text = `${fmtInt(result.rows.length)} of ${fmtInt(result.total)} rows`;
   if (loading) text += ' (loading…)';
+  else if (result.restored) text += ' · restored from this browser';
   else if (result.rows.length < result.total) text += ` shown (the first ${fmtInt(MAX_ROWS_SHOWN)}; downloads hold all)`;
   if (result.truncated) text += ' · cut by max_rows';
   $('result-info').textContent = text;
 }
 
-function renderDownloads(id) {
+/** Whether the gateway still holds `result` (a restored one's statement may be gone). */
+const held = (result) => !result.expiresAt || Date.now() < result.expiresAt;
+
+function renderDownloads(result) {
+  const { id } = result;
   const box = $('downloads');
   box.replaceChildren();
   for (const f of api.FORMATS) {
@@ -448,6 +576,10 @@ function renderDownloads(id) {
     b.textContent = f.name;
     b.dataset.format = f.format;
     b.title = `GET /statements/${id}/result?format=${f.format}`;
+    if (!held(result)) {
+      b.disabled = true;
+      b.title = 'The gateway no longer holds this result: run the SQL again to download it';
+    }
     b.addEventListener('click', () => download(id, f, b));
     box.appendChild(b);
   }
@@ -475,12 +607,119 @@ async function download(id, f, button) {
   }
 }
 
-function selectTab(name) {
+/** Shows the table, chart or profile of the result (`quiet`: not the user's choice). */
+function selectTab(name, quiet) {
   for (const t of document.querySelectorAll('.tab')) t.setAttribute('aria-selected', String(t.dataset.tab === name));
   $('table-pane').hidden = name !== 'table';
   $('chart-pane').hidden = name !== 'chart';
+  $('profile-pane').hidden = name !== 'profile';
   if (name === 'chart') redrawChart();
+  if (name === 'profile') showProfile();
   if (name === 'table' && ui.grid) ui.grid.schedule(true);
+  if (!quiet && ui.active && ui.active.view !== name) {
+    ui.active.view = name;
+    saveSoon();
+  }
+}
+
+// ---------------------------------------------------------------- profile
+
+/** The profile of the result shown, computed once per rows held. */
+function showProfile() {
+  const result = ui.gridFor;
+  if (!result) return;
+  if (!result.profile || result.profile.rows !== result.rows.length) {
+    const t0 = performance.now();
+    result.profile = { rows: result.rows.length, columns: profile(result), ms: performance.now() - t0 };
+  }
+  renderProfile($('profile-pane'), result, result.profile.columns);
+  $('profile-pane').dataset.rows = String(result.profile.rows);
+  $('profile-pane').dataset.ms = String(Math.round(result.profile.ms));
+}
+
+// ---------------------------------------------------------------- restored tabs
+
+/**
+ * A restored tab's marker: what was kept of its result, and how to have
+ * the rest (from the gateway while it holds the statement, else by
+ * running the SQL again); a statement the page was watching when it
+ * closed and that the gateway no longer lists.
+ */
+function renderRestored(tab) {
+  const box = $('restored');
+  const r = tab.result;
+  const partial = r && r.restored && r.rows.length < r.total;
+  const interrupted = tab.state === 'interrupted';
+  box.hidden = !(partial || interrupted);
+  if (box.hidden) return;
+  const button = $('restored-load');
+  if (interrupted) {
+    $('restored-text').textContent = 'This statement was running when the page closed, and the gateway no longer holds it.';
+    button.textContent = 'Run again';
+    button.dataset.action = 'run';
+  } else if (held(r) && !r.gone) {
+    $('restored-text').textContent = `Restored from this browser: the first ${fmtInt(r.rows.length)} of ${fmtInt(r.total)} rows (a large result is not kept whole).`;
+    button.textContent = 'Load all rows';
+    button.dataset.action = 'load';
+  } else {
+    $('restored-text').textContent = `Restored from this browser: the first ${fmtInt(r.rows.length)} of ${fmtInt(r.total)} rows. The gateway no longer holds this result.`;
+    button.textContent = 'Run again';
+    button.dataset.action = 'run';
+  }
+  button.disabled = !!ui.run;
+}
+
+/** The restored marker's button: the rest of the rows, or the SQL run again. */
+async function loadRestored() {
+  const tab = ui.active;
+  if (!tab || ui.run) return;
+  if ($('restored-load').dataset.action === 'run') {
+    run({ tab, sql: tab.sql });
+    return;
+  }
+  const status = await statementOf(tab.result.id);
+  if (status && status.state === 'succeeded') {
+    await loadResult(status, tab);
+  } else {
+    tab.result.gone = true;
+    renderRestored(tab);
+  }
+}
+
+/**
+ * The caller's statement `id` as GET /statements lists it, or null (the
+ * list, not GET /statements/{id}: a statement gone is no 404 in the log).
+ */
+async function statementOf(id) {
+  try {
+    const list = await api.getJson('/statements');
+    return (list.statements || []).find((x) => x.id === id) || null;
+  } catch (_) {
+    return null;
+  }
+}
+
+/** A tab restored while its statement ran: watched again, or marked interrupted. */
+async function reattach(tab) {
+  const status = tab.id ? await statementOf(tab.id) : null;
+  if (!ui.tabs.includes(tab) || ui.run) return;
+  if (!status) {
+    tab.state = 'interrupted';
+    renderTabs();
+    if (ui.active === tab) renderRestored(tab);
+    saveSoon();
+    return;
+  }
+  const r = { id: status.id, started: performance.now() - (status.elapsed_ms || 0), sql: tab.sql, done: false, tab, reattached: true };
+  ui.run = r;
+  tab.state = 'running';
+  renderTabs();
+  $('run').disabled = true;
+  $('run-new').disabled = true;
+  $('cancel').disabled = false;
+  $('stmt-id').textContent = `statement ${status.id}`;
+  r.timer = setInterval(() => tick(r), 100);
+  await watch(r, status);
 }
 
 // ---------------------------------------------------------------- chart
@@ -565,7 +804,7 @@ function chartTip(e) {
   tip.dataset.row = String(i);
   const head = document.createElement('div');
   head.className = 'tip-x';
-  const xText = cellText(row[category], result.columns[category].type);
+  const xText = displayText(row[category], result.columns[category].type);
   head.textContent = xText === null ? 'NULL' : xText;
   tip.appendChild(head);
   series.forEach((s, si) => {
@@ -580,7 +819,7 @@ function chartTip(e) {
     name.textContent = result.columns[s].name;
     const value = document.createElement('span');
     value.className = 'tip-value';
-    const t = cellText(row[s], result.columns[s].type);
+    const t = displayText(row[s], result.columns[s].type);
     value.textContent = t === null ? 'NULL' : t;
     line.append(sw, name, value);
     tip.appendChild(line);
@@ -958,12 +1197,14 @@ function completions(parts, sql) {
 // ---------------------------------------------------------------- history
 
 /**
- * The local-storage key of this identity's history: a hash of the token
- * (the token itself is never stored there), so two tokens on one browser
- * keep two histories and an anonymous gateway one.
+ * The local-storage key of this identity's history: a hash of its name
+ * (`GET /whoami`), so two identities on one browser keep two histories and
+ * a JWT renewed keeps its own; of the token on a gateway without /whoami.
+ * The token itself is never stored.
  */
-function historyKey(token) {
-  return HISTORY_PREFIX + sha256hex('duckgate console history\n' + (token || '')).slice(0, 32);
+function historyKey(token, who) {
+  const of = who ? 'identity\n' + who.name : token || '';
+  return HISTORY_PREFIX + sha256hex('duckgate console history\n' + of).slice(0, 32);
 }
 
 function pastRuns() {
@@ -1001,9 +1242,67 @@ function renderHistory() {
     if (typeof item.elapsed_ms === 'number') meta.push(fmtMs(item.elapsed_ms));
     li.appendChild(text('div', meta.join(' · '), 'muted'));
     li.title = 'Click: put this SQL in the editor';
-    li.addEventListener('click', () => { ui.editor.value = item.sql; });
+    li.addEventListener('click', () => { ui.editor.value = item.sql; saveSoon(); });
     ol.appendChild(li);
   }
+}
+
+// ---------------------------------------------------------------- workspace
+
+/** Stores the workspace soon (once for a burst of changes). */
+function saveSoon() {
+  if (!ui.workspaceKey || ui.restoring) return;
+  clearTimeout(ui.saveTimer);
+  ui.saveTimer = setTimeout(saveNow, 300);
+}
+
+function saveNow() {
+  clearTimeout(ui.saveTimer);
+  if (!ui.workspaceKey || ui.restoring) return;
+  workspace.save(ui.workspaceKey, ui.editor.value, ui.tabs, ui.active, ui.tabSeq);
+}
+
+/**
+ * Puts this identity's stored workspace on the page (tabs, editor);
+ * `switching` from another identity's, whose text the editor does not keep.
+ */
+function restoreWorkspace(switching) {
+  const doc = workspace.load(ui.workspaceKey);
+  if (!doc && switching && sqlFromHash() === null) ui.editor.value = '';
+  ui.restoring = true;
+  try {
+    ui.tabs = ui.tabs.filter((t) => ui.run && ui.run.tab === t);
+    ui.active = null;
+    ui.tabSeq = ui.tabs.reduce((m, t) => Math.max(m, t.n), 0);
+    resetResult();
+    clearProblem();
+    if (doc) {
+      // A shared link's SQL is what the editor shows; else the stored text.
+      if (typeof doc.editor === 'string' && sqlFromHash() === null) ui.editor.value = doc.editor;
+      if (doc.editor_cut) setStatus('idle', 'The editor held more than the browser keeps: its start was restored');
+      for (const t of doc.tabs) {
+        if (ui.tabs.some((x) => x.n === t.n)) continue;
+        const tab = { n: t.n, sql: t.sql || '', state: t.state || 'empty', id: t.id || null, view: t.view || 'table', result: null, problem: t.problem || null };
+        if (t.result) {
+          tab.result = {
+            id: t.result.id, columns: t.result.columns || [], rows: t.result.rows || [], total: t.result.total,
+            truncated: t.result.truncated, chart: t.result.chart, expiresAt: t.result.expires_at_ms,
+            complete: true, restored: true,
+          };
+        }
+        ui.tabs.push(tab);
+      }
+      ui.tabs.sort((a, b) => a.n - b.n);
+      ui.tabSeq = Math.max(ui.tabSeq, doc.seq || 0, ...ui.tabs.map((t) => t.n));
+    }
+    const active = ui.tabs.find((t) => doc && t.n === doc.active) || ui.tabs[ui.tabs.length - 1];
+    if (active) activate(active);
+    renderTabs();
+  } finally {
+    ui.restoring = false;
+  }
+  if (ui.active && ui.active.result) $('table-pane').dataset.loaded = String(ui.active.result.rows.length);
+  for (const tab of ui.tabs) if (tab.state === 'running' && !(ui.run && ui.run.tab === tab)) reattach(tab);
 }
 
 // ---------------------------------------------------------------- sharing
@@ -1075,12 +1374,17 @@ async function start() {
   $('chart').addEventListener('mousemove', chartTip);
   $('chart').addEventListener('mouseleave', () => { $('chart-tip').hidden = true; });
   $('cell-close').addEventListener('click', closeCell);
+  $('restored-load').addEventListener('click', loadRestored);
+  $('sql').addEventListener('input', saveSoon);
+  // Leaving or reloading: what is on the page is stored now.
+  window.addEventListener('pagehide', saveNow);
   $('cell-copy').addEventListener('click', copyCell);
   document.addEventListener('keydown', (e) => {
     if (e.key === 'Escape' && !$('cell-viewer').hidden && document.activeElement !== $('sql')) closeCell();
   });
   for (const t of document.querySelectorAll('.tab')) t.addEventListener('click', () => selectTab(t.dataset.tab));
   $('signout').addEventListener('click', () => {
+    saveNow();
     api.clearToken();
     ui.historyKey = null;
     renderHistory();

@@ -28,6 +28,23 @@ function escapeHtml(s) {
 
 const TOKEN = /(--[^\n]*|\/\*[\s\S]*?(?:\*\/|$))|('(?:[^']|'')*'?)|("(?:[^"]|"")*"?)|(\b\d+(?:\.\d*)?(?:e[+-]?\d+)?\b|\.\d+\b)|([A-Za-z_][A-Za-z0-9_$]*)|(\$\d+|\?)|([\s\S])/gi;
 
+/**
+ * The tokens of `sql` but whitespace: `{type, text}`, type one of comment,
+ * string, ident (a quoted name), number, word, param, punct.
+ */
+export function sqlTokens(sql) {
+  const out = [];
+  let m;
+  const re = new RegExp(TOKEN.source, 'gi');
+  while ((m = re.exec(sql)) !== null) {
+    const [text, comment, str, ident, num, word, param] = m;
+    const type = comment ? 'comment' : str ? 'string' : ident ? 'ident' : num ? 'number' : word ? 'word' : param ? 'param' : 'punct';
+    if (type === 'punct' && /\s/.test(text)) continue;
+    out.push({ type, text });
+  }
+  return out;
+}
+
 /** `sql` as HTML with spans per token class. */
 export function highlight(sql) {
   let out = '';

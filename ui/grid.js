@@ -1,7 +1,11 @@
 // The result table: a header with DuckDB's type names and a body that
 // renders only the rows in view (virtual scrolling), so 100,000 rows cost
 // what 40 do. NULL is shown as a styled marker (class `cell-null`), never
-// as text that could be mistaken for the string 'NULL'.
+// as text that could be mistaken for the string 'NULL'. Numbers show their
+// digits grouped in the reader's locale (numbers.js); a cell keeps DuckDB's
+// own text in `data-raw`, and a copy of selected cells copies that text.
+
+import { groupDigits } from './numbers.js';
 
 const ROW_HEIGHT = 24;
 const OVERSCAN = 8;
@@ -27,6 +31,12 @@ export function cellText(v, type) {
     if (/^(DOUBLE|FLOAT)$/.test(type || '') && Number.isInteger(v) && Math.abs(v) < 1e15) return v.toFixed(1);
   }
   return String(v);
+}
+
+/** What a cell shows: `cellText`, with digits grouped in numeric columns. */
+export function displayText(v, type) {
+  const t = cellText(v, type);
+  return t !== null && isNumericType(type) ? groupDigits(t) : t;
 }
 
 export class Grid {
@@ -59,7 +69,41 @@ export class Grid {
       if (String(window.getSelection()).length > 0) return;
       this.onCell(Number(cell.parentNode.dataset.row), Number(cell.dataset.col));
     });
+    // Copying selected cells copies DuckDB's text (no grouping), a row a
+    // line and a cell a tab, as a spreadsheet takes it.
+    this.viewport.addEventListener('copy', (e) => {
+      const text = this.selectedText();
+      if (text === null || !e.clipboardData) return;
+      e.clipboardData.setData('text/plain', text);
+      e.preventDefault();
+    });
     new ResizeObserver(() => this.schedule(true)).observe(this.viewport);
+  }
+
+  /** The selected cells' raw text (tab and newline separated), or null. */
+  selectedText() {
+    const sel = window.getSelection();
+    if (!sel || sel.rangeCount === 0 || sel.isCollapsed) return null;
+    const range = sel.getRangeAt(0);
+    if (!this.viewport.contains(range.commonAncestorContainer)) return null;
+    const lines = [];
+    for (const row of this.body.querySelectorAll('.grid-row')) {
+      if (!range.intersectsNode(row)) continue;
+      const cells = [...row.querySelectorAll('.cell[data-col]')].filter((c) => range.intersectsNode(c));
+      if (cells.length === 0) continue;
+      const r = Number(row.dataset.row);
+      lines.push(cells.map((c) => {
+        const t = cellText(this.rows[r][Number(c.dataset.col)], this.columns[Number(c.dataset.col)].type);
+        return t === null ? '' : t;
+      }).join('\t'));
+    }
+    if (lines.length === 0) return null;
+    // Within one cell: a text's selected part as it is; a number whole,
+    // as DuckDB printed it.
+    const at = (n) => (n.nodeType === 1 ? n : n.parentNode).closest('.cell');
+    const cell = at(range.startContainer);
+    if (cell && cell === at(range.endContainer) && cell.dataset.raw === undefined) return String(sel);
+    return lines.join('\n');
   }
 
   /** New result: `columns` as the gateway names them ({name, type}). */
@@ -106,7 +150,7 @@ export class Grid {
     this.widths = this.columns.map((c, i) => {
       let w = this.widths[i];
       for (const r of sample) {
-        const t = cellText(r[i], c.type);
+        const t = displayText(r[i], c.type);
         w = Math.max(w, Math.min(360, 8 * (t === null ? 4 : t.length) + 20));
       }
       return w;
@@ -160,13 +204,15 @@ export class Grid {
         cell.className = numeric[c] ? 'cell num' : 'cell';
         cell.style.width = this.widths[c] + 'px';
         cell.dataset.col = String(c);
-        const t = cellText(row[c], types[c]);
+        const raw = cellText(row[c], types[c]);
+        const t = raw !== null && numeric[c] ? groupDigits(raw) : raw;
         if (t === null) {
           cell.classList.add('cell-null');
           cell.dataset.null = 'true';
           cell.textContent = 'NULL';
         } else {
           cell.textContent = t;
+          if (t !== raw) cell.dataset.raw = raw;
           if (t.length * 8 + 16 > this.widths[c]) {
             cell.classList.add('cell-long');
             cell.title = 'Click to open the whole value';

@@ -13,7 +13,7 @@ use crate::encode::Format;
 use crate::problems::kind;
 
 use crate::api::{
-    admin, catalog, error, health, links, metrics, queries, query, request, statements, ui,
+    admin, catalog, error, health, links, metrics, queries, query, request, statements, ui, whoami,
 };
 
 /// The OpenAPI document of the HTTP API.
@@ -54,6 +54,7 @@ use crate::api::{
         catalog::list,
         catalog::table,
         catalog::functions,
+        whoami::whoami,
         openapi_json,
         ui::console_page,
         ui::docs_page,
@@ -95,6 +96,7 @@ use crate::api::{
         catalog::SnapshotInfo,
         catalog::FunctionList,
         catalog::FunctionInfo,
+        whoami::Whoami,
     )),
     modifiers(&BearerAuth, &PerFormat, &Exact),
     tags(
@@ -102,6 +104,7 @@ use crate::api::{
         (name = "queries", description = "Running queries: list and cancel (a query token: its own; the admin token: all)"),
         (name = "statements", description = "Async statements: submit, poll, page the spooled result in any format, cancel or discard (a query token: its own; the admin token: all)"),
         (name = "catalog", description = "Browse what clients can query: databases (the gateway's own and the operator-declared catalogs), schemas, tables, columns"),
+        (name = "identity", description = "Who the caller's credential makes it: name, roles, expiry"),
         (name = "health", description = "Probes and metrics"),
         (name = "admin", description = "Credential operations (admin token)"),
         (name = "console", description = "The browser console and these docs: static pages embedded in the binary that call this API with the user's token")

@@ -21,6 +21,7 @@ pub mod site;
 pub mod statements;
 pub mod transport;
 pub mod ui;
+pub mod whoami;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,7 +168,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/statements/{id}/links", post(links::mint))
         // The guard's allow-list, from memory: no pooled connection.
-        .route("/catalog/functions", get(catalog::functions));
+        .route("/catalog/functions", get(catalog::functions))
+        // The caller's identity: the credential check alone.
+        .route("/whoami", get(whoami::whoami));
     // Browsing runs on a pooled connection: bounded like queries.
     let catalog_routes = Router::new()
         .route("/catalog", get(catalog::list))

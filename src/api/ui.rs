@@ -5,9 +5,10 @@
 //! The pages are plain ES modules run under a strict Content-Security-Policy
 //! (scripts and styles from this origin only, no inline script or style, no
 //! eval, requests to this origin only). The console has no route of its
-//! own beyond these files: it calls `/query`, `/statements`, `/queries` and
-//! `/catalog` (`/catalog/functions` for autocompletion) with the user's token in the `Authorization` header, exactly
-//! as curl would, so it can do nothing a token could not do without it.
+//! own beyond these files: it calls `/whoami`, `/query`, `/statements`,
+//! `/queries` and `/catalog` (`/catalog/functions` for autocompletion) with
+//! the user's token in the `Authorization` header, exactly as curl would, so
+//! it can do nothing a token could not do without it.
 
 use axum::extract::Path;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -34,6 +35,14 @@ struct Asset {
 
 const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
+const SVG: &str = "image/svg+xml";
+
+/// The pages' icon (linked by both, so a browser asks for no `/favicon.ico`).
+const FAVICON: Asset = Asset {
+    name: "favicon.svg",
+    content_type: SVG,
+    body: include_str!("../../ui/favicon.svg"),
+};
 
 /// The console's files, served under `/ui/`.
 const CONSOLE: &[Asset] = &[
@@ -73,6 +82,27 @@ const CONSOLE: &[Asset] = &[
         body: include_str!("../../ui/chart.js"),
     },
     Asset {
+        name: "numbers.js",
+        content_type: JS,
+        body: include_str!("../../ui/numbers.js"),
+    },
+    Asset {
+        name: "profile.js",
+        content_type: JS,
+        body: include_str!("../../ui/profile.js"),
+    },
+    Asset {
+        name: "titles.js",
+        content_type: JS,
+        body: include_str!("../../ui/titles.js"),
+    },
+    Asset {
+        name: "workspace.js",
+        content_type: JS,
+        body: include_str!("../../ui/workspace.js"),
+    },
+    FAVICON,
+    Asset {
         name: "console.css",
         content_type: CSS,
         body: include_str!("../../ui/console.css"),
@@ -92,6 +122,7 @@ const DOCS: &[Asset] = &[
         content_type: CSS,
         body: include_str!("../../ui/docs.css"),
     },
+    FAVICON,
 ];
 
 const CONSOLE_HTML: &str = include_str!("../../ui/index.html");
@@ -157,9 +188,10 @@ pub fn docs_router() -> Router<AppState> {
 /// One HTML page (its scripts and styles under `/ui/`, all embedded in the
 /// binary) that runs SQL through this API with the user's token: async
 /// statements, progress, cancel, result tabs with a virtual table, a cell
-/// viewer, downloads, a chart, the catalog, autocompletion, a history kept
-/// in the browser. `/` redirects here. Off (404) with
-/// `DUCKGATE_UI=false`.
+/// viewer, downloads, a chart, a column profile, the catalog,
+/// autocompletion, the caller's identity (`/whoami`), a history and a
+/// workspace (the editor and the tabs) kept in the browser per identity.
+/// `/` redirects here. Off (404) with `DUCKGATE_UI=false`.
 #[utoipa::path(get, path = "/ui", tag = "console",
     responses(
         (status = 200, description = "The console page", body = String, content_type = "text/html"),

@@ -41,13 +41,61 @@ struct Browser {
     base: String,
     session: String,
     http: reqwest::Client,
+    /// The browser's profile, removed with the browser.
+    _profile: tempfile::TempDir,
 }
 
+/// The window and locale a browser starts with.
+#[derive(Clone, Copy)]
+struct Window {
+    width: u32,
+    height: u32,
+    /// A BCP 47 locale: the page's language and `Intl`'s default.
+    locale: &'static str,
+}
+
+const DEFAULT_WINDOW: Window = Window {
+    width: 1440,
+    height: 900,
+    locale: "en-US",
+};
+
 impl Drop for Browser {
+    // Chromium is chromedriver's child (with helpers of its own): ending the
+    // session ends it, and whatever is left of the process tree is killed,
+    // so no test (a failing one included) leaves a browser behind.
     fn drop(&mut self) {
+        let tree = self.processes();
+        self.quit_session();
+        // chromedriver leads its own process group (see `start`).
+        let pgid = self.driver.id() as libc::pid_t;
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+        for pid in tree.into_iter().chain(self.processes()) {
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// The parent of process `pid` and whether it has ended (a zombie), from /proc.
+fn proc_stat(pid: u32) -> Option<(u32, bool)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state == "Z" || state == "X"))
+}
+
+/// Whether process `pid` still runs (an unreaped zombie does not).
+fn alive(pid: u32) -> bool {
+    proc_stat(pid).is_some_and(|(_, dead)| !dead)
 }
 
 fn find_binary(env: &str, names: &[&str]) -> Option<PathBuf> {
@@ -76,9 +124,61 @@ fn free_port() -> u16 {
 }
 
 impl Browser {
+    /// Every live process under chromedriver (Chromium and its helpers).
+    fn processes(&self) -> Vec<u32> {
+        let mut children: std::collections::HashMap<u32, Vec<u32>> = Default::default();
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some((ppid, false)) = proc_stat(pid) {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![self.driver.id()];
+        while let Some(p) = todo.pop() {
+            for c in children.get(&p).into_iter().flatten() {
+                out.push(*c);
+                todo.push(*c);
+            }
+        }
+        out
+    }
+
+    /// Ends the WebDriver session (chromedriver then closes Chromium) with
+    /// a plain blocking request: `Drop` cannot await.
+    fn quit_session(&self) {
+        use std::io::{Read as _, Write as _};
+        if self.session.is_empty() {
+            return;
+        }
+        let Some(addr) = self.base.strip_prefix("http://") else {
+            return;
+        };
+        let Ok(mut sock) = std::net::TcpStream::connect(addr) else {
+            return;
+        };
+        let _ = sock.set_read_timeout(Some(Duration::from_secs(10)));
+        let _ = sock.set_write_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.session
+        );
+        if sock.write_all(request.as_bytes()).is_ok() {
+            let mut answer = Vec::new();
+            let _ = sock.read_to_end(&mut answer);
+        }
+    }
+
     /// Starts chromedriver and a headless Chromium that saves downloads in
     /// `downloads`; `None` (with the reason printed) when there is none.
     async fn start(downloads: &Path) -> Option<Browser> {
+        Self::start_with(downloads, DEFAULT_WINDOW).await
+    }
+
+    /// As [`Browser::start`], with the window's size and the locale.
+    async fn start_with(downloads: &Path, window: Window) -> Option<Browser> {
         let chromium = find_binary("DUCKGATE_CHROMIUM", &["chromium", "chromium-browser"]);
         let driver = find_binary("DUCKGATE_CHROMEDRIVER", &["chromedriver"]);
         let (Some(chromium), Some(driver)) = (chromium, driver) else {
@@ -90,12 +190,17 @@ impl Browser {
             return None;
         };
         let port = free_port();
-        let child = Command::new(&driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start chromedriver");
+        // Its own process group, which Chromium joins: `Drop` kills the group.
+        let child = std::os::unix::process::CommandExt::process_group(
+            Command::new(&driver)
+                .arg(format!("--port={port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            0,
+        )
+        .spawn()
+        .expect("start chromedriver");
+        let profile = tempfile::tempdir().unwrap();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(120))
             .build()
@@ -106,6 +211,7 @@ impl Browser {
             base,
             session: String::new(),
             http,
+            _profile: profile,
         };
         common::eventually("chromedriver is ready", Duration::from_secs(30), || {
             let http = b.http.clone();
@@ -126,7 +232,10 @@ impl Browser {
                 "binary": chromium,
                 "args": [
                     "--headless=new", "--no-sandbox", "--disable-gpu",
-                    "--disable-dev-shm-usage", "--window-size=1440,900",
+                    "--disable-dev-shm-usage",
+                    format!("--window-size={},{}", window.width, window.height),
+                    format!("--lang={}", window.locale),
+                    format!("--user-data-dir={}", b._profile.path().display()),
                     "--force-device-scale-factor=1",
                     // Every name resolves to nothing: the page can reach
                     // the gateway (an IP address) and no other host.
@@ -137,6 +246,7 @@ impl Browser {
                 "prefs": {
                     "download.default_directory": downloads,
                     "download.prompt_for_download": false,
+                    "intl.accept_languages": window.locale,
                 },
             },
         }}});
@@ -163,6 +273,15 @@ impl Browser {
                        "params": {"behavior": "allow", "downloadPath": downloads}}),
             )
             .await;
+        // `Intl`'s default locale (headless Chromium keeps en-US whatever
+        // --lang says); it holds across navigations.
+        b.cmd(
+            "POST",
+            "/goog/cdp/execute",
+            json!({"cmd": "Emulation.setLocaleOverride", "params": {"locale": window.locale}}),
+        )
+        .await
+        .expect("the locale override");
         Some(b)
     }
 
@@ -323,18 +442,29 @@ impl Browser {
         s
     }
 
-    /// The header (name, type) and the rendered rows: (row index, cells,
-    /// which cells show NULL).
+    /// The header (name, type) and the rendered rows: (row index, cells as
+    /// DuckDB printed them, which cells show NULL). A number's cell shows
+    /// its digits grouped and keeps DuckDB's text in `data-raw`, which is
+    /// what this reads ([`Browser::shown_table`] reads what is shown).
     async fn table(&self) -> (Head, Rendered) {
+        self.table_text("c.dataset.raw ?? c.textContent").await
+    }
+
+    /// As [`Browser::table`], with each cell's text as shown.
+    async fn shown_table(&self) -> (Head, Rendered) {
+        self.table_text("c.textContent").await
+    }
+
+    async fn table_text(&self, cell: &str) -> (Head, Rendered) {
         let v = self
             .js(
-                "const head = [...document.querySelectorAll('.grid-head .cell')].slice(1)
+                &format!("const head = [...document.querySelectorAll('.grid-head .cell')].slice(1)
                    .map(h => [h.querySelector('.col-name').textContent, h.querySelector('.col-type').textContent]);
-                 const rows = [...document.querySelectorAll('.grid-row')].map(r => {
+                 const rows = [...document.querySelectorAll('.grid-row')].map(r => {{
                    const cells = [...r.querySelectorAll('.cell')].slice(1);
-                   return [Number(r.dataset.row), cells.map(c => c.textContent), cells.map(c => c.classList.contains('cell-null'))];
-                 });
-                 return [head, rows];",
+                   return [Number(r.dataset.row), cells.map(c => {cell}), cells.map(c => c.classList.contains('cell-null'))];
+                 }});
+                 return [head, rows];"),
                 json!([]),
             )
             .await;
@@ -376,7 +506,11 @@ impl Browser {
 /// DuckDB in-process: the column names and types of `sql`, and each value
 /// as DuckDB prints it (its VARCHAR cast), `None` for NULL.
 fn duckdb_reference(sql: &str) -> (Head, Reference) {
-    let conn = duckdb::Connection::open_in_memory().unwrap();
+    duckdb_reference_on(&duckdb::Connection::open_in_memory().unwrap(), sql)
+}
+
+/// [`duckdb_reference`] on `conn` (which holds the tables `sql` reads).
+fn duckdb_reference_on(conn: &duckdb::Connection, sql: &str) -> (Head, Reference) {
     let mut stmt = conn.prepare(&format!("DESCRIBE {sql}")).unwrap();
     let head: Head = stmt
         .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
@@ -644,7 +778,7 @@ async fn the_console_in_a_real_browser() {
         .await;
     b.wait_for(
         "row 50000 renders",
-        "const r = document.querySelector('.grid-row[data-row=\"50000\"]'); return r && r.querySelectorAll('.cell')[1].textContent === '50000'",
+        "const r = document.querySelector('.grid-row[data-row=\"50000\"]'); return r && (c => c.dataset.raw ?? c.textContent)(r.querySelectorAll('.cell')[1]) === '50000'",
         Duration::from_secs(10),
     )
     .await;
@@ -872,7 +1006,9 @@ async fn the_console_in_a_real_browser() {
         urls.len() > 10,
         "the DevTools log saw the page's requests: {urls:?}"
     );
-    for u in &urls {
+    // `chrome://` is the browser's own (a fresh profile's new-tab page),
+    // never a network request.
+    for u in urls.iter().filter(|u| !u.starts_with("chrome://")) {
         assert!(
             u.starts_with(&g.base) || u.starts_with("blob:") || u.starts_with("data:"),
             "the page asked another origin: {u}"
@@ -894,11 +1030,15 @@ async fn the_console_in_a_real_browser() {
         .filter(|e| e["level"] == "SEVERE")
         // The wrong token above is a 401 the console logs as a failed load.
         .filter(|e| !e["message"].as_str().unwrap_or("").contains("401"))
-        // Its bad queries are 400s, its polls of ended queries 404s (the
-        // reason phrase is the problem's title: "404 (Not found)").
+        // Its bad queries are 400s (the reason phrase is the problem's
+        // title). No 404: the console polls statements, which say they
+        // ended, not `/queries/{id}` (404 once a query stops), and the
+        // pages link their icon.
         .filter(|e| {
-            let m = e["message"].as_str().unwrap_or("");
-            !m.contains("status of 400 (") && !m.contains("status of 404 (")
+            !e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("status of 400 (")
         })
         .collect();
     assert!(severe.is_empty(), "console errors: {severe:?}");
@@ -1226,19 +1366,40 @@ impl Browser {
 
 /// The page's table equals DuckDB's answer to `sql` (names, types, cells).
 async fn assert_table_is(b: &Browser, sql: &str) {
-    let (want_head, want_rows) = duckdb_reference(sql);
+    assert_table_is_on(b, &duckdb::Connection::open_in_memory().unwrap(), sql).await
+}
+
+/// [`assert_table_is`] with DuckDB's answer on `conn`.
+async fn assert_table_is_on(b: &Browser, conn: &duckdb::Connection, sql: &str) {
+    let (want_head, want_rows) = duckdb_reference_on(conn, sql);
     let (head, rows) = b.table().await;
     assert_eq!(head, want_head, "the table shows the result of {sql}");
     assert_eq!(rows.len(), want_rows.len(), "rows of {sql}");
     compare_rows(&want_rows, &rows);
 }
 
-/// The local-storage key the console files `token`'s history under.
-fn history_key(token: &str) -> String {
+/// The local-storage key the console files the history of the identity
+/// named `name` (`GET /whoami`'s) under.
+fn history_key(name: &str) -> String {
+    storage_key(
+        "history",
+        &format!("duckgate console history\nidentity\n{name}"),
+    )
+}
+
+/// The local-storage key of the workspace of the identity named `name`.
+fn workspace_key(name: &str) -> String {
+    storage_key(
+        "workspace",
+        &format!("duckgate console workspace\nidentity\n{name}"),
+    )
+}
+
+fn storage_key(kind: &str, hashed: &str) -> String {
     use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(format!("duckgate console history\n{token}").as_bytes());
+    let digest = sha2::Sha256::digest(hashed.as_bytes());
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    format!("duckgate.history.{}", &hex[..32])
+    format!("duckgate.{kind}.{}", &hex[..32])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1715,21 +1876,31 @@ async fn the_console_for_a_working_day() {
     b.click("#cancel").await;
     assert_eq!(b.wait_end().await, "cancelled");
 
-    // History: in local storage under a hash of the token (which is stored
-    // nowhere there), kept across sessions, one per token.
+    // History: in local storage under a hash of the identity's name (the
+    // token is stored nowhere there), kept across sessions, one per
+    // identity; beside it the identity's workspace.
     let mine = b.history().await;
     assert_eq!(mine.len(), 6, "{mine:?}");
     assert_eq!(mine[1], chart_sql);
     let stored = b
         .js(
-            "return Object.keys(localStorage).map(k => [k, localStorage.getItem(k)])",
+            "return Object.keys(localStorage).sort().map(k => [k, localStorage.getItem(k)])",
             json!([]),
         )
         .await;
     let stored = stored.as_array().unwrap();
-    assert_eq!(stored.len(), 1, "{stored:?}");
-    assert_eq!(stored[0][0], history_key(TOKEN));
-    let kept: Vec<Value> = serde_json::from_str(stored[0][1].as_str().unwrap()).unwrap();
+    let mut want_keys = vec![history_key("first"), workspace_key("first")];
+    want_keys.sort();
+    assert_eq!(
+        stored.iter().map(|s| s[0].clone()).collect::<Vec<_>>(),
+        want_keys,
+        "{stored:?}"
+    );
+    let history = stored
+        .iter()
+        .find(|s| s[0] == history_key("first"))
+        .unwrap();
+    let kept: Vec<Value> = serde_json::from_str(history[1].as_str().unwrap()).unwrap();
     assert_eq!(
         kept.iter()
             .map(|h| h["sql"].as_str().unwrap())
@@ -1754,9 +1925,12 @@ async fn the_console_for_a_working_day() {
     assert_eq!(b.run(theirs).await, "succeeded");
     assert_eq!(b.history().await, vec![theirs.to_string()]);
     let keys = b
-        .js("return Object.keys(localStorage).sort()", json!([]))
+        .js(
+            "return Object.keys(localStorage).filter(k => k.startsWith('duckgate.history.')).sort()",
+            json!([]),
+        )
         .await;
-    let mut want = vec![history_key(TOKEN), history_key(SECOND_TOKEN)];
+    let mut want = vec![history_key("first"), history_key("second")];
     want.sort();
     assert_eq!(keys, json!(want));
     b.click("#signout").await;
@@ -1768,10 +1942,6 @@ async fn the_console_for_a_working_day() {
         .await
         .into_iter()
         .filter(|e| e["level"] == "SEVERE")
-        .filter(|e| {
-            let m = e["message"].as_str().unwrap_or("");
-            !m.contains("status of 404 (")
-        })
         .collect();
     assert!(severe.is_empty(), "console errors: {severe:?}");
     let _ = b.cmd("DELETE", "", json!({})).await;
@@ -1785,5 +1955,714 @@ fn screenshot_dir() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots")
     } else {
         Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    }
+}
+
+/// The result the profile and the digit grouping are checked on: numbers
+/// with NULLs and signs, a DECIMAL, text whose order is UTF-8's (a
+/// character past U+FFFF sorts after U+FF5A, unlike UTF-16's), dates and
+/// booleans.
+const MEASURES_SQL: &str = "SELECT i AS id, i * 1234567891 AS big, \
+    CASE WHEN i % 11 = 0 THEN NULL ELSE CAST(((i * 7919) % 1000003) / 100.0 AS DECIMAL(12,2)) END AS amount, \
+    CASE WHEN i % 13 = 0 THEN NULL ELSE sin(i) * 1000 END AS ratio, \
+    CASE WHEN i % 17 = 0 THEN NULL ELSE 'region ' || (i % 5) END AS region, \
+    ['a', 'é', 'ｚ', '😀', 'z'][i % 5 + 1] AS mark, \
+    DATE '2024-01-01' + (i % 400)::INTEGER AS day, i % 3 = 0 AS flag \
+    FROM range(5000) t(i)";
+/// A large result: kept in part, loaded again or run again on demand.
+const LARGE_SQL: &str = "SELECT i, 'row ' || i AS s FROM range(300000) t(i)";
+/// A JSON cell that, opened, overflows a short window.
+const JSON_SQL: &str = "SELECT i, json_object('b', [1, 2, json_object('c', 'x')], 'a', repeat('long ', 20), 'k', range(i)) AS doc \
+    FROM range(40) t(i)";
+
+/// DuckDB's answer to `sql`, each value as its VARCHAR cast (NULL: `None`).
+fn duck_text(conn: &duckdb::Connection, sql: &str) -> Vec<Vec<Option<String>>> {
+    let mut stmt = conn
+        .prepare(&format!("SELECT CAST(COLUMNS(*) AS VARCHAR) FROM ({sql})"))
+        .unwrap();
+    stmt.query_map([], |r| {
+        let n = r.as_ref().column_count();
+        (0..n)
+            .map(|i| r.get::<_, Option<String>>(i))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// DuckDB's digits of `column` grouped by thousands, as `format('{:,}')`
+/// groups an integer, the fraction as DuckDB prints it; `decimal` and
+/// `group` the locale's separators.
+fn grouped_reference(
+    conn: &duckdb::Connection,
+    column: &str,
+    decimal: &str,
+    group: &str,
+) -> Vec<Option<String>> {
+    let v = format!("CAST({column} AS VARCHAR)");
+    duck_text(
+        conn,
+        &format!(
+            "SELECT CASE WHEN {column} IS NULL THEN NULL ELSE \
+               (CASE WHEN starts_with({v}, '-') THEN '-' ELSE '' END) \
+               || format('{{:,}}', CAST(ltrim(split_part({v}, '.', 1), '-') AS HUGEINT)) \
+               || CASE WHEN contains({v}, '.') THEN '.' || split_part({v}, '.', 2) ELSE '' END END \
+             FROM measures ORDER BY id"
+        ),
+    )
+    .into_iter()
+    .map(|r| {
+        r[0].clone().map(|s| {
+            s.chars()
+                .map(|c| match c {
+                    ',' => group.to_string(),
+                    '.' => decimal.to_string(),
+                    c => c.to_string(),
+                })
+                .collect()
+        })
+    })
+    .collect()
+}
+
+impl Browser {
+    /// The result tabs as shown: (number, selected, title shown, tooltip).
+    async fn tab_strip(&self) -> Vec<(u64, bool, String, String)> {
+        let v = self
+            .js(
+                "return [...document.querySelectorAll('#result-tabs .rtab')].map(t => [Number(t.dataset.n),
+                   t.getAttribute('aria-selected') === 'true', t.querySelector('.rtab-name').dataset.title,
+                   t.querySelector('.rtab-name').title])",
+                json!([]),
+            )
+            .await;
+        serde_json::from_value::<Vec<(u64, bool, String, String)>>(v).unwrap()
+    }
+
+    /// Runs `sql` in a new result tab and waits for its end.
+    async fn run_in_new_tab(&self, sql: &str) -> String {
+        self.set_sql(sql).await;
+        self.click("#run-new").await;
+        self.wait_end().await
+    }
+
+    /// Shows result tab `n` and waits for its table.
+    async fn show_tab(&self, n: u64) {
+        self.click(&format!("#result-tabs .rtab[data-n=\"{n}\"] .rtab-name"))
+            .await;
+        self.wait_for(
+            "the tab's result",
+            &format!(
+                "return document.querySelector('#result-tabs .rtab[data-n=\"{n}\"]').getAttribute('aria-selected') === 'true'
+                   && document.getElementById('table-pane').dataset.loaded"
+            ),
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+
+    /// Reloads the page and waits until the console is signed in again.
+    async fn reload(&self) {
+        self.js("location.reload()", json!([])).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.wait_for(
+            "the console after the reload",
+            "return document.readyState === 'complete' && !document.getElementById('signout').hidden",
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
+async fn the_console_keeps_its_workspace() {
+    use crate::core::whoami::{now, LocalIssuer};
+
+    let issuer = LocalIssuer::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("roles.toml");
+    std::fs::write(
+        &config,
+        "[[role]]\nname = \"analyst\"\nmembers = [\"first\"]\nread = [\"*.*.*\"]\n\n\
+         [[role]]\nname = \"viewer\"\nmembers = [\"first\"]\nread = [\"*.*.*\"]\n",
+    )
+    .unwrap();
+    let mut builder = common::Gateway::builder()
+        .env(
+            "DUCKGATE_QUERY_TOKENS",
+            format!("first:{TOKEN},second:{SECOND_TOKEN}"),
+        )
+        .env("DUCKGATE_POLICY", "read-write")
+        .env("DUCKGATE_CONFIG", config.display())
+        .env("DUCKGATE_POOL_SIZE", 2);
+    for (k, v) in issuer.settings() {
+        builder = builder.env(k, v);
+    }
+    let g = builder.start();
+    query_as(
+        &g,
+        SECOND_TOKEN,
+        &format!("CREATE TABLE measures AS {MEASURES_SQL}"),
+    )
+    .await;
+    query_as(
+        &g,
+        SECOND_TOKEN,
+        "CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount FROM range(12) t(i)",
+    )
+    .await;
+    // DuckDB's own answers over the same rows.
+    let duck = duckdb::Connection::open_in_memory().unwrap();
+    duck.execute_batch(&format!(
+        "CREATE TABLE measures AS {MEASURES_SQL}; \
+         CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount FROM range(12) t(i)"
+    ))
+    .unwrap();
+    let (_, who) = g.get("/whoami", TOKEN).await;
+    assert_eq!(who["name"], "first", "{who}");
+    assert_eq!(who["roles"], json!(["analyst", "viewer"]), "{who}");
+
+    for (round, window) in [
+        Window {
+            width: 1400,
+            height: 757,
+            locale: "en-US",
+        },
+        Window {
+            width: 1920,
+            height: 1080,
+            locale: "de-DE",
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let downloads = tempfile::tempdir().unwrap();
+        let Some(b) = Browser::start_with(downloads.path(), window).await else {
+            return;
+        };
+        let size = b
+            .js(
+                "return [innerWidth, innerHeight, Intl.NumberFormat().resolvedOptions().locale]",
+                json!([]),
+            )
+            .await;
+        eprintln!(
+            "window {}x{} ({}): the page's viewport and locale {size}",
+            window.width, window.height, window.locale
+        );
+        assert_eq!(size[2], window.locale);
+        let (decimal, group) = if window.locale == "de-DE" {
+            (",", ".")
+        } else {
+            (".", ",")
+        };
+        let shot = |name: &str| (round == 0).then(|| name.to_string());
+        b.goto(&g.url("/ui")).await;
+        b.sign_in(TOKEN).await;
+
+        // Who is signed in: /whoami's name and roles.
+        let shown = b
+            .wait_for(
+                "the identity in the header",
+                "const n = document.querySelector('#who .who-name');
+                 return n && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent)]",
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(shown, json!([who["name"], who["roles"]]));
+
+        // Tabs titled by their result: the table read and DuckDB's count.
+        let reads = "SELECT * FROM sales_monthly ORDER BY month";
+        let measures = "SELECT * FROM measures ORDER BY id";
+        assert_eq!(b.run(reads).await, "succeeded");
+        assert_eq!(b.run_in_new_tab(measures).await, "succeeded");
+        assert_eq!(b.run_in_new_tab(LARGE_SQL).await, "succeeded");
+        assert_eq!(
+            b.run_in_new_tab("SELECT upper('tab one') AS first").await,
+            "succeeded"
+        );
+        assert_eq!(b.run_in_new_tab(JSON_SQL).await, "succeeded");
+        let count = |sql: &str| {
+            duck_text(&duck, &format!("SELECT count(*) FROM ({sql})"))[0][0]
+                .clone()
+                .unwrap()
+        };
+        // A count grouped as DuckDB's `format('{:,}')` groups it, with the
+        // locale's separator.
+        let grouped = |n: String| {
+            duck_text(&duck, &format!("SELECT format('{{:,}}', {n}::HUGEINT)"))[0][0]
+                .clone()
+                .unwrap()
+                .replace(',', group)
+        };
+        let rows = |sql: &str| {
+            let n = count(sql);
+            format!(
+                "{} {}",
+                grouped(n.clone()),
+                if n == "1" { "row" } else { "rows" }
+            )
+        };
+        let tabs = b.tab_strip().await;
+        let titles: Vec<(String, String)> =
+            tabs.iter().map(|t| (t.2.clone(), t.3.clone())).collect();
+        assert_eq!(
+            titles,
+            vec![
+                (
+                    format!("sales_monthly · {}", rows(reads)),
+                    reads.to_string()
+                ),
+                (
+                    format!("measures · {}", rows(measures)),
+                    measures.to_string()
+                ),
+                (
+                    format!("range() · {}", rows(LARGE_SQL)),
+                    LARGE_SQL.to_string()
+                ),
+                (
+                    format!("first · {}", rows("SELECT 1")),
+                    "SELECT upper('tab one') AS first".to_string()
+                ),
+                (
+                    format!("range() · {}", rows(JSON_SQL)),
+                    JSON_SQL.to_string()
+                ),
+            ],
+            "titled by what they read and how many rows DuckDB counts"
+        );
+
+        // The cell viewer over everything: a long JSON value opened in a
+        // short window keeps its title, Copy and Close on top, in view.
+        b.click(".grid-row[data-row=\"3\"] .cell[data-col=\"1\"]")
+            .await;
+        let placed = b
+            .wait_for(
+                "the cell viewer",
+                "const v = document.getElementById('cell-viewer');
+                 if (v.hidden) return null;
+                 const grid = document.querySelector('.grid-viewport').getBoundingClientRect();
+                 const box = v.getBoundingClientRect();
+                 return {
+                   parts: ['cell-title', 'cell-copy', 'cell-close'].map(id => {
+                     const r = document.getElementById(id).getBoundingClientRect();
+                     const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                     return [id, !!top && (top.id === id || document.getElementById(id).contains(top)),
+                             r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight];
+                   }),
+                   over_table: box.top < grid.bottom && box.bottom > grid.top && box.left < grid.right && box.right > grid.left,
+                   inside: box.left >= 0 && box.top >= 0 && box.right <= innerWidth && box.bottom <= innerHeight,
+                 };",
+                Duration::from_secs(10),
+            )
+            .await;
+        for part in placed["parts"].as_array().unwrap() {
+            assert_eq!(
+                (part[1].as_bool(), part[2].as_bool()),
+                (Some(true), Some(true)),
+                "{} at {}x{}: on top and in view ({placed})",
+                part[0],
+                window.width,
+                window.height
+            );
+        }
+        assert_eq!(placed["inside"], true, "{placed}");
+        assert_eq!(
+            placed["over_table"], true,
+            "the viewer lies over the table: {placed}"
+        );
+        if let Some(name) = shot("cell-viewer-over-table") {
+            b.screenshot(&name).await;
+        }
+        b.click("#cell-close").await;
+
+        // Digits grouped in the locale, DuckDB's text kept for copying.
+        b.show_tab(tabs[1].0).await;
+        let (_, shown_rows) = b.shown_table().await;
+        let (_, raw_rows) = b.table().await;
+        let (head, want_rows) = duckdb_reference_on(&duck, measures);
+        compare_rows(&want_rows, &raw_rows);
+        for (c, (name, _)) in head.iter().enumerate().filter(|(_, (_, t))| {
+            ["BIGINT", "DOUBLE"].contains(&t.as_str()) || t.starts_with("DECIMAL")
+        }) {
+            let want = grouped_reference(&duck, name, decimal, group);
+            for (i, cells, nulls) in &shown_rows {
+                if nulls[c] {
+                    assert_eq!(want[*i as usize], None);
+                    continue;
+                }
+                assert_eq!(
+                    Some(&cells[c]),
+                    want[*i as usize].as_ref(),
+                    "row {i} column {name}: grouped as {} groups",
+                    window.locale
+                );
+            }
+        }
+        assert!(
+            shown_rows
+                .iter()
+                .any(|(_, cells, _)| cells[1].contains(group)),
+            "some number is grouped: {shown_rows:?}"
+        );
+        let copied = b
+            .js(
+                "const a = document.querySelector('.grid-row[data-row=\"3\"] .cell[data-col=\"1\"]');
+                 const z = document.querySelector('.grid-row[data-row=\"4\"] .cell[data-col=\"2\"]');
+                 const copy = (start, end) => {
+                   const r = document.createRange(); r.setStart(start, 0); r.setEnd(end, end.childNodes.length);
+                   const sel = getSelection(); sel.removeAllRanges(); sel.addRange(r);
+                   const dt = new DataTransfer();
+                   a.dispatchEvent(new ClipboardEvent('copy', {clipboardData: dt, bubbles: true, cancelable: true}));
+                   sel.removeAllRanges();
+                   return dt.getData('text/plain');
+                 };
+                 return [a.textContent, copy(a, a), copy(a, z)];",
+                json!([]),
+            )
+            .await;
+        // A copy across rows: from row 3's second cell to row 4's third,
+        // as the selection runs (a line per row, a tab between cells).
+        let line = |r: usize, cols: std::ops::RangeInclusive<usize>| {
+            cols.map(|c| want_rows[r][c].clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\t")
+        };
+        assert_eq!(
+            copied,
+            json!([
+                grouped_reference(&duck, "big", decimal, group)[3],
+                line(3, 1..=1),
+                format!("{}\n{}", line(3, 1..=head.len() - 1), line(4, 0..=2))
+            ]),
+            "a copy holds DuckDB's text, not the grouped one"
+        );
+
+        // The profile: DuckDB's counts, extremes and bins over the same rows.
+        b.click(".tab[data-tab=\"profile\"]").await;
+        let profile = b
+            .wait_for(
+                "the profile",
+                "const rows = [...document.querySelectorAll('#profile-pane .prof-row')];
+                 return rows.length && [document.getElementById('profile-pane').dataset.rows,
+                   rows.map(r => ({...r.dataset, type: r.children[1].textContent}))]",
+                Duration::from_secs(30),
+            )
+            .await;
+        assert_eq!(profile[0], count(measures));
+        let cols = profile[1].as_array().unwrap();
+        assert_eq!(cols.len(), head.len());
+        for (c, (name, ty)) in head.iter().enumerate() {
+            let p = &cols[c];
+            let q = |sql: &str| {
+                duck_text(&duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone()
+            };
+            assert_eq!(p["type"], ty.as_str(), "{name}");
+            assert_eq!(
+                p["nulls"].as_str(),
+                q("SELECT count(*) - count({c}) FROM measures").as_deref(),
+                "{name}: NULLs"
+            );
+            assert_eq!(
+                p["distinct"].as_str(),
+                q("SELECT count(DISTINCT {c}) FROM measures").as_deref(),
+                "{name}: distinct"
+            );
+            assert_eq!(
+                p["min"].as_str(),
+                q("SELECT CAST(min({c}) AS VARCHAR) FROM measures").as_deref(),
+                "{name}: min"
+            );
+            assert_eq!(
+                p["max"].as_str(),
+                q("SELECT CAST(max({c}) AS VARCHAR) FROM measures").as_deref(),
+                "{name}: max"
+            );
+            if let Some(bounds) = p["bounds"].as_str() {
+                // DuckDB's histogram over the page's bins (each bin: the
+                // values above the previous bound up to its own). The
+                // bounds go to DuckDB as the page's text: serde_json's f64
+                // parse may land one ulp off (999.9919852379381 read as
+                // 999.991985237938), DuckDB's is exact.
+                let bounds: Vec<&serde_json::value::RawValue> =
+                    serde_json::from_str(bounds).unwrap();
+                let counts: Vec<u64> = serde_json::from_str(p["counts"].as_str().unwrap()).unwrap();
+                let list = bounds
+                    .iter()
+                    .map(|b| format!("'{}'::DOUBLE", b.get()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let map = q(&format!(
+                    "SELECT CAST(map_values(histogram(CAST({{c}} AS DOUBLE), [{list}])) AS VARCHAR) FROM measures"
+                ))
+                .unwrap();
+                let want = format!(
+                    "[{}]",
+                    counts
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                assert_eq!(map, want, "{name}: histogram over {bounds:?}");
+                assert_eq!(bounds.len(), counts.len());
+                assert!(bounds.len() > 1, "{name}: bins");
+            } else {
+                let top: Vec<(String, u64)> =
+                    serde_json::from_str(p["top"].as_str().unwrap()).unwrap();
+                let want: Vec<(String, u64)> = duck_text(
+                    &duck,
+                    &format!(
+                        "SELECT CAST(\"{name}\" AS VARCHAR), CAST(count(*) AS VARCHAR) FROM measures \
+                         WHERE \"{name}\" IS NOT NULL GROUP BY \"{name}\" ORDER BY count(*) DESC, \"{name}\" LIMIT {}",
+                        top.len().max(1)
+                    ),
+                )
+                .into_iter()
+                .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
+                .collect();
+                assert_eq!(top, want, "{name}: most frequent values");
+            }
+        }
+        if let Some(name) = shot("profile") {
+            b.screenshot(&name).await;
+        }
+
+        // A draft in the editor; then a reload brings back the draft and
+        // every tab (its title, SQL, selection, the view it showed).
+        let draft = "-- a draft, never run\nSELECT month FROM sales_monthly WHERE amount > 300";
+        b.set_sql(draft).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let before = b.tab_strip().await;
+        b.reload().await;
+        assert_eq!(b.sql().await, draft, "the editor's text is restored");
+        assert_eq!(b.tab_strip().await, before, "the tabs are restored");
+        let view = b
+            .wait_for(
+                "the profile shown again",
+                "const p = document.getElementById('profile-pane');
+                 return !p.hidden && p.querySelectorAll('.prof-row').length",
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(view, json!(head.len()));
+        // Each restored table equals DuckDB's answer.
+        b.show_tab(before[0].0).await;
+        b.click(".tab[data-tab=\"table\"]").await;
+        assert_table_is_on(&b, &duck, reads).await;
+        b.show_tab(before[3].0).await;
+        assert_table_is(&b, "SELECT upper('tab one') AS first").await;
+        // Bounded: the stored workspace, the large result kept in part.
+        let stored = b
+            .js(
+                "return Object.keys(localStorage).map(k => [k, localStorage.getItem(k)])",
+                json!([]),
+            )
+            .await;
+        let stored: Vec<(String, String)> = serde_json::from_value(stored).unwrap();
+        let (_, doc) = stored
+            .iter()
+            .find(|(k, _)| *k == workspace_key("first"))
+            .expect("the workspace under the identity's hash");
+        assert!(doc.len() <= 1_000_000, "{} characters stored", doc.len());
+        for (k, v) in &stored {
+            assert!(
+                !k.contains(TOKEN) && !v.contains(TOKEN),
+                "the token is stored"
+            );
+        }
+        let doc: Value = serde_json::from_str(doc).unwrap();
+        let large = doc["tabs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["sql"] == LARGE_SQL)
+            .unwrap();
+        let kept = large["result"]["rows"].as_array().unwrap().len();
+        assert!(
+            kept > 0 && kept < 300_000,
+            "{kept} rows of the large result kept"
+        );
+        b.show_tab(before[2].0).await;
+        let note = b
+            .js(
+                "const n = document.getElementById('restored');
+                 return [n.hidden, document.getElementById('restored-text').textContent, document.getElementById('restored-load').textContent]",
+                json!([]),
+            )
+            .await;
+        let fmt = |n: usize| grouped(n.to_string());
+        assert_eq!(
+            note,
+            json!([
+                false,
+                format!(
+                    "Restored from this browser: the first {} of {} rows (a large result is not kept whole).",
+                    fmt(kept),
+                    fmt(300_000)
+                ),
+                "Load all rows"
+            ])
+        );
+        compare_rows(&duckdb_reference(LARGE_SQL).1, &b.table().await.1);
+        if let Some(name) = shot("restored-tabs") {
+            b.screenshot(&name).await;
+        }
+        // The rest comes from the gateway, which still holds the statement.
+        b.click("#restored-load").await;
+        b.wait_for(
+            "all rows loaded",
+            "return document.getElementById('table-pane').dataset.loaded === '300000' && document.getElementById('restored').hidden",
+            Duration::from_secs(60),
+        )
+        .await;
+        // Once the gateway no longer holds it: run again, on demand.
+        let id = large["result"]["id"].as_str().unwrap();
+        let (status, _) = g.delete(&format!("/statements/{id}"), TOKEN).await;
+        assert_eq!(status, 200);
+        b.reload().await;
+        b.show_tab(before[2].0).await;
+        b.click("#restored-load").await;
+        let gone = b
+            .wait_for(
+                "the marker says the result is gone",
+                "const t = document.getElementById('restored-text').textContent;
+                 return t.includes('no longer holds') && [t, document.getElementById('restored-load').textContent]",
+                Duration::from_secs(20),
+            )
+            .await;
+        assert_eq!(gone[1], "Run again", "{gone}");
+        assert_eq!(
+            b.js(
+                "return document.getElementById('table-pane').dataset.loaded",
+                json!([])
+            )
+            .await,
+            json!(kept.to_string()),
+            "nothing ran unasked"
+        );
+        b.click("#restored-load").await;
+        assert_eq!(b.wait_end().await, "succeeded");
+        b.wait_for(
+            "the large result run again",
+            "return document.getElementById('table-pane').dataset.loaded === '300000'",
+            Duration::from_secs(60),
+        )
+        .await;
+
+        // An expired token: the dialog says so, and when.
+        b.click("#signout").await;
+        let exp = now() + 15;
+        b.sign_in(&issuer.mint("carol", &["analyst"], exp)).await;
+        let (_, carol) = g
+            .get("/whoami", &issuer.mint("carol", &["analyst"], now() + 60))
+            .await;
+        let shown = b
+            .wait_for(
+                "the JWT's identity",
+                "const n = document.querySelector('#who .who-name');
+                 return n && n.textContent.startsWith('oidc:') && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent),
+                   !!document.querySelector('#who .who-exp')]",
+                Duration::from_secs(10),
+            )
+            .await;
+        assert_eq!(shown, json!([carol["name"], carol["roles"], true]));
+        // Past its `exp` (no leeway configured), the next run is refused.
+        let wait = Duration::from_secs(exp + 1).saturating_sub(Duration::from_secs(now()));
+        tokio::time::sleep(wait).await;
+        b.set_sql("SELECT 1 AS after_expiry").await;
+        b.click("#run").await;
+        let said = b
+            .wait_for(
+                "the expiry in the dialog",
+                "const d = document.getElementById('login'); const e = document.getElementById('login-error');
+                 return d.open && !e.hidden && [e.textContent, e.dataset.slug]",
+                Duration::from_secs(20),
+            )
+            .await;
+        let at = b
+            .js(
+                "return new Date(arguments[0] * 1000).toLocaleTimeString()",
+                json!([exp]),
+            )
+            .await;
+        assert_eq!(
+            said,
+            json!([
+                format!(
+                    "Your token expired at {}. Paste a new one to carry on: your tabs and the editor stay as they are.",
+                    at.as_str().unwrap()
+                ),
+                "token-expired"
+            ])
+        );
+        if let Some(name) = shot("expired-token") {
+            b.screenshot(&name).await;
+        }
+        // A new token of the same identity: the same tabs, and it runs.
+        let tabs_then = b.tab_strip().await;
+        b.keys("#token", &issuer.mint("carol", &["analyst"], now() + 600))
+            .await;
+        b.click("#connect").await;
+        b.wait_for(
+            "the dialog closes",
+            "return !document.getElementById('login').open",
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!(b.tab_strip().await, tabs_then);
+        assert_eq!(b.run("SELECT 1 AS after_expiry").await, "succeeded");
+
+        // Nothing the page asked for was missing (no 404: not the polls,
+        // not an icon) and nothing broke but the refused tokens' 401s.
+        let mut asked = Vec::new();
+        for e in b.log("performance").await {
+            let m: Value =
+                serde_json::from_str(e["message"].as_str().unwrap_or("{}")).unwrap_or_default();
+            if m["message"]["method"] == "Network.responseReceived" {
+                let r = &m["message"]["params"]["response"];
+                asked.push((
+                    r["url"].as_str().unwrap_or("").to_string(),
+                    r["status"].as_u64().unwrap_or(0),
+                ));
+            }
+        }
+        assert!(
+            asked
+                .iter()
+                .any(|(u, s)| u.ends_with("/ui/favicon.svg") && *s == 200),
+            "{asked:?}"
+        );
+        let missing: Vec<_> = asked.iter().filter(|(_, s)| *s == 404).collect();
+        assert!(missing.is_empty(), "404s: {missing:?}");
+        let severe: Vec<Value> = b
+            .log("browser")
+            .await
+            .into_iter()
+            .filter(|e| e["level"] == "SEVERE")
+            .filter(|e| {
+                !e["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("status of 401")
+            })
+            .collect();
+        assert!(severe.is_empty(), "console errors: {severe:?}");
+
+        // The browser leaves nothing behind.
+        let tree = b.processes();
+        assert!(!tree.is_empty(), "chromium runs under chromedriver");
+        let driver = b.driver.id();
+        drop(b);
+        let left: Vec<u32> = tree
+            .into_iter()
+            .chain([driver])
+            .filter(|p| alive(*p))
+            .collect();
+        assert!(left.is_empty(), "processes left behind: {left:?}");
     }
 }

@@ -27,3 +27,4 @@ mod storage_faults;
 mod tenant_channels;
 mod token_share;
 mod transport;
+pub(crate) mod whoami;

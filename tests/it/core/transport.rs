@@ -307,7 +307,11 @@ async fn columnar_answers_are_never_gzipped_and_arrow_compresses_its_own_buffers
             );
             // zstd halves it at least; LZ4 trades ratio for speed (DuckDB's
             // row numbers barely compress with it), so: smaller.
-            let most = if name == "zstd" { plain.len() / 2 } else { plain.len() - 1 };
+            let most = if name == "zstd" {
+                plain.len() / 2
+            } else {
+                plain.len() - 1
+            };
             assert!(
                 wire.len() <= most,
                 "{name}: {} bytes against {} plain",

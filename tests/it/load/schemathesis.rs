@@ -54,48 +54,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401",
 checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
 [[operations]]
-include-name = "GET /query"
+include-name-regex = "^GET /query(/(arrow|csv|ndjson|parquet))?$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
 
 [[operations]]
-include-name = "GET /query/arrow"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
-
-[[operations]]
-include-name = "GET /query/csv"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
-
-[[operations]]
-include-name = "GET /query/ndjson"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
-
-[[operations]]
-include-name = "GET /query/parquet"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-checks.not_a_server_error.expected-statuses = ["2xx", "3xx", "4xx", "504"]
-
-[[operations]]
-include-name = "HEAD /query/arrow"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-
-[[operations]]
-include-name = "HEAD /query/csv"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-
-[[operations]]
-include-name = "HEAD /query/ndjson"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-
-[[operations]]
-include-name = "HEAD /query/parquet"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
-
-[[operations]]
-include-name = "HEAD /query"
+include-name-regex = "^HEAD /query(/(arrow|csv|ndjson|parquet))?$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx"]
 
 [dictionaries.sql]

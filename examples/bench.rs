@@ -1800,6 +1800,64 @@ fn floor_server() -> Result<()> {
     })
 }
 
+/// The in-process side of the analytical rows (`bench/tpch.py`): DuckDB on
+/// one database file, linked the same way as the gateway, answering one
+/// statement per stdin line. Usage: `bench --sql-server FILE THREADS`; each
+/// line is a JSON object `{"sql": "...", "text": false}`; the answer is one
+/// line `{"ms": wall ms of prepare + execute + every batch, "rows": n}`, with
+/// `"text"` (the last column's values joined, for `EXPLAIN ANALYZE`) when
+/// asked, or `{"error": "..."}`. The file is opened read-only, so a gateway
+/// can hold a copy of it; exits at the end of stdin.
+fn sql_server() -> Result<()> {
+    let mut args = std::env::args().skip(2);
+    let path = PathBuf::from(args.next().context("--sql-server FILE THREADS")?);
+    let threads: i64 = args
+        .next()
+        .context("--sql-server FILE THREADS")?
+        .parse()
+        .context("THREADS")?;
+    let config = duckdb::Config::default()
+        .threads(threads)?
+        .access_mode(duckdb::AccessMode::ReadOnly)?
+        .enable_autoload_extension(false)?
+        .with("autoinstall_known_extensions", "false")?;
+    let conn = duckdb::Connection::open_with_flags(&path, config)?;
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let request: Value = serde_json::from_str(&line?)?;
+        let sql = request["sql"].as_str().context("sql")?;
+        let text = request["text"].as_bool().unwrap_or(false);
+        let started = Instant::now();
+        let answer = (|| -> Result<Value> {
+            let mut stmt = conn.prepare(sql)?;
+            let batches: Vec<RecordBatch> = stmt.query_arrow([])?.collect();
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+            let mut answer = json!({ "ms": ms, "rows": rows });
+            if text {
+                let mut joined = String::new();
+                for b in &batches {
+                    let column = arrow::compute::cast(
+                        b.column(b.num_columns() - 1),
+                        &arrow::datatypes::DataType::Utf8,
+                    )?;
+                    let column = arrow::array::AsArray::as_string::<i32>(&column);
+                    for v in column.iter().flatten() {
+                        joined.push_str(v);
+                        joined.push('\n');
+                    }
+                }
+                answer["text"] = Value::String(joined);
+            }
+            Ok(answer)
+        })()
+        .unwrap_or_else(|e| json!({ "error": format!("{e:#}") }));
+        writeln!(out, "{answer}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
 /// A running [`floor_server`].
 struct Floor {
     child: Child,
@@ -2424,6 +2482,9 @@ async fn bench_rotation(opts: &Opts, emu: &S3Emulation, table: &mut Table) -> Re
 fn main() -> Result<()> {
     if std::env::args().nth(1).as_deref() == Some("--floor-server") {
         return floor_server();
+    }
+    if std::env::args().nth(1).as_deref() == Some("--sql-server") {
+        return sql_server();
     }
     let opts = Opts::parse()?;
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,7 @@
 //! Links DuckDB and compiles the C++ shims against the headers of the same
-//! release: the guard's parse shim (`src/engine/guard/describe.cpp`), so the
-//! statement guard reads SQL with DuckDB's own C++ parser; the errors shim
+//! release: the guard's shim (`src/engine/guard/describe/`: the parse, the
+//! plan's names, result types, catalog questions), so the statement guard
+//! reads SQL with DuckDB's own C++ parser and binder; the errors shim
 //! (`src/engine/errors.cpp`), which takes the place DuckDB gives an error back
 //! into the client's text and renders DuckDB's excerpt there; the progress shim
 //! (`src/engine/progress.cpp`), which reads a running query's progress from
@@ -8,7 +9,8 @@
 //! system through which DuckDB's own writers stream an answer; and the secret
 //! shim (`src/engine/secrets.cpp`), which installs credentials through
 //! DuckDB's secret manager without SQL text; the policy shim
-//! (`src/engine/policy.cpp`), which applies roles' row filters and column
+//! (`src/engine/policy/`: the document, binding, scan filters, the rewrite
+//! before DuckDB's optimizers, the check after them, the extension), which applies roles' row filters and column
 //! masks to the plans DuckDB optimizes; and the priority shim
 //! (`src/engine/priority.cpp`), DuckDB's wait for its own tasks made to
 //! yield the core (the prebuilt library only).
@@ -35,8 +37,12 @@ use std::process::Command;
 use base64::Engine as _;
 use sha2::{Digest, Sha256, Sha512};
 
-const SHIMS: [&str; 10] = [
-    "src/engine/guard/describe.cpp",
+const SHIMS: [&str; 19] = [
+    "src/engine/guard/describe/parse.cpp",
+    "src/engine/guard/describe/plan.cpp",
+    "src/engine/guard/describe/types.cpp",
+    "src/engine/guard/describe/catalog.cpp",
+    "src/engine/guard/describe/write.cpp",
     "src/engine/errors.cpp",
     "src/engine/memory.cpp",
     "src/engine/nesting.cpp",
@@ -44,8 +50,22 @@ const SHIMS: [&str; 10] = [
     "src/engine/progress.cpp",
     "src/engine/pipe.cpp",
     "src/engine/secrets.cpp",
-    "src/engine/policy.cpp",
+    "src/engine/policy/document.cpp",
+    "src/engine/policy/bind.cpp",
+    "src/engine/policy/scan.cpp",
+    "src/engine/policy/rewrite.cpp",
+    "src/engine/policy/check.cpp",
+    "src/engine/policy/extension.cpp",
     "src/engine/priority.cpp",
+];
+
+/// The headers the shims share (each shim includes what it uses).
+const SHIM_HEADERS: [&str; 5] = [
+    "src/engine/shims.h",
+    "src/engine/shim_context.hpp",
+    "src/engine/shim_support.hpp",
+    "src/engine/guard/describe/describe.hpp",
+    "src/engine/policy/policy.hpp",
 ];
 
 /// The npm package carrying the official build of this DuckDB release.
@@ -64,8 +84,9 @@ fn main() {
         println!("cargo:rerun-if-changed={shim}");
     }
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=src/engine/shims.h");
-    println!("cargo:rerun-if-changed=src/engine/shim_context.hpp");
+    for header in SHIM_HEADERS {
+        println!("cargo:rerun-if-changed={header}");
+    }
     println!("cargo:rerun-if-env-changed=DUCKDB_LIB_DIR");
     println!("cargo:rerun-if-env-changed=DUCKGATE_LIBDUCKDB_TGZ");
 

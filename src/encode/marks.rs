@@ -1,7 +1,7 @@
 //! What a result's Arrow schema says about the values DuckDB's Arrow export
 //! has no type for. DuckDB 1.5.5 exports neither a VARIANT nor a TYPE value
 //! ("Unsupported Arrow type ..."), so the engine wraps the query and DuckDB
-//! renders them (`describe.cpp`'s `ArrowExpr` and `JsonExpr`): a VARIANT as
+//! renders them (`describe/types.cpp`'s `ArrowExpr` and `JsonExpr`): a VARIANT as
 //! DuckDB's JSON of it, a TYPE as DuckDB's text of the type. Those arrive as
 //! strings; the fields that hold them are marked here, wherever they are in
 //! a column's type, so that

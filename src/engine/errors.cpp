@@ -11,6 +11,7 @@
 // use DuckDB's own functions; neither reads SQL itself.
 
 #include "shims.h"
+#include "shim_support.hpp"
 #include "duckdb.hpp"
 #include "duckdb/parser/parser.hpp"
 #include "duckdb/parser/query_error_context.hpp"
@@ -74,15 +75,6 @@ optional_idx InClientText(const string &sql, const string &read, idx_t position)
 	return i > sql.size() ? optional_idx() : optional_idx(i);
 }
 
-char *CopyText(const string &text) {
-	auto out = static_cast<char *>(malloc(text.size() + 1));
-	if (out) {
-		memcpy(out, text.data(), text.size());
-		out[text.size()] = '\0';
-	}
-	return out;
-}
-
 // DuckDB's excerpt of `text` at `offset`, without the blank line Format puts
 // before it; empty where DuckDB renders none.
 string Excerpt(const string &text, idx_t offset) {
@@ -116,7 +108,7 @@ int duckgate_error_place(const char *sql, uint64_t position, uint64_t *offset, c
 		*offset = at.GetIndex();
 		auto rendered = Excerpt(text, at.GetIndex());
 		if (!rendered.empty()) {
-			*excerpt = CopyText(rendered);
+			*excerpt = duckgate_shim::CopyOut(rendered);
 		}
 		return 1;
 	} catch (...) {
@@ -220,7 +212,7 @@ int duckgate_excerpt_position(const char *sql, const char *excerpt, uint64_t max
 }
 
 void duckgate_errors_free(char *text) {
-	free(text);
+	duckgate_shim::FreeText(text);
 }
 
 } // extern "C"

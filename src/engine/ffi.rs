@@ -288,7 +288,7 @@ pub fn library_version() -> String {
 }
 
 /// Takes the answer of a shim that reports success as NULL and a failure as
-/// a malloc'd message (`policy.cpp`, `secrets.cpp`): the message, copied,
+/// a malloc'd message (`policy/extension.cpp`, `secrets.cpp`): the message, copied,
 /// after `free` (that shim's own free function) released it.
 ///
 /// # Safety

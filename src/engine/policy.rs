@@ -1,5 +1,5 @@
 //! Row filters and column masks, applied by DuckDB's optimizer (the C++
-//! shim `policy.cpp`, whose header says how and why it is safe): the
+//! shim `policy/` (`extension.cpp`'s header says how and why it is safe): the
 //! gateway installs a confined caller's policy on the pooled connection
 //! before it prepares anything ([`install`]), and the shim's optimizer
 //! extension wraps every scan of a filtered or masked table in the plan

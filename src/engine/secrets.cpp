@@ -13,6 +13,7 @@
 // secret manager and httpfs log).
 
 #include "shims.h"
+#include "shim_support.hpp"
 #include "duckdb.hpp"
 #include "duckdb/main/client_context.hpp"
 #include "duckdb/main/connection.hpp"
@@ -28,12 +29,7 @@ using namespace duckdb;
 namespace {
 
 char *Error(const string &text) {
-	auto out = static_cast<char *>(malloc(text.size() + 1));
-	if (out) {
-		memcpy(out, text.data(), text.size());
-		out[text.size()] = '\0';
-	}
-	return out;
+	return duckgate_shim::CopyOut(text);
 }
 
 } // namespace
@@ -100,7 +96,7 @@ char *duckgate_logging_off(void *connection) {
 }
 
 void duckgate_secrets_free(char *text) {
-	free(text);
+	duckgate_shim::FreeText(text);
 }
 
 } // extern "C"

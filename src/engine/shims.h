@@ -61,13 +61,14 @@ int duckgate_execute_count(uint64_t *executed);
 // unchanged); `threads` gets their count with the caller's. 0 when done.
 int duckgate_scheduler_threads(void *database, int64_t background, int32_t *threads);
 
-// policy.cpp: roles' row filters and column masks, applied to optimized plans.
+// policy/: roles' row filters and column masks, applied to optimized plans.
 int duckgate_policy_register(void *database);
 char *duckgate_policy_set(void *database, uint64_t connection_id, const char *spec, size_t len);
 char *duckgate_policy_check(void *connection, const char *spec, size_t len);
 void duckgate_policy_free(char *text);
 
-// guard/describe.cpp: what a statement's plan calls and scans.
+// guard/describe/: DuckDB's parse of a statement, what its plan calls and scans,
+// result types, catalog questions.
 char *duckgate_plan_names(void *connection, const char *sql);
 char *duckgate_describe_sql(void *connection, const char *sql);
 char *duckgate_system_name(void *connection, const char *name);

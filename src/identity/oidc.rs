@@ -249,7 +249,7 @@ fn numeric_date_ms(v: &Value) -> Option<i128> {
 /// objects (`realm_access.roles`). `Err` when both name a value (a claim
 /// literally named `org.tenant` beside `org: {tenant}`): which one the
 /// token means is not the gateway's to guess (row policies read claims the
-/// same way, `engine/policy.cpp`).
+/// same way, `engine/policy/document.cpp`).
 fn claim<'a>(claims: &'a Map<String, Value>, name: &str) -> Result<Option<&'a Value>, ()> {
     let literal = claims.get(name);
     let path = name.contains('.').then(|| {

@@ -1,5 +1,5 @@
 //! DuckDB's own parse of a client's SQL, through the C++ shim in
-//! `describe.cpp` (DuckDB's C API has no parse tree). Parsing has no side
+//! `describe/parse.cpp` (DuckDB's C API has no parse tree). Parsing has no side
 //! effects: no pragma handler runs, nothing is bound, no file is touched.
 
 use std::ffi::{c_char, c_void, CStr, CString};

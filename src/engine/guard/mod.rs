@@ -105,13 +105,13 @@ pub struct ResultShape {
     /// without the semicolon).
     pub sql: Option<String>,
     /// Per column, DuckDB's rendering of values JSON cannot take from Arrow
-    /// (an expression over `#i`), or empty (see `describe.cpp`'s `JsonExpr`).
+    /// (an expression over `#i`), or empty (see `describe/types.cpp`'s `JsonExpr`).
     pub json_exprs: Vec<String>,
     /// Per column, where `json_exprs` leave DuckDB's JSON of a VARIANT.
     pub json_marks: Vec<Vec<crate::encode::Mark>>,
     /// Per column, the expression that makes what DuckDB's Arrow export has
     /// no type for exportable (a VARIANT as its JSON, a TYPE as its text),
-    /// or empty (see `describe.cpp`'s `ArrowExpr`).
+    /// or empty (see `describe/types.cpp`'s `ArrowExpr`).
     pub arrow_exprs: Vec<String>,
     /// Per column, where `arrow_exprs` leave those values.
     pub arrow_marks: Vec<Vec<crate::encode::Mark>>,

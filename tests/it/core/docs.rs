@@ -220,7 +220,7 @@ fn the_operators_documents_link_to_headings_that_exist() {
 
 /// Every file of the tree the documents name in backquotes exists: a full
 /// path (`src/...`, `tests/...`, `scripts/...`, ...) where it says, a
-/// shorter one (`execute/inline.rs`, `policy.cpp`) as the end of some
+/// shorter one (`execute/inline.rs`, `errors.cpp`) as the end of some
 /// file's path. A file moved or removed without its documents fails here.
 #[test]
 fn every_file_the_documents_name_exists() {

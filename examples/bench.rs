@@ -1120,7 +1120,7 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
                 // Parquet as clients ask for it, with no row limit (the
                 // table is under the default cap): a limit the client asks
                 // for is a LIMIT in DuckDB, which runs on one thread past its
-                // batch-limit threshold (BENCHMARKS.md, 2026-12-01 evening).
+                // batch-limit threshold (docs/history.md, 2026-12-01 evening).
                 let body = if format == "parquet" {
                     json!({"sql": select, "format": format, "timeout_ms": 600000})
                 } else {

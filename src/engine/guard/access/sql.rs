@@ -44,6 +44,9 @@ impl Pattern {
     }
 }
 
+/// A table a statement reads, with what the caller sees of it.
+type TableRead<'a> = (&'a PlanObject, TablePolicy);
+
 /// The columns of a listing that hold a table's catalog, schema and name.
 const TABLE_NAMES: [&str; 3] = ["database_name", "schema_name", "table_name"];
 
@@ -252,8 +255,8 @@ impl Access {
     fn tables_read<'a>(
         &self,
         accepted: &'a Accepted,
-    ) -> Result<(Vec<(&'a PlanObject, TablePolicy)>, bool), Refusal> {
-        let mut tables: Vec<(&PlanObject, TablePolicy)> = Vec::new();
+    ) -> Result<(Vec<TableRead<'a>>, bool), Refusal> {
+        let mut tables: Vec<TableRead<'a>> = Vec::new();
         let mut any = false;
         for o in &accepted.objects {
             let read = o.action == "read";
@@ -284,7 +287,7 @@ impl Access {
     }
 
     /// The policy document of the tables read and the listings scanned.
-    fn document(&self, tables: Vec<(&PlanObject, TablePolicy)>, listings: Vec<&str>) -> String {
+    fn document(&self, tables: Vec<TableRead<'_>>, listings: Vec<&str>) -> String {
         let tables = tables
             .into_iter()
             .map(|(o, p)| crate::engine::policy::TableRule {

@@ -5,11 +5,13 @@
 pub mod admission;
 pub mod cache;
 pub mod catalogs;
+mod data_dir;
 pub mod errors;
 pub mod execute;
 pub mod ffi;
 pub mod guard;
 pub mod listing;
+mod lockdown;
 pub mod memory;
 pub mod nesting;
 pub mod pipe;
@@ -21,19 +23,25 @@ pub mod progress;
 pub mod queries;
 pub mod s3_paths;
 pub mod secrets;
+mod setup;
 #[cfg(test)]
 mod shims_abi;
 pub mod sink;
 pub mod spill;
 pub mod threads;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::config::{Config, Policy};
 use crate::state::Health;
 
+use data_dir::Dirs;
 pub use execute::{Param, QueryError, QueryJob, QueryOutput};
+use setup::{
+    cap_memory, check_thread_stacks, client_schema, database_options, load_extensions,
+    pool_options, register_shims,
+};
 
 /// Extension platform directory DuckDB v1.5.5 looks in.
 #[cfg(target_arch = "aarch64")]
@@ -146,20 +154,7 @@ impl Engine {
         check_thread_stacks()?;
         let db = Arc::new(ffi::RawDatabase::open(config.database_path(), &options)?);
         cap_memory(&db, config)?;
-        // CSV answers are DuckDB's own COPY, written through this file system.
-        if !pipe::register(&db) {
-            return Err(EngineError::Setup {
-                step: "CSV pipe",
-                message: "DuckDB refused the pipe file system".into(),
-            });
-        }
-        // Roles' row filters and masks are applied by DuckDB's optimizer.
-        if !policy::register(&db) {
-            return Err(EngineError::Setup {
-                step: "row policies",
-                message: "DuckDB refused the policy optimizer extension".into(),
-            });
-        }
+        register_shims(&db)?;
 
         let control = db.connect().map_err(|e| EngineError::Setup {
             step: "control connection",
@@ -191,23 +186,7 @@ impl Engine {
 
         let pool = pool::QueryPool::new(
             db.clone(),
-            pool::PoolOptions {
-                size: config.pool_size(),
-                spares: config
-                    .engine
-                    .pool_spares
-                    .map(|n| n as usize)
-                    .unwrap_or_else(|| config.pool_size()),
-                acquire_timeout: config.acquire_timeout(),
-                threads: config
-                    .engine
-                    .threads
-                    .map(|t| t as usize)
-                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())),
-                shed_early: config.engine.shed_early,
-                search_path: client_schema.as_ref().map(|c| format!("{},main", c.schema)),
-                shares,
-            },
+            pool_options(config, client_schema.as_ref(), shares),
             health,
         )?;
         Ok(Self {
@@ -254,109 +233,6 @@ impl Engine {
         }
     }
 
-    /// Defense in depth under the guard: queries may touch only the readable
-    /// directory and the configured S3 prefixes, and nothing may change a
-    /// setting afterwards. The order matters: allowed directories can only be
-    /// set while external access is on. `catalog_dirs`: local directories
-    /// that declared catalogs read ([`catalogs`]), which clients reach only
-    /// through those catalogs.
-    pub fn lock_down(
-        &self,
-        s3_prefixes: &[String],
-        catalog_dirs: &[String],
-        s3_refused: &[String],
-        writable_catalogs: &[String],
-    ) -> Result<(), EngineError> {
-        let files = format!("{}/", self.files_dir.display());
-        let scope: Vec<String> = s3_prefixes
-            .iter()
-            .map(|p| {
-                if p.ends_with('/') {
-                    p.clone()
-                } else {
-                    format!("{p}/")
-                }
-            })
-            .collect();
-        // Declared catalogs are attached by now, and clients cannot attach.
-        let client_schema = match self.client_schema.clone() {
-            Some(mut home) => {
-                let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-                home.databases = control
-                    .prepare("SELECT database_name FROM duckdb_databases()")
-                    .and_then(|mut s| {
-                        s.query_map([], |r| r.get::<_, String>(0))?
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                    .map_err(|e| EngineError::Setup {
-                        step: "client schema",
-                        message: e.to_string(),
-                    })?;
-                Some(home)
-            }
-            None => None,
-        };
-        let writable = match &client_schema {
-            Some(home) => std::iter::once(home.database.clone())
-                .chain(writable_catalogs.iter().cloned())
-                .collect(),
-            None => Vec::new(),
-        };
-        let _ = self.rules.set(Arc::new(guard::Rules {
-            policy: self.policy,
-            client_schema,
-            writable,
-            paths: guard::paths::PathRules {
-                files_dir: Some(files.clone()),
-                s3: !scope.is_empty(),
-                s3_scope: scope,
-                s3_refused: s3_refused.to_vec(),
-                redacted: false,
-            },
-            access: None,
-            confined_plans: self.confined_plans,
-        }));
-        let control = self.control.lock().unwrap_or_else(|p| p.into_inner());
-        let mut allowed: Vec<String> = vec![files];
-        allowed.extend(s3_prefixes.iter().cloned());
-        allowed.extend(catalog_dirs.iter().cloned());
-        let list = allowed
-            .iter()
-            .map(|p| sql_string(p))
-            .collect::<Vec<_>>()
-            .join(", ");
-        for (step, sql) in [
-            (
-                "allowed_paths",
-                format!(
-                    "SET allowed_paths = [{}, {}]",
-                    sql_string(pipe::CopyFormat::Csv.target()),
-                    sql_string(pipe::CopyFormat::Parquet.target())
-                ),
-            ),
-            (
-                "allowed_directories",
-                format!("SET allowed_directories = [{list}]"),
-            ),
-            (
-                "enable_external_access",
-                "SET enable_external_access = false".to_string(),
-            ),
-            (
-                "lock_configuration",
-                "SET lock_configuration = true".to_string(),
-            ),
-        ] {
-            control
-                .execute_batch(&sql)
-                .map_err(|e| EngineError::Setup {
-                    step,
-                    message: e.to_string(),
-                })?;
-        }
-        Ok(())
-    }
-
     /// DuckDB's version, e.g. `v1.5.5`.
     pub fn duckdb_version() -> String {
         ffi::library_version()
@@ -364,342 +240,3 @@ impl Engine {
 }
 
 pub use crate::sql::sql_string;
-
-fn prepare_data_dir(dir: &Path) -> Result<PathBuf, EngineError> {
-    std::fs::create_dir_all(dir).map_err(|source| EngineError::DataDir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    dir.canonicalize().map_err(|source| EngineError::DataDir {
-        path: dir.to_path_buf(),
-        source,
-    })
-}
-
-/// Takes the exclusive lock on `<dir>/duckgate.lock` (released by the OS when
-/// the process ends, however it ends) and writes the holder's pid into it.
-fn lock_data_dir(dir: &Path) -> Result<std::fs::File, EngineError> {
-    use std::io::{Read, Seek, Write};
-    let path = dir.join("duckgate.lock");
-    let io = |source| EngineError::DataDir {
-        path: path.clone(),
-        source,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            let _ = file.read_to_string(&mut holder);
-            let holder = holder.trim();
-            return Err(EngineError::Locked {
-                path: dir.to_path_buf(),
-                holder: if holder.is_empty() {
-                    "holder unknown".into()
-                } else {
-                    holder.to_string()
-                },
-            });
-        }
-        Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
-    }
-    file.set_len(0).map_err(io)?;
-    file.rewind().map_err(io)?;
-    write!(file, "pid {}", std::process::id()).map_err(io)?;
-    file.flush().map_err(io)?;
-    Ok(file)
-}
-
-fn create_private_dir(dir: &Path) -> Result<(), EngineError> {
-    std::fs::create_dir_all(dir).map_err(|source| EngineError::DataDir {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    }
-    Ok(())
-}
-
-/// The gateway's directories, prepared and locked at start.
-struct Dirs {
-    data: PathBuf,
-    secrets: PathBuf,
-    tmp: PathBuf,
-    files: PathBuf,
-    lock: std::fs::File,
-}
-
-impl Dirs {
-    fn prepare(config: &Config) -> Result<Self, EngineError> {
-        let data_dir = prepare_data_dir(&config.engine.data_dir)?;
-        // Nothing in the directory is touched before this lock is held: two
-        // processes on one directory would share spill files and wipe each
-        // other's secrets.
-        let lock = lock_data_dir(&data_dir)?;
-        let secrets_dir = data_dir.join("secrets");
-        // A restart is a recycle: secrets persisted by an earlier run (or
-        // planted) must never load.
-        if secrets_dir.exists() {
-            std::fs::remove_dir_all(&secrets_dir).map_err(|source| EngineError::DataDir {
-                path: secrets_dir.clone(),
-                source,
-            })?;
-        }
-        create_private_dir(&secrets_dir)?;
-        // Spill files left by a process that was killed are nobody's now.
-        let tmp_dir = data_dir.join("tmp");
-        if tmp_dir.exists() {
-            std::fs::remove_dir_all(&tmp_dir).map_err(|source| EngineError::DataDir {
-                path: tmp_dir.clone(),
-                source,
-            })?;
-        }
-        create_private_dir(&tmp_dir)?;
-        let files_dir = match &config.engine.files_dir {
-            Some(dir) => prepare_data_dir(dir)?,
-            None => prepare_data_dir(&data_dir.join("files"))?,
-        };
-        let spool_dir = data_dir.join("spool");
-        let private = [&tmp_dir, &secrets_dir, &spool_dir];
-        if private
-            .iter()
-            .any(|p| files_dir.starts_with(p) || p.starts_with(&files_dir))
-        {
-            return Err(EngineError::Setup {
-                step: "DUCKGATE_FILES_DIR",
-                message: "the readable directory may neither be inside nor hold the spill, secret or spool directory".into(),
-            });
-        }
-        Ok(Self {
-            data: data_dir,
-            secrets: secrets_dir,
-            tmp: tmp_dir,
-            files: files_dir,
-            lock,
-        })
-    }
-}
-
-/// DuckDB's options at open: no extension installed or loaded behind the
-/// gateway's back, its secret and spill directories, the operator's limits.
-fn database_options(config: &Config, dirs: &Dirs) -> Vec<(&'static str, String)> {
-    let mut options: Vec<(&'static str, String)> = vec![
-        ("autoinstall_known_extensions", "false".into()),
-        ("autoload_known_extensions", "false".into()),
-        ("allow_community_extensions", "false".into()),
-        (
-            "secret_directory",
-            dirs.secrets.to_string_lossy().into_owned(),
-        ),
-        ("temp_directory", dirs.tmp.to_string_lossy().into_owned()),
-    ];
-    if let Some(dir) = &config.engine.extension_dir {
-        options.push(("extension_directory", dir.to_string_lossy().into_owned()));
-    }
-    if let Some(t) = config.engine.threads {
-        options.push(("threads", t.to_string()));
-    }
-    if let Some(m) = &config.engine.memory_limit {
-        options.push(("memory_limit", m.clone()));
-    }
-    if let Some(m) = &config.engine.max_temp_directory_size {
-        options.push(("max_temp_directory_size", m.clone()));
-    }
-    options
-}
-
-/// DuckDB's scheduler threads start with the process's default thread
-/// attributes: their stacks must fit its recursion as the gateway's
-/// threads do (`nesting`).
-fn check_thread_stacks() -> Result<(), EngineError> {
-    // DuckDB's scheduler threads start now too, with the process's
-    // default thread attributes: their stacks must fit its recursion as
-    // the gateway's threads do (`nesting`).
-    if !nesting::thread_fits() {
-        return Err(EngineError::Setup {
-            step: "thread stacks",
-            message: format!(
-                "this thread has {} bytes of stack and DuckDB needs {}: build the runtime with duckgate::runtime_builder()",
-                nesting::current_thread_stack().unwrap_or(0),
-                nesting::STACK_BYTES
-            ),
-        });
-    }
-    if !nesting::set_default_thread_stack() {
-        return Err(EngineError::Setup {
-            step: "thread stacks",
-            message: "the C library refused a default thread stack size".into(),
-        });
-    }
-    Ok(())
-}
-
-/// Caps DuckDB's allocations at its buffer pool plus an allowance, both
-/// inside the memory DuckDB sees (a container's limit included).
-fn cap_memory(db: &Arc<ffi::RawDatabase>, config: &Config) -> Result<(), EngineError> {
-    let (available, buffer_pool) = memory::budget(db).ok_or(EngineError::Setup {
-        step: "DUCKGATE_MAX_UNMANAGED_MEMORY",
-        message: "DuckDB did not report its memory".into(),
-    })?;
-    let allowance = config
-        .engine
-        .max_unmanaged_memory
-        .unwrap_or_else(|| memory::default_allowance(available, buffer_pool));
-    // With DuckDB's default buffer pool (80%) in a small container
-    // (its cgroup limit is what DuckDB sees), the allowance's floor put
-    // the ceiling past the container (1.13 GB in 1 GiB): unless the
-    // operator chose the pool, it shrinks so both fit in 90%.
-    let buffer_pool = match memory::fitted_pool(available, buffer_pool, allowance) {
-        Some(pool) if config.engine.memory_limit.is_none() => {
-            let conn = db.connect().map_err(|e| EngineError::Setup {
-                step: "memory_limit",
-                message: e.to_string(),
-            })?;
-            conn.execute_batch(&format!("SET GLOBAL memory_limit = '{}MiB'", pool >> 20))
-                .map_err(|e| EngineError::Setup {
-                    step: "memory_limit",
-                    message: e.to_string(),
-                })?;
-            drop(conn);
-            memory::budget(db).map_or(pool, |(_, p)| p)
-        }
-        _ => buffer_pool,
-    };
-    let ceiling = buffer_pool.saturating_add(allowance);
-    memory::set_ceiling(ceiling);
-    tracing::info!(
-        buffer_pool_bytes = buffer_pool,
-        allowance_bytes = allowance,
-        ceiling_bytes = ceiling,
-        "DuckDB's allocations are capped at its buffer pool's limit plus an allowance"
-    );
-    Ok(())
-}
-
-/// Loads httpfs (when S3 secrets are configured) and icu from the
-/// extension directory, with httpfs's globals locked down; the extensions
-/// loaded.
-fn load_extensions(
-    db: &ffi::RawDatabase,
-    control: &ffi::Connection,
-    config: &Config,
-    needs_httpfs: bool,
-) -> Result<Vec<&'static str>, EngineError> {
-    let setup = |step: &'static str, sql: &str| {
-        control.execute_batch(sql).map_err(|e| EngineError::Setup {
-            step,
-            message: e.to_string(),
-        })
-    };
-    let ext_dir = config.engine.extension_dir.clone().unwrap_or_else(|| {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_default()
-            .join(".duckdb/extensions")
-    });
-    let ext_file = |name: &str| {
-        ext_dir
-            .join(EXTENSION_SUBDIR)
-            .join(format!("{name}.duckdb_extension"))
-    };
-    let mut extensions = Vec::new();
-    if needs_httpfs {
-        let file = ext_file("httpfs");
-        if !file.is_file() {
-            return Err(EngineError::MissingExtension {
-                expected: file.display().to_string(),
-            });
-        }
-        setup("LOAD httpfs", "LOAD httpfs")?;
-        // httpfs copies AWS_ACCESS_KEY_ID and friends from the process
-        // environment into global settings that any query could read;
-        // the gateway's credentials live only in its secrets. URL query
-        // parameters (`?s3_endpoint=`) would let a path redirect signed
-        // requests: no path with a `?` reaches httpfs (the guard refuses
-        // it in what clients write, `s3_paths` in every path httpfs is
-        // asked for, a glob's listed keys included), so httpfs's
-        // URL-compatibility mode, which would also make glob characters
-        // literal, stays off.
-        // A hung S3 read does not see DuckDB's interrupt: bound it by
-        // httpfs's own inactivity timeout and retries, derived from the
-        // default query limit (the pool replaces a connection that stays
-        // stuck longer; this bounds how long the stuck one lives).
-        let http_timeout_s = (config.limits.default_query_timeout_ms() / 2000).clamp(2, 30);
-        setup(
-            "httpfs timeouts",
-            &format!("SET GLOBAL http_timeout = {http_timeout_s}; SET GLOBAL http_retries = 1"),
-        )?;
-        setup(
-            "httpfs lockdown",
-            "SET GLOBAL s3_access_key_id = ''; SET GLOBAL s3_secret_access_key = ''; \
-             SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = false",
-        )?;
-        if !s3_paths::guard(db) {
-            return Err(EngineError::Setup {
-                step: "S3 path guard",
-                message: "httpfs's S3 file system was not where DuckDB 1.5.5's httpfs has it"
-                    .into(),
-            });
-        }
-        extensions.push("httpfs");
-    }
-    // Time zones: ICU ships like httpfs; without it TIMESTAMPTZ still
-    // works in UTC, and the health snapshot says which extensions loaded.
-    if ext_file("icu").is_file() {
-        setup("LOAD icu", "LOAD icu")?;
-        setup(
-            "DUCKGATE_TIMEZONE",
-            &format!(
-                "SET GLOBAL TimeZone = {}",
-                sql_string(&config.engine.timezone)
-            ),
-        )?;
-        extensions.push("icu");
-    } else {
-        tracing::warn!(
-            expected = %ext_file("icu").display(),
-            "the icu extension is missing: time zone functions are unavailable"
-        );
-    }
-    Ok(extensions)
-}
-
-/// The schema read-write clients create their objects in, under a
-/// read-write policy.
-fn client_schema(
-    control: &ffi::Connection,
-    policy: Policy,
-) -> Result<Option<guard::ClientSchema>, EngineError> {
-    Ok(match policy {
-        Policy::ReadOnly => None,
-        Policy::ReadWrite => {
-            control
-                .execute_batch(&format!("CREATE SCHEMA IF NOT EXISTS {CLIENT_SCHEMA}"))
-                .map_err(|e| EngineError::Setup {
-                    step: "client schema",
-                    message: e.to_string(),
-                })?;
-            let database: String = control
-                .prepare("SELECT current_database()")
-                .and_then(|mut s| s.query_row([], |r| r.get(0)))
-                .map_err(|e| EngineError::Setup {
-                    step: "client schema",
-                    message: e.to_string(),
-                })?;
-            Some(guard::ClientSchema {
-                database,
-                schema: CLIENT_SCHEMA.to_string(),
-                databases: Vec::new(),
-            })
-        }
-    })
-}

@@ -2,7 +2,7 @@
 //! on-demand rotation. Never a secret value, session token or catalog
 //! password; the key id at most as its last 4 characters.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::extract::{Query, State};
 use axum::Json;
@@ -13,6 +13,13 @@ use crate::api::error::{ApiError, Problem};
 use crate::api::AppState;
 use crate::config::attach::{check_in_scope, CatalogKind};
 use crate::engine::catalogs as engine_catalogs;
+
+mod catalogs;
+mod fleet;
+
+use catalogs::catalogs;
+use fleet::everywhere;
+pub use fleet::{carry_out, reload_here, watch, FleetOutcome};
 
 /// One secret's metadata.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -141,233 +148,6 @@ pub struct ReloadReport {
     pub not_asked: Option<String>,
 }
 
-/// How long a command asked of every replica waits for their answers.
-const FLEET_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Every replica's outcome of a command asked of all.
-pub struct FleetOutcome {
-    /// Each replica's answer, this one first.
-    pub replicas: Vec<ReplicaAnswer>,
-    /// Why the others were not asked, if they were not.
-    pub not_asked: Option<String>,
-}
-
-impl FleetOutcome {
-    /// The answer's status: 200 when every replica carried the command
-    /// out; 504 when one did not answer within the wait (the list says
-    /// which); 207 when one failed or the others could not be asked
-    /// (the list says what was done where). Never a failure's status for
-    /// what was done.
-    pub fn status(&self) -> axum::http::StatusCode {
-        use axum::http::StatusCode;
-        if self
-            .replicas
-            .iter()
-            .any(|r| matches!(r.outcome, "no_answer" | "not_reached"))
-        {
-            StatusCode::GATEWAY_TIMEOUT
-        } else if self.not_asked.is_some() || self.replicas.iter().any(|r| r.outcome != "ok") {
-            StatusCode::MULTI_STATUS
-        } else {
-            StatusCode::OK
-        }
-    }
-}
-
-/// Carries out `command` here (a rotation of every secret or of
-/// `argument`, a reload of the tokens and keys); its errors, none when done.
-pub async fn carry_out(state: &AppState, command: &str, argument: Option<&str>) -> Vec<String> {
-    match command {
-        "rotate" => match state.rotator.rotate_now(argument).await {
-            Err(e) => vec![e.to_string()],
-            Ok(results) => {
-                let names: Vec<String> = match argument {
-                    Some(n) => vec![n.to_string()],
-                    None => state.rotator.names(),
-                };
-                names
-                    .iter()
-                    .zip(results)
-                    .filter_map(|(n, r)| r.err().map(|e| format!("{n}: {e}")))
-                    .collect()
-            }
-        },
-        "reload" => match reload_here(state, "admin request").await {
-            Ok(_) => Vec::new(),
-            Err(e) => vec![format!(
-                "the reload was refused and the current tokens and roles stay: {e}"
-            )],
-        },
-        other => vec![format!("unknown command {other}")],
-    }
-}
-
-/// Reads the tokens, the URL key and the roles again and puts them in
-/// place whole (see [`crate::identity::directory`]): what changed, or why
-/// it was refused.
-pub async fn reload_here(
-    state: &AppState,
-    why: &'static str,
-) -> Result<crate::identity::directory::Changes, String> {
-    let engine = state.engine.clone();
-    let catalogs = state.catalogs.clone();
-    crate::identity::directory::reload(
-        state.identities.directory_cell(),
-        &state.reload,
-        why,
-        |roles| async move {
-            crate::identity::directory::check_roles(&engine, &catalogs, &roles).await
-        },
-    )
-    .await
-}
-
-/// Reloads on `SIGHUP` and when a token, key or TOML file changes
-/// (checked every 2 s: a Kubernetes Secret's or ConfigMap's volume is
-/// updated in place), until `stop`.
-pub async fn watch(state: AppState, stop: tokio_util::sync::CancellationToken) {
-    use crate::identity::directory::{stamps, watched};
-    let files = watched(&state.reload);
-    let mut last = stamps(&files);
-    #[cfg(unix)]
-    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-    let mut every = tokio::time::interval(std::time::Duration::from_secs(2));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        #[cfg(unix)]
-        let hup = async {
-            match hangup.as_mut() {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let hup = std::future::pending::<()>();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = hup => {
-                last = stamps(&files);
-                let _ = reload_here(&state, "SIGHUP").await;
-            }
-            _ = every.tick() => {
-                let now = stamps(&files);
-                if now != last {
-                    last = now;
-                    let _ = reload_here(&state, "file changed").await;
-                }
-            }
-        }
-    }
-}
-
-/// Commands asked of this replica through another one are carried out as
-/// if asked here.
-impl crate::statements::replication::Commands for AppState {
-    fn carry_out<'a>(
-        &'a self,
-        command: &'a str,
-        argument: Option<&'a str>,
-    ) -> futures::future::BoxFuture<'a, Vec<String>> {
-        Box::pin(carry_out(self, command, argument))
-    }
-}
-
-/// Asks every other live replica (through the shared state) to carry out
-/// `command` as this one did (`here`: its errors), and gathers their
-/// answers for up to 30 s, less once every replica still asked answered or
-/// was taken for dead. A command not taken by then is withdrawn (never
-/// carried out late). One replica with no shared state answers alone; with
-/// the shared state out of reach, this replica's outcome still stands.
-async fn everywhere(
-    state: &AppState,
-    command: &'static str,
-    argument: Option<&str>,
-    here: Vec<String>,
-) -> FleetOutcome {
-    let answer = |replica: String, errors: Vec<String>| ReplicaAnswer {
-        replica,
-        outcome: if errors.is_empty() { "ok" } else { "failed" },
-        errors,
-    };
-    let mut out = FleetOutcome {
-        replicas: vec![answer(state.health.replica.clone(), here)],
-        not_asked: None,
-    };
-    let Some(shared) = &state.statements.shared else {
-        return out;
-    };
-    let unreachable = |e: String| {
-        tracing::warn!(command, error.cause = %e, "the shared state could not be reached: the other replicas were not asked");
-        "the shared state could not be reached: the other replicas were not asked (this replica's outcome stands); retry".to_string()
-    };
-    let (id, asked) = match shared.broadcast(command, argument).await {
-        Ok(a) => a,
-        Err(e) => {
-            out.not_asked = Some(unreachable(e));
-            return out;
-        }
-    };
-    tracing::info!(command, replicas = asked.len(), "asked every replica");
-    let deadline = tokio::time::Instant::now() + FLEET_WAIT;
-    let mut last = Vec::new();
-    loop {
-        match shared.command_answers(&id).await {
-            Ok(got) => last = got,
-            Err(e) => {
-                // What was seen stands; the rest did not answer.
-                tracing::warn!(command, error.cause = %e, "reading the replicas' answers failed");
-                break;
-            }
-        }
-        let waiting = last.iter().any(|a| a.answer.is_none() && a.alive);
-        if !waiting || tokio::time::Instant::now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    // Not taken by now: withdrawn, so it is never carried out late.
-    let withdrawn = shared.withdraw_command(&id).await.unwrap_or_default();
-    let mut unanswered = 0u64;
-    for replica in asked {
-        let seen = last.iter().find(|a| a.replica == replica);
-        out.replicas
-            .push(match seen.and_then(|a| a.answer.as_ref()) {
-                Some(v) => answer(
-                    replica,
-                    v["errors"]
-                        .as_array()
-                        .map(|e| {
-                            e.iter()
-                                .filter_map(|x| x.as_str().map(String::from))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                ),
-                None => {
-                    unanswered += 1;
-                    let taken = seen.is_some_and(|a| a.taken) && !withdrawn.contains(&replica);
-                    ReplicaAnswer {
-                        replica,
-                        outcome: if taken { "no_answer" } else { "not_reached" },
-                        errors: Vec::new(),
-                    }
-                }
-            });
-    }
-    if unanswered > 0 {
-        metrics::counter!("duckgate_admin_fanout_unanswered_total", "command" => command)
-            .increment(unanswered);
-        tracing::warn!(
-            command,
-            unanswered,
-            "replicas did not answer a command asked of every replica"
-        );
-    }
-    out
-}
-
 /// Reloads the query tokens, the admin token, the URL signing key and the
 /// roles (`[[role]]` of the TOML file) on every replica, as SIGHUP does on
 /// one: all or nothing on each. The answer says what changed here, and
@@ -470,85 +250,6 @@ fn serving_secret(
         }
     }
     best
-}
-
-/// How long `GET /admin/secrets` waits for a pooled connection to read the
-/// lakes' snapshots: the admin view never queues behind client queries.
-const SNAPSHOT_WAIT: Duration = Duration::from_millis(250);
-
-/// The declared catalogs, with the current snapshot of each DuckLake.
-async fn catalogs(state: &AppState) -> Vec<CatalogInfo> {
-    let view = state.health.credentials.load();
-    let mut out: Vec<CatalogInfo> = state
-        .catalogs
-        .iter()
-        .map(|c| {
-            let serving = serving_secret(&c.location, &view.secrets);
-            CatalogInfo {
-                name: c.name.clone(),
-                kind: c.kind.as_str().into(),
-                read_only: c.read_only,
-                metadata: c.metadata.clone(),
-                location: c.location.clone(),
-                secret: serving.as_ref().map(|(n, _)| n.clone()),
-                scope: serving.map(|(_, s)| s),
-                snapshot: None,
-                snapshot_error: None,
-            }
-        })
-        .collect();
-    let lakes: Vec<String> = state
-        .catalogs
-        .iter()
-        .filter(|c| c.kind == CatalogKind::DuckLake)
-        .map(|c| c.name.clone())
-        .collect();
-    if lakes.is_empty() {
-        return out;
-    }
-    let snapshots = match state
-        .engine
-        .pool
-        .acquire_within(SNAPSHOT_WAIT, false, None, None, false, None)
-        .await
-    {
-        Err(_) => Err("no pooled connection free to read it".to_string()),
-        Ok((slot, lease)) => tokio::task::spawn_blocking(move || {
-            let out: Vec<_> = lakes
-                .iter()
-                .map(|l| (l.clone(), engine_catalogs::current_snapshot(&slot.conn, l)))
-                .collect();
-            lease.release(slot);
-            out
-        })
-        .await
-        .map_err(|e| format!("snapshot worker: {e}")),
-    };
-    for c in out.iter_mut().filter(|c| c.kind == "ducklake") {
-        let found = match &snapshots {
-            Err(e) => Err(e.clone()),
-            Ok(all) => match all.iter().find(|(l, _)| *l == c.name) {
-                Some((_, Ok(Some(s)))) => Ok(s.clone()),
-                Some((_, Ok(None))) => Err("the lake has no snapshot".to_string()),
-                Some((_, Err(e))) => {
-                    tracing::warn!(catalog = %c.name, error.cause_chain = ?e, "reading a lake's snapshot");
-                    Err("reading it failed (see the gateway's log)".to_string())
-                }
-                None => Err("not read".to_string()),
-            },
-        };
-        match found {
-            Ok(s) => {
-                c.snapshot = Some(SnapshotInfo {
-                    id: s.id,
-                    time: s.time,
-                    schema_version: s.schema_version,
-                })
-            }
-            Err(e) => c.snapshot_error = Some(e),
-        }
-    }
-    out
 }
 
 /// Lists the S3 secrets and their credential state, and the declared

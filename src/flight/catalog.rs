@@ -23,11 +23,13 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::util::display::{ArrayFormatter, FormatOptions};
+use arrow_flight::sql::CommandGetTables;
 use futures::TryStreamExt;
 use prost::Message;
 use tonic::Status;
 
 use crate::core::state::AppState;
+use crate::engine::catalogs::DatabaseEntry;
 use crate::flight::options::CallOptions;
 use crate::flight::results;
 use crate::identity::Identity;
@@ -181,6 +183,85 @@ pub fn set_session_options(
         }
     }
     SetSessionOptionsResult { errors }
+}
+
+/// Tables whose Arrow schema one GetTables may read (`include_schema`):
+/// each is a `LIMIT 0` query through the guard.
+const MAX_SCHEMA_TABLES: usize = 500;
+
+/// GetTables' answer: the tables of `databases` (what the caller may see)
+/// that its filters match, each with its Arrow schema when asked.
+pub async fn tables(
+    state: &AppState,
+    auth: &Identity,
+    databases: &[DatabaseEntry],
+    query: &CommandGetTables,
+) -> Result<RecordBatch, Status> {
+    let mut rows = Vec::new();
+    for d in databases {
+        if query.catalog.as_ref().is_some_and(|c| c != &d.name) {
+            continue;
+        }
+        for s in &d.schemas {
+            if query
+                .db_schema_filter_pattern
+                .as_ref()
+                .is_some_and(|p| !like(p, &s.name))
+            {
+                continue;
+            }
+            for t in &s.tables {
+                let kind = t.kind.to_uppercase();
+                let wanted = query
+                    .table_name_filter_pattern
+                    .as_ref()
+                    .is_none_or(|p| like(p, &t.name))
+                    && (query.table_types.is_empty() || query.table_types.contains(&kind));
+                if wanted {
+                    rows.push((d.name.clone(), s.name.clone(), t.name.clone(), kind));
+                }
+            }
+        }
+    }
+    if query.include_schema && rows.len() > MAX_SCHEMA_TABLES {
+        return Err(Status::resource_exhausted(format!(
+            "{} tables match; with their schemas at most {MAX_SCHEMA_TABLES} are listed at once: narrow the filters",
+            rows.len()
+        )));
+    }
+    let mut b = query.clone().into_builder();
+    for (c, s, t, kind) in rows {
+        let schema = if query.include_schema {
+            // The table's columns as a query of it returns them,
+            // with DuckDB's type names; what the caller may not
+            // read is not listed.
+            match table_schema(state, auth, &c, &s, &t).await? {
+                Some(schema) => schema,
+                None => continue,
+            }
+        } else {
+            Arc::new(Schema::empty())
+        };
+        b.append(c, s, t, kind, &schema)
+            .map_err(|e| Status::internal(format!("building the answer: {e}")))?;
+    }
+    b.build()
+        .map_err(|e| Status::internal(format!("building the answer: {e}")))
+}
+
+/// `%` and `_` of a Flight SQL filter pattern.
+fn like(pattern: &str, text: &str) -> bool {
+    fn go(p: &[char], t: &[char]) -> bool {
+        match p.split_first() {
+            None => t.is_empty(),
+            Some(('%', rest)) => (0..=t.len()).any(|i| go(rest, &t[i..])),
+            Some(('_', rest)) => !t.is_empty() && go(rest, &t[1..]),
+            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    go(&p, &t)
 }
 
 #[cfg(test)]

@@ -37,8 +37,10 @@
 //! goes away; `CancelFlightInfo` and `CancelQuery` cancel it like
 //! `DELETE /queries/{id}`.
 
+mod answers;
 mod catalog;
 pub(crate) mod options;
+mod params;
 pub(crate) mod results;
 mod server;
 mod service;

@@ -1,19 +1,20 @@
-//! The Flight SQL service: each call authenticates with the HTTP API's
-//! extractor, runs statements through [`results::start`] and keeps what a
-//! client fetches later in [`Tickets`].
+//! The Flight SQL service: each call is identified as every door identifies
+//! it ([`crate::identity::Authenticator`]), runs statements through
+//! [`results::start`] and keeps what a client fetches later in [`Tickets`];
+//! parameters are read by [`crate::flight::params`], answers built by
+//! [`crate::flight::answers`], catalog calls answered by [`catalog`].
+//! One `impl FlightSqlService` holds every call: the trait's methods cannot
+//! be split between files.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::{self as types, DataType, Schema, SchemaRef};
+use arrow::array::AsArray;
+use arrow::datatypes::{self as types, SchemaRef};
 use arrow::ipc::writer::IpcWriteOptions;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
-use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
-use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
-use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::metadata::SqlInfoData;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
@@ -25,32 +26,26 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{
     Action, CancelFlightInfoRequest, CancelFlightInfoResult, CancelStatus, FlightDescriptor,
-    FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc,
-    SchemaResult, Ticket,
+    FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, SchemaAsIpc, SchemaResult,
+    Ticket,
 };
-use futures::stream::BoxStream;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::core::state::AppState;
 use crate::engine::Param;
+use crate::flight::answers::{
+    command_info, handle_of_info, ipc_schema, one_batch, sql_info, DoGetStream,
+};
 use crate::flight::catalog;
 use crate::flight::options::CallOptions;
+use crate::flight::params::read_params;
 use crate::flight::results::{self, Started};
 use crate::flight::status;
-use crate::flight::tickets::{self, Handle, Tickets};
+use crate::flight::tickets::{self, Tickets};
 use crate::flight::xdbc;
 use crate::identity::Identity;
-
-type DoGetStream = <FlightSql as FlightService>::DoGetStream;
-
-/// Parameter rows a DoPut may bind.
-const MAX_PARAM_ROWS: usize = 10_000;
-
-/// Tables whose Arrow schema one GetTables may read (`include_schema`):
-/// each is a `LIMIT 0` query through the guard.
-const MAX_SCHEMA_TABLES: usize = 500;
 
 /// The Flight SQL service over the gateway's state.
 pub struct FlightSql {
@@ -292,187 +287,6 @@ fn bearer_of<T>(request: &Request<T>) -> [u8; 32] {
         .get("authorization")
         .map_or(&[][..], |v| v.as_bytes());
     tickets::bearer_digest(value)
-}
-
-/// A FlightInfo whose ticket is the command itself (metadata calls: the
-/// DoGet authenticates again and reads the catalog then).
-fn command_info(
-    any: Any,
-    schema: &Schema,
-    descriptor: FlightDescriptor,
-) -> Result<Response<FlightInfo>, Status> {
-    let info = FlightInfo::new()
-        .try_with_schema(schema)
-        .map_err(|e| Status::internal(format!("encoding the schema: {e}")))?
-        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(any.encode_to_vec())))
-        .with_descriptor(descriptor);
-    Ok(Response::new(info))
-}
-
-/// A schema as the IPC message a prepared statement's answer carries.
-fn ipc_schema(schema: &Schema) -> Result<bytes::Bytes, Status> {
-    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
-        .try_into()
-        .map_err(|e: arrow::error::ArrowError| {
-            Status::internal(format!("encoding a schema: {e}"))
-        })?;
-    Ok(bytes)
-}
-
-/// Batches as Flight data; dictionaries pass as DuckDB made them.
-fn flight_data(
-    schema: SchemaRef,
-    batches: BoxStream<'static, Result<RecordBatch, Status>>,
-) -> DoGetStream {
-    let stream = FlightDataEncoderBuilder::new()
-        .with_schema(schema)
-        .with_dictionary_handling(DictionaryHandling::Resend)
-        .build(batches.map_err(FlightError::from))
-        .map_err(Status::from);
-    Box::pin(stream)
-}
-
-fn one_batch(batch: Result<RecordBatch, FlightError>) -> Result<Response<DoGetStream>, Status> {
-    let batch = batch.map_err(|e| Status::internal(format!("building the answer: {e}")))?;
-    let schema = batch.schema();
-    Ok(Response::new(flight_data(
-        schema,
-        futures::stream::iter([Ok(batch)]).boxed(),
-    )))
-}
-
-/// GetSqlInfo's answer.
-fn sql_info(read_only: bool, duckdb_version: &str) -> SqlInfoData {
-    let mut b = SqlInfoDataBuilder::new();
-    b.append(SqlInfo::FlightSqlServerName, "duckgate");
-    b.append(
-        SqlInfo::FlightSqlServerVersion,
-        format!("{} (DuckDB {duckdb_version})", env!("CARGO_PKG_VERSION")).as_str(),
-    );
-    b.append(SqlInfo::FlightSqlServerArrowVersion, "58");
-    b.append(SqlInfo::FlightSqlServerReadOnly, read_only);
-    b.append(SqlInfo::FlightSqlServerSql, true);
-    b.append(SqlInfo::FlightSqlServerSubstrait, false);
-    // SqlSupportedTransaction::None: every statement commits on its own.
-    b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-    b.append(SqlInfo::FlightSqlServerCancel, true);
-    b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
-    // A qualified name is catalog.schema.table (a BI tool's navigator and
-    // a dialect read these to qualify what they listed).
-    b.append(SqlInfo::SqlCatalogTerm, "catalog");
-    b.append(SqlInfo::SqlSchemaTerm, "schema");
-    b.append(SqlInfo::SqlCatalogAtStart, true);
-    b.append(SqlInfo::SqlDdlCatalog, false);
-    b.append(SqlInfo::SqlDdlSchema, false);
-    b.append(SqlInfo::SqlDdlTable, !read_only);
-    b.build().expect("a fixed set of SqlInfo values")
-}
-
-/// `%` and `_` of a Flight SQL filter pattern.
-fn like(pattern: &str, text: &str) -> bool {
-    fn go(p: &[char], t: &[char]) -> bool {
-        match p.split_first() {
-            None => t.is_empty(),
-            Some(('%', rest)) => (0..=t.len()).any(|i| go(rest, &t[i..])),
-            Some(('_', rest)) => !t.is_empty() && go(rest, &t[1..]),
-            Some((c, rest)) => t.first() == Some(c) && go(rest, &t[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    go(&p, &t)
-}
-
-/// Row `i` of a parameter column as a statement parameter: numbers,
-/// booleans, text and bytes as themselves, other types as their text
-/// (DuckDB casts it to the parameter's type).
-fn param_of(a: &ArrayRef, i: usize) -> Result<Param, Status> {
-    if a.is_null(i) {
-        return Ok(Param::Null);
-    }
-    Ok(match a.data_type() {
-        DataType::Null => Param::Null,
-        DataType::Boolean => Param::Bool(a.as_boolean().value(i)),
-        DataType::Int8 => Param::Int(a.as_primitive::<types::Int8Type>().value(i).into()),
-        DataType::Int16 => Param::Int(a.as_primitive::<types::Int16Type>().value(i).into()),
-        DataType::Int32 => Param::Int(a.as_primitive::<types::Int32Type>().value(i).into()),
-        DataType::Int64 => Param::Int(a.as_primitive::<types::Int64Type>().value(i)),
-        DataType::UInt8 => Param::Int(a.as_primitive::<types::UInt8Type>().value(i).into()),
-        DataType::UInt16 => Param::Int(a.as_primitive::<types::UInt16Type>().value(i).into()),
-        DataType::UInt32 => Param::Int(a.as_primitive::<types::UInt32Type>().value(i).into()),
-        DataType::UInt64 => Param::UInt(a.as_primitive::<types::UInt64Type>().value(i)),
-        DataType::Float32 => Param::Float(a.as_primitive::<types::Float32Type>().value(i).into()),
-        DataType::Float64 => Param::Float(a.as_primitive::<types::Float64Type>().value(i)),
-        DataType::Utf8 => Param::Text(a.as_string::<i32>().value(i).to_string()),
-        DataType::LargeUtf8 => Param::Text(a.as_string::<i64>().value(i).to_string()),
-        DataType::Utf8View => Param::Text(a.as_string_view().value(i).to_string()),
-        DataType::Decimal128(width, scale) if *scale >= 0 => Param::Decimal {
-            width: *width,
-            scale: *scale as u8,
-            value: a.as_primitive::<types::Decimal128Type>().value(i),
-        },
-        // A union column lets each row carry a type of its own
-        // (`flightsql-dbapi` binds every parameter so): the row's value is
-        // that of the member it selects.
-        DataType::Union(_, _) => {
-            let member = a.as_union().value(i);
-            return param_of(&member, 0);
-        }
-        DataType::Binary => Param::Blob(a.as_binary::<i32>().value(i).to_vec()),
-        DataType::LargeBinary => Param::Blob(a.as_binary::<i64>().value(i).to_vec()),
-        DataType::BinaryView => Param::Blob(a.as_binary_view().value(i).to_vec()),
-        DataType::FixedSizeBinary(_) => Param::Blob(a.as_fixed_size_binary().value(i).to_vec()),
-        _ => {
-            let f =
-                ArrayFormatter::try_new(a.as_ref(), &FormatOptions::default()).map_err(|e| {
-                    status::invalid(format!("a parameter of type {}: {e}", a.data_type()))
-                })?;
-            Param::Text(f.value(i).to_string())
-        }
-    })
-}
-
-/// The parameter rows of a DoPut's batches.
-async fn read_params(stream: PeekableFlightDataStream) -> Result<Vec<Vec<Param>>, Status> {
-    let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
-        stream.map_err(FlightError::from),
-    );
-    let mut rows = Vec::new();
-    while let Some(batch) = batches.next().await {
-        let batch = batch.map_err(Status::from)?;
-        if rows.len() + batch.num_rows() > MAX_PARAM_ROWS {
-            return Err(Status::resource_exhausted(format!(
-                "more than {MAX_PARAM_ROWS} parameter rows in one DoPut"
-            )));
-        }
-        for r in 0..batch.num_rows() {
-            rows.push(
-                batch
-                    .columns()
-                    .iter()
-                    .map(|c| param_of(c, r))
-                    .collect::<Result<Vec<_>, _>>()?,
-            );
-        }
-    }
-    Ok(rows)
-}
-
-/// The result handle in a FlightInfo's first ticket (a cancel's target).
-fn handle_of_info(info: &FlightInfo) -> Result<Handle, Status> {
-    let ticket = info
-        .endpoint
-        .first()
-        .and_then(|e| e.ticket.as_ref())
-        .ok_or_else(|| status::invalid("the FlightInfo has no ticket"))?;
-    let any =
-        Any::decode(&*ticket.ticket).map_err(|_| status::invalid("not a ticket of this server"))?;
-    let t: TicketStatementQuery = any
-        .unpack()
-        .ok()
-        .flatten()
-        .ok_or_else(|| status::invalid("not a statement ticket of this server"))?;
-    tickets::parse(&t.statement_handle)
 }
 
 /// One line and one count per call: method, identity, gRPC code, time.
@@ -885,59 +699,11 @@ impl FlightSqlService for FlightSql {
         let auth = self.auth(&request).await?;
         let r = async {
             let databases = self.databases(&auth).await?;
-            let mut rows = Vec::new();
-            for d in &databases {
-                if query.catalog.as_ref().is_some_and(|c| c != &d.name) {
-                    continue;
-                }
-                for s in &d.schemas {
-                    if query
-                        .db_schema_filter_pattern
-                        .as_ref()
-                        .is_some_and(|p| !like(p, &s.name))
-                    {
-                        continue;
-                    }
-                    for t in &s.tables {
-                        let kind = t.kind.to_uppercase();
-                        let wanted = query
-                            .table_name_filter_pattern
-                            .as_ref()
-                            .is_none_or(|p| like(p, &t.name))
-                            && (query.table_types.is_empty() || query.table_types.contains(&kind));
-                        if wanted {
-                            rows.push((d.name.clone(), s.name.clone(), t.name.clone(), kind));
-                        }
-                    }
-                }
-            }
-            if query.include_schema && rows.len() > MAX_SCHEMA_TABLES {
-                return Err(Status::resource_exhausted(format!(
-                    "{} tables match; with their schemas at most {MAX_SCHEMA_TABLES} are listed at once: narrow the filters",
-                    rows.len()
-                )));
-            }
-            let mut b = query.clone().into_builder();
-            for (c, s, t, kind) in rows {
-                let schema = if query.include_schema {
-                    // The table's columns as a query of it returns them,
-                    // with DuckDB's type names; what the caller may not
-                    // read is not listed.
-                    match catalog::table_schema(&self.state, &auth, &c, &s, &t).await? {
-                        Some(schema) => schema,
-                        None => continue,
-                    }
-                } else {
-                    Arc::new(Schema::empty())
-                };
-                b.append(c, s, t, kind, &schema)
-                    .map_err(|e| Status::internal(format!("building the answer: {e}")))?;
-            }
-            Ok(b.build())
+            catalog::tables(&self.state, &auth, &databases, &query).await
         }
         .await;
         observe("GetTables", Some(&auth.name), t0, &r);
-        one_batch(r?)
+        one_batch(Ok(r?))
     }
 
     async fn get_flight_info_table_types(

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use crate::core::state::AppState as State;
+pub use crate::encode::DUCKDB_TYPE_KEY;
 pub use crate::engine::execute::describe::Described;
 pub use crate::engine::queries::Running;
 pub use crate::engine::Param;

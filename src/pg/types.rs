@@ -13,7 +13,7 @@
 //! | FLOAT, DOUBLE | Float32, Float64 | `float4`, `float8` |
 //! | VARCHAR | Utf8 | `text` |
 //! | BLOB | Binary | `bytea` |
-//! | UUID | FixedSizeBinary(16) `arrow.uuid`, or Utf8 | `uuid`, or `text` |
+//! | UUID | Utf8 marked `duckgate.duckdb_type` = `UUID` (or FixedSizeBinary(16) `arrow.uuid`) | `uuid` |
 //! | DATE | Date32 | `date` |
 //! | TIME | Time64 | `time` |
 //! | TIMESTAMP (any unit) | Timestamp | `timestamp` |
@@ -69,7 +69,9 @@ pub fn pg_type(field: &Field) -> (Type, i32) {
             }
         }
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            if is_json(field) {
+            if is_uuid(field) {
+                (Type::UUID, -1)
+            } else if is_json(field) {
                 (Type::JSON, -1)
             } else {
                 (Type::TEXT, -1)
@@ -90,11 +92,15 @@ pub fn pg_type(field: &Field) -> (Type, i32) {
     }
 }
 
+/// Whether a column holds UUIDs: Arrow's canonical `arrow.uuid` (16
+/// bytes), or the text DuckDB's Arrow export carries them as, which the
+/// engine marks `duckgate.duckdb_type` = `UUID`.
 fn is_uuid(field: &Field) -> bool {
-    field
-        .metadata()
-        .get("ARROW:extension:name")
+    let m = field.metadata();
+    m.get("ARROW:extension:name")
         .is_some_and(|n| n == "arrow.uuid")
+        || m.get(crate::pg::backend::DUCKDB_TYPE_KEY)
+            .is_some_and(|t| t == "UUID")
 }
 
 /// Whether a column is a BIGNUM: DuckDB exports it as an opaque Arrow

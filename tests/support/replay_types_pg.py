@@ -101,7 +101,7 @@ def norm(v, t):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return ("bytes", bytes(v).hex())
     if isinstance(v, uuid.UUID):
-        return ("t", str(v))
+        return ("uuid", str(v))
     return ("t", str(v))
 
 

@@ -137,7 +137,7 @@ def norm(v):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return ("bytes", bytes(v).hex())
     if isinstance(v, uuid.UUID):
-        return ("t", str(v))
+        return ("uuid", str(v))
     return ("t", str(v))
 
 def rows(rs):
@@ -183,8 +183,9 @@ QUERIES = [
     ("SELECT INTERVAL '2 months 3 days 04:05:06.789' i, INTERVAL '-90 minutes' neg, INTERVAL '0 seconds' z", None),
     ("SELECT 'héllo wörld ✓ 😀' u, '日本語' j, '' e, 'a''quote\"' q, NULL::VARCHAR n", None),
     ("SELECT '\\xAA\\x00\\xFF'::BLOB b, ''::BLOB e, NULL::BLOB n", None),
-    ("SELECT [1, 2, NULL] l, ['a', 'b c', 'x,y', ''] s, {'a': 1, 'b': 'x'} st, MAP {'k': 'v'} m, [1.5, 2.0] f, '550e8400-e29b-41d4-a716-446655440000'::UUID u",
-     "SELECT CAST([1, 2, NULL] AS VARCHAR), CAST(['a', 'b c', 'x,y', ''] AS VARCHAR), CAST({'a': 1, 'b': 'x'} AS VARCHAR), CAST(MAP {'k': 'v'} AS VARCHAR), CAST([1.5, 2.0] AS VARCHAR), '550e8400-e29b-41d4-a716-446655440000'"),
+    ("SELECT [1, 2, NULL] l, ['a', 'b c', 'x,y', ''] s, {'a': 1, 'b': 'x'} st, MAP {'k': 'v'} m, [1.5, 2.0] f, ['550e8400-e29b-41d4-a716-446655440000'::UUID] lu",
+     "SELECT CAST([1, 2, NULL] AS VARCHAR), CAST(['a', 'b c', 'x,y', ''] AS VARCHAR), CAST({'a': 1, 'b': 'x'} AS VARCHAR), CAST(MAP {'k': 'v'} AS VARCHAR), CAST([1.5, 2.0] AS VARCHAR), CAST(['550e8400-e29b-41d4-a716-446655440000'::UUID] AS VARCHAR)"),
+    ("SELECT '550e8400-e29b-41d4-a716-446655440000'::UUID u, NULL::UUID n, uuid_extract_version('550e8400-e29b-41d4-a716-446655440000'::UUID) v, u2 FROM (VALUES ('00000000-0000-0000-0000-000000000000'::UUID), ('ffffffff-ffff-ffff-ffff-ffffffffffff'::UUID)) t(u2) ORDER BY u2", None),
     ("SELECT id, tenant, amount, placed, note FROM orders ORDER BY id", None),
     ("SELECT i, i::VARCHAR s FROM range(20000) t(i) ORDER BY i", None),
     ("SELECT * FROM range(0) t(i)", None),
@@ -218,6 +219,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
         ("SELECT %s::INTEGER + 1 AS a, %s AS b, %s::DOUBLE AS c", (41, "hé", 2.5), "SELECT ?::INTEGER + 1, ?, ?::DOUBLE"),
         ("SELECT id, amount FROM orders WHERE id = %s AND tenant = %s", (4, "a"), "SELECT id, amount FROM orders WHERE id = ? AND tenant = ?"),
         ("SELECT %s::DATE AS d, %s::DECIMAL(10,2) AS n, %s::BLOB AS b", (datetime.date(2024, 2, 29), decimal.Decimal("12.34"), b"\x00\xff"), "SELECT ?::DATE, ?::DECIMAL(10,2), ?::BLOB"),
+        ("SELECT %s::UUID AS u, %s::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID AS same", (uuid.UUID("550e8400-e29b-41d4-a716-446655440000"),) * 2, "SELECT ?::UUID, ?::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID"),
     ]
     for q, p, r in params:
         for binary in (False, True):
@@ -229,7 +231,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
                 out.append({"params": True, "binary": binary, "sql": q, "got": got, "want": want})
     # The type OIDs the columns are described with.
     cur = conn.cursor()
-    cur.execute("SELECT 1::INTEGER a, 2::BIGINT b, 'x' c, 1.5::DOUBLE d, 1.5::DECIMAL(4,2) e, DATE '2024-01-01' f, TIMESTAMPTZ '2024-01-01 00:00:00+00' g, INTERVAL 1 DAY h, true i, ''::BLOB j")
+    cur.execute("SELECT 1::INTEGER a, 2::BIGINT b, 'x' c, 1.5::DOUBLE d, 1.5::DECIMAL(4,2) e, DATE '2024-01-01' f, TIMESTAMPTZ '2024-01-01 00:00:00+00' g, INTERVAL 1 DAY h, true i, ''::BLOB j, uuid() k")
     oids = [c.type_code for c in cur.description]
 done(mismatches=out, oids=oids)
 "#
@@ -237,10 +239,10 @@ done(mismatches=out, oids=oids)
         &[],
     );
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
-    // int4, int8, text, float8, numeric, date, timestamptz, interval, bool, bytea
+    // int4, int8, text, float8, numeric, date, timestamptz, interval, bool, bytea, uuid
     assert_eq!(
         v["oids"],
-        serde_json::json!([23, 20, 25, 701, 1700, 1082, 1184, 1186, 16, 17])
+        serde_json::json!([23, 20, 25, 701, 1700, 1082, 1184, 1186, 16, 17, 2950])
     );
     // Every statement is audited as the door's.
     let log = d.app.log_text();
@@ -278,6 +280,14 @@ async def main():
         want = reference("SELECT id, amount, note FROM orders WHERE id > ? AND tenant = ? ORDER BY id", args)
         if got != want:
             out.append({"prepared": args, "got": got, "want": want})
+    # A UUID parameter, typed by DuckDB as the statement's describe says.
+    u = uuid.UUID("550e8400-e29b-41d4-a716-446655440000")
+    st = await conn.prepare("SELECT $1::UUID AS u, $1::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID AS same")
+    types.extend(a.name for a in st.get_parameters())
+    got = rows([tuple(r.values()) for r in await st.fetch(u)])
+    want = reference("SELECT ?::UUID, ?::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID", (u, u))
+    if got != want:
+        out.append({"prepared": str(u), "got": got, "want": want})
     await conn.close()
     return out, types
 out, types = asyncio.run(main())
@@ -287,7 +297,11 @@ done(mismatches=out, types=types)
         &[],
     );
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
-    assert_eq!(v["types"], serde_json::json!(["int4", "text"]), "{v}");
+    assert_eq!(
+        v["types"],
+        serde_json::json!(["int4", "text", "uuid"]),
+        "{v}"
+    );
 }
 
 #[tokio::test]

@@ -58,6 +58,31 @@ pub fn mark_schema(schema: &Schema, marks: &[Vec<Mark>]) -> SchemaRef {
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
+/// `schema` with each column DuckDB types as UUID (`type_names`, by
+/// position) marked `duckgate.duckdb_type` = `UUID`: DuckDB's Arrow export
+/// carries a UUID as its text, which a reader (the PostgreSQL door, which
+/// describes it as `uuid`) cannot otherwise tell from a VARCHAR. Only the
+/// metadata differs: the batches still fit the schema.
+pub fn mark_uuids(schema: &SchemaRef, type_names: &[String]) -> SchemaRef {
+    if !type_names.iter().any(|t| t == "UUID") {
+        return schema.clone();
+    }
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .zip(type_names.iter().map(Some).chain(std::iter::repeat(None)))
+        .map(|(f, t)| match t {
+            Some(t) if t == "UUID" => {
+                let mut metadata = f.metadata().clone();
+                metadata.insert(DUCKDB_TYPE_KEY.to_string(), t.clone());
+                Arc::new(f.as_ref().clone().with_metadata(metadata))
+            }
+            _ => f.clone(),
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// Whether `marks` mark anything.
 pub fn any(marks: &[Vec<Mark>]) -> bool {
     marks.iter().any(|m| !m.is_empty())

@@ -20,7 +20,7 @@ pub mod marks;
 pub mod types;
 
 pub use json::DUCKDB_TYPE_KEY;
-pub use marks::{mark_schema, Mark};
+pub use marks::{mark_schema, mark_uuids, Mark};
 pub use types::{duckdb_type_name, logical_type_name};
 
 use std::io::Write as _;

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use secrecy::{ExposeSecret, SecretString};
 
 pub use crate::core::state::AppState as State;
+pub use crate::encode::DUCKDB_TYPE_KEY;
 pub use crate::engine::execute::describe::Described;
 pub use crate::engine::queries::Running;
 pub use crate::engine::Param;
@@ -152,4 +153,77 @@ pub fn batches(
 pub fn cancel(state: &State, running: &Arc<Running>) {
     tracing::info!(query_id = %running.id, owner = %running.owner, by = "pg cancel request", "cancel requested");
     state.queries.cancel(running);
+}
+
+/// A primary key or unique constraint of a table (DuckDB's
+/// `duckdb_constraints()`), as [`keys`] lists them.
+#[derive(Debug, Clone)]
+pub struct Key {
+    /// The table's catalog.
+    pub database: String,
+    /// The table's schema.
+    pub schema: String,
+    /// The table.
+    pub table: String,
+    /// The table's oid (`pg_class.oid`).
+    pub table_oid: i64,
+    /// The schema's oid (`pg_namespace.oid`).
+    pub schema_oid: i64,
+    /// The constraint's place among the table's.
+    pub index: i64,
+    /// A primary key (else a unique constraint).
+    pub primary: bool,
+    /// DuckDB's name of it (`orders_id_pkey`).
+    pub name: String,
+    /// Its columns, in order.
+    pub columns: Vec<String>,
+    /// Their places in the table, from 1 (`pg_attribute.attnum`).
+    pub attnums: Vec<i64>,
+}
+
+/// The primary keys and unique constraints of the tables `who` may read,
+/// confined as every listing is: a table it may not read, or a key over
+/// a column its grants hide, is not there.
+pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
+    const SQL: &str = "SELECT database_name, schema_name, table_name, table_oid, schema_oid, \
+        constraint_index, constraint_type = 'PRIMARY KEY', constraint_name, \
+        to_json(constraint_column_names)::VARCHAR, to_json(constraint_column_indexes)::VARCHAR \
+        FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') ORDER BY ALL";
+    let mut keys = crate::core::catalog::on_pooled(state, &who.name, |conn| {
+        let mut stmt = conn.prepare(SQL)?;
+        let rows = stmt.query_map([], |r| {
+            let columns: String = r.get(8)?;
+            let indexes: String = r.get(9)?;
+            Ok(Key {
+                database: r.get(0)?,
+                schema: r.get(1)?,
+                table: r.get(2)?,
+                table_oid: r.get(3)?,
+                schema_oid: r.get(4)?,
+                index: r.get(5)?,
+                primary: r.get(6)?,
+                name: r.get(7)?,
+                columns: serde_json::from_str(&columns).unwrap_or_default(),
+                attnums: serde_json::from_str::<Vec<i64>>(&indexes)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|i| i + 1)
+                    .collect(),
+            })
+        })?;
+        rows.collect::<duckdb::Result<Vec<Key>>>()
+    })
+    .await
+    .map_err(|e| Failure {
+        problem: Box::new(e.problem()),
+    })?;
+    if let Some(access) = &who.access {
+        keys.retain(|k| {
+            access.sees(&k.database, &k.schema, &k.table)
+                && k.columns
+                    .iter()
+                    .all(|c| access.may_read_column(&k.database, &k.schema, &k.table, c))
+        });
+    }
+    Ok(keys)
 }

@@ -30,12 +30,29 @@
 
 use std::borrow::Cow;
 
+use crate::pg::keys;
+
 /// Catalog tables DuckDB lacks or lacks columns of: their name and the
 /// query that stands for them.
 const TABLES: &[(&str, &str)] = &[
     (
         "pg_class",
         "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class",
+    ),
+    // PostgreSQL's type oids (DuckDB's view has DuckDB's type ids, which
+    // join no `pg_type` row: pgjdbc's getColumns joins them) and type
+    // modifiers (`numeric(p,s)` as PostgreSQL encodes it); a type
+    // PostgreSQL has no oid for keeps DuckDB's id (see `format_type`).
+    (
+        "pg_attribute",
+        "SELECT * REPLACE (CASE atttypid WHEN 10 THEN 16 WHEN 11 THEN 21 WHEN 12 THEN 21 WHEN 13 THEN 23 \
+         WHEN 14 THEN 20 WHEN 15 THEN 1082 WHEN 16 THEN 1083 WHEN 17 THEN 1114 WHEN 18 THEN 1114 \
+         WHEN 19 THEN 1114 WHEN 20 THEN 1114 WHEN 21 THEN 1700 WHEN 22 THEN 700 WHEN 23 THEN 701 \
+         WHEN 25 THEN 1043 WHEN 26 THEN 17 WHEN 27 THEN 1186 WHEN 28 THEN 21 WHEN 29 THEN 23 \
+         WHEN 30 THEN 20 WHEN 32 THEN 1184 WHEN 34 THEN 1266 WHEN 35 THEN 1083 WHEN 36 THEN 1560 \
+         WHEN 54 THEN 2950 ELSE atttypid END AS atttypid, \
+         CASE WHEN atttypmod > 0 THEN (((atttypmod // 1000) << 16) | (atttypmod % 1000)) + 4 ELSE atttypmod END AS atttypmod) \
+         FROM pg_catalog.pg_attribute",
     ),
     (
         "pg_index",
@@ -44,6 +61,19 @@ const TABLES: &[(&str, &str)] = &[
     (
         "pg_collation",
         "SELECT *, NULL::BIGINT AS collnamespace, NULL::VARCHAR AS collprovider FROM pg_catalog.pg_collation",
+    ),
+    // DuckDB's, but for functions' comments (its view reads
+    // duckdb_functions(), which a confined identity may not: pgjdbc's
+    // getTables joins it), and `classoid` PostgreSQL's oid of `pg_class`
+    // (or `pg_type`), which `'pg_class'::regclass` reads as.
+    (
+        "pg_description",
+        "SELECT table_oid AS objoid, 1259 AS classoid, 0 AS objsubid, comment AS description FROM duckdb_tables() WHERE NOT internal \
+         UNION ALL SELECT table_oid, 1259, column_index, comment FROM duckdb_columns() WHERE NOT internal \
+         UNION ALL SELECT view_oid, 1259, 0, comment FROM duckdb_views() WHERE NOT internal \
+         UNION ALL SELECT index_oid, 1259, 0, comment FROM duckdb_indexes() \
+         UNION ALL SELECT sequence_oid, 1259, 0, comment FROM duckdb_sequences() \
+         UNION ALL SELECT type_oid, 1247, 0, comment FROM duckdb_types() WHERE NOT internal",
     ),
     (
         "pg_policy",
@@ -161,6 +191,26 @@ const TYPE_NAMES: &[(&str, &str)] = &[
     ("timetz", "time with time zone"),
 ];
 
+/// PostgreSQL's names of the type oids `pg_attribute`'s shim gives.
+const PG_TYPE_NAMES: &[(u32, &str)] = &[
+    (16, "boolean"),
+    (21, "smallint"),
+    (23, "integer"),
+    (20, "bigint"),
+    (700, "real"),
+    (701, "double precision"),
+    (1043, "character varying"),
+    (17, "bytea"),
+    (1082, "date"),
+    (1083, "time without time zone"),
+    (1114, "timestamp without time zone"),
+    (1184, "timestamp with time zone"),
+    (1266, "time with time zone"),
+    (1186, "interval"),
+    (1560, "bit"),
+    (2950, "uuid"),
+];
+
 /// Words after a table's name that are not its alias.
 const NOT_ALIAS: &[&str] = &[
     "where",
@@ -197,6 +247,14 @@ const NOT_ALIAS: &[&str] = &[
 /// `sql` with the PostgreSQL spellings DuckDB does not read replaced; the
 /// text itself when it holds none (the common case costs a few scans).
 pub fn rewrite(sql: &str) -> Cow<'_, str> {
+    rewrite_with(sql, None)
+}
+
+/// [`rewrite`] with `keys`, the relation of the primary keys and unique
+/// constraints the identity may see ([`keys::relation`]), standing in
+/// `pg_constraint` and completing `pg_index` and `pg_class` (a statement
+/// that names them: see [`keys::needed`]).
+pub fn rewrite_with<'a>(sql: &'a str, keys: Option<&str>) -> Cow<'a, str> {
     if ![
         "pg_catalog",
         "pg_get_",
@@ -206,13 +264,14 @@ pub fn rewrite(sql: &str) -> Cow<'_, str> {
         "json_build_object",
         "array_upper",
         "format_type",
+        "_pg_expandarray",
     ]
     .iter()
     .any(|w| contains_ignore_case(sql, w))
     {
         return Cow::Borrowed(sql);
     }
-    Cow::Owned(rewrite_all(sql))
+    Cow::Owned(rewrite_all(sql, keys))
 }
 
 fn is_ident(c: char) -> bool {
@@ -225,7 +284,7 @@ fn word(s: &str) -> &str {
     &s[..end]
 }
 
-fn rewrite_all(sql: &str) -> String {
+fn rewrite_all(sql: &str, keys: Option<&str>) -> String {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
     // Whether the previous character continues a name (a word, a quoted
@@ -234,6 +293,12 @@ fn rewrite_all(sql: &str) -> String {
     while !rest.is_empty() {
         // Quoted text and comments pass unchanged.
         let skip = quoted_len(rest);
+        if let Some((oid, used)) = catalog_oid(rest, skip) {
+            out.push_str(oid);
+            rest = &rest[used..];
+            after_name = true;
+            continue;
+        }
         if skip > 0 {
             out.push_str(&rest[..skip]);
             after_name = rest.starts_with('"');
@@ -280,6 +345,18 @@ fn rewrite_all(sql: &str) -> String {
                     && is_reg_type(target)
                     && t[target.len()..].trim_start().starts_with(')')
                 {
+                    // `CAST($1 AS REGCLASS)`: a name bound as a parameter,
+                    // made an oid (SQLAlchemy compares
+                    // `pg_description.classoid` with one).
+                    if let Some(param) = cast_parameter(&out) {
+                        if target.eq_ignore_ascii_case("regclass") {
+                            out.truncate(out.len() - param.len());
+                            out.push_str(&regclass_oid(&param));
+                            rest = &t[target.len()..].trim_start()[1..];
+                            after_name = true;
+                            continue;
+                        }
+                    }
                     out.push_str(w);
                     out.push_str(&after[..after.len() - t.len()]);
                     out.push_str("VARCHAR");
@@ -288,18 +365,30 @@ fn rewrite_all(sql: &str) -> String {
                     continue;
                 }
             }
+            if w.eq_ignore_ascii_case("information_schema") && after.starts_with('.') {
+                let name = word(&after[1..]);
+                let tail = &after[1 + name.len()..];
+                if name.eq_ignore_ascii_case("_pg_expandarray") {
+                    if let Some((text, used)) = function(name, tail, keys) {
+                        out.push_str(&text);
+                        rest = &tail[used..];
+                        after_name = false;
+                        continue;
+                    }
+                }
+            }
             if w.eq_ignore_ascii_case("pg_catalog") && after.starts_with('.') {
                 let name = word(&after[1..]);
                 let tail = &after[1 + name.len()..];
                 if !name.is_empty() {
                     if tail.trim_start().starts_with('(') {
-                        if let Some((text, used)) = series(name, tail) {
+                        if let Some((text, used)) = series(name, tail, keys) {
                             out.push_str(&text);
                             rest = &tail[used..];
                             after_name = true;
                             continue;
                         }
-                        if let Some((text, used)) = function(name, tail) {
+                        if let Some((text, used)) = function(name, tail, keys) {
                             out.push_str(&text);
                             rest = &tail[used..];
                             after_name = false;
@@ -311,15 +400,18 @@ fn rewrite_all(sql: &str) -> String {
                             after_name = true;
                             continue;
                         }
-                    } else if let Some((_, shim)) =
-                        TABLES.iter().find(|(t, _)| t.eq_ignore_ascii_case(name))
-                    {
+                    } else if let Some(shim) = keys::table(name, keys).or_else(|| {
+                        TABLES
+                            .iter()
+                            .find(|(t, _)| t.eq_ignore_ascii_case(name))
+                            .map(|(_, shim)| Cow::Borrowed(*shim))
+                    }) {
                         if tail.starts_with('.') {
                             // A column's qualifier: the shim's alias.
                             out.push_str(name);
                         } else {
                             out.push('(');
-                            out.push_str(shim);
+                            out.push_str(&shim);
                             out.push(')');
                             if !has_alias(tail) {
                                 out.push_str(" AS ");
@@ -337,7 +429,7 @@ fn rewrite_all(sql: &str) -> String {
                 continue;
             }
             if after.trim_start().starts_with('(') {
-                if let Some((text, used)) = function(w, after) {
+                if let Some((text, used)) = function(w, after, keys) {
                     out.push_str(&text);
                     rest = &after[used..];
                     after_name = false;
@@ -354,6 +446,68 @@ fn rewrite_all(sql: &str) -> String {
         rest = &rest[c.len_utf8()..];
     }
     out
+}
+
+/// PostgreSQL's oids of its catalog tables, for `'pg_class'::regclass`.
+const CATALOG_OIDS: &[(&str, &str)] = &[
+    ("pg_class", "1259"),
+    ("pg_type", "1247"),
+    ("pg_attribute", "1249"),
+    ("pg_proc", "1255"),
+    ("pg_namespace", "2615"),
+    ("pg_constraint", "2606"),
+    ("pg_index", "2610"),
+    ("pg_description", "2609"),
+];
+
+/// `'pg_class'::regclass` (a catalog table's name as a literal cast to
+/// `regclass`, as pgjdbc compares `pg_description.classoid`): the table's
+/// oid, and the length of `s` it used; `skip` is the literal's length.
+fn catalog_oid(s: &str, skip: usize) -> Option<(&'static str, usize)> {
+    if !s.starts_with('\'') || skip < 2 {
+        return None;
+    }
+    let name = &s[1..skip - 1];
+    let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
+    let (_, oid) = CATALOG_OIDS.iter().find(|(t, _)| *t == name)?;
+    let after = &s[skip..];
+    let n = strip_ci(after, "::")?;
+    let rest = &after[n..];
+    let rest = strip_ci(rest, "pg_catalog.").map_or(rest, |m| &rest[m..]);
+    let w = word(rest);
+    if !w.eq_ignore_ascii_case("regclass") {
+        return None;
+    }
+    Some((oid, s.len() - rest.len() + w.len()))
+}
+
+/// The `CAST($n ` that `out` ends with (the parameter's cast so far), or
+/// `None`.
+fn cast_parameter(out: &str) -> Option<String> {
+    let open = out.rfind('(')?;
+    let inner = out[open + 1..].trim();
+    let head = out[..open].trim_end();
+    let param = inner.strip_prefix('$')?;
+    if param.is_empty() || !param.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if head.len() < 4 || !head[head.len() - 4..].eq_ignore_ascii_case("cast") {
+        return None;
+    }
+    Some(out[head.len() - 4..].to_string())
+}
+
+/// A catalog table's name (`pg_catalog.pg_constraint`) bound as `$n` and
+/// cast to `regclass`: its oid, NULL for another name. `cast` is the text
+/// `CAST($n ` stood in.
+fn regclass_oid(cast: &str) -> String {
+    let param = cast[cast.find('(').unwrap_or(0) + 1..].trim();
+    let mut case = format!("(CASE regexp_replace(CAST({param} AS VARCHAR), '^pg_catalog[.]', '')");
+    for (name, oid) in CATALOG_OIDS {
+        case.push_str(&format!(" WHEN '{name}' THEN {oid}"));
+    }
+    case.push_str(" END)");
+    case
 }
 
 fn is_reg_type(w: &str) -> bool {
@@ -375,7 +529,7 @@ fn has_alias(tail: &str) -> bool {
 /// `pg_catalog.generate_series(a, b) s`: PostgreSQL names the column by
 /// the alias (`x[s]`), DuckDB the row; `generate_series(a, b) s(s)` names
 /// both. The replacement and the length of `tail` it used.
-fn series(name: &str, tail: &str) -> Option<(String, usize)> {
+fn series(name: &str, tail: &str, keys: Option<&str>) -> Option<(String, usize)> {
     if !name.eq_ignore_ascii_case("generate_series") {
         return None;
     }
@@ -394,7 +548,7 @@ fn series(name: &str, tail: &str) -> Option<(String, usize)> {
     Some((
         format!(
             "generate_series({}) {alias}({alias})",
-            rewrite_all(&tail[open + 1..close])
+            rewrite_all(&tail[open + 1..close], keys)
         ),
         used,
     ))
@@ -402,7 +556,7 @@ fn series(name: &str, tail: &str) -> Option<(String, usize)> {
 
 /// A call of a function the door rewrites: `name` followed by `tail`
 /// (`(args) ...`); its replacement and the length of `tail` it used.
-fn function(name: &str, tail: &str) -> Option<(String, usize)> {
+fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(String, usize)> {
     let lower = name.to_ascii_lowercase();
     if ![
         "json_build_object",
@@ -415,6 +569,8 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
         "format_type",
         "to_regtype",
         "pg_get_userbyid",
+        "pg_get_constraintdef",
+        "_pg_expandarray",
     ]
     .contains(&lower.as_str())
     {
@@ -424,7 +580,7 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
     let close = open + 1 + closing(&tail[open + 1..])?;
     let args: Vec<String> = split_args(&tail[open + 1..close])
         .into_iter()
-        .map(rewrite_all)
+        .map(|a| rewrite_all(a, keys))
         .collect();
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("NULL");
     // What stands for the call, and the arguments it no longer reads (a
@@ -436,14 +592,31 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
             if args.len() >= 2 && arg(1).trim() != "0" {
                 ("NULL::VARCHAR".to_string(), vec![0, 1, 2])
             } else {
-                (
-                    format!(
-                        "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
-                        arg(0)
-                    ),
-                    vec![1, 2],
-                )
+                let index = format!(
+                    "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
+                    arg(0)
+                );
+                let text = match keys {
+                    Some(k) => format!("coalesce({index}, {})", keys::indexdef(k, arg(0))),
+                    None => index,
+                };
+                (text, vec![1, 2])
             }
+        }
+        // A key's definition, as PostgreSQL writes it (`PRIMARY KEY (id)`);
+        // without the keys (not confined to them), DuckDB's own.
+        "pg_get_constraintdef" => match keys {
+            Some(k) => (keys::constraintdef(k, arg(0)), vec![1]),
+            None => return None,
+        },
+        // PostgreSQL's `(i, n)` rows of an array's elements and places
+        // (pgjdbc's `getPrimaryKeys`): a struct per element, unnested.
+        "_pg_expandarray" => {
+            let a = arg(0);
+            (
+                format!("unnest(list_transform(generate_series(1, len({a})), lambda n: {{'x': ({a})[n], 'n': n}}))"),
+                vec![],
+            )
         }
         "pg_get_serial_sequence" | "pg_get_statisticsobjdef_columns" => {
             ("NULL::VARCHAR".to_string(), (0..args.len()).collect())
@@ -453,13 +626,24 @@ fn function(name: &str, tail: &str) -> Option<(String, usize)> {
             format!("pg_catalog.pg_get_expr({},{})", arg(0), arg(1)),
             vec![2],
         ),
+        // PostgreSQL's oids by PostgreSQL's names (`pg_attribute`'s shim
+        // gives them), a numeric's typmod as PostgreSQL encodes it; a type
+        // PostgreSQL has no oid for by DuckDB's id, as DuckDB names it.
         "format_type" => {
-            let call = format!("pg_catalog.format_type({},{})", arg(0), arg(1));
-            let mut case = format!("(CASE {call}");
+            let (t, m) = (arg(0), arg(1));
+            let mut case = format!("(CASE ({t})");
+            for (oid, pg) in PG_TYPE_NAMES {
+                case.push_str(&format!(" WHEN {oid} THEN '{pg}'"));
+            }
+            case.push_str(&format!(
+                " WHEN 1700 THEN 'numeric' || CASE WHEN ({m}) > 4 THEN '(' || ((({m}) - 4) >> 16) || ',' || ((({m}) - 4) & 65535) || ')' ELSE '' END"
+            ));
+            let call = format!("pg_catalog.format_type({t},{m})");
+            case.push_str(&format!(" ELSE (CASE {call}"));
             for (duck, pg) in TYPE_NAMES {
                 case.push_str(&format!(" WHEN '{duck}' THEN '{pg}'"));
             }
-            case.push_str(&format!(" ELSE {call} END)"));
+            case.push_str(&format!(" ELSE {call} END) END)"));
             (case, vec![])
         }
         // The type's oid, or NULL (psycopg's type lookups, SQLAlchemy's
@@ -635,7 +819,7 @@ mod tests {
             )
         );
         // Tables DuckDB has whole are its own.
-        let q = "SELECT pg_catalog.pg_attribute.attname FROM pg_catalog.pg_attribute";
+        let q = "SELECT pg_catalog.pg_namespace.nspname FROM pg_catalog.pg_namespace";
         assert_eq!(rewrite(q), q);
     }
 
@@ -657,13 +841,17 @@ mod tests {
         );
         let t = rewrite("pg_catalog.format_type(a.atttypid, a.atttypmod)");
         assert!(
-            t.starts_with(
+            t.starts_with("(CASE (a.atttypid) WHEN 16 THEN 'boolean'"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
                 "(CASE pg_catalog.format_type(a.atttypid, a.atttypmod) WHEN 'int2' THEN 'smallint'"
             ),
             "{t}"
         );
         assert!(
-            t.ends_with(" ELSE pg_catalog.format_type(a.atttypid, a.atttypmod) END)"),
+            t.ends_with(" ELSE pg_catalog.format_type(a.atttypid, a.atttypmod) END) END)"),
             "{t}"
         );
         assert!(rewrite("pg_catalog.pg_get_indexdef(i.indexrelid, 0, true)")
@@ -676,6 +864,15 @@ mod tests {
         assert_eq!(
             rewrite("pg_catalog.pg_get_indexdef(i.indexrelid, 1, true)"),
             "NULL::VARCHAR"
+        );
+        // A catalog table's name cast to regclass is its oid.
+        assert_eq!(
+            rewrite("d.classoid = 'pg_class'::regclass AND x = 'pg_catalog.pg_type'::pg_catalog.regclass AND 'other'::regclass"),
+            "d.classoid = 1259 AND x = 1247 AND 'other'::VARCHAR"
+        );
+        assert_eq!(
+            rewrite("d.classoid = CAST($2 AS REGCLASS) AND CAST($3 AS REGTYPE)"),
+            "d.classoid = (CASE regexp_replace(CAST($2 AS VARCHAR), '^pg_catalog[.]', '') WHEN 'pg_class' THEN 1259 WHEN 'pg_type' THEN 1247 WHEN 'pg_attribute' THEN 1249 WHEN 'pg_proc' THEN 1255 WHEN 'pg_namespace' THEN 2615 WHEN 'pg_constraint' THEN 2606 WHEN 'pg_index' THEN 2610 WHEN 'pg_description' THEN 2609 END) AND CAST($3 AS VARCHAR)"
         );
         // A series named by its alias is the column too.
         assert_eq!(

@@ -28,6 +28,7 @@ pub mod auth;
 pub mod backend;
 pub mod compat;
 pub mod errors;
+pub mod keys;
 pub mod query;
 pub mod server;
 pub mod session;

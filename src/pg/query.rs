@@ -29,6 +29,7 @@ use pgwire::messages::PgWireBackendMessage;
 use crate::pg::backend::{self, Started};
 use crate::pg::compat;
 use crate::pg::errors::{self, code};
+use crate::pg::keys;
 use crate::pg::session::{self, Command, Copy, Session};
 use crate::pg::types;
 use crate::pg::Door;
@@ -117,6 +118,26 @@ fn encode_rows(batch: &RecordBatch, fields: &Arc<Vec<FieldInfo>>) -> PgWireResul
 }
 
 impl Queries {
+    /// `sql` as DuckDB runs it: PostgreSQL's catalog spellings rewritten
+    /// ([`compat`]), with the keys the identity may see where the
+    /// statement reads them ([`keys`]).
+    async fn catalog_text<'a>(
+        &self,
+        session: &Arc<Session>,
+        sql: &'a str,
+    ) -> PgWireResult<std::borrow::Cow<'a, str>> {
+        if !keys::needed(sql) {
+            return Ok(compat::rewrite(sql));
+        }
+        let found = backend::keys(&self.door.state, &session.identity)
+            .await
+            .map_err(|f| errors::of_problem(&f.problem, sql))?;
+        let relation = keys::relation(&found);
+        Ok(std::borrow::Cow::Owned(
+            compat::rewrite_with(sql, Some(&relation)).into_owned(),
+        ))
+    }
+
     /// Starts a statement for the session, recording it as running.
     async fn start(
         &self,
@@ -125,7 +146,7 @@ impl Queries {
         params: Vec<backend::Param>,
     ) -> PgWireResult<Started> {
         let timeout = session.statement_timeout_ms();
-        let text = compat::rewrite(sql);
+        let text = self.catalog_text(session, sql).await?;
         let started = backend::start(
             &self.door.state,
             &session.identity,
@@ -621,7 +642,7 @@ impl ExtendedQueryHandler for Queries {
             }
             _ => return Ok(DescribeStatementResponse::no_data()),
         };
-        let text = compat::rewrite(sql);
+        let text = self.catalog_text(&session, sql).await?;
         let described = backend::describe(
             &self.door.state,
             &session.identity,

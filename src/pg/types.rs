@@ -13,14 +13,15 @@
 //! | FLOAT, DOUBLE | Float32, Float64 | `float4`, `float8` |
 //! | VARCHAR | Utf8 | `text` |
 //! | BLOB | Binary | `bytea` |
-//! | UUID | FixedSizeBinary(16) `arrow.uuid`, or Utf8 | `uuid`, or `text` |
+//! | UUID | Utf8 marked `duckgate.duckdb_type` = `UUID` (or FixedSizeBinary(16) `arrow.uuid`) | `uuid` |
 //! | DATE | Date32 | `date` |
 //! | TIME | Time64 | `time` |
 //! | TIMESTAMP (any unit) | Timestamp | `timestamp` |
 //! | TIMESTAMP WITH TIME ZONE | Timestamp with a zone | `timestamptz`, written in UTC (`+00`) |
 //! | INTERVAL | Interval(MonthDayNano) | `interval` (microseconds: PostgreSQL keeps no nanoseconds) |
 //! | BIGNUM | Binary, `arrow.opaque` `bignum` | `numeric`, every digit |
-//! | LIST, ARRAY, STRUCT, MAP, UNION | nested | `text`, rendered as DuckDB renders them (`[1, 2]`, `{'a': 1}`, `{k=v}`) |
+//! | LIST of VARCHAR | List(Utf8) | `text[]` |
+//! | other LISTs, ARRAY, STRUCT, MAP, UNION | nested | `text`, rendered as DuckDB renders them (`[1, 2]`, `{'a': 1}`, `{k=v}`) |
 //! | anything else | | `text`, Arrow's rendering |
 
 use std::error::Error;
@@ -69,7 +70,9 @@ pub fn pg_type(field: &Field) -> (Type, i32) {
             }
         }
         DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-            if is_json(field) {
+            if is_uuid(field) {
+                (Type::UUID, -1)
+            } else if is_json(field) {
                 (Type::JSON, -1)
             } else {
                 (Type::TEXT, -1)
@@ -86,15 +89,118 @@ pub fn pg_type(field: &Field) -> (Type, i32) {
         DataType::Timestamp(_, Some(_)) => (Type::TIMESTAMPTZ, -1),
         DataType::Interval(_) | DataType::Duration(_) => (Type::INTERVAL, -1),
         DataType::Dictionary(_, v) => pg_type(&Field::new(field.name(), (**v).clone(), true)),
+        DataType::List(item) | DataType::LargeList(item) => match array_of(item) {
+            Some((array, _)) => (array, -1),
+            None => (Type::TEXT, -1),
+        },
         _ => (Type::TEXT, -1),
     }
 }
 
+/// The PostgreSQL array type of a list of `item`, and its element type:
+/// one level of text (`array_agg` of names, which SQLAlchemy's reflection
+/// reads as a list); other lists are DuckDB's text of them.
+fn array_of(item: &Field) -> Option<(Type, Type)> {
+    if !item.metadata().is_empty() {
+        return None;
+    }
+    // Only text: asyncpg decodes `text[]` itself, but looks other arrays
+    // up in catalog queries the guard refuses (`current_setting`).
+    Some(match item.data_type() {
+        DataType::Utf8 | DataType::LargeUtf8 => (Type::TEXT_ARRAY, Type::TEXT),
+        _ => return None,
+    })
+}
+
+/// The elements of row `i` of a list column described as a PostgreSQL
+/// array, and the element's type.
+fn array_values(a: &dyn Array, i: usize, ty: &Type) -> Option<(ArrayRef, Type)> {
+    let element = match *ty {
+        Type::TEXT_ARRAY => Type::TEXT,
+        Type::INT2_ARRAY => Type::INT2,
+        Type::INT4_ARRAY => Type::INT4,
+        Type::INT8_ARRAY => Type::INT8,
+        _ => return None,
+    };
+    let values = match a.data_type() {
+        DataType::List(_) => a.as_list::<i32>().value(i),
+        DataType::LargeList(_) => a.as_list::<i64>().value(i),
+        _ => return None,
+    };
+    Some((values, element))
+}
+
+/// PostgreSQL's text of a one-dimensional array (`{a,"b c",NULL}`).
+fn array_text(values: &ArrayRef, element: &Type, out: &mut BytesMut) -> Result<(), BoxError> {
+    out.put_u8(b'{');
+    let mut item = BytesMut::new();
+    for j in 0..values.len() {
+        if j > 0 {
+            out.put_u8(b',');
+        }
+        if values.is_null(j) {
+            out.put_slice(b"NULL");
+            continue;
+        }
+        item.clear();
+        text(values.as_ref(), j, element, &mut item)?;
+        let quote = item.is_empty()
+            || item.eq_ignore_ascii_case(b"null")
+            || item
+                .iter()
+                .any(|b| matches!(b, b'{' | b'}' | b',' | b'"' | b'\\') || b.is_ascii_whitespace());
+        if quote {
+            out.put_u8(b'"');
+            for &b in item.iter() {
+                if b == b'"' || b == b'\\' {
+                    out.put_u8(b'\\');
+                }
+                out.put_u8(b);
+            }
+            out.put_u8(b'"');
+        } else {
+            out.put_slice(&item);
+        }
+    }
+    out.put_u8(b'}');
+    Ok(())
+}
+
+/// PostgreSQL's binary form of a one-dimensional array: dimensions, a
+/// NULL flag, the element's oid, the length and lower bound, then each
+/// element's length (-1: NULL) and binary form.
+fn array_binary(values: &ArrayRef, element: &Type, out: &mut BytesMut) -> Result<(), BoxError> {
+    let n = values.len();
+    out.put_i32(i32::from(n > 0));
+    out.put_i32(i32::from(values.null_count() > 0));
+    out.put_u32(element.oid());
+    if n > 0 {
+        out.put_i32(i32::try_from(n)?);
+        out.put_i32(1);
+    }
+    for j in 0..n {
+        if values.is_null(j) {
+            out.put_i32(-1);
+            continue;
+        }
+        let at = out.len();
+        out.put_i32(0);
+        binary(values.as_ref(), j, element, out)?;
+        let len = i32::try_from(out.len() - at - 4)?;
+        out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    Ok(())
+}
+
+/// Whether a column holds UUIDs: Arrow's canonical `arrow.uuid` (16
+/// bytes), or the text DuckDB's Arrow export carries them as, which the
+/// engine marks `duckgate.duckdb_type` = `UUID`.
 fn is_uuid(field: &Field) -> bool {
-    field
-        .metadata()
-        .get("ARROW:extension:name")
+    let m = field.metadata();
+    m.get("ARROW:extension:name")
         .is_some_and(|n| n == "arrow.uuid")
+        || m.get(crate::pg::backend::DUCKDB_TYPE_KEY)
+            .is_some_and(|t| t == "UUID")
 }
 
 /// Whether a column is a BIGNUM: DuckDB exports it as an opaque Arrow
@@ -274,6 +380,11 @@ pub fn text(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<()
             let (months, days, micros) = interval(a, i);
             interval_text(&mut w, months, days, micros)?
         }
+        DataType::List(_) | DataType::LargeList(_) if array_values(a, i, ty).is_some() => {
+            if let Some((values, element)) = array_values(a, i, ty) {
+                array_text(&values, &element, w.0)?
+            }
+        }
         _ => nested_text(&mut w, a, i)?,
     }
     Ok(())
@@ -331,6 +442,11 @@ pub fn binary(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<
             out.put_i64(micros);
             out.put_i32(days);
             out.put_i32(months);
+        }
+        DataType::List(_) | DataType::LargeList(_) if array_values(a, i, ty).is_some() => {
+            if let Some((values, element)) = array_values(a, i, ty) {
+                array_binary(&values, &element, out)?
+            }
         }
         // Text, JSON and every type written as text: the binary form of
         // `text` and `json` is the text itself.

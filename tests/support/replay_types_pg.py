@@ -14,8 +14,10 @@ DuckDB 1.5.5 returns for the same query, by the mapping of docs/postgres.md
   values psycopg and DuckDB's client make of them (FLOAT as float4: both
   rounded to single precision; intervals as timedeltas, a month as 30 days as
   both clients count it);
-- values PostgreSQL has no type for (LIST, ARRAY, STRUCT, MAP, UNION, ENUM,
-  VARIANT, JSON) travel as `text` and are compared with DuckDB's own
+- one level of LIST of VARCHAR (and UUID, as text) travels as PostgreSQL's
+  `text[]`, compared element by element;
+- values PostgreSQL has no type for (other LISTs, ARRAY, STRUCT, MAP, UNION,
+  ENUM, VARIANT, JSON) travel as `text` and are compared with DuckDB's own
   `CAST(value AS VARCHAR)`; BIGNUM as `numeric`;
 - a value psycopg cannot hold as a Python object (a date beyond year 9999 or
   before year 1, `infinity`), and an INTERVAL whose time part is beyond
@@ -71,8 +73,16 @@ def fresh_connection(extension_dir):
 rt.fresh_connection = fresh_connection
 
 
+# Lists the door sends as PostgreSQL arrays (docs/postgres.md "Types"):
+# compared element by element (a UUID's element as its text: the door's
+# array is `text[]`).
+ARRAYS = ("VARCHAR[]", "UUID[]")
+
+
 def as_text(t):
     s = str(t)
+    if s in ARRAYS:
+        return False
     return s.endswith("]") or s.startswith(TEXT_PREFIXES)
 
 
@@ -81,6 +91,9 @@ def norm(v, t):
     if v is None or isinstance(v, bool):
         return v
     s = str(t)
+    if s in ARRAYS and isinstance(v, list):
+        return ("list", tuple(None if x is None else ("t", str(x)) if s == "UUID[]" else norm(x, "VARCHAR")
+                              for x in v))
     if s == "BIGNUM" and isinstance(v, str):  # DuckDB's client reads a BIGNUM as text
         return ("num", str(int(v)))
     if isinstance(v, float):
@@ -101,7 +114,7 @@ def norm(v, t):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return ("bytes", bytes(v).hex())
     if isinstance(v, uuid.UUID):
-        return ("t", str(v))
+        return ("uuid", str(v))
     return ("t", str(v))
 
 

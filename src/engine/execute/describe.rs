@@ -85,7 +85,7 @@ fn as_answered(schema: SchemaRef, accepted: &guard::Accepted) -> SchemaRef {
     else {
         return schema;
     };
-    let mut encoder = ResultEncoder::new(Format::Arrow, schema);
+    let mut encoder = ResultEncoder::new(Format::Arrow, crate::encode::mark_uuids(&schema, types));
     encoder.unsigned_huge(
         types
             .iter()
@@ -199,6 +199,8 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
         };
         let count = ffi::duckdb_nparams(prepared.0);
         let mut names = Vec::new();
+        // Which parameters are UUIDs (their Arrow type is text).
+        let mut uuids = Vec::new();
         let mut types = Types(Vec::new());
         for i in 1..=count {
             names.push(owned_text(
@@ -217,9 +219,16 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
             } else {
                 t
             };
+            uuids.push(
+                if ffi::duckdb_get_type_id(t) == ffi::DUCKDB_TYPE_DUCKDB_TYPE_UUID {
+                    "UUID".to_string()
+                } else {
+                    String::new()
+                },
+            );
             types.0.push(t);
         }
-        let parameters = to_arrow(raw, types, &names)?;
+        let parameters = crate::encode::mark_uuids(&to_arrow(raw, types, &names)?, &uuids);
         Ok(Described {
             dataset,
             parameters,

@@ -159,7 +159,8 @@ fn result_encoder(
                 })
                 .collect::<Vec<_>>(),
         )),
-        _ => schema.clone(),
+        // A UUID column says so: its Arrow values are text.
+        _ => encode::mark_uuids(schema, type_names),
     };
     let mut encoder = ResultEncoder::new(format, encoder_schema);
     if let Some(names) = csv_names {

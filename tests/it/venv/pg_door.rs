@@ -26,10 +26,10 @@ path = sys.argv[1]
 c = duckdb.connect(path)
 c.sql("CREATE TABLE orders(id INTEGER, tenant VARCHAR, amount DECIMAL(10,2), placed DATE, note VARCHAR)")
 c.sql("INSERT INTO orders SELECT i, CASE WHEN i % 3 = 0 THEN 'b' ELSE 'a' END, i * 1.25, DATE '2024-01-01' + i::INTEGER, 'note ' || i FROM range(1, 31) t(i)")
-c.sql("CREATE TABLE secret_stuff(x INTEGER)")
+c.sql("CREATE TABLE secret_stuff(x INTEGER PRIMARY KEY, y VARCHAR UNIQUE)")
 c.sql("CREATE TABLE events(id INTEGER, kind VARCHAR)")
 c.sql("CREATE INDEX events_by_kind ON events(kind)")
-c.sql("INSERT INTO secret_stuff VALUES (42)")
+c.sql("INSERT INTO secret_stuff (x) VALUES (42)")
 c.close()
 shutil.copy(path, sys.argv[2])
 "#;
@@ -137,7 +137,9 @@ def norm(v):
     if isinstance(v, (bytes, bytearray, memoryview)):
         return ("bytes", bytes(v).hex())
     if isinstance(v, uuid.UUID):
-        return ("t", str(v))
+        return ("uuid", str(v))
+    if isinstance(v, list):
+        return ("list", [norm(x) for x in v])
     return ("t", str(v))
 
 def rows(rs):
@@ -183,8 +185,10 @@ QUERIES = [
     ("SELECT INTERVAL '2 months 3 days 04:05:06.789' i, INTERVAL '-90 minutes' neg, INTERVAL '0 seconds' z", None),
     ("SELECT 'héllo wörld ✓ 😀' u, '日本語' j, '' e, 'a''quote\"' q, NULL::VARCHAR n", None),
     ("SELECT '\\xAA\\x00\\xFF'::BLOB b, ''::BLOB e, NULL::BLOB n", None),
-    ("SELECT [1, 2, NULL] l, ['a', 'b c', 'x,y', ''] s, {'a': 1, 'b': 'x'} st, MAP {'k': 'v'} m, [1.5, 2.0] f, '550e8400-e29b-41d4-a716-446655440000'::UUID u",
-     "SELECT CAST([1, 2, NULL] AS VARCHAR), CAST(['a', 'b c', 'x,y', ''] AS VARCHAR), CAST({'a': 1, 'b': 'x'} AS VARCHAR), CAST(MAP {'k': 'v'} AS VARCHAR), CAST([1.5, 2.0] AS VARCHAR), '550e8400-e29b-41d4-a716-446655440000'"),
+    ("SELECT [1, 2, NULL] l, [['a']] ll, {'a': 1, 'b': 'x'} st, MAP {'k': 'v'} m, [1.5, 2.0] f, [{'a': 1}] ls",
+     "SELECT CAST([1, 2, NULL] AS VARCHAR), CAST([['a']] AS VARCHAR), CAST({'a': 1, 'b': 'x'} AS VARCHAR), CAST(MAP {'k': 'v'} AS VARCHAR), CAST([1.5, 2.0] AS VARCHAR), CAST([{'a': 1}] AS VARCHAR)"),
+    ("SELECT ['a', 'b c', 'x,y', '', NULL, 'NULL', 'q\"u\\o{t}e', 'é'] s, []::VARCHAR[] e, NULL::VARCHAR[] n", None),
+    ("SELECT '550e8400-e29b-41d4-a716-446655440000'::UUID u, NULL::UUID n, uuid_extract_version('550e8400-e29b-41d4-a716-446655440000'::UUID) v, u2 FROM (VALUES ('00000000-0000-0000-0000-000000000000'::UUID), ('ffffffff-ffff-ffff-ffff-ffffffffffff'::UUID)) t(u2) ORDER BY u2", None),
     ("SELECT id, tenant, amount, placed, note FROM orders ORDER BY id", None),
     ("SELECT i, i::VARCHAR s FROM range(20000) t(i) ORDER BY i", None),
     ("SELECT * FROM range(0) t(i)", None),
@@ -218,6 +222,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
         ("SELECT %s::INTEGER + 1 AS a, %s AS b, %s::DOUBLE AS c", (41, "hé", 2.5), "SELECT ?::INTEGER + 1, ?, ?::DOUBLE"),
         ("SELECT id, amount FROM orders WHERE id = %s AND tenant = %s", (4, "a"), "SELECT id, amount FROM orders WHERE id = ? AND tenant = ?"),
         ("SELECT %s::DATE AS d, %s::DECIMAL(10,2) AS n, %s::BLOB AS b", (datetime.date(2024, 2, 29), decimal.Decimal("12.34"), b"\x00\xff"), "SELECT ?::DATE, ?::DECIMAL(10,2), ?::BLOB"),
+        ("SELECT %s::UUID AS u, %s::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID AS same", (uuid.UUID("550e8400-e29b-41d4-a716-446655440000"),) * 2, "SELECT ?::UUID, ?::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID"),
     ]
     for q, p, r in params:
         for binary in (False, True):
@@ -229,7 +234,7 @@ with psycopg.connect(DSN, autocommit=True) as conn:
                 out.append({"params": True, "binary": binary, "sql": q, "got": got, "want": want})
     # The type OIDs the columns are described with.
     cur = conn.cursor()
-    cur.execute("SELECT 1::INTEGER a, 2::BIGINT b, 'x' c, 1.5::DOUBLE d, 1.5::DECIMAL(4,2) e, DATE '2024-01-01' f, TIMESTAMPTZ '2024-01-01 00:00:00+00' g, INTERVAL 1 DAY h, true i, ''::BLOB j")
+    cur.execute("SELECT 1::INTEGER a, 2::BIGINT b, 'x' c, 1.5::DOUBLE d, 1.5::DECIMAL(4,2) e, DATE '2024-01-01' f, TIMESTAMPTZ '2024-01-01 00:00:00+00' g, INTERVAL 1 DAY h, true i, ''::BLOB j, uuid() k")
     oids = [c.type_code for c in cur.description]
 done(mismatches=out, oids=oids)
 "#
@@ -237,10 +242,10 @@ done(mismatches=out, oids=oids)
         &[],
     );
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
-    // int4, int8, text, float8, numeric, date, timestamptz, interval, bool, bytea
+    // int4, int8, text, float8, numeric, date, timestamptz, interval, bool, bytea, uuid
     assert_eq!(
         v["oids"],
-        serde_json::json!([23, 20, 25, 701, 1700, 1082, 1184, 1186, 16, 17])
+        serde_json::json!([23, 20, 25, 701, 1700, 1082, 1184, 1186, 16, 17, 2950])
     );
     // Every statement is audited as the door's.
     let log = d.app.log_text();
@@ -278,6 +283,14 @@ async def main():
         want = reference("SELECT id, amount, note FROM orders WHERE id > ? AND tenant = ? ORDER BY id", args)
         if got != want:
             out.append({"prepared": args, "got": got, "want": want})
+    # A UUID parameter, typed by DuckDB as the statement's describe says.
+    u = uuid.UUID("550e8400-e29b-41d4-a716-446655440000")
+    st = await conn.prepare("SELECT $1::UUID AS u, $1::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID AS same")
+    types.extend(a.name for a in st.get_parameters())
+    got = rows([tuple(r.values()) for r in await st.fetch(u)])
+    want = reference("SELECT ?::UUID, ?::UUID = '550e8400-e29b-41d4-a716-446655440000'::UUID", (u, u))
+    if got != want:
+        out.append({"prepared": str(u), "got": got, "want": want})
     await conn.close()
     return out, types
 out, types = asyncio.run(main())
@@ -287,7 +300,11 @@ done(mismatches=out, types=types)
         &[],
     );
     assert_eq!(v["mismatches"], serde_json::json!([]), "{v}");
-    assert_eq!(v["types"], serde_json::json!(["int4", "text"]), "{v}");
+    assert_eq!(
+        v["types"],
+        serde_json::json!(["int4", "text", "uuid"]),
+        "{v}"
+    );
 }
 
 #[tokio::test]
@@ -818,6 +835,109 @@ print("product|PostgreSQL")
         &[d.reference.to_str().unwrap()],
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+}
+
+/// DatabaseMetaData as DBeaver's navigator reads it through pgjdbc
+/// (`getSchemas`, `getTables`, `getColumns`, `getPrimaryKeys`), one line
+/// per row.
+const JDBC_METADATA: &str = r#"
+import java.sql.*;
+public class Meta {
+  static void dump(String what, ResultSet r, String... cols) throws SQLException {
+    while (r.next()) {
+      StringBuilder b = new StringBuilder(what);
+      for (String c : cols) b.append('|').append(r.getString(c));
+      System.out.println(b);
+    }
+  }
+  public static void main(String[] a) throws Exception {
+    String url = "jdbc:postgresql://127.0.0.1:" + a[0] + "/ops?sslmode=disable";
+    try (Connection c = DriverManager.getConnection(url, a[1], a[2])) {
+      DatabaseMetaData md = c.getMetaData();
+      dump("schema", md.getSchemas(), "TABLE_SCHEM");
+      dump("table", md.getTables(null, "main", "%", new String[]{"TABLE", "VIEW"}), "TABLE_SCHEM", "TABLE_NAME", "TABLE_TYPE");
+      dump("column", md.getColumns(null, "main", "%", "%"), "TABLE_SCHEM", "TABLE_NAME", "COLUMN_NAME", "TYPE_NAME", "ORDINAL_POSITION", "IS_NULLABLE");
+      for (String t : new String[]{"orders", "events", "secret_stuff"}) {
+        dump("pk", md.getPrimaryKeys(null, "main", t), "TABLE_SCHEM", "TABLE_NAME", "COLUMN_NAME", "KEY_SEQ", "PK_NAME");
+      }
+    }
+  }
+}
+"#;
+
+/// The same lines from DuckDB's own catalog (`duckdb_schemas()`,
+/// `duckdb_tables()`, `duckdb_columns()` with the PostgreSQL type names of
+/// DuckDB's `pg_type`, `duckdb_constraints()`), of the tables in `ARGS[0]`.
+const JDBC_METADATA_REFERENCE: &str = r#"
+import duckdb, json, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+tables = json.loads(sys.argv[2])
+for (s,) in c.execute("SELECT DISTINCT schema_name FROM duckdb_tables() ORDER BY 1").fetchall():
+    print(f"schema|{s}")
+for s, t in c.execute("SELECT schema_name, table_name FROM duckdb_tables() ORDER BY 1, 2").fetchall():
+    if t in tables:
+        print(f"table|{s}|{t}|TABLE")
+for s, t, col, typ, pos, nullable in c.execute("""
+    SELECT col.schema_name, col.table_name, col.column_name, t.typname, col.column_index,
+           CASE WHEN col.is_nullable THEN 'YES' ELSE 'NO' END
+    FROM duckdb_columns() col
+    JOIN (SELECT DISTINCT type_oid, type_name FROM duckdb_types() WHERE internal) dt ON dt.type_oid = col.data_type_id
+    JOIN (SELECT DISTINCT oid, typname FROM pg_catalog.pg_type) t ON t.oid = pg_catalog.map_to_pg_oid(dt.type_name)
+    ORDER BY 1, 2, 5""").fetchall():
+    if t in tables:
+        print(f"column|{s}|{t}|{col}|{typ}|{pos}|{nullable}")
+for t in ("orders", "events", "secret_stuff"):
+    for s, tn, col, seq, name in c.execute("""
+        SELECT schema_name, table_name, unnest(constraint_column_names), generate_subscripts(constraint_column_names, 1), constraint_name
+        FROM duckdb_constraints() WHERE constraint_type = 'PRIMARY KEY' AND table_name = ? ORDER BY 4""", [t]).fetchall():
+        if tn in tables:
+            print(f"pk|{s}|{tn}|{col}|{seq}|{name}")
+"#;
+
+#[tokio::test]
+#[ignore = "tier venv: needs a JDK and pgjdbc (scripts/test-env installs them)"]
+async fn pgjdbc_metadata_as_dbeaver_reads_it_matches_duckdb() {
+    let d = door(&[]).await;
+    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
+        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
+    let main = d.dir.path().join("Meta.java");
+    std::fs::write(&main, JDBC_METADATA).unwrap();
+    for (user, secret, tables) in [
+        (
+            "alice",
+            ALICE_SECRET,
+            &["events", "orders", "secret_stuff"][..],
+        ),
+        ("carol", CAROL_SECRET, &["orders"][..]),
+    ] {
+        let out = Command::new("java")
+            .args(["-cp", &jar])
+            .arg(&main)
+            .args([d.port(), user, secret])
+            .output()
+            .expect("java");
+        assert!(
+            out.status.success(),
+            "{user}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let want = python(
+            JDBC_METADATA_REFERENCE,
+            &[
+                d.reference.to_str().unwrap(),
+                &serde_json::to_string(tables).unwrap(),
+            ],
+        );
+        let got = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(got, want, "{user}");
+        // The hidden table, and its key, are not there for carol (alice,
+        // the control, lists them).
+        assert_eq!(
+            got.contains("secret_stuff"),
+            user == "alice",
+            "{user}: {got}"
+        );
+    }
 }
 
 /// PostgreSQL's names of the DuckDB types of `orders` and `events`

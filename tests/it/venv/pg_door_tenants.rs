@@ -16,7 +16,8 @@
 //! - the guard's refusals are `42501` (a multi-statement simple query stops
 //!   at the refused one, psql's caret under DuckDB's place in the whole text);
 //! - `pg_catalog` and `information_schema` list only what the identity may
-//!   read, as psql's `\dt` does;
+//!   read, as psql's `\dt` does; so do the keys psql's `\d table`,
+//!   SQLAlchemy's `get_pk_constraint` and `pg_constraint` show;
 //! - a JWT is never taken outside TLS; an expired or wrong one is `28P01`.
 
 use std::path::{Path, PathBuf};
@@ -58,8 +59,9 @@ const HIDDEN: &[&str] = &["secret_stuff", "constants", "all_orders"];
 
 /// The operator's database, made by DuckDB: orders of three tenants whose
 /// notes are numbers for `acme` only (a cast of another tenant's fails),
-/// regions, customers with phones, a table, two views, an index and a
-/// sequence no role grants.
+/// regions (a primary key and a unique column), customers with phones (a
+/// primary key of two columns), a table (with its own keys), two views, an
+/// index and a sequence no role grants.
 fn operator_database(path: &Path) {
     let conn = duckdb::Connection::open(path).unwrap();
     conn.execute_batch(
@@ -69,8 +71,10 @@ fn operator_database(path: &Path) {
                 CASE WHEN i % 3 = 0 THEN CAST(i AS VARCHAR) ELSE 'boom' END AS note,
                 DATE '2024-01-01' + (i % 400)::INTEGER AS placed
             FROM range(3000) t(i);
-         CREATE TABLE regions AS SELECT i AS id, 'r' || i AS region FROM range(10) t(i);
-         CREATE TABLE customers AS SELECT i AS id, 'name ' || i AS name,
+         CREATE TABLE regions(id BIGINT PRIMARY KEY, region VARCHAR UNIQUE);
+         INSERT INTO regions SELECT i AS id, 'r' || i AS region FROM range(10) t(i);
+         CREATE TABLE customers(id BIGINT, name VARCHAR, phone VARCHAR, PRIMARY KEY (name, id));
+         INSERT INTO customers SELECT i AS id, 'name ' || i AS name,
                 '+1-555-' || lpad(i::VARCHAR, 4, '0') AS phone FROM range(20) t(i);
          CREATE TABLE secret_stuff(x INTEGER PRIMARY KEY, y VARCHAR);
          INSERT INTO secret_stuff VALUES (42, 'hidden');
@@ -552,4 +556,94 @@ done(acme=listings(ARGS[0]), bob=listings(ARGS[1]), want=want)
         assert!(out.contains(t), "{out}{err}");
     }
     assert!(!out.contains("secret_stuff"), "{out}");
+}
+
+#[tokio::test]
+#[ignore = "tier venv: needs psql and the test venv (psycopg, SQLAlchemy 2); scripts/test installs them"]
+async fn keys_are_duckdbs_and_only_those_of_tables_the_identity_may_read() {
+    let d = door(false).await;
+    let url = |user: &str, token: &str| {
+        format!(
+            "postgresql+psycopg://{user}:{token}@127.0.0.1:{}/ops?sslmode=disable",
+            d.port
+        )
+    };
+    let v = d.run(
+        r#"
+import sqlalchemy as sa
+GRANTED, HIDDEN = json.loads(ARGS[4]), json.loads(ARGS[5])
+CONSTRAINTS = """SELECT c.relname, con.conname, con.contype, con.conkey
+    FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class c ON c.oid = con.conrelid
+    ORDER BY 1, 2"""
+def door(dsn, url):
+    out = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        out["pg_constraint"] = [list(r) for r in conn.execute(CONSTRAINTS).fetchall()]
+    insp = sa.inspect(sa.create_engine(url))
+    for t in GRANTED + HIDDEN[:1] + ["no_such_table"]:
+        try:
+            pk = insp.get_pk_constraint(t)
+            uq = insp.get_unique_constraints(t)
+            out[t] = {"pk": [pk["name"], pk["constrained_columns"]],
+                      "unique": sorted([u["name"], u["column_names"]] for u in uq)}
+        except sa.exc.NoSuchTableError as e:
+            out[t] = "missing"
+    return out
+# DuckDB's own keys, with PostgreSQL's column numbers (from 1).
+keys = [list(r) for r in ref.execute("""
+    SELECT table_name, constraint_name, CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' ELSE 'u' END,
+           list_transform(constraint_column_indexes, lambda i: i + 1), constraint_column_names
+    FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') ORDER BY 1, 2""").fetchall()]
+def want(tables):
+    # conkey is a list of integers: DuckDB's text of it (docs/postgres.md "Types").
+    out = {"pg_constraint": [k[:3] + [str(k[3])] for k in keys if k[0] in tables]}
+    for t in GRANTED + HIDDEN[:1] + ["no_such_table"]:
+        if t not in tables and t != "no_such_table" and t in GRANTED + HIDDEN:
+            out[t] = "missing"
+            continue
+        mine = [k for k in keys if k[0] == t]
+        pk = [[k[1], k[4]] for k in mine if k[2] == "p"]
+        out[t] = {"pk": pk[0] if pk else [None, []],
+                  "unique": sorted([k[1], k[4]] for k in mine if k[2] == "u")} if t != "no_such_table" else "missing"
+    return out
+all_tables = [r[0] for r in ref.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
+done(acme=door(ARGS[0], ARGS[1]), bob=door(ARGS[2], ARGS[3]), want_acme=want(GRANTED), want_bob=want(all_tables))
+"#,
+        &[
+            &d.dsn("acme", ACME),
+            &url("acme", ACME),
+            &d.dsn("bob", BOB),
+            &url("bob", BOB),
+            &serde_json::to_string(GRANTED).unwrap(),
+            &serde_json::to_string(HIDDEN).unwrap(),
+        ],
+    );
+    assert_eq!(v["acme"], v["want_acme"], "{v}");
+    assert_eq!(v["bob"], v["want_bob"], "{v}");
+    // The control: the hidden table has keys, which bob sees.
+    assert!(v["bob"].to_string().contains("secret_stuff"), "{v}");
+    assert!(!v["acme"].to_string().contains("secret_stuff_x"), "{v}");
+    // psql's \d: the keys under "Indexes", named as DuckDB names them; a
+    // hidden table's \d is a missing one's.
+    let (out, err) = psql(&d, "acme", ACME, &["-c", "\\d regions"]);
+    let keys = v["want_acme"]["regions"].clone();
+    let pk = keys["pk"][0].as_str().unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        out.contains(&format!("\"{pk}\" PRIMARY KEY, art (id)")),
+        "{out}{err}"
+    );
+    let unique = keys["unique"][0][0]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(
+        out.contains(&format!("\"{unique}\" UNIQUE CONSTRAINT, art (region)")),
+        "{out}{err}"
+    );
+    let (_, hidden) = psql(&d, "acme", ACME, &["-c", "\\d secret_stuff"]);
+    let (_, missing) = psql(&d, "acme", ACME, &["-c", "\\d secret_stuffz"]);
+    assert_eq!(
+        hidden.replace("secret_stuff", "X"),
+        missing.replace("secret_stuffz", "X")
+    );
+    assert!(hidden.contains("Did not find"), "{hidden}");
 }

@@ -2,10 +2,10 @@
 //! the end and prints every row of its table. A benchmark is not a test: no
 //! timing figure is checked here, only that each measurement ran.
 //!
-//! The gateway under test is this build's binary. `cargo test` builds the
-//! examples next to it (`<target>/<profile>/examples/bench`), so the harness
-//! is used as built; only when it is missing does `bench/run` build it (in
-//! release mode, in the same target directory).
+//! The gateway under test is this build's binary. `scripts/test` builds the
+//! examples next to it (`<target>/<profile>/examples/bench`) before the
+//! tests, so the harness is used as built; only when it is missing does
+//! `bench/run` build it (in release mode, in the same target directory).
 
 use std::path::Path;
 use std::process::Command;

@@ -155,7 +155,7 @@ pub fn cancel(state: &State, running: &Arc<Running>) {
     state.queries.cancel(running);
 }
 
-/// A primary key or unique constraint of a table (DuckDB's
+/// A primary key, unique constraint or foreign key of a table (DuckDB's
 /// `duckdb_constraints()`), as [`keys`] lists them.
 #[derive(Debug, Clone)]
 pub struct Key {
@@ -171,37 +171,65 @@ pub struct Key {
     pub schema_oid: i64,
     /// The constraint's place among the table's.
     pub index: i64,
-    /// A primary key (else a unique constraint).
-    pub primary: bool,
+    /// PostgreSQL's `contype`: `p` (primary key), `u` (unique), `f` (foreign key).
+    pub contype: char,
     /// DuckDB's name of it (`orders_id_pkey`).
     pub name: String,
     /// Its columns, in order.
     pub columns: Vec<String>,
     /// Their places in the table, from 1 (`pg_attribute.attnum`).
     pub attnums: Vec<i64>,
+    /// DuckDB's text of it (`FOREIGN KEY (pid) REFERENCES p(id)`).
+    pub text: String,
+    /// What a foreign key references: the key of the other table it
+    /// points at, and its columns' places there.
+    pub references: Option<Reference>,
 }
 
-/// The primary keys and unique constraints of the tables `who` may read,
-/// confined as every listing is: a table it may not read, or a key over
-/// a column its grants hide, is not there.
+/// The key a foreign key references.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    /// The referenced table's oid (`confrelid`).
+    pub table_oid: i64,
+    /// The referenced key's place among its table's (its index is
+    /// PostgreSQL's `conindid`).
+    pub key_index: i64,
+    /// The referenced columns' places, from 1 (`confkey`).
+    pub attnums: Vec<i64>,
+}
+
+/// The primary keys, unique constraints and foreign keys of the tables
+/// `who` may read, confined as every listing is: a table it may not read,
+/// or a key over a column its grants hide, is not there, and neither is a
+/// foreign key whose referenced table or columns are hidden (its text
+/// names them).
 pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
     const SQL: &str = "SELECT database_name, schema_name, table_name, table_oid, schema_oid, \
-        constraint_index, constraint_type = 'PRIMARY KEY', constraint_name, \
-        to_json(constraint_column_names)::VARCHAR, to_json(constraint_column_indexes)::VARCHAR \
-        FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') ORDER BY ALL";
-    let mut keys = crate::core::catalog::on_pooled(state, &who.name, |conn| {
+        constraint_index, constraint_type, constraint_name, \
+        to_json(constraint_column_names)::VARCHAR, to_json(constraint_column_indexes)::VARCHAR, \
+        constraint_text, referenced_table, to_json(referenced_column_names)::VARCHAR \
+        FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY') \
+        ORDER BY ALL";
+    let rows = crate::core::catalog::on_pooled(state, &who.name, |conn| {
         let mut stmt = conn.prepare(SQL)?;
         let rows = stmt.query_map([], |r| {
             let columns: String = r.get(8)?;
             let indexes: String = r.get(9)?;
-            Ok(Key {
+            let kind: String = r.get(6)?;
+            let referenced: Option<String> = r.get(11)?;
+            let referenced_columns: Option<String> = r.get(12)?;
+            let key = Key {
                 database: r.get(0)?,
                 schema: r.get(1)?,
                 table: r.get(2)?,
                 table_oid: r.get(3)?,
                 schema_oid: r.get(4)?,
                 index: r.get(5)?,
-                primary: r.get(6)?,
+                contype: match kind.as_str() {
+                    "PRIMARY KEY" => 'p',
+                    "UNIQUE" => 'u',
+                    _ => 'f',
+                },
                 name: r.get(7)?,
                 columns: serde_json::from_str(&columns).unwrap_or_default(),
                 attnums: serde_json::from_str::<Vec<i64>>(&indexes)
@@ -209,21 +237,94 @@ pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
                     .into_iter()
                     .map(|i| i + 1)
                     .collect(),
-            })
+                text: r.get(10)?,
+                references: None,
+            };
+            let target = referenced.map(|t| {
+                let cols = referenced_columns
+                    .and_then(|c| serde_json::from_str(&c).ok())
+                    .unwrap_or_default();
+                (t, cols)
+            });
+            Ok((key, target))
         })?;
-        rows.collect::<duckdb::Result<Vec<Key>>>()
+        rows.collect::<duckdb::Result<Vec<KeyRow>>>()
     })
     .await
     .map_err(|e| Failure {
         problem: Box::new(e.problem()),
     })?;
+    let mut keys = resolve_references(rows);
     if let Some(access) = &who.access {
-        keys.retain(|k| {
-            access.sees(&k.database, &k.schema, &k.table)
-                && k.columns
+        let readable = |database: &str, schema: &str, table: &str, columns: &[String]| {
+            access.sees(database, schema, table)
+                && columns
                     .iter()
-                    .all(|c| access.may_read_column(&k.database, &k.schema, &k.table, c))
-        });
+                    .all(|c| access.may_read_column(database, schema, table, c))
+        };
+        let visible: Vec<bool> = keys
+            .iter()
+            .map(|k| readable(&k.database, &k.schema, &k.table, &k.columns))
+            .collect();
+        // A foreign key stays only beside the key it references.
+        let referenced_visible = |k: &Key| {
+            k.references.as_ref().is_none_or(|r| {
+                keys.iter()
+                    .zip(&visible)
+                    .any(|(t, &v)| v && t.table_oid == r.table_oid && t.index == r.key_index)
+            })
+        };
+        let keep: Vec<bool> = keys
+            .iter()
+            .zip(&visible)
+            .map(|(k, &v)| v && referenced_visible(k))
+            .collect();
+        let mut keep = keep.into_iter();
+        keys.retain(|_| keep.next().unwrap_or(false));
     }
     Ok(keys)
+}
+
+/// A key as read, and for a foreign key the table and columns it names.
+type KeyRow = (Key, Option<(String, Vec<String>)>);
+
+/// Foreign keys tied to the primary key or unique constraint they
+/// reference (DuckDB requires one, in the same schema, over the same
+/// columns); one whose key is not found is left out.
+fn resolve_references(rows: Vec<KeyRow>) -> Vec<Key> {
+    let targets: Vec<Key> = rows
+        .iter()
+        .filter(|(k, _)| k.contype != 'f')
+        .map(|(k, _)| k.clone())
+        .collect();
+    rows.into_iter()
+        .filter_map(|(mut key, target)| {
+            if key.contype != 'f' {
+                return Some(key);
+            }
+            let (table, columns) = target?;
+            let same_columns = |t: &Key| {
+                t.columns.len() == columns.len() && columns.iter().all(|c| t.columns.contains(c))
+            };
+            let t = targets.iter().find(|t| {
+                t.database == key.database
+                    && t.schema == key.schema
+                    && t.table == table
+                    && same_columns(t)
+            })?;
+            let attnums = columns
+                .iter()
+                .map(|c| {
+                    let at = t.columns.iter().position(|x| x == c).unwrap_or(0);
+                    t.attnums[at]
+                })
+                .collect();
+            key.references = Some(Reference {
+                table_oid: t.table_oid,
+                key_index: t.index,
+                attnums,
+            });
+            Some(key)
+        })
+        .collect()
 }

@@ -95,6 +95,13 @@ const TABLES: &[(&str, &str)] = &[
         "pg_publication_rel",
         "SELECT NULL::BIGINT AS oid, NULL::BIGINT AS prpubid, NULL::BIGINT AS prrelid, NULL::VARCHAR AS prqual, NULL::SMALLINT[] AS prattrs WHERE false",
     ),
+    // PostgreSQL's settings a driver reads, as constants: pgjdbc's
+    // `getImportedKeys` asks for `max_index_keys` (a key's most columns).
+    // DuckDB's own view lists DuckDB's settings, which the guard refuses.
+    (
+        "pg_settings",
+        "SELECT * FROM (VALUES ('max_index_keys', '32', NULL, 'Preset Options', 'Shows the maximum number of index keys.', 'internal', 'integer')) AS s(name, setting, unit, category, short_desc, context, vartype)",
+    ),
     (
         "pg_inherits",
         "SELECT NULL::BIGINT AS inhrelid, NULL::BIGINT AS inhparent, NULL::INTEGER AS inhseqno, NULL::BOOLEAN AS inhdetachpending WHERE false",
@@ -323,6 +330,17 @@ fn rewrite_all(sql: &str, keys: Option<&str>) -> String {
             let after = &rest[n..];
             let after = strip_ci(after, "pg_catalog.").map_or(after, |m| &after[m..]);
             let w = word(after);
+            // A column of the keys cast to `regclass` (psql's
+            // `conrelid::pg_catalog.regclass`): the table's name.
+            if let (Some(k), Some(start)) = (keys, trailing_name(&out)) {
+                if w.eq_ignore_ascii_case("regclass") {
+                    let column = out.split_off(start);
+                    out.push_str(&keys::relname(k, &column));
+                    rest = &after[w.len()..];
+                    after_name = true;
+                    continue;
+                }
+            }
             out.push_str("::");
             if is_reg_type(w) {
                 out.push_str("VARCHAR");
@@ -462,14 +480,20 @@ const CATALOG_OIDS: &[(&str, &str)] = &[
 
 /// `'pg_class'::regclass` (a catalog table's name as a literal cast to
 /// `regclass`, as pgjdbc compares `pg_description.classoid`): the table's
-/// oid, and the length of `s` it used; `skip` is the literal's length.
-fn catalog_oid(s: &str, skip: usize) -> Option<(&'static str, usize)> {
+/// oid, and the length of `s` it used; `skip` is the literal's length. An
+/// oid written as a literal (`'16385'::regclass`, as psql's `\d` writes
+/// the table it describes) is that number.
+fn catalog_oid(s: &str, skip: usize) -> Option<(&str, usize)> {
     if !s.starts_with('\'') || skip < 2 {
         return None;
     }
     let name = &s[1..skip - 1];
-    let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
-    let (_, oid) = CATALOG_OIDS.iter().find(|(t, _)| *t == name)?;
+    let oid = if !name.is_empty() && name.len() <= 10 && name.bytes().all(|b| b.is_ascii_digit()) {
+        name
+    } else {
+        let name = name.strip_prefix("pg_catalog.").unwrap_or(name);
+        CATALOG_OIDS.iter().find(|(t, _)| *t == name)?.1
+    };
     let after = &s[skip..];
     let n = strip_ci(after, "::")?;
     let rest = &after[n..];
@@ -508,6 +532,18 @@ fn regclass_oid(cast: &str) -> String {
     }
     case.push_str(" END)");
     case
+}
+
+/// Where the name `out` ends with (`conrelid`, `c.conrelid`) starts.
+fn trailing_name(out: &str) -> Option<usize> {
+    let bytes = out.as_bytes();
+    let mut start = out.len();
+    while start > 0 && (is_ident(bytes[start - 1] as char) || bytes[start - 1] == b'.') {
+        start -= 1;
+    }
+    let name = &out[start..];
+    let first = name.chars().next()?;
+    (first.is_ascii_alphabetic() || first == '_').then_some(start)
 }
 
 fn is_reg_type(w: &str) -> bool {
@@ -571,6 +607,8 @@ fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(String, usize
         "pg_get_userbyid",
         "pg_get_constraintdef",
         "_pg_expandarray",
+        "pg_partition_ancestors",
+        "pg_get_triggerdef",
     ]
     .contains(&lower.as_str())
     {
@@ -618,7 +656,10 @@ fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(String, usize
                 vec![],
             )
         }
-        "pg_get_serial_sequence" | "pg_get_statisticsobjdef_columns" => {
+        // A relation and the tables it is a partition of: DuckDB has no
+        // partitions, so the relation alone (psql's `\d` "Referenced by").
+        "pg_partition_ancestors" => (format!("unnest([({})::BIGINT])", arg(0)), vec![]),
+        "pg_get_serial_sequence" | "pg_get_statisticsobjdef_columns" | "pg_get_triggerdef" => {
             ("NULL::VARCHAR".to_string(), (0..args.len()).collect())
         }
         "pg_relation_is_publishable" => ("false".to_string(), (0..args.len()).collect()),

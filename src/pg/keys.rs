@@ -1,5 +1,6 @@
-//! Primary keys and unique constraints as PostgreSQL's catalog shows them,
-//! for psql's `\d table`, SQLAlchemy's `get_pk_constraint` and pgjdbc's
+//! Primary keys, unique constraints and foreign keys as PostgreSQL's
+//! catalog shows them, for psql's `\d table`, SQLAlchemy's
+//! `get_pk_constraint` and `get_foreign_keys`, and pgjdbc's
 //! `getPrimaryKeys` (DBeaver's navigator).
 //!
 //! DuckDB's own `pg_constraint` reads `duckdb_constraints()`, which the
@@ -11,12 +12,18 @@
 //! and writes them into the statement as a relation of literals
 //! ([`relation`]), which these shims read:
 //!
-//! - `pg_constraint`: one row per key (`contype` `p` or `u`, `conkey` the
-//!   columns' `attnum`s, `conindid` its index);
-//! - `pg_index` and `pg_class`: DuckDB's, and one index per key (`relkind`
-//!   `i`, named as DuckDB names the constraint, `indisprimary`,
-//!   `indisunique`, `indkey`);
-//! - `pg_get_constraintdef(oid)` and `pg_get_indexdef(oid)` of a key.
+//! - `pg_constraint`: one row per key (`contype` `p`, `u` or `f`, `conkey`
+//!   the columns' `attnum`s, `conindid` its index, or for a foreign key the
+//!   referenced key's; `confrelid` and `confkey` what a foreign key
+//!   references, which must be as readable as the key itself);
+//! - `pg_class`: `relhastriggers` true for both tables of a foreign key
+//!   (PostgreSQL's foreign keys are triggers; psql's `\d` lists them only
+//!   then);
+//! - `pg_index` and `pg_class`: DuckDB's, and one index per primary key or
+//!   unique constraint (`relkind` `i`, named as DuckDB names the
+//!   constraint, `indisprimary`, `indisunique`, `indkey`);
+//! - `pg_get_constraintdef(oid)` and `pg_get_indexdef(oid)` of a key (a
+//!   foreign key's definition is DuckDB's own text of it).
 //!
 //! A key's oid is DuckDB's (`table_oid * 1000000 + constraint_index`), its
 //! index's that plus [`INDEX_OFFSET`]: above every oid DuckDB hands out.
@@ -29,18 +36,23 @@ use crate::pg::backend::Key;
 const INDEX_OFFSET: i64 = 500_000;
 
 /// The columns of [`relation`], in order.
-const COLUMNS: &str =
-    "table_oid, schema_oid, idx, contype, conname, attnums, cols, schema_name, table_name";
+const COLUMNS: &str = "table_oid, schema_oid, idx, contype, conname, attnums, cols, schema_name, \
+     table_name, context, confrelid, confidx, confkey";
 
 /// Whether `sql` reads what the keys complete (the keys are read for it).
 pub fn needed(sql: &str) -> bool {
-    ["pg_constraint", "pg_index", "pg_get_constraintdef"]
-        .iter()
-        .any(|w| {
-            sql.as_bytes()
-                .windows(w.len())
-                .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
-        })
+    [
+        "pg_constraint",
+        "pg_index",
+        "pg_get_constraintdef",
+        "relhastriggers",
+    ]
+    .iter()
+    .any(|w| {
+        sql.as_bytes()
+            .windows(w.len())
+            .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+    })
 }
 
 fn literal(s: &str) -> String {
@@ -52,7 +64,9 @@ pub fn relation(keys: &[Key]) -> String {
     if keys.is_empty() {
         return "SELECT NULL::BIGINT AS table_oid, NULL::BIGINT AS schema_oid, NULL::BIGINT AS idx, \
                 NULL::VARCHAR AS contype, NULL::VARCHAR AS conname, NULL::INTEGER[] AS attnums, \
-                NULL::VARCHAR[] AS cols, NULL::VARCHAR AS schema_name, NULL::VARCHAR AS table_name WHERE false"
+                NULL::VARCHAR[] AS cols, NULL::VARCHAR AS schema_name, NULL::VARCHAR AS table_name, \
+                NULL::VARCHAR AS context, NULL::BIGINT AS confrelid, NULL::BIGINT AS confidx, \
+                NULL::INTEGER[] AS confkey WHERE false"
             .to_string();
     }
     let rows: Vec<String> = keys
@@ -60,17 +74,30 @@ pub fn relation(keys: &[Key]) -> String {
         .map(|k| {
             let attnums: Vec<String> = k.attnums.iter().map(|n| n.to_string()).collect();
             let cols: Vec<String> = k.columns.iter().map(|c| literal(c)).collect();
+            let (confrelid, confidx, confkey) = match &k.references {
+                Some(r) => {
+                    let at: Vec<String> = r.attnums.iter().map(|n| n.to_string()).collect();
+                    (
+                        r.table_oid.to_string(),
+                        r.key_index.to_string(),
+                        format!("[{}]", at.join(", ")),
+                    )
+                }
+                None => ("NULL".into(), "NULL".into(), "NULL".into()),
+            };
             format!(
-                "({}::BIGINT, {}::BIGINT, {}::BIGINT, '{}', {}, [{}]::INTEGER[], [{}]::VARCHAR[], {}, {})",
+                "({}::BIGINT, {}::BIGINT, {}::BIGINT, '{}', {}, [{}]::INTEGER[], [{}]::VARCHAR[], {}, {}, \
+                 {}, {confrelid}::BIGINT, {confidx}::BIGINT, {confkey}::INTEGER[])",
                 k.table_oid,
                 k.schema_oid,
                 k.index,
-                if k.primary { 'p' } else { 'u' },
+                k.contype,
                 literal(&k.name),
                 attnums.join(", "),
                 cols.join(", "),
                 literal(&k.schema),
                 literal(&k.table),
+                literal(&k.text),
             )
         })
         .collect();
@@ -86,10 +113,14 @@ pub fn table(name: &str, keys: Option<&str>) -> Option<Cow<'static, str>> {
         "pg_constraint" => format!(
             "SELECT table_oid * 1000000 + idx AS oid, conname, schema_oid AS connamespace, contype, \
              false AS condeferrable, false AS condeferred, true AS convalidated, table_oid AS conrelid, \
-             0 AS contypid, table_oid * 1000000 + idx + {INDEX_OFFSET} AS conindid, 0 AS conparentid, \
-             0 AS confrelid, NULL::VARCHAR AS confupdtype, NULL::VARCHAR AS confdeltype, \
-             NULL::VARCHAR AS confmatchtype, true AS conislocal, 0 AS coninhcount, false AS connoinherit, \
-             attnums AS conkey, NULL::INTEGER[] AS confkey, NULL::BIGINT[] AS conpfeqop, \
+             0 AS contypid, CASE WHEN contype = 'f' THEN confrelid * 1000000 + confidx \
+             ELSE table_oid * 1000000 + idx END + {INDEX_OFFSET} AS conindid, 0 AS conparentid, \
+             coalesce(confrelid, 0) AS confrelid, \
+             CASE WHEN contype = 'f' THEN 'a' ELSE ' ' END AS confupdtype, \
+             CASE WHEN contype = 'f' THEN 'a' ELSE ' ' END AS confdeltype, \
+             CASE WHEN contype = 'f' THEN 's' ELSE ' ' END AS confmatchtype, \
+             true AS conislocal, 0 AS coninhcount, false AS connoinherit, \
+             attnums AS conkey, confkey, NULL::BIGINT[] AS conpfeqop, \
              NULL::BIGINT[] AS conppeqop, NULL::BIGINT[] AS conffeqop, NULL::BIGINT[] AS conexclop, \
              NULL::VARCHAR AS conbin FROM ({k})"
         ),
@@ -100,17 +131,19 @@ pub fn table(name: &str, keys: Option<&str>) -> Option<Cow<'static, str>> {
              contype = 'p' AS indisprimary, false AS indisexclusion, true AS indimmediate, \
              false AS indisclustered, true AS indisvalid, false AS indcheckxmin, true AS indisready, \
              true AS indislive, false AS indisreplident, attnums AS indkey, false AS indnullsnotdistinct \
-             FROM ({k})"
+             FROM ({k}) WHERE contype <> 'f'"
         ),
         "pg_class" => format!(
-            "SELECT *, false AS relforcerowsecurity FROM pg_catalog.pg_class UNION ALL BY NAME \
+            "SELECT * REPLACE (relhastriggers OR oid IN (SELECT table_oid FROM ({k}) WHERE contype = 'f' \
+             UNION ALL SELECT confrelid FROM ({k}) WHERE contype = 'f') AS relhastriggers), \
+             false AS relforcerowsecurity FROM pg_catalog.pg_class UNION ALL BY NAME \
              SELECT table_oid * 1000000 + idx + {INDEX_OFFSET} AS oid, conname AS relname, \
              schema_oid AS relnamespace, 0 AS reltype, 0 AS reloftype, 0 AS relowner, 0 AS relam, \
              0 AS relfilenode, 0 AS reltablespace, 0 AS relpages, 0 AS reltuples, false AS relhasindex, \
              false AS relisshared, 'p' AS relpersistence, 'i' AS relkind, len(attnums) AS relnatts, \
              0 AS relchecks, false AS relhasrules, false AS relhastriggers, false AS relhassubclass, \
              false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated, \
-             false AS relispartition FROM ({k})"
+             false AS relispartition FROM ({k}) WHERE contype <> 'f'"
         ),
         _ => return None,
     }))
@@ -121,15 +154,25 @@ pub fn indexdef(keys: &str, oid: &str) -> String {
     format!(
         "(SELECT 'CREATE UNIQUE INDEX ' || conname || ' ON ' || schema_name || '.' || table_name || \
          ' USING art (' || array_to_string(cols, ', ') || ')' FROM ({keys}) \
-         WHERE table_oid * 1000000 + idx + {INDEX_OFFSET} = ({oid}))"
+         WHERE contype <> 'f' AND table_oid * 1000000 + idx + {INDEX_OFFSET} = ({oid}))"
+    )
+}
+
+/// `expr::regclass` of a table's oid the keys name (psql's
+/// `conrelid::pg_catalog.regclass`): its name; another oid as text.
+pub fn relname(keys: &str, expr: &str) -> String {
+    format!(
+        "coalesce((SELECT table_name FROM ({keys}) WHERE table_oid = ({expr}) LIMIT 1), \
+         CAST(({expr}) AS VARCHAR))"
     )
 }
 
 /// `pg_get_constraintdef(oid)` of a key (NULL for another oid).
 pub fn constraintdef(keys: &str, oid: &str) -> String {
     format!(
-        "(SELECT CASE contype WHEN 'p' THEN 'PRIMARY KEY' ELSE 'UNIQUE' END || ' (' || \
-         array_to_string(cols, ', ') || ')' FROM ({keys}) WHERE table_oid * 1000000 + idx = ({oid}))"
+        "(SELECT CASE contype WHEN 'f' THEN context ELSE \
+         CASE contype WHEN 'p' THEN 'PRIMARY KEY' ELSE 'UNIQUE' END || ' (' || \
+         array_to_string(cols, ', ') || ')' END FROM ({keys}) WHERE table_oid * 1000000 + idx = ({oid}))"
     )
 }
 
@@ -145,10 +188,12 @@ mod tests {
             table_oid: 7,
             schema_oid: 3,
             index: 0,
-            primary,
+            contype: if primary { 'p' } else { 'u' },
             name: name.into(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
             attnums: (1..=columns.len() as i64).collect(),
+            text: String::new(),
+            references: None,
         }
     }
 
@@ -164,6 +209,7 @@ mod tests {
         assert!(relation(&[]).ends_with("WHERE false"));
         assert!(needed("LEFT JOIN pg_catalog.PG_CONSTRAINT con"));
         assert!(!needed("SELECT relname FROM pg_catalog.pg_class"));
+        assert!(needed("SELECT c.relhastriggers FROM pg_catalog.pg_class c"));
         assert!(table("pg_attribute", Some("x")).is_none());
         assert!(table("pg_constraint", None).is_none());
     }

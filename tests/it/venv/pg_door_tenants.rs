@@ -37,7 +37,7 @@ const ROLES: &str = r#"
 [[role]]
 name = "acme"
 members = ["acme"]
-read = ["ops.main.orders", "ops.main.regions", "ops.main.customers"]
+read = ["ops.main.orders", "ops.main.regions", "ops.main.customers", "ops.main.shipments", "ops.main.calls"]
 [role.rows]
 "ops.main.orders" = "lower(tenant) = 'acme'"
 [role.masks."ops.main.customers"]
@@ -45,7 +45,7 @@ phone = "'***'"
 
 [[role]]
 name = "tenant"
-read = ["ops.main.orders", "ops.main.regions", "ops.main.customers"]
+read = ["ops.main.orders", "ops.main.regions", "ops.main.customers", "ops.main.shipments", "ops.main.calls"]
 [role.rows]
 "ops.main.orders" = "tenant = claim('tenant')"
 [role.masks."ops.main.customers"]
@@ -53,15 +53,17 @@ phone = "'***'"
 "#;
 
 /// The tables every confined identity here may read.
-const GRANTED: &[&str] = &["customers", "orders", "regions"];
+const GRANTED: &[&str] = &["calls", "customers", "orders", "regions", "shipments"];
 /// Objects of the database no role grants.
 const HIDDEN: &[&str] = &["secret_stuff", "constants", "all_orders"];
 
 /// The operator's database, made by DuckDB: orders of three tenants whose
 /// notes are numbers for `acme` only (a cast of another tenant's fails),
 /// regions (a primary key and a unique column), customers with phones (a
-/// primary key of two columns), a table (with its own keys), two views, an
-/// index and a sequence no role grants.
+/// primary key of two columns), shipments (foreign keys to regions and to
+/// the hidden table), calls (a foreign key of two columns to customers), a
+/// table (with its own keys), two views, an index and a sequence no role
+/// grants.
 fn operator_database(path: &Path) {
     let conn = duckdb::Connection::open(path).unwrap();
     conn.execute_batch(
@@ -78,6 +80,10 @@ fn operator_database(path: &Path) {
                 '+1-555-' || lpad(i::VARCHAR, 4, '0') AS phone FROM range(20) t(i);
          CREATE TABLE secret_stuff(x INTEGER PRIMARY KEY, y VARCHAR);
          INSERT INTO secret_stuff VALUES (42, 'hidden');
+         CREATE TABLE shipments(id BIGINT PRIMARY KEY, region BIGINT REFERENCES regions(id),
+                region_name VARCHAR REFERENCES regions(region), secret INTEGER REFERENCES secret_stuff(x));
+         CREATE TABLE calls(placed TIMESTAMP, name VARCHAR, cid BIGINT,
+                FOREIGN KEY (name, cid) REFERENCES customers(name, id));
          CREATE VIEW constants AS SELECT 42 AS answer;
          CREATE VIEW all_orders AS SELECT * FROM orders;
          CREATE INDEX regions_by_name ON regions(region);
@@ -401,7 +407,6 @@ with psycopg.connect(ARGS[0], autocommit=True) as conn:
         "SELECT current_setting('threads')",
         "SELECT * FROM duckdb_settings()",
         "SELECT * FROM duckdb_secrets()",
-        "SELECT * FROM pg_catalog.pg_settings",
         "SELECT getenv('HOME')",
         "SELECT * FROM read_csv('/etc/passwd')",
         "SELECT content FROM read_text('/etc/shadow')",
@@ -584,27 +589,36 @@ def door(dsn, url):
         try:
             pk = insp.get_pk_constraint(t)
             uq = insp.get_unique_constraints(t)
+            fk = insp.get_foreign_keys(t)
             out[t] = {"pk": [pk["name"], pk["constrained_columns"]],
-                      "unique": sorted([u["name"], u["column_names"]] for u in uq)}
+                      "unique": sorted([u["name"], u["column_names"]] for u in uq),
+                      "foreign": sorted([f["name"], f["constrained_columns"], f["referred_table"],
+                                         f["referred_columns"]] for f in fk)}
         except sa.exc.NoSuchTableError as e:
             out[t] = "missing"
     return out
 # DuckDB's own keys, with PostgreSQL's column numbers (from 1).
 keys = [list(r) for r in ref.execute("""
-    SELECT table_name, constraint_name, CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' ELSE 'u' END,
-           list_transform(constraint_column_indexes, lambda i: i + 1), constraint_column_names
-    FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE') ORDER BY 1, 2""").fetchall()]
+    SELECT table_name, constraint_name,
+           CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u' ELSE 'f' END,
+           list_transform(constraint_column_indexes, lambda i: i + 1), constraint_column_names,
+           referenced_table, referenced_column_names
+    FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')
+    ORDER BY 1, 2""").fetchall()]
 def want(tables):
+    # A foreign key shows only where its referenced table does too.
+    seen = [k for k in keys if k[0] in tables and (k[2] != "f" or k[5] in tables)]
     # conkey is a list of integers: DuckDB's text of it (docs/postgres.md "Types").
-    out = {"pg_constraint": [k[:3] + [str(k[3])] for k in keys if k[0] in tables]}
+    out = {"pg_constraint": [k[:3] + [str(k[3])] for k in seen]}
     for t in GRANTED + HIDDEN[:1] + ["no_such_table"]:
         if t not in tables and t != "no_such_table" and t in GRANTED + HIDDEN:
             out[t] = "missing"
             continue
-        mine = [k for k in keys if k[0] == t]
+        mine = [k for k in seen if k[0] == t]
         pk = [[k[1], k[4]] for k in mine if k[2] == "p"]
         out[t] = {"pk": pk[0] if pk else [None, []],
-                  "unique": sorted([k[1], k[4]] for k in mine if k[2] == "u")} if t != "no_such_table" else "missing"
+                  "unique": sorted([k[1], k[4]] for k in mine if k[2] == "u"),
+                  "foreign": sorted([k[1], k[4], k[5], k[6]] for k in mine if k[2] == "f")} if t != "no_such_table" else "missing"
     return out
 all_tables = [r[0] for r in ref.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
 done(acme=door(ARGS[0], ARGS[1]), bob=door(ARGS[2], ARGS[3]), want_acme=want(GRANTED), want_bob=want(all_tables))
@@ -646,4 +660,144 @@ done(acme=door(ARGS[0], ARGS[1]), bob=door(ARGS[2], ARGS[3]), want_acme=want(GRA
         missing.replace("secret_stuffz", "X")
     );
     assert!(hidden.contains("Did not find"), "{hidden}");
+    // Foreign keys: psql's `\d` lists them under "Foreign-key constraints"
+    // and "Referenced by" in DuckDB's own text of them; acme's lack the
+    // one that references the hidden table, which bob (the control) sees.
+    let fks: Vec<(String, String, String, String)> = serde_json::from_str(&python(
+        r#"
+import duckdb, json, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+print(json.dumps(c.execute("""SELECT table_name, constraint_name, constraint_text, referenced_table
+    FROM duckdb_constraints() WHERE constraint_type = 'FOREIGN KEY' ORDER BY ALL""").fetchall()))
+"#,
+        &[d.reference.to_str().unwrap()],
+    ))
+    .unwrap();
+    assert_eq!(fks.len(), 4, "{fks:?}");
+    for (user, token) in [("acme", ACME), ("bob", BOB)] {
+        let (shipments, err) = psql(&d, user, token, &["-c", "\\d shipments"]);
+        let (regions, _) = psql(&d, user, token, &["-c", "\\d regions"]);
+        for (table, name, text, referenced) in &fks {
+            let line = format!("\"{name}\" {text}");
+            let shown = user == "bob" || GRANTED.contains(&referenced.as_str());
+            if table == "shipments" {
+                assert_eq!(
+                    shipments.contains(&line),
+                    shown,
+                    "{user}: {line}\n{shipments}{err}"
+                );
+            }
+            if referenced == "regions" {
+                let by = format!("TABLE \"{table}\" CONSTRAINT {line}");
+                assert!(regions.contains(&by), "{user}: {by}\n{regions}");
+            }
+        }
+        assert!(
+            shipments.contains("Foreign-key constraints:"),
+            "{shipments}"
+        );
+    }
+    // pgjdbc's getImportedKeys and getExportedKeys (DBeaver's and
+    // Metabase's foreign keys), against DuckDB's. pgjdbc reads
+    // `max_index_keys` from `pg_settings`, which the door answers with
+    // PostgreSQL's constant and nothing of DuckDB's settings (the guard
+    // refuses those: `duckdb_settings()` among the refusals above).
+    let (settings, err) = psql(
+        &d,
+        "acme",
+        ACME,
+        &[
+            "-At",
+            "-c",
+            "SELECT name, setting FROM pg_catalog.pg_settings",
+        ],
+    );
+    assert_eq!(settings.trim(), "max_index_keys|32", "{err}");
+    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
+        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
+    let main = d.dir.path().join("Fks.java");
+    std::fs::write(&main, JDBC_KEYS).unwrap();
+    for (user, token) in [("acme", ACME), ("bob", BOB)] {
+        let out = Command::new("java")
+            .args(["-cp", &jar])
+            .arg(&main)
+            .args([d.port.as_str(), user, token])
+            .output()
+            .expect("java");
+        assert!(
+            out.status.success(),
+            "{user}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8_lossy(&out.stdout).to_string();
+        let tables: Vec<&str> = if user == "bob" {
+            GRANTED
+                .iter()
+                .chain(HIDDEN.iter().take(1))
+                .copied()
+                .collect()
+        } else {
+            GRANTED.to_vec()
+        };
+        let want = python(
+            JDBC_KEYS_REFERENCE,
+            &[
+                d.reference.to_str().unwrap(),
+                &serde_json::to_string(&tables).unwrap(),
+            ],
+        );
+        assert_eq!(got, want, "{user}");
+        assert_eq!(got.contains("secret_stuff"), user == "bob", "{user}: {got}");
+    }
 }
+
+/// pgjdbc's foreign keys of every table a test names, one line per column.
+const JDBC_KEYS: &str = r#"
+import java.sql.*;
+public class Fks {
+  public static void main(String[] a) throws Exception {
+    String url = "jdbc:postgresql://127.0.0.1:" + a[0] + "/ops?sslmode=disable";
+    try (Connection c = DriverManager.getConnection(url, a[1], a[2])) {
+      DatabaseMetaData md = c.getMetaData();
+      for (String t : new String[]{"calls", "customers", "regions", "shipments", "secret_stuff"}) {
+        for (String kind : new String[]{"imported", "exported"}) {
+          ResultSet r = kind.equals("imported") ? md.getImportedKeys(null, "main", t) : md.getExportedKeys(null, "main", t);
+          while (r.next()) {
+            System.out.println(kind + "|" + t + "|" + r.getString("PKTABLE_NAME") + "|" + r.getString("PKCOLUMN_NAME")
+              + "|" + r.getString("FKTABLE_NAME") + "|" + r.getString("FKCOLUMN_NAME") + "|" + r.getInt("KEY_SEQ")
+              + "|" + r.getString("FK_NAME") + "|" + r.getString("PK_NAME"));
+          }
+        }
+      }
+    }
+  }
+}
+"#;
+
+/// The same lines from DuckDB's `duckdb_constraints()`: a foreign key of
+/// the tables in `ARGS[1]` whose referenced table is among them too, each
+/// column with its place, and the name of the key it references.
+const JDBC_KEYS_REFERENCE: &str = r#"
+import duckdb, json, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+tables = json.loads(sys.argv[2])
+rows = c.execute("""SELECT table_name, constraint_type, constraint_name, constraint_column_names,
+    referenced_table, referenced_column_names FROM duckdb_constraints()
+    WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')""").fetchall()
+keys = {(t, tuple(cols)): name for t, kind, name, cols, _, _ in rows if kind != "FOREIGN KEY"}
+fks = sorted((t, name, cols, rt, rcols) for t, kind, name, cols, rt, rcols in rows
+             if kind == "FOREIGN KEY" and t in tables and rt in tables)
+for t in ["calls", "customers", "regions", "shipments", "secret_stuff"]:
+    if t not in tables:
+        continue
+    for kind in ("imported", "exported"):
+        # pgjdbc orders by the referenced table, the key's name and place.
+        mine = [f for f in fks if (f[0] if kind == "imported" else f[3]) == t]
+        lines = []
+        for ft, name, cols, rt, rcols in mine:
+            for i, (fc, pc) in enumerate(zip(cols, rcols)):
+                order = (rt, name, i) if kind == "imported" else (ft, name, i)
+                lines.append((order, f"{kind}|{t}|{rt}|{pc}|{ft}|{fc}|{i + 1}|{name}|{keys[(rt, tuple(rcols))]}"))
+        for _, line in sorted(lines):
+            print(line)
+"#;

@@ -22,6 +22,7 @@
 //! protocol: errors are [`Error`]s, whose problem (slug, status,
 //! `Retry-After`) each door translates.
 
+pub mod answer;
 pub mod catalog;
 pub mod state;
 

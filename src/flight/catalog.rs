@@ -68,7 +68,7 @@ pub async fn table_schema(
     // DuckDB's names of the same columns, in the same order.
     let sql = format!("DESCRIBE SELECT * FROM {name}");
     let started = results::start(state, auth, sql, Vec::new(), CallOptions::default()).await?;
-    let batches: Vec<RecordBatch> = started.answer.batches().try_collect().await?;
+    let batches: Vec<RecordBatch> = results::batches(started.answer).try_collect().await?;
     let mut names = Vec::new();
     for batch in &batches {
         let format = FormatOptions::default();

@@ -12,14 +12,9 @@ use tonic::Status;
 
 use crate::flight::status;
 
-/// What a call asked for; `None`: the gateway's default.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CallOptions {
-    /// `timeout_ms`: the query's time limit.
-    pub timeout_ms: Option<u64>,
-    /// `max_rows`: the rows wanted.
-    pub max_rows: Option<u64>,
-}
+/// What a call asked for ([`crate::core::answer::Options`]); `None`: the
+/// gateway's default.
+pub use crate::core::answer::Options as CallOptions;
 
 impl CallOptions {
     /// The options in `metadata`; a value that is not a positive integer is

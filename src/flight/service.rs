@@ -133,7 +133,7 @@ impl FlightSql {
         let started = results::start(&self.state, auth, sql, params, options).await?;
         let counts =
             started.schema.fields().len() == 1 && started.schema.field(0).name() == "Count";
-        let mut batches = started.answer.batches();
+        let mut batches = results::batches(started.answer);
         let mut n = 0i64;
         while let Some(batch) = batches.next().await {
             let batch = batch?;
@@ -442,7 +442,7 @@ impl FlightSqlService for FlightSql {
             .and_then(|h| self.tickets.take_result(&h, &auth.name));
         observe("DoGet", Some(&auth.name), t0, &r);
         let started = r?;
-        Ok(Response::new(started.answer.flight_data()))
+        Ok(Response::new(results::flight_data(started.answer)))
     }
 
     async fn do_put_statement_update(

@@ -3,27 +3,27 @@
 //! door does with the core passes here, so the rest of `src/pg` is protocol
 //! translation only and imports nothing of the other doors.
 //!
-//! Today it calls what the Flight SQL door calls
-//! ([`crate::flight::results`]: registration listed in `GET /queries`,
+//! It runs statements through the core's Arrow answer
+//! ([`crate::core::answer`]: registration listed in `GET /queries`,
 //! cancellable, audited with `api=pg`, the limits, the guard and the
-//! grants, the credentials retry) and decides identities with the one
-//! protocol-neutral [`crate::identity::Authenticator`], so a token works
-//! and fails alike on every door.
+//! grants, the credentials retry), as the Flight SQL door does, and decides
+//! identities with the one protocol-neutral
+//! [`crate::identity::Authenticator`], so a token works and fails alike on
+//! every door.
 
 use std::sync::Arc;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use crate::core::answer::{Answer, Started};
 pub use crate::core::state::AppState as State;
 pub use crate::encode::DUCKDB_TYPE_KEY;
 pub use crate::engine::execute::describe::Described;
 pub use crate::engine::queries::Running;
 pub use crate::engine::Param;
-pub use crate::flight::results::{Answer, Started};
 pub use crate::problems::Problem;
 
-use crate::flight::options::CallOptions;
-use crate::flight::results::{self, Failed};
+use crate::core::answer::{self, Failed, Options};
 
 /// Who runs statements on a connection.
 pub type Identity = crate::identity::Identity;
@@ -119,11 +119,11 @@ pub async fn start(
     params: Vec<Param>,
     timeout_ms: u64,
 ) -> Result<Started, Failure> {
-    let options = CallOptions {
+    let options = Options {
         timeout_ms: (timeout_ms > 0).then_some(timeout_ms),
         max_rows: None,
     };
-    Ok(results::start_as(state, API, who, sql, params, options).await?)
+    Ok(answer::start(state, API, who, sql, params, options).await?)
 }
 
 /// Describes `sql` for `who` without running it: its result's and its
@@ -134,11 +134,11 @@ pub async fn describe(
     sql: String,
     timeout_ms: u64,
 ) -> Result<Described, Failure> {
-    let options = CallOptions {
+    let options = Options {
         timeout_ms: (timeout_ms > 0).then_some(timeout_ms),
         max_rows: None,
     };
-    Ok(results::describe_as(state, API_DESCRIBE, who, sql, options).await?)
+    Ok(answer::describe(state, API_DESCRIBE, who, sql, options).await?)
 }
 
 /// The answer's batches; an error as the gateway's.

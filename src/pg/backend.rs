@@ -155,7 +155,8 @@ pub fn cancel(state: &State, running: &Arc<Running>) {
     state.queries.cancel(running);
 }
 
-/// A primary key, unique constraint or foreign key of a table (DuckDB's
+/// A primary key, unique constraint, foreign key or CHECK constraint of a
+/// table (DuckDB's
 /// `duckdb_constraints()`), as [`keys`] lists them.
 #[derive(Debug, Clone)]
 pub struct Key {
@@ -171,7 +172,8 @@ pub struct Key {
     pub schema_oid: i64,
     /// The constraint's place among the table's.
     pub index: i64,
-    /// PostgreSQL's `contype`: `p` (primary key), `u` (unique), `f` (foreign key).
+    /// PostgreSQL's `contype`: `p` (primary key), `u` (unique), `f`
+    /// (foreign key), `c` (CHECK).
     pub contype: char,
     /// DuckDB's name of it (`orders_id_pkey`).
     pub name: String,
@@ -198,7 +200,8 @@ pub struct Reference {
     pub attnums: Vec<i64>,
 }
 
-/// The primary keys, unique constraints and foreign keys of the tables
+/// The primary keys, unique constraints, foreign keys and CHECK
+/// constraints of the tables
 /// `who` may read, confined as every listing is: a table it may not read,
 /// or a key over a column its grants hide, is not there, and neither is a
 /// foreign key whose referenced table or columns are hidden (its text
@@ -208,7 +211,7 @@ pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
         constraint_index, constraint_type, constraint_name, \
         to_json(constraint_column_names)::VARCHAR, to_json(constraint_column_indexes)::VARCHAR, \
         constraint_text, referenced_table, to_json(referenced_column_names)::VARCHAR \
-        FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY') \
+        FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY', 'CHECK') \
         ORDER BY ALL";
     let rows = crate::core::catalog::on_pooled(state, &who.name, |conn| {
         let mut stmt = conn.prepare(SQL)?;
@@ -228,6 +231,7 @@ pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
                 contype: match kind.as_str() {
                     "PRIMARY KEY" => 'p',
                     "UNIQUE" => 'u',
+                    "CHECK" => 'c',
                     _ => 'f',
                 },
                 name: r.get(7)?,
@@ -294,7 +298,7 @@ type KeyRow = (Key, Option<(String, Vec<String>)>);
 fn resolve_references(rows: Vec<KeyRow>) -> Vec<Key> {
     let targets: Vec<Key> = rows
         .iter()
-        .filter(|(k, _)| k.contype != 'f')
+        .filter(|(k, _)| matches!(k.contype, 'p' | 'u'))
         .map(|(k, _)| k.clone())
         .collect();
     rows.into_iter()

@@ -12,18 +12,19 @@
 //! and writes them into the statement as a relation of literals
 //! ([`relation`]), which these shims read:
 //!
-//! - `pg_constraint`: one row per key (`contype` `p`, `u` or `f`, `conkey`
+//! - `pg_constraint`: one row per key (`contype` `p`, `u`, `f` or `c`, `conkey`
 //!   the columns' `attnum`s, `conindid` its index, or for a foreign key the
 //!   referenced key's; `confrelid` and `confkey` what a foreign key
 //!   references, which must be as readable as the key itself);
 //! - `pg_class`: `relhastriggers` true for both tables of a foreign key
 //!   (PostgreSQL's foreign keys are triggers; psql's `\d` lists them only
-//!   then);
+//!   then), `relchecks` the table's CHECK constraints;
 //! - `pg_index` and `pg_class`: DuckDB's, and one index per primary key or
 //!   unique constraint (`relkind` `i`, named as DuckDB names the
 //!   constraint, `indisprimary`, `indisunique`, `indkey`);
 //! - `pg_get_constraintdef(oid)` and `pg_get_indexdef(oid)` of a key (a
-//!   foreign key's definition is DuckDB's own text of it).
+//!   foreign key's or CHECK constraint's definition is DuckDB's own text
+//!   of it).
 //!
 //! A key's oid is DuckDB's (`table_oid * 1000000 + constraint_index`), its
 //! index's that plus [`INDEX_OFFSET`]: above every oid DuckDB hands out.
@@ -113,8 +114,9 @@ pub fn table(name: &str, keys: Option<&str>) -> Option<Cow<'static, str>> {
         "pg_constraint" => format!(
             "SELECT table_oid * 1000000 + idx AS oid, conname, schema_oid AS connamespace, contype, \
              false AS condeferrable, false AS condeferred, true AS convalidated, table_oid AS conrelid, \
-             0 AS contypid, CASE WHEN contype = 'f' THEN confrelid * 1000000 + confidx \
-             ELSE table_oid * 1000000 + idx END + {INDEX_OFFSET} AS conindid, 0 AS conparentid, \
+             0 AS contypid, CASE contype WHEN 'f' THEN confrelid * 1000000 + confidx + {INDEX_OFFSET} \
+             WHEN 'c' THEN 0 ELSE table_oid * 1000000 + idx + {INDEX_OFFSET} END AS conindid, \
+             0 AS conparentid, \
              coalesce(confrelid, 0) AS confrelid, \
              CASE WHEN contype = 'f' THEN 'a' ELSE ' ' END AS confupdtype, \
              CASE WHEN contype = 'f' THEN 'a' ELSE ' ' END AS confdeltype, \
@@ -131,11 +133,13 @@ pub fn table(name: &str, keys: Option<&str>) -> Option<Cow<'static, str>> {
              contype = 'p' AS indisprimary, false AS indisexclusion, true AS indimmediate, \
              false AS indisclustered, true AS indisvalid, false AS indcheckxmin, true AS indisready, \
              true AS indislive, false AS indisreplident, attnums AS indkey, false AS indnullsnotdistinct \
-             FROM ({k}) WHERE contype <> 'f'"
+             FROM ({k}) WHERE contype IN ('p', 'u')"
         ),
         "pg_class" => format!(
             "SELECT * REPLACE (relhastriggers OR oid IN (SELECT table_oid FROM ({k}) WHERE contype = 'f' \
-             UNION ALL SELECT confrelid FROM ({k}) WHERE contype = 'f') AS relhastriggers), \
+             UNION ALL SELECT confrelid FROM ({k}) WHERE contype = 'f') AS relhastriggers, \
+             (SELECT count(*) FROM ({k}) AS c WHERE c.contype = 'c' AND c.table_oid = oid)::SMALLINT \
+             AS relchecks), \
              false AS relforcerowsecurity FROM pg_catalog.pg_class UNION ALL BY NAME \
              SELECT table_oid * 1000000 + idx + {INDEX_OFFSET} AS oid, conname AS relname, \
              schema_oid AS relnamespace, 0 AS reltype, 0 AS reloftype, 0 AS relowner, 0 AS relam, \
@@ -143,7 +147,7 @@ pub fn table(name: &str, keys: Option<&str>) -> Option<Cow<'static, str>> {
              false AS relisshared, 'p' AS relpersistence, 'i' AS relkind, len(attnums) AS relnatts, \
              0 AS relchecks, false AS relhasrules, false AS relhastriggers, false AS relhassubclass, \
              false AS relrowsecurity, false AS relforcerowsecurity, true AS relispopulated, \
-             false AS relispartition FROM ({k}) WHERE contype <> 'f'"
+             false AS relispartition FROM ({k}) WHERE contype IN ('p', 'u')"
         ),
         _ => return None,
     }))
@@ -154,7 +158,7 @@ pub fn indexdef(keys: &str, oid: &str) -> String {
     format!(
         "(SELECT 'CREATE UNIQUE INDEX ' || conname || ' ON ' || schema_name || '.' || table_name || \
          ' USING art (' || array_to_string(cols, ', ') || ')' FROM ({keys}) \
-         WHERE contype <> 'f' AND table_oid * 1000000 + idx + {INDEX_OFFSET} = ({oid}))"
+         WHERE contype IN ('p', 'u') AND table_oid * 1000000 + idx + {INDEX_OFFSET} = ({oid}))"
     )
 }
 
@@ -170,7 +174,7 @@ pub fn relname(keys: &str, expr: &str) -> String {
 /// `pg_get_constraintdef(oid)` of a key (NULL for another oid).
 pub fn constraintdef(keys: &str, oid: &str) -> String {
     format!(
-        "(SELECT CASE contype WHEN 'f' THEN context ELSE \
+        "(SELECT CASE WHEN contype IN ('f', 'c') THEN context ELSE \
          CASE contype WHEN 'p' THEN 'PRIMARY KEY' ELSE 'UNIQUE' END || ' (' || \
          array_to_string(cols, ', ') || ')' END FROM ({keys}) WHERE table_oid * 1000000 + idx = ({oid}))"
     )

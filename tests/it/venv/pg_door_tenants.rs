@@ -60,8 +60,8 @@ const HIDDEN: &[&str] = &["secret_stuff", "constants", "all_orders"];
 /// The operator's database, made by DuckDB: orders of three tenants whose
 /// notes are numbers for `acme` only (a cast of another tenant's fails),
 /// regions (a primary key and a unique column), customers with phones (a
-/// primary key of two columns), shipments (foreign keys to regions and to
-/// the hidden table), calls (a foreign key of two columns to customers), a
+/// primary key of two columns), shipments (a CHECK constraint, foreign
+/// keys to regions and to the hidden table), calls (a foreign key of two columns to customers), a
 /// table (with its own keys), two views, an index and a sequence no role
 /// grants.
 fn operator_database(path: &Path) {
@@ -80,7 +80,7 @@ fn operator_database(path: &Path) {
                 '+1-555-' || lpad(i::VARCHAR, 4, '0') AS phone FROM range(20) t(i);
          CREATE TABLE secret_stuff(x INTEGER PRIMARY KEY, y VARCHAR);
          INSERT INTO secret_stuff VALUES (42, 'hidden');
-         CREATE TABLE shipments(id BIGINT PRIMARY KEY, region BIGINT REFERENCES regions(id),
+         CREATE TABLE shipments(id BIGINT PRIMARY KEY CHECK (id > 0), region BIGINT REFERENCES regions(id),
                 region_name VARCHAR REFERENCES regions(region), secret INTEGER REFERENCES secret_stuff(x));
          CREATE TABLE calls(placed TIMESTAMP, name VARCHAR, cid BIGINT,
                 FOREIGN KEY (name, cid) REFERENCES customers(name, id));
@@ -590,21 +590,27 @@ def door(dsn, url):
             pk = insp.get_pk_constraint(t)
             uq = insp.get_unique_constraints(t)
             fk = insp.get_foreign_keys(t)
+            ck = insp.get_check_constraints(t)
             out[t] = {"pk": [pk["name"], pk["constrained_columns"]],
                       "unique": sorted([u["name"], u["column_names"]] for u in uq),
                       "foreign": sorted([f["name"], f["constrained_columns"], f["referred_table"],
-                                         f["referred_columns"]] for f in fk)}
+                                         f["referred_columns"]] for f in fk),
+                      # SQLAlchemy's text of a CHECK is what it found inside DuckDB's.
+                      "check": sorted([c["name"], c["sqltext"] in checks[c["name"]]] for c in ck)}
         except sa.exc.NoSuchTableError as e:
             out[t] = "missing"
     return out
 # DuckDB's own keys, with PostgreSQL's column numbers (from 1).
 keys = [list(r) for r in ref.execute("""
     SELECT table_name, constraint_name,
-           CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u' ELSE 'f' END,
+           CASE constraint_type WHEN 'PRIMARY KEY' THEN 'p' WHEN 'UNIQUE' THEN 'u'
+                WHEN 'CHECK' THEN 'c' ELSE 'f' END,
            list_transform(constraint_column_indexes, lambda i: i + 1), constraint_column_names,
            referenced_table, referenced_column_names
-    FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')
+    FROM duckdb_constraints() WHERE constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY', 'CHECK')
     ORDER BY 1, 2""").fetchall()]
+checks = dict(ref.execute("""SELECT constraint_name, constraint_text FROM duckdb_constraints()
+    WHERE constraint_type = 'CHECK'""").fetchall())
 def want(tables):
     # A foreign key shows only where its referenced table does too.
     seen = [k for k in keys if k[0] in tables and (k[2] != "f" or k[5] in tables)]
@@ -618,7 +624,8 @@ def want(tables):
         pk = [[k[1], k[4]] for k in mine if k[2] == "p"]
         out[t] = {"pk": pk[0] if pk else [None, []],
                   "unique": sorted([k[1], k[4]] for k in mine if k[2] == "u"),
-                  "foreign": sorted([k[1], k[4], k[5], k[6]] for k in mine if k[2] == "f")} if t != "no_such_table" else "missing"
+                  "foreign": sorted([k[1], k[4], k[5], k[6]] for k in mine if k[2] == "f"),
+                  "check": sorted([k[1], True] for k in mine if k[2] == "c")} if t != "no_such_table" else "missing"
     return out
 all_tables = [r[0] for r in ref.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
 done(acme=door(ARGS[0], ARGS[1]), bob=door(ARGS[2], ARGS[3]), want_acme=want(GRANTED), want_bob=want(all_tables))
@@ -696,6 +703,18 @@ print(json.dumps(c.execute("""SELECT table_name, constraint_name, constraint_tex
             shipments.contains("Foreign-key constraints:"),
             "{shipments}"
         );
+        // Its CHECK constraint, in DuckDB's text of it.
+        let check = python(
+            r#"
+import duckdb, sys
+c = duckdb.connect(sys.argv[1], read_only=True)
+print(c.execute("""SELECT '"' || constraint_name || '" ' || constraint_text FROM duckdb_constraints()
+    WHERE constraint_type = 'CHECK' AND table_name = 'shipments'""").fetchone()[0])
+"#,
+            &[d.reference.to_str().unwrap()],
+        );
+        assert!(shipments.contains("Check constraints:"), "{shipments}");
+        assert!(shipments.contains(check.trim()), "{check}\n{shipments}");
     }
     // pgjdbc's getImportedKeys and getExportedKeys (DBeaver's and
     // Metabase's foreign keys), against DuckDB's. pgjdbc reads

@@ -17,6 +17,7 @@
 //!   answers itself (`SET`, `SHOW`, `BEGIN`, `COPY ... TO STDOUT`);
 //! - [`query`]: the simple and extended query protocols;
 //! - [`types`]: DuckDB's Arrow values as PostgreSQL's, text and binary;
+//! - [`bulk`]: a batch's rows at once, as COPY's lines or `DataRow`s;
 //! - [`errors`]: problems as `ErrorResponse`s with a SQLSTATE and DuckDB's
 //!   position;
 //! - [`backend`]: the one adapter to the gateway's core.
@@ -26,6 +27,7 @@
 
 pub mod auth;
 pub mod backend;
+pub mod bulk;
 pub mod compat;
 pub mod errors;
 pub mod keys;

@@ -1,32 +1,43 @@
 //! The query protocols: a simple `Query` and the extended protocol's
 //! `Parse`/`Bind`/`Describe`/`Execute` become statements run through the
 //! backend; their Arrow answer goes back as `RowDescription` and `DataRow`s
-//! (or `CopyData` for `COPY ... TO STDOUT`); session commands are answered
-//! from the session.
+//! (or `CopyData` for `COPY ... TO STDOUT`), a batch at a time
+//! ([`bulk`]); session commands are answered from the session.
+//!
+//! The door sends answers itself where pgwire's defaults would cost per row
+//! or hold a whole result: a simple query's statements are each sent before
+//! the next starts, a COPY sends many rows per `CopyData` and counts them in
+//! its `COPY n` tag, and an `Execute` that asks for every row streams them
+//! (pgwire's collects them all before sending the first).
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch};
 use async_trait::async_trait;
-use bytes::{BufMut, BytesMut};
 use futures::stream::{self, BoxStream, StreamExt};
-use futures::Sink;
-use pgwire::api::portal::{Format, Portal};
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use futures::{Sink, SinkExt};
+use pgwire::api::portal::{Format, Portal, PortalExecutionState};
+use pgwire::api::query::{
+    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
+    SimpleQueryHandler,
+};
 use pgwire::api::results::{
-    CopyResponse, DataRowEncoder, DescribePortalResponse, DescribeResponse as _,
-    DescribeStatementResponse, FieldFormat, FieldInfo, QueryResponse, Response, Tag,
+    DataRowEncoder, DescribePortalResponse, DescribeResponse as _, DescribeStatementResponse,
+    FieldFormat, FieldInfo, QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
-use pgwire::api::store::PortalStore;
-use pgwire::api::{ClientInfo, ClientPortalStore, Type};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, Type, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
-use pgwire::messages::copy::CopyData;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
 use pgwire::messages::data::DataRow;
+use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 
 use crate::pg::backend::{self, Started};
+use crate::pg::bulk::{self, CopyLines, DataRows};
 use crate::pg::compat;
 use crate::pg::errors::{self, code};
 use crate::pg::keys;
@@ -67,11 +78,12 @@ fn rows(
     session: Arc<Session>,
 ) -> BoxStream<'static, PgWireResult<DataRow>> {
     let running = RunningGuard(session);
+    let mut encoder = DataRows::new(fields);
     backend::batches(answer)
         .flat_map(move |batch| {
             let _keep = &running;
             let rows = match batch {
-                Ok(b) => encode_rows(&b, &fields),
+                Ok(b) => encoder.batch(&b),
                 Err(f) => Err(errors::of_problem(&f.problem, &sql)),
             };
             match rows {
@@ -89,32 +101,6 @@ impl Drop for RunningGuard {
     fn drop(&mut self) {
         self.0.running(None);
     }
-}
-
-fn encode_rows(batch: &RecordBatch, fields: &Arc<Vec<FieldInfo>>) -> PgWireResult<Vec<DataRow>> {
-    let columns: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .map(types::plain)
-        .collect::<Result<_, _>>()
-        .map_err(|e| errors::error("XX000", format!("reading DuckDB's Arrow: {e}")))?;
-    let mut encoder = DataRowEncoder::new(fields.clone());
-    let mut out = Vec::with_capacity(batch.num_rows());
-    for row in 0..batch.num_rows() {
-        for (c, f) in columns.iter().zip(fields.iter()) {
-            encoder.encode_field_with_type_and_format(
-                &types::Cell {
-                    array: c.as_ref(),
-                    row,
-                },
-                f.datatype(),
-                f.format(),
-                f.format_options(),
-            )?;
-        }
-        out.push(encoder.take_row());
-    }
-    Ok(out)
 }
 
 impl Queries {
@@ -245,125 +231,218 @@ impl Queries {
         }))
     }
 
-    /// `COPY (query) TO STDOUT`: each row one `CopyData` in PostgreSQL's
-    /// text format or CSV.
-    async fn copy_out(&self, session: &Arc<Session>, copy: &Copy) -> PgWireResult<Response> {
+    /// `COPY (query) TO STDOUT`, sent to `client`: the header line (CSV's
+    /// `HEADER`) and each row in PostgreSQL's text format or CSV, a
+    /// `CopyData` each (as PostgreSQL sends them), written a batch at a
+    /// time, then `COPY n` with the rows sent. An error after the copy began
+    /// is returned (the client reads an `ErrorResponse`, never a
+    /// `CopyDone`).
+    async fn send_copy<C>(
+        &self,
+        client: &mut C,
+        session: &Arc<Session>,
+        copy: &Copy,
+    ) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let started = self.start(session, &copy.query, Vec::new()).await?;
+        let _running = RunningGuard(session.clone());
         let columns = started.schema.fields().len();
         let header = copy.header.then(|| {
             let names: Vec<String> = started
                 .schema
                 .fields()
                 .iter()
-                .map(|f| csv_field(f.name(), copy.delimiter))
+                .map(|f| bulk::csv_field(f.name(), copy.delimiter))
                 .collect();
             let mut line = names.join(&copy.delimiter.to_string());
             line.push('\n');
             line
         });
-        let sql: Arc<str> = copy.query.clone().into();
-        let copy = copy.clone();
-        let running = RunningGuard(session.clone());
-        let fields: Arc<Vec<FieldInfo>> =
-            Arc::new(types::fields(&started.schema, |_| FieldFormat::Text));
-        let state = CopyState {
-            batches: backend::batches(started.answer),
-            header,
-            lines: std::collections::VecDeque::new(),
-            done: false,
-            _running: running,
-        };
-        let body = stream::unfold(state, move |mut st| {
-            let (fields, copy, sql) = (fields.clone(), copy.clone(), sql.clone());
-            async move {
-                loop {
-                    if let Some(line) = st.lines.pop_front() {
-                        return Some((Ok(line), st));
-                    }
-                    if st.done {
-                        // An empty result: the header alone.
-                        let h = st.header.take()?;
-                        return Some((Ok(CopyData::new(h.into_bytes().into())), st));
-                    }
-                    let lines = match st.batches.next().await {
-                        None => {
-                            st.done = true;
-                            continue;
-                        }
-                        Some(Ok(b)) => copy_lines(&b, &fields, &copy),
-                        Some(Err(f)) => Err(errors::of_problem(&f.problem, &sql)),
-                    };
-                    match lines {
-                        Ok(lines) => st.lines.extend(lines),
-                        Err(e) => {
-                            st.done = true;
-                            st.header = None;
-                            return Some((Err(e), st));
-                        }
-                    }
-                    // The header travels with the first row, so COPY's
-                    // count is the rows'.
-                    if let (Some(first), true) = (st.lines.front_mut(), st.header.is_some()) {
-                        let h = st.header.take().unwrap_or_default();
-                        let mut joined = BytesMut::from(h.as_bytes());
-                        joined.extend_from_slice(&first.data);
-                        *first = CopyData::new(joined.freeze());
-                    }
-                }
+        let fields = Arc::new(types::fields(&started.schema, |_| FieldFormat::Text));
+        let mut lines = CopyLines::new(copy, fields);
+        let width = i16::try_from(columns).unwrap_or(i16::MAX);
+        client
+            .feed(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+                0,
+                width,
+                vec![0; columns],
+            )))
+            .await?;
+        if let Some(h) = header {
+            client
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                    h.into_bytes().into(),
+                )))
+                .await?;
+        }
+        let mut batches = backend::batches(started.answer);
+        let mut rows = 0usize;
+        let mut ends = Vec::new();
+        while let Some(batch) = batches.next().await {
+            let batch = batch.map_err(|f| errors::of_problem(&f.problem, &copy.query))?;
+            let mut out = lines.buffer();
+            ends.clear();
+            lines.batch(&batch, &mut out, &mut ends)?;
+            let out = out.freeze();
+            let mut start = 0;
+            for &end in &ends {
+                client
+                    .feed(PgWireBackendMessage::CopyData(CopyData::new(
+                        out.slice(start..end),
+                    )))
+                    .await?;
+                start = end;
             }
-        })
-        .boxed();
-        Ok(Response::CopyOut(CopyResponse::new(0, columns, body)))
+            rows += ends.len();
+        }
+        client
+            .feed(PgWireBackendMessage::CopyDone(CopyDone::new()))
+            .await?;
+        client
+            .feed(PgWireBackendMessage::CommandComplete(
+                Tag::new("COPY").with_rows(rows).into(),
+            ))
+            .await?;
+        Ok(())
     }
 
-    /// Runs one statement of a simple query.
-    async fn simple(
+    /// Runs one statement of a simple query: its answer to send, or
+    /// `None` where it was sent (a COPY).
+    async fn simple<C>(
         &self,
+        client: &mut C,
         session: &Arc<Session>,
         sql: &str,
-        last: bool,
-    ) -> PgWireResult<Response> {
+    ) -> PgWireResult<Option<Response>>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         let command = session::classify(sql);
         if let Some(r) = self.command(session, &command, |_| FieldFormat::Text)? {
-            return Ok(r);
+            return Ok(Some(r));
         }
         match &command {
-            Command::CopyOut(copy) => self.copy_out(session, copy).await,
+            Command::CopyOut(copy) => {
+                self.send_copy(client, session, copy).await?;
+                Ok(None)
+            }
             _ => {
                 let started = self.start(session, sql, Vec::new()).await?;
                 let response = self
                     .answer(started, sql, session, |_| FieldFormat::Text)
                     .await?;
-                if last {
-                    return Ok(response);
-                }
-                // A statement before the last of a simple query is read
-                // whole before the next starts (within the gateway's caps),
-                // so two never hold connections at once.
-                let Response::Query(mut q) = response else {
-                    return Ok(response);
-                };
-                let mut rows = Vec::new();
-                while let Some(r) = q.data_rows().next().await {
-                    rows.push(r);
-                }
-                let tag = q.command_tag().to_string();
-                let mut whole = QueryResponse::new(q.row_schema(), stream::iter(rows));
-                whole.set_command_tag(&tag);
-                Ok(Response::Query(whole))
+                Ok(Some(response))
             }
         }
     }
+
+    /// An `Execute` of every row of a portal not yet run: its answer
+    /// streamed to `client`; `false` where pgwire's own handling fits (a
+    /// portal read in parts, one already run, a session command).
+    async fn execute_whole<C>(&self, client: &mut C, message: &Execute) -> PgWireResult<bool>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Ok(false);
+        }
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let Some(Entry::Value(portal)) = client.portal_store().get_portal(name) else {
+            return Ok(false);
+        };
+        let command = portal.statement.statement.command.clone();
+        let whole = match command.as_ref() {
+            Command::CopyOut(_) => true,
+            Command::Query(_) => message.max_rows == 0,
+            _ => false,
+        };
+        if !whole || !matches!(*portal.state().lock().await, PortalExecutionState::Initial) {
+            return Ok(false);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let session = session(client)?;
+        let pending = session.pending.lock().await.take();
+        match command.as_ref() {
+            Command::CopyOut(copy) => self.send_copy(client, &session, copy).await?,
+            Command::Query(sql) => {
+                let started = match pending {
+                    Some((k, started)) if k == key(&portal) => started,
+                    _ => self.start(&session, sql, params(&portal)?).await?,
+                };
+                let format = |i: usize| portal.result_column_format.format_for(i);
+                match self.answer(started, sql, &session, format).await? {
+                    Response::Query(q) => send_query_response(client, q, false).await?,
+                    Response::Execution(tag) => send_execution_response(client, tag).await?,
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+        // Run to its end: an `Execute` again reads no rows, as from
+        // PostgreSQL.
+        portal
+            .start(QueryResponse::new(Arc::new(Vec::new()), stream::empty()))
+            .await;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(true)
+    }
 }
 
-/// A `COPY ... TO STDOUT` on its way: the batches to come, the lines of
-/// the last one, the header until it is sent.
-struct CopyState {
-    batches: BoxStream<'static, Result<RecordBatch, backend::Failure>>,
-    header: Option<String>,
-    lines: std::collections::VecDeque<CopyData>,
-    done: bool,
-    _running: RunningGuard,
+/// Sends one answer of a simple query as pgwire would; the transaction
+/// status after it.
+async fn send<C>(
+    client: &mut C,
+    response: Response,
+    status: TransactionStatus,
+) -> PgWireResult<TransactionStatus>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    Ok(match response {
+        Response::EmptyQuery => {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+            status
+        }
+        Response::Query(q) => {
+            send_query_response(client, q, true).await?;
+            status
+        }
+        Response::Execution(tag) => {
+            send_execution_response(client, tag).await?;
+            status
+        }
+        Response::TransactionStart(tag) => {
+            send_execution_response(client, tag).await?;
+            status.to_in_transaction_state()
+        }
+        Response::TransactionEnd(tag) => {
+            send_execution_response(client, tag).await?;
+            status.to_idle_state()
+        }
+        Response::Error(e) => {
+            client
+                .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
+                .await?;
+            status.to_error_state()
+        }
+        // The door sends its COPY itself and takes no data in.
+        Response::CopyIn(_) | Response::CopyOut(_) | Response::CopyBoth(_) => {
+            return Err(errors::error(code::PROTOCOL, "an unexpected COPY answer"))
+        }
+    })
 }
 
 /// A one-row, one-column text answer.
@@ -406,112 +485,70 @@ fn tag_of(sql: &str) -> &'static str {
     }
 }
 
-/// A CSV field (a header's name) quoted where it must be.
-fn csv_field(s: &str, delimiter: char) -> String {
-    if s.is_empty() || s.contains([delimiter, '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-/// The lines of a batch in COPY's text format or CSV.
-fn copy_lines(
-    batch: &RecordBatch,
-    fields: &Arc<Vec<FieldInfo>>,
-    copy: &Copy,
-) -> PgWireResult<Vec<CopyData>> {
-    let columns: Vec<ArrayRef> = batch
-        .columns()
-        .iter()
-        .map(types::plain)
-        .collect::<Result<_, _>>()
-        .map_err(|e| errors::error("XX000", format!("reading DuckDB's Arrow: {e}")))?;
-    let mut out = Vec::with_capacity(batch.num_rows());
-    let mut value = BytesMut::new();
-    for row in 0..batch.num_rows() {
-        let mut line = BytesMut::new();
-        for (i, (c, f)) in columns.iter().zip(fields.iter()).enumerate() {
-            if i > 0 {
-                let mut d = [0u8; 4];
-                line.put_slice(copy.delimiter.encode_utf8(&mut d).as_bytes());
-            }
-            if c.is_null(row) {
-                line.put_slice(copy.null.as_bytes());
-                continue;
-            }
-            value.clear();
-            types::text(c.as_ref(), row, f.datatype(), &mut value)
-                .map_err(|e| errors::error("XX000", format!("writing a value: {e}")))?;
-            if copy.csv {
-                let s = String::from_utf8_lossy(&value);
-                let quote = s.is_empty() && copy.null.is_empty()
-                    || s.contains([copy.delimiter, '"', '\n', '\r'])
-                    || s == copy.null;
-                if quote {
-                    line.put_u8(b'"');
-                    line.put_slice(s.replace('"', "\"\"").as_bytes());
-                    line.put_u8(b'"');
-                } else {
-                    line.put_slice(&value);
-                }
-            } else {
-                for &b in value.iter() {
-                    match b {
-                        b'\\' => line.put_slice(b"\\\\"),
-                        b'\n' => line.put_slice(b"\\n"),
-                        b'\r' => line.put_slice(b"\\r"),
-                        b'\t' => line.put_slice(b"\\t"),
-                        _ if b as char == copy.delimiter => {
-                            line.put_u8(b'\\');
-                            line.put_u8(b);
-                        }
-                        _ => line.put_u8(b),
-                    }
-                }
-            }
-        }
-        line.put_u8(b'\n');
-        out.push(CopyData::new(line.freeze()));
-    }
-    Ok(out)
-}
-
 #[async_trait]
 impl SimpleQueryHandler for Queries {
-    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    /// pgwire's `on_query`, but each statement's answer is sent before the
+    /// next starts (so two never hold connections at once) and a COPY is
+    /// sent by the door ([`Queries::send_copy`]).
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        let mut status = client.transaction_status();
+        client.set_state(PgWireConnectionState::QueryInProgress);
         let session = session(client)?;
-        let pieces = session::split(query);
-        let mut out = Vec::with_capacity(pieces.len());
-        for (i, sql) in pieces.iter().enumerate() {
-            match self.simple(&session, sql, i + 1 == pieces.len()).await {
-                Ok(r) => out.push(r),
+        let text = query.query;
+        let pieces = session::split(&text);
+        if pieces.is_empty() {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        }
+        for sql in &pieces {
+            match self.simple(client, &session, sql).await {
+                Ok(Some(response)) => status = send(client, response, status).await?,
+                Ok(None) => {}
                 // PostgreSQL stops a simple query at its first error.
                 Err(PgWireError::UserError(mut info)) => {
                     // The position is in the statement; the client counts
                     // from the start of the text it sent.
-                    let before = sql.as_ptr() as usize - query.as_ptr() as usize;
+                    let before = sql.as_ptr() as usize - text.as_ptr() as usize;
                     info.position = info
                         .position
                         .as_deref()
                         .and_then(|p| p.parse::<usize>().ok())
-                        .map(|p| (p + query[..before].chars().count()).to_string());
-                    out.push(Response::Error(info));
+                        .map(|p| (p + text[..before].chars().count()).to_string());
+                    status = send(client, Response::Error(info), status).await?;
                     break;
                 }
                 Err(e) => return Err(e),
             }
         }
-        if out.is_empty() {
-            out.push(Response::EmptyQuery);
-        }
-        Ok(out)
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        client.set_transaction_status(status);
+        send_ready_for_query(client, status).await
+    }
+
+    /// Not called: [`Self::on_query`] runs and sends each statement.
+    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        Err(errors::error(
+            code::PROTOCOL,
+            "the door answers a simple query in on_query",
+        ))
     }
 }
 
@@ -599,6 +636,21 @@ impl ExtendedQueryHandler for Queries {
 
     fn query_parser(&self) -> Arc<Parser> {
         Arc::new(Parser)
+    }
+
+    /// A portal's every row streamed as it comes ([`Queries::execute_whole`]);
+    /// else pgwire's own handling.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if self.execute_whole(client, &message).await? {
+            return Ok(());
+        }
+        self._on_execute(client, message).await
     }
 
     async fn do_describe_statement<C>(
@@ -746,7 +798,11 @@ impl ExtendedQueryHandler for Queries {
             return Ok(r);
         }
         match command.as_ref() {
-            Command::CopyOut(copy) => self.copy_out(&session, copy).await,
+            // Sent by `on_execute`.
+            Command::CopyOut(_) => Err(errors::error(
+                code::PROTOCOL,
+                "the door answers a COPY in on_execute",
+            )),
             Command::Query(sql) => {
                 let started = match pending {
                     Some((k, started)) if k == key(portal) => started,

@@ -425,6 +425,100 @@ async fn psql_queries_lists_copies_and_draws_its_caret() {
     assert_eq!(&line[at..at + 2], "id", "{err}");
 }
 
+/// COPY written a batch at a time: a copy over several of DuckDB's batches,
+/// with NULLs and every byte the formats escape or quote (tab, newline,
+/// carriage return, backslash, quotes, delimiters), reads back through
+/// psycopg's own COPY parser (one row per `CopyData`, as PostgreSQL sends
+/// them) and Python's csv module as DuckDB's rows; psql's `COPY n` counts
+/// rows. A cap that ends the answer after its first batches reaches psycopg
+/// as an error, in a COPY and in a binary fetch, never as a short answer
+/// that looks whole.
+#[tokio::test]
+#[ignore = "tier venv: needs the test venv (Python DuckDB, psycopg); scripts/test installs it"]
+async fn copy_spans_messages_matches_duckdb_and_fails_loudly() {
+    let d = door(&[("DUCKGATE_MAX_ROWS", "50000")]).await;
+    let v = run(
+        &d,
+        &d.dsn("alice", ALICE_SECRET),
+        r#"
+import csv, io
+import psycopg
+Q = r"""SELECT i, CASE WHEN i % 7 = 0 THEN NULL ELSE 'v' || i || chr(9) || 't' || chr(10) || 'n' || chr(13) || 'r\b\\' || '"q",;|' END AS s, CASE WHEN i % 5 = 0 THEN NULL ELSE i * 0.5 END AS d FROM range(30000) t(i) ORDER BY i"""
+want = reference(Q)
+out = {}
+with psycopg.connect(DSN, autocommit=True) as conn:
+    cur = conn.cursor()
+    with cur.copy(f"COPY ({Q}) TO STDOUT") as cp:
+        cp.set_types(["int8", "text", "numeric"])
+        got = rows(list(cp.rows()))
+    out["text_mismatch"] = [[g, w] for g, w in zip(got, want) if g != w][:3]
+    out["text_rows"] = len(got)
+    chunks, data = 0, b""
+    with cur.copy(f"COPY ({Q}) TO STDOUT WITH (FORMAT csv, HEADER)") as cp:
+        for chunk in cp:
+            chunks += 1
+            data += bytes(chunk)
+    out["csv_chunks"] = chunks
+    table = list(csv.reader(io.StringIO(data.decode(), newline="")))
+    out["csv_header"] = table[0]
+    plain = [["" if v is None else str(v) for v in r] for r in ref.execute(Q).fetchall()]
+    out["csv_mismatch"] = [[g, w] for g, w in zip(table[1:], plain) if g != w][:3]
+    out["csv_rows"] = len(table) - 1
+    # Past DUCKGATE_MAX_ROWS: the error comes after rows were sent.
+    big = "SELECT i, 'x' || i AS s FROM range(200000) t(i)"
+    received = 0
+    try:
+        with cur.copy(f"COPY ({big}) TO STDOUT") as cp:
+            for chunk in cp:
+                received += len(chunk)
+        out["copy_error"] = None
+    except psycopg.Error as e:
+        out["copy_error"] = e.sqlstate or str(e)
+    out["copy_received"] = received
+    fetched = 0
+    try:
+        for _ in conn.cursor(binary=True).stream(big, size=1000):
+            fetched += 1
+        out["fetch_error"] = None
+    except psycopg.Error as e:
+        out["fetch_error"] = e.sqlstate or str(e)
+    out["fetched"] = fetched
+    out["after"] = conn.execute("SELECT 42").fetchone()[0]
+done(**out)
+"#,
+        &[],
+    );
+    assert_eq!(v["text_rows"], 30000, "{v}");
+    assert_eq!(v["text_mismatch"], serde_json::json!([]), "{v}");
+    assert_eq!(v["csv_header"], serde_json::json!(["i", "s", "d"]), "{v}");
+    assert_eq!(v["csv_rows"], 30000, "{v}");
+    assert_eq!(v["csv_mismatch"], serde_json::json!([]), "{v}");
+    // The header and each row a message of its own.
+    assert_eq!(v["csv_chunks"], 30001, "{v}");
+    assert!(
+        v["copy_error"].is_string(),
+        "a capped COPY ended cleanly: {v}"
+    );
+    assert!(v["copy_received"].as_u64().unwrap_or_default() > 0, "{v}");
+    assert!(
+        v["fetch_error"].is_string(),
+        "a capped fetch ended cleanly: {v}"
+    );
+    assert_eq!(v["after"], 42, "{v}");
+    let (out, err) = psql(
+        &d,
+        "alice",
+        ALICE_SECRET,
+        &[
+            "-c",
+            "\\copy (SELECT i, 'x' || i FROM range(30000) t(i)) to 'n.txt'",
+        ],
+    );
+    assert_eq!(out.trim(), "COPY 30000", "{err}");
+    let copied = std::fs::read_to_string(d.dir.path().join("n.txt")).unwrap();
+    assert_eq!(copied.lines().count(), 30000);
+}
+
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, psycopg); scripts/test installs it"]
 async fn a_confined_identity_reads_its_rows_and_hidden_tables_are_missing() {

@@ -849,6 +849,10 @@ pub struct Postgres {
     dir: tempfile::TempDir,
     pub port: u16,
     as_postgres: bool,
+    /// The password of user `duckgate`.
+    password: String,
+    /// The database [`Postgres::start`] created.
+    database: String,
 }
 
 impl Postgres {
@@ -892,6 +896,8 @@ impl Postgres {
             dir,
             port,
             as_postgres,
+            password: password.to_string(),
+            database: database.to_string(),
         };
         let data = pg.dir.path().join("data");
         run_pg(
@@ -927,6 +933,22 @@ impl Postgres {
                 .arg(format!("CREATE DATABASE {database}")),
         );
         pg
+    }
+
+    /// The connection string (libpq keywords) of the cluster's database as
+    /// user `duckgate`: what DUCKGATE_STATE_DSN takes. One place, so every
+    /// test reaches PostgreSQL the same way.
+    pub fn dsn(&self) -> String {
+        self.dsn_via(self.port)
+    }
+
+    /// [`Postgres::dsn`] through another loopback port (a proxy in front of
+    /// the cluster that a test cuts and restores).
+    pub fn dsn_via(&self, port: u16) -> String {
+        format!(
+            "host=127.0.0.1 port={port} user=duckgate password={} dbname={}",
+            self.password, self.database
+        )
     }
 
     /// Stops the server at once (`-m immediate`: every session cut, as a

@@ -28,14 +28,13 @@ const PASSWORD: &str = "liveness-pw-3d9a71";
 /// Runs until cancelled or killed.
 const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
-fn replica(s3: &S3Server, pg_port: u16, stale_ms: u64) -> common::GatewayBuilder {
+/// A replica reaching the state through `dsn` ([`Postgres::dsn`], or
+/// [`Postgres::dsn_via`] a slow link).
+fn replica(s3: &S3Server, dsn: String, stale_ms: u64) -> common::GatewayBuilder {
     s3.app(900)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!("host=127.0.0.1 port={pg_port} user=duckgate password={PASSWORD} dbname=state"),
-        )
+        .env("DUCKGATE_STATE_DSN", dsn)
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_REPLICA_STALE_MS", stale_ms)
         .env("DUCKGATE_MAX_STATEMENT_TIMEOUT_MS", 600_000)
@@ -205,12 +204,12 @@ async fn a_slow_postgresql_behind_an_idle_cutting_middlebox_loses_no_live_statem
     let stale = 5_000;
     // The schema first, directly (a start-up's migration through the slow
     // link would take most of a minute).
-    drop(start_all(vec![replica(&s3, pg.port, stale)]).await);
+    drop(start_all(vec![replica(&s3, pg.dsn(), stale)]).await);
     let link = SlowLink::start(pg.port, Duration::from_millis(750), Duration::from_secs(5)).await;
     // One at a time: a start-up waiting for the other's migration lock
     // says nothing for 5 s, and the middlebox cuts it.
-    let mut g = start_all(vec![replica(&s3, link.port, stale)]).await;
-    g.extend(start_all(vec![replica(&s3, link.port, stale)]).await);
+    let mut g = start_all(vec![replica(&s3, pg.dsn_via(link.port), stale)]).await;
+    g.extend(start_all(vec![replica(&s3, pg.dsn_via(link.port), stale)]).await);
     let started = Instant::now();
 
     // Statements of 0.5 to 12 s on both replicas.
@@ -314,8 +313,8 @@ async fn a_frozen_replica_is_taken_for_dead_and_an_admin_call_says_so() {
     let s3 = S3Server::start(&[]);
     let stale = Duration::from_millis(2_000);
     let g = start_all(vec![
-        replica(&s3, pg.port, stale.as_millis() as u64),
-        replica(&s3, pg.port, stale.as_millis() as u64),
+        replica(&s3, pg.dsn(), stale.as_millis() as u64),
+        replica(&s3, pg.dsn(), stale.as_millis() as u64),
     ])
     .await;
     let (a, b) = (&g[0], &g[1]);
@@ -468,7 +467,7 @@ async fn a_frozen_replica_is_taken_for_dead_and_an_admin_call_says_so() {
 async fn an_admin_call_without_the_shared_state_reports_what_this_replica_did() {
     let pg = Postgres::start(PASSWORD, "state");
     let s3 = S3Server::start(&[]);
-    let g = start_all(vec![replica(&s3, pg.port, 5_000)]).await;
+    let g = start_all(vec![replica(&s3, pg.dsn(), 5_000)]).await;
     let g = &g[0];
     let (status, v) = g.call(reqwest::Method::POST, "/admin/reload", ADMIN).await;
     assert_eq!(status, 200, "{v}");

@@ -167,13 +167,7 @@ async fn alert_rules_and_dashboard_check_and_name_real_series() {
     let s3 = S3Server::start(&[]);
     let g = s3
         .app(900)
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!(
-                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-                pg.port
-            ),
-        )
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_SPOOL_ORPHAN_GRACE_MS", 4000)
         .start();

@@ -20,13 +20,7 @@ const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 fn replica(pg: &Postgres) -> Gateway {
     Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!(
-                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-                pg.port
-            ),
-        )
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_REPLICA_STALE_MS", 2000)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 60000)
         .env("DUCKGATE_POOL_SIZE", 3)

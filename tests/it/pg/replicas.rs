@@ -21,13 +21,6 @@ const PASSWORD: &str = "state-pw-7c1e4a";
 const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
 /// The connection string of the state database in `pg`.
-fn dsn(pg: &Postgres) -> String {
-    format!(
-        "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-        pg.port
-    )
-}
-
 fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
     replica_builder(s3, pg).start()
 }
@@ -36,7 +29,7 @@ fn replica_builder(s3: &S3Server, pg: &Postgres) -> common::GatewayBuilder {
     s3.app(20)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
         .env("DUCKGATE_ADMIN_TOKEN", ADMIN)
-        .env("DUCKGATE_STATE_DSN", dsn(pg))
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_REPLICA_STALE_MS", 2000)
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 3000)

@@ -22,13 +22,7 @@ const PASSWORD: &str = "rolling-pw-61b0c2";
 fn replica(s3: &S3Server, pg: &Postgres) -> crate::common::GatewayBuilder {
     s3.app(900)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!(
-                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-                pg.port
-            ),
-        )
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_REPLICA_STALE_MS", 2_000)
         .env("DUCKGATE_SHUTDOWN_GRACE_MS", 15_000)

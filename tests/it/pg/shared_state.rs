@@ -11,17 +11,10 @@ use serde_json::json;
 const ALICE: &str = "alice-token-0123456789";
 const PASSWORD: &str = "shared-state-pw-9e1a";
 
-fn dsn(pg: &Postgres) -> String {
-    format!(
-        "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-        pg.port
-    )
-}
-
 fn replica(s3: &S3Server, pg: &Postgres, stale_ms: u64) -> common::GatewayBuilder {
     s3.app(900)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
-        .env("DUCKGATE_STATE_DSN", dsn(pg))
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_POOL_SIZE", 4)
         .env("DUCKGATE_REPLICA_STALE_MS", stale_ms)

@@ -28,13 +28,7 @@ fn sessions(pg: &Postgres) -> usize {
 async fn most_sessions_under_bursts(pg: &Postgres, pool: Option<u32>) -> usize {
     let mut builder = common::Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!(
-                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-                pg.port
-            ),
-        );
+        .env("DUCKGATE_STATE_DSN", pg.dsn());
     if let Some(n) = pool {
         builder = builder.env("DUCKGATE_STATE_POOL_SIZE", n);
     }

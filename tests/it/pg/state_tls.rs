@@ -17,10 +17,7 @@ const PASSWORD: &str = "state-tls-pw-5d2b9e";
 /// The state database's connection string with this `sslmode`; the
 /// gateway's connections show as `app` in pg_stat_activity.
 fn dsn(pg: &Postgres, sslmode: &str, app: &str) -> String {
-    format!(
-        "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state sslmode={sslmode} application_name={app}",
-        pg.port
-    )
+    format!("{} sslmode={sslmode} application_name={app}", pg.dsn())
 }
 
 fn gateway(dsn: String, ca: Option<&Path>) -> GatewayBuilder {

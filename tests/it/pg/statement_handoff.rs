@@ -20,13 +20,7 @@ const PASSWORD: &str = "handoff-pw-51c2e8";
 fn replica(s3: &S3Server, pg: &Postgres) -> Gateway {
     s3.app(900)
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE}"))
-        .env(
-            "DUCKGATE_STATE_DSN",
-            format!(
-                "host=127.0.0.1 port={} user=duckgate password={PASSWORD} dbname=state",
-                pg.port
-            ),
-        )
+        .env("DUCKGATE_STATE_DSN", pg.dsn())
         .env("DUCKGATE_SPOOL_URL", "s3://duckgate-test/spool/")
         .env("DUCKGATE_POOL_SIZE", 2)
         .start()

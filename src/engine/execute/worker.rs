@@ -114,6 +114,8 @@ fn outcome_handles(label: &'static str) -> (metrics::Counter, metrics::Histogram
     })
 }
 
+/// Runs one job on its connection: judged, granted, its row policy
+/// installed, then described, spooled or written in the format it asked.
 pub(super) fn work_inner(
     slot: &mut Pooled,
     job: &QueryJob,
@@ -122,45 +124,14 @@ pub(super) fn work_inner(
     control: &QueryControl,
     csv_copy: bool,
 ) -> Result<(), QueryError> {
-    // A verdict depends only on the text and the policy, so a text this
-    // connection has accepted before is not parsed and bound a second time.
     use std::sync::atomic::Ordering::SeqCst;
-    let epoch = slot.catalog_epoch.load(SeqCst);
-    if slot.prepared_epoch != epoch {
-        slot.conn.flush_prepared_statement_cache();
-        slot.prepared_epoch = epoch;
-    }
+    let epoch = current_epoch(slot);
     let accepted = match verdict(slot, job, parsed, epoch) {
         Ok(a) => a,
         Err(r) => return tx.fail(QueryError::Refused(r)),
     };
-    // The verdict is the text's; the grants are the caller's.
-    if let Some(access) = &job.rules.access {
-        let decision = access.check(&accepted, &job.sql, || {
-            guard::named_tables(&slot.raw, &job.sql)
-        });
-        metrics::counter!(
-            "duckgate_grant_decisions_total",
-            "role" => access.label(),
-            "decision" => if decision.is_ok() { "allowed" } else { "refused" }
-        )
-        .increment(1);
-        if let Err(r) = decision {
-            return tx.fail(QueryError::Refused(r));
-        }
-    }
-    // Row filters and masks: installed on the connection before anything
-    // is prepared on it (DuckDB's optimizer applies them, `engine::policy`).
-    let policy = match &job.rules.access {
-        Some(access) => match access.policy(&accepted, job.rules.confined_plans) {
-            Ok(p) => p,
-            Err(r) => return tx.fail(QueryError::Refused(r)),
-        },
-        None => None,
-    };
-    if let Err(e) = slot.use_policy(policy) {
-        tracing::error!(error.cause = %e, "a row policy could not be installed");
-        return tx.fail(QueryError::Internal(format!("row policy: {e}")));
+    if let Err(e) = grant_and_install_policy(slot, job, &accepted) {
+        return tx.fail(e);
     }
     if let Some(t) = &job.tracker {
         let _ = t.kind.set(accepted.kind.clone());
@@ -168,17 +139,7 @@ pub(super) fn work_inner(
     }
     // Described, not run: nothing executes, the catalog stays as it is.
     if let Some(out) = &job.describe {
-        // The schema an Arrow answer has: of its wrapper, where DuckDB
-        // renders what its Arrow export has no type for.
-        let wrapper = arrow_text_sql(&accepted)
-            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
-        let marks = if wrapper.is_some() {
-            text_marks(&accepted, Format::Arrow)
-        } else {
-            Vec::new()
-        };
-        let sql = wrapper.as_deref().unwrap_or(&job.sql);
-        return super::describe::describe(&slot.raw, &accepted, sql, &marks, tx, control, out);
+        return describe_job(slot, &accepted, job, tx, control, out, epoch);
     }
     // A statement that may change the catalog makes every verdict older
     // than it stale, whatever its outcome: the epoch moves when it starts
@@ -197,71 +158,185 @@ pub(super) fn work_inner(
     if let Some(sink) = &job.sink {
         return spool_statement(slot, &accepted, job, tx, control, sink.as_ref(), epoch);
     }
-    // Parquet is DuckDB's own COPY writer, streamed (see `parquet_copy`):
-    // there is no other way to it, so a statement DuckDB cannot COPY (one
-    // that returns no rows) has no Parquet answer.
     if job.format == Format::Parquet {
-        let copy = accepted
-            .result
-            .as_ref()
-            .and_then(|r| r.sql.as_deref())
-            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
-            .and_then(|sql| parquet_copy(sql, job));
-        let Some((copy, fail_past)) = copy else {
-            return tx.fail(QueryError::FormatUnavailable(format!(
-                "a {} statement has no result DuckDB can write as Parquet; ask for json, ndjson, csv or arrow",
-                accepted.kind
-            )));
-        };
-        let (token, connection_id) = (slot.pipe_token, slot.connection_id);
-        control.runs(statement_sql(&accepted).map(|s| (copy.as_str(), s)));
-        return match slot.conn.prepare_cached(&copy) {
-            Ok(mut stmt) => copy_parquet(
-                &mut stmt,
-                token,
-                connection_id,
-                &accepted.kind,
-                fail_past,
-                job,
-                tx,
-                control,
-            ),
-            Err(e) => tx.fail(run_error(&e, control, job)),
-        };
+        return write_parquet(slot, &accepted, job, tx, control);
     }
-    // CSV is DuckDB's own COPY writer, streamed (see `pipe`), for every
-    // query DuckDB can COPY while a place for it is free; the rest take the
-    // Arrow path below (the same bytes, written from DuckDB's casts).
     if job.format == Format::Csv && csv_copy {
-        let copy = accepted
-            .result
-            .as_ref()
-            .and_then(|r| r.sql.as_deref())
-            .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
-            .and_then(|sql| {
-                // Parsed once per text and connection, like verdicts.
-                if !slot.copies.contains_key(sql) {
-                    slot.copies
-                        .insert(sql.to_string(), pipe::copy_sql(sql, pipe::CopyFormat::Csv));
-                }
-                slot.copies.get(sql).cloned().flatten()
-            });
-        let (token, connection_id) = (slot.pipe_token, slot.connection_id);
-        if let Some(copy) = copy {
-            control.runs(statement_sql(&accepted).map(|s| (copy.as_str(), s)));
-            match slot.conn.prepare_cached(&copy) {
-                Ok(mut stmt) => {
-                    return copy_csv(&mut stmt, token, connection_id, &accepted, job, tx, control)
-                }
-                Err(e) => {
-                    if let Some(err) = cancel_error(control, job) {
-                        return tx.fail(err);
-                    }
-                    tracing::warn!(error_class = %error_class(&e), "the CSV COPY did not prepare; using Arrow values");
-                }
-            }
+        if let Some(done) = try_csv_copy(slot, &accepted, job, tx, control) {
+            return done;
         }
     }
+    write_stream(slot, &accepted, job, tx, control, epoch)
+}
+
+/// The connection's catalog epoch, its cache of prepared statements
+/// flushed if the catalog moved since they were prepared.
+fn current_epoch(slot: &mut Pooled) -> u64 {
+    // A verdict depends only on the text and the policy, so a text this
+    // connection has accepted before is not parsed and bound a second time.
+    use std::sync::atomic::Ordering::SeqCst;
+    let epoch = slot.catalog_epoch.load(SeqCst);
+    if slot.prepared_epoch != epoch {
+        slot.conn.flush_prepared_statement_cache();
+        slot.prepared_epoch = epoch;
+    }
+    epoch
+}
+
+/// The caller's grants checked against the accepted text (counted), then
+/// its row filters and masks installed on the connection.
+fn grant_and_install_policy(
+    slot: &mut Pooled,
+    job: &QueryJob,
+    accepted: &guard::Accepted,
+) -> Result<(), QueryError> {
+    // The verdict is the text's; the grants are the caller's.
+    if let Some(access) = &job.rules.access {
+        let decision = access.check(accepted, &job.sql, || {
+            guard::named_tables(&slot.raw, &job.sql)
+        });
+        metrics::counter!(
+            "duckgate_grant_decisions_total",
+            "role" => access.label(),
+            "decision" => if decision.is_ok() { "allowed" } else { "refused" }
+        )
+        .increment(1);
+        decision.map_err(QueryError::Refused)?;
+    }
+    // Row filters and masks: installed on the connection before anything
+    // is prepared on it (DuckDB's optimizer applies them, `engine::policy`).
+    let policy = match &job.rules.access {
+        Some(access) => access
+            .policy(accepted, job.rules.confined_plans)
+            .map_err(QueryError::Refused)?,
+        None => None,
+    };
+    if let Err(e) = slot.use_policy(policy) {
+        tracing::error!(error.cause = %e, "a row policy could not be installed");
+        return Err(QueryError::Internal(format!("row policy: {e}")));
+    }
+    Ok(())
+}
+
+/// Describes the job's answer without running it: the schema an Arrow
+/// answer has, of its wrapper where DuckDB renders what its Arrow export
+/// has no type for.
+fn describe_job(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+    out: &super::describe::DescribeSlot,
+    epoch: u64,
+) -> Result<(), QueryError> {
+    let wrapper = arrow_text_sql(accepted)
+        .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
+    let marks = if wrapper.is_some() {
+        text_marks(accepted, Format::Arrow)
+    } else {
+        Vec::new()
+    };
+    let sql = wrapper.as_deref().unwrap_or(&job.sql);
+    super::describe::describe(&slot.raw, accepted, sql, &marks, tx, control, out)
+}
+
+/// Writes a Parquet answer with DuckDB's own COPY writer, streamed (see
+/// `parquet_copy`): there is no other way to it, so a statement DuckDB
+/// cannot COPY (one that returns no rows) has no Parquet answer.
+fn write_parquet(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+) -> Result<(), QueryError> {
+    let copy = accepted
+        .result
+        .as_ref()
+        .and_then(|r| r.sql.as_deref())
+        .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
+        .and_then(|sql| parquet_copy(sql, job));
+    let Some((copy, fail_past)) = copy else {
+        return tx.fail(QueryError::FormatUnavailable(format!(
+            "a {} statement has no result DuckDB can write as Parquet; ask for json, ndjson, csv or arrow",
+            accepted.kind
+        )));
+    };
+    let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+    control.runs(statement_sql(accepted).map(|s| (copy.as_str(), s)));
+    match slot.conn.prepare_cached(&copy) {
+        Ok(mut stmt) => copy_parquet(
+            &mut stmt,
+            token,
+            connection_id,
+            &accepted.kind,
+            fail_past,
+            job,
+            tx,
+            control,
+        ),
+        Err(e) => tx.fail(run_error(&e, control, job)),
+    }
+}
+
+/// Writes a CSV answer with DuckDB's own COPY writer, streamed (see
+/// `pipe`), when DuckDB can COPY the query. `None`: it cannot (or the COPY
+/// did not prepare), and the Arrow path serves (the same bytes, written
+/// from DuckDB's casts).
+fn try_csv_copy(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+) -> Option<Result<(), QueryError>> {
+    let copy = accepted
+        .result
+        .as_ref()
+        .and_then(|r| r.sql.as_deref())
+        .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES)
+        .and_then(|sql| {
+            // Parsed once per text and connection, like verdicts.
+            if !slot.copies.contains_key(sql) {
+                slot.copies
+                    .insert(sql.to_string(), pipe::copy_sql(sql, pipe::CopyFormat::Csv));
+            }
+            slot.copies.get(sql).cloned().flatten()
+        });
+    let (token, connection_id) = (slot.pipe_token, slot.connection_id);
+    let copy = copy?;
+    control.runs(statement_sql(accepted).map(|s| (copy.as_str(), s)));
+    match slot.conn.prepare_cached(&copy) {
+        Ok(mut stmt) => Some(copy_csv(
+            &mut stmt,
+            token,
+            connection_id,
+            accepted,
+            job,
+            tx,
+            control,
+        )),
+        Err(e) => {
+            if let Some(err) = cancel_error(control, job) {
+                return Some(tx.fail(err));
+            }
+            tracing::warn!(error_class = %error_class(&e), "the CSV COPY did not prepare; using Arrow values");
+            None
+        }
+    }
+}
+
+/// Writes the answer from Arrow batches: of DuckDB's text rendering of the
+/// query where the format has one that prepares, else of the query itself.
+fn write_stream(
+    slot: &mut Pooled,
+    accepted: &guard::Accepted,
+    job: &QueryJob,
+    tx: &Sender,
+    control: &QueryControl,
+    epoch: u64,
+) -> Result<(), QueryError> {
     // Prepared statements are cached per connection (DuckDB rebinds them
     // when the catalog changes); one whose result was not read to the end is
     // discarded rather than kept with its pending result.
@@ -271,9 +346,9 @@ pub(super) fn work_inner(
     // JSON and NDJSON likewise let DuckDB render the few values Arrow
     // cannot carry faithfully (intervals, TIMETZ, BIT, BIGNUM, map keys).
     let text_sql = match job.format {
-        Format::Csv => csv_text_sql(&accepted),
-        Format::Json | Format::Ndjson => json_text_sql(&accepted),
-        Format::Arrow => arrow_text_sql(&accepted),
+        Format::Csv => csv_text_sql(accepted),
+        Format::Json | Format::Ndjson => json_text_sql(accepted),
+        Format::Arrow => arrow_text_sql(accepted),
         Format::Parquet => None,
     }
     .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES);
@@ -294,14 +369,14 @@ pub(super) fn work_inner(
         .filter(|_| job.format == Format::Csv)
         .and_then(|_| accepted.result.as_ref().map(|r| r.names.clone()));
     let marks = if wrapped.is_some() {
-        text_marks(&accepted, job.format)
+        text_marks(accepted, job.format)
     } else {
         Vec::new()
     };
     let mut stmt = match wrapped {
         Some(s) => {
             let text = text_sql.as_deref().unwrap_or_default();
-            control.runs(statement_sql(&accepted).map(|s| (text, s)));
+            control.runs(statement_sql(accepted).map(|s| (text, s)));
             s
         }
         None => {
@@ -312,7 +387,7 @@ pub(super) fn work_inner(
             }
         }
     };
-    match stream_statement(&mut stmt, &accepted, csv_names, &marks, job, tx, control) {
+    match stream_statement(&mut stmt, accepted, csv_names, &marks, job, tx, control) {
         Ok(true) => Ok(()),
         Ok(false) => {
             stmt.discard();

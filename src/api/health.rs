@@ -155,12 +155,60 @@ pub struct HealthReport {
     pub reasons: Vec<String>,
 }
 
+/// The health answer and whether the gateway is ready: each concern's
+/// figures, and the reasons the status is not `ok`, in a fixed order.
 fn report(state: &AppState) -> (HealthReport, bool) {
     let h = &state.health;
     let creds = h.credentials.load();
-    let now = SystemTime::now();
     let mut reasons = Vec::new();
-    let secrets: Vec<SecretHealth> = creds
+    let secrets = secrets_health(&creds, SystemTime::now(), &mut reasons);
+    // Expired credentials degrade the status and fail the reads of their
+    // secret's scope (503 credentials-expired), but take no readiness:
+    // other secrets' reads and local queries are served, and every replica
+    // would fail that scope alike (one tenant's broken role took every
+    // replica out of the Service, and every tenant with it).
+    let pool = pool_health(state, false);
+    let full = pool_reasons(state, &pool, &mut reasons);
+    let audit = audit_health(state, &mut reasons);
+    let dependencies = dependencies_health(state, &mut reasons);
+    let no_identities = no_identities(state, &mut reasons);
+    let shutting_down = h.shutting_down.load(Ordering::Relaxed);
+    let status = if shutting_down {
+        "shutting_down"
+    } else if reasons.is_empty() {
+        "ok"
+    } else {
+        "degraded"
+    };
+    let (size, lost) = (pool.size, pool.lost);
+    let ready =
+        h.ready.load(Ordering::Relaxed) && !shutting_down && lost < size && !full && !no_identities;
+    (
+        HealthReport {
+            status,
+            version: h.version,
+            duckdb_version: h.duckdb_version.clone(),
+            replica: h.replica.clone(),
+            uptime_seconds: (h.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            pool,
+            credential_epoch: creds.epoch,
+            secrets,
+            audit,
+            dependencies,
+            reasons,
+        },
+        ready,
+    )
+}
+
+/// Every secret's credential state at `now`; an expired or failing one
+/// adds its reason.
+fn secrets_health(
+    creds: &crate::state::CredentialsView,
+    now: SystemTime,
+    reasons: &mut Vec<String>,
+) -> Vec<SecretHealth> {
+    creds
         .secrets
         .iter()
         .map(|s| {
@@ -180,15 +228,15 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 last_error: s.last_error.clone(),
             }
         })
-        .collect();
-    // Expired credentials degrade the status and fail the reads of their
-    // secret's scope (503 credentials-expired), but take no readiness:
-    // other secrets' reads and local queries are served, and every replica
-    // would fail that scope alike (one tenant's broken role took every
-    // replica out of the Service, and every tenant with it).
+        .collect()
+}
+
+/// The pool's reasons (capacity lost to stuck connections, no spare left,
+/// every connection busy); true when it is full: queries are refused.
+fn pool_reasons(state: &AppState, pool: &PoolHealth, reasons: &mut Vec<String>) -> bool {
+    let h = &state.health;
     // Capacity, not only credentials: every connection stuck inside DuckDB
     // with no spare to replace it means nothing can be served.
-    let pool = pool_health(state, false);
     let (size, lost) = (pool.size, pool.lost);
     // Whose work holds them, as a count: a probe anyone can reach names no
     // client; `GET /admin/pool` does.
@@ -234,6 +282,12 @@ fn report(state: &AppState) -> (HealthReport, bool) {
              connection came back passes the acquire timeout ({timeout_ms} ms): queries are refused"
         ));
     }
+    full
+}
+
+/// The audit file's state, when there is one; records being lost add a
+/// reason.
+fn audit_health(state: &AppState, reasons: &mut Vec<String>) -> Option<AuditHealth> {
     // Records lost now degrade the status but not readiness: queries are
     // still answered and each record is still in the log. The status is ok
     // again once a later record is written (the file takes records again);
@@ -250,7 +304,14 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             a.last_error.as_deref().unwrap_or("unknown error")
         ));
     }
-    let dependencies: Vec<DependencyHealth> = h
+    audit
+}
+
+/// The services the gateway depends on, as their last use found them; each
+/// one down adds a reason.
+fn dependencies_health(state: &AppState, reasons: &mut Vec<String>) -> Vec<DependencyHealth> {
+    let dependencies: Vec<DependencyHealth> = state
+        .health
         .dependencies
         .load()
         .iter()
@@ -269,8 +330,13 @@ fn report(state: &AppState) -> (HealthReport, bool) {
             d.last_error.as_deref().unwrap_or("unknown error")
         ));
     }
-    // An OIDC-only gateway (no query token) without the issuer's keys can
-    // authenticate nobody: not ready, so traffic goes where it can be.
+    dependencies
+}
+
+/// Whether the gateway can authenticate nobody (adding the reason): an
+/// OIDC-only gateway (no query token) without the issuer's keys. Not
+/// ready, so traffic goes where it can be.
+fn no_identities(state: &AppState, reasons: &mut Vec<String>) -> bool {
     let no_identities = state.identities.oidc().is_some_and(|v| {
         let directory = state.identities.directory();
         let tokens = &directory.tokens;
@@ -282,32 +348,7 @@ fn report(state: &AppState) -> (HealthReport, bool) {
                 .to_string(),
         );
     }
-    let shutting_down = h.shutting_down.load(Ordering::Relaxed);
-    let status = if shutting_down {
-        "shutting_down"
-    } else if reasons.is_empty() {
-        "ok"
-    } else {
-        "degraded"
-    };
-    let ready =
-        h.ready.load(Ordering::Relaxed) && !shutting_down && lost < size && !full && !no_identities;
-    (
-        HealthReport {
-            status,
-            version: h.version,
-            duckdb_version: h.duckdb_version.clone(),
-            replica: h.replica.clone(),
-            uptime_seconds: (h.started.elapsed().as_secs_f64() * 10.0).round() / 10.0,
-            pool,
-            credential_epoch: creds.epoch,
-            secrets,
-            audit,
-            dependencies,
-            reasons,
-        },
-        ready,
-    )
+    no_identities
 }
 
 /// Liveness: 200 while the process serves, whatever its credentials.

@@ -222,18 +222,57 @@ where
         None => Vec::new(),
     };
     let fixed = fixed_sections(file.as_ref()).map_err(|e| e.to_string())?;
-    for (section, value) in &fixed {
-        if from.fixed.get(section) != Some(value) {
-            changes.restart_required.push(format!("[{section}]"));
-        }
-    }
-    for section in from.fixed.keys() {
-        if !fixed.contains_key(section) {
-            changes.restart_required.push(format!("[{section}]"));
-        }
-    }
+    changes.restart_required = restart_required(&from.fixed, &fixed);
     let tokens = tokens::load(&from.auth, from.addr).map_err(|e| e.to_string())?;
     let old = &current.tokens;
+    refuse_lost_access(old, &tokens)?;
+    let mut new = Directory::with_tokens(tokens, from, specs).map_err(|e| e.to_string())?;
+    refuse_moves(current, &new)?;
+    if new
+        .specs
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .ne(current.specs.iter().map(|s| format!("{s:?}")))
+    {
+        check(new.roles.clone())
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    // What changed, by name.
+    changes.changed = token_changes(old, &new.tokens);
+    if from.auth.url_signing_key_file.is_some() && !new.signer.same_key(&current.signer) {
+        new.signer.keep_verifying(&current.signer);
+        changes.changed.push("URL signing key replaced".into());
+    } else {
+        new.signer = current.signer.clone();
+    }
+    changes
+        .changed
+        .extend(role_changes(&current.specs, &new.specs));
+    Ok((new, changes))
+}
+
+/// The fixed sections of the TOML file (`[section]`) that a reload would
+/// add, change or remove: they take effect only after a restart.
+fn restart_required(running: &toml::Table, reread: &toml::Table) -> Vec<String> {
+    let mut sections = Vec::new();
+    for (section, value) in reread {
+        if running.get(section) != Some(value) {
+            sections.push(format!("[{section}]"));
+        }
+    }
+    for section in running.keys() {
+        if !reread.contains_key(section) {
+            sections.push(format!("[{section}]"));
+        }
+    }
+    sections
+}
+
+/// Refuses a reload that would take access away in a way only a restart
+/// may: every query token gone, anonymous access switched, the admin API
+/// switched off.
+fn refuse_lost_access(old: &Tokens, tokens: &Tokens) -> Result<(), String> {
     if tokens.query.is_empty() && !old.query.is_empty() {
         return Err(
             "the reload would remove every query token (an empty token file?); the current tokens stay"
@@ -251,70 +290,61 @@ where
                 .into(),
         );
     }
-    let mut new = Directory::with_tokens(tokens, from, specs).map_err(|e| e.to_string())?;
-    refuse_moves(current, &new)?;
-    if new
-        .specs
-        .iter()
-        .map(|s| format!("{s:?}"))
-        .ne(current.specs.iter().map(|s| format!("{s:?}")))
-    {
-        check(new.roles.clone())
-            .await
-            .map_err(|e| format!("{e:#}"))?;
-    }
-    // What changed, by name.
+    Ok(())
+}
+
+/// The query tokens added, removed and replaced, by name, and whether the
+/// admin token was replaced.
+fn token_changes(old: &Tokens, new: &Tokens) -> Vec<String> {
+    let mut changed = Vec::new();
     let names =
         |t: &Tokens| -> Vec<String> { t.query.iter().map(|q| q.name.to_string()).collect() };
-    let (before, after) = (names(old), names(&new.tokens));
+    let (before, after) = (names(old), names(new));
     for n in after.iter().filter(|n| !before.contains(n)) {
-        changes.changed.push(format!("query token {n} added"));
+        changed.push(format!("query token {n} added"));
     }
     for n in before.iter().filter(|n| !after.contains(n)) {
-        changes.changed.push(format!("query token {n} removed"));
+        changed.push(format!("query token {n} removed"));
     }
     for o in &old.query {
         if new
-            .tokens
             .query
             .iter()
             .any(|n| n.name == o.name && n.secret.expose_secret() != o.secret.expose_secret())
         {
-            changes
-                .changed
-                .push(format!("query token {} replaced", o.name));
+            changed.push(format!("query token {} replaced", o.name));
         }
     }
     let admin = |t: &Tokens| t.admin.as_ref().map(|a| a.expose_secret().to_string());
-    if admin(old) != admin(&new.tokens) {
-        changes.changed.push("admin token replaced".into());
+    if admin(old) != admin(new) {
+        changed.push("admin token replaced".into());
     }
-    if from.auth.url_signing_key_file.is_some() && !new.signer.same_key(&current.signer) {
-        new.signer.keep_verifying(&current.signer);
-        changes.changed.push("URL signing key replaced".into());
-    } else {
-        new.signer = current.signer.clone();
-    }
+    changed
+}
+
+/// The roles added, changed and removed, by name.
+fn role_changes(current: &[RoleSpec], new: &[RoleSpec]) -> Vec<String> {
+    let mut changed = Vec::new();
     let spec_named = |list: &[RoleSpec], name: &str| -> Option<String> {
         list.iter()
             .find(|s| s.name == name)
             .map(|s| format!("{s:?}"))
     };
-    for s in &new.specs {
-        match spec_named(&current.specs, &s.name) {
-            None => changes.changed.push(format!("role {} added", s.name)),
+    for s in new {
+        match spec_named(current, &s.name) {
+            None => changed.push(format!("role {} added", s.name)),
             Some(old) if old != format!("{s:?}") => {
-                changes.changed.push(format!("role {} changed", s.name))
+                changed.push(format!("role {} changed", s.name))
             }
             Some(_) => {}
         }
     }
-    for s in &current.specs {
-        if spec_named(&new.specs, &s.name).is_none() {
-            changes.changed.push(format!("role {} removed", s.name));
+    for s in current {
+        if spec_named(new, &s.name).is_none() {
+            changed.push(format!("role {} removed", s.name));
         }
     }
-    Ok((new, changes))
+    changed
 }
 
 /// Refuses a reload that gives a token another name: the same secret named

@@ -20,101 +20,107 @@ pub(super) fn judge(s: &Statement, rules: &Rules, depth: u8) -> Result<Accepted,
     if s.unreadable {
         return Err(forbid(kind, "the guard cannot read every part of it"));
     }
-    let check_parts = || {
-        s.parts.iter().try_for_each(|p| {
-            tree::check_parse_tree(p, &rules.paths).map_err(|f| {
-                forbid(
-                    f.what.clone(),
-                    format!("{} (in {kind})", f.reason).replace(" (in SELECT)", ""),
-                )
-            })
-        })
-    };
-    let writes = |kind: String| -> Result<Accepted, Refusal> {
-        match rules.policy {
-            Policy::ReadOnly => Err(forbid(kind, READ_ONLY)),
-            Policy::ReadWrite => Ok(Accepted {
-                kind,
-                read_only: false,
-                result: None,
-                objects: Vec::new(),
-                sources: Vec::new(),
-                reads: Vec::new(),
-                described: false,
-            }),
-        }
-    };
     match s.kind.as_str() {
         "SELECT" => {
-            check_parts()?;
-            Ok(Accepted {
-                kind,
-                read_only: true,
-                result: None,
-                objects: Vec::new(),
-                sources: Vec::new(),
-                reads: Vec::new(),
-                described: false,
-            })
+            check_parts(s, rules, &kind)?;
+            Ok(judged(kind, true))
         }
         "EXPLAIN" => {
             let Some(inner) = s.inner.as_deref().filter(|_| depth == 0) else {
                 return Err(forbid(kind, "only one EXPLAIN of one statement"));
             };
             let accepted = judge(inner, rules, depth + 1)?;
-            Ok(Accepted {
-                kind: format!("{kind} {}", accepted.kind),
-                read_only: accepted.read_only,
-                result: None,
-                objects: Vec::new(),
-                sources: Vec::new(),
-                reads: Vec::new(),
-                described: false,
-            })
+            Ok(judged(
+                format!("{kind} {}", accepted.kind),
+                accepted.read_only,
+            ))
         }
         "INSERT" | "UPDATE" | "DELETE" => {
             if rules.policy == Policy::ReadOnly {
                 return Err(forbid(kind, READ_ONLY));
             }
-            check_parts()?;
-            writes(kind)
+            check_parts(s, rules, &kind)?;
+            writes(kind, rules)
         }
         "CREATE" | "DROP" | "ALTER" => {
-            let object = s.object.as_deref().unwrap_or("");
-            match object {
-                "Secret" => return Err(forbid(
-                    kind,
-                    "secrets belong to the gateway; clients may not create, replace or drop them",
-                )),
-                "Macro Function" | "Table Macro Function" => {
-                    return Err(forbid(
-                        kind,
-                        "macros would change what function names mean for every client",
-                    ))
-                }
-                "Table" | "View" | "Schema" | "Sequence" | "Index" | "Type" => {}
-                _ => {
-                    return Err(forbid(
-                        kind,
-                        "only tables, views, schemas, sequences, indexes and types may be changed",
-                    ))
-                }
-            }
-            if s.temporary {
-                return Err(forbid(
-                    kind,
-                    "temporary objects live on one pooled connection, which the next request \
-                     may not get; create a regular object instead",
-                ));
-            }
+            check_object(s, &kind)?;
             if rules.policy == Policy::ReadOnly {
                 return Err(forbid(kind, READ_ONLY));
             }
-            check_parts()?;
-            writes(kind)
+            check_parts(s, rules, &kind)?;
+            writes(kind, rules)
         }
         _ => Err(forbid(kind, refusal_reason(&s.kind))),
     }
+}
+
+/// A statement of `kind` accepted by its kind alone: nothing of its result
+/// or sources known yet.
+fn judged(kind: String, read_only: bool) -> Accepted {
+    Accepted {
+        kind,
+        read_only,
+        result: None,
+        objects: Vec::new(),
+        sources: Vec::new(),
+        reads: Vec::new(),
+        described: false,
+    }
+}
+
+/// A write of `kind`, accepted where the policy allows writes.
+fn writes(kind: String, rules: &Rules) -> Result<Accepted, Refusal> {
+    match rules.policy {
+        Policy::ReadOnly => Err(forbid(kind, READ_ONLY)),
+        Policy::ReadWrite => Ok(judged(kind, false)),
+    }
+}
+
+/// Every part of the statement's parse tree checked against the path rules.
+fn check_parts(s: &Statement, rules: &Rules, kind: &str) -> Result<(), Refusal> {
+    s.parts.iter().try_for_each(|p| {
+        tree::check_parse_tree(p, &rules.paths).map_err(|f| {
+            forbid(
+                f.what.clone(),
+                format!("{} (in {kind})", f.reason).replace(" (in SELECT)", ""),
+            )
+        })
+    })
+}
+
+/// The kinds of object a client may create, alter or drop (tables, views,
+/// schemas, sequences, indexes and types), never temporary ones.
+fn check_object(s: &Statement, kind: &str) -> Result<(), Refusal> {
+    let object = s.object.as_deref().unwrap_or("");
+    match object {
+        "Secret" => {
+            return Err(forbid(
+                kind,
+                "secrets belong to the gateway; clients may not create, replace or drop them",
+            ))
+        }
+        "Macro Function" | "Table Macro Function" => {
+            return Err(forbid(
+                kind,
+                "macros would change what function names mean for every client",
+            ))
+        }
+        "Table" | "View" | "Schema" | "Sequence" | "Index" | "Type" => {}
+        _ => {
+            return Err(forbid(
+                kind,
+                "only tables, views, schemas, sequences, indexes and types may be changed",
+            ))
+        }
+    }
+    if s.temporary {
+        return Err(forbid(
+            kind,
+            "temporary objects live on one pooled connection, which the next request \
+             may not get; create a regular object instead",
+        ));
+    }
+    Ok(())
 }
 
 fn refusal_reason(kind: &str) -> &'static str {

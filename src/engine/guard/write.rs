@@ -113,16 +113,67 @@ fn check_schema(
             "the guard could not read which object it changes",
         ));
     };
+    let target = resolved_target(target, s, home);
+    if !in_home_database(&target, kind, home)? {
+        return Ok(());
+    }
     let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
-    // `CREATE TABLE x.t`: DuckDB's binder takes `x` for a catalog when a
-    // database has that name (in its default schema, `main`).
+    if s.object.as_deref() == Some("Schema") {
+        return if is(&target.name, "main") || is(&target.name, &home.schema) {
+            Err(forbid(
+                kind,
+                format!("schema {} belongs to the gateway", target.name),
+            ))
+        } else {
+            Ok(())
+        };
+    }
+    if is(&target.schema, "main") {
+        return Err(operator_refusal(
+            kind,
+            home,
+            format!("{} is in schema main", target.name),
+        ));
+    }
+    if !target.schema.is_empty() && !is(&target.schema, &home.schema) {
+        // A schema a client created: not on the search path, shadows nothing.
+        return Ok(());
+    }
+    check_shadowing(raw, s, kind, home, &target)
+}
+
+/// The object's name as DuckDB's binder reads it: in `CREATE TABLE x.t`,
+/// `x` is a catalog when a database has that name (in its default schema,
+/// `main`).
+fn resolved_target(
+    target: &super::describe::Target,
+    s: &Statement,
+    home: &ClientSchema,
+) -> super::describe::Target {
     let mut target = target.clone();
-    if target.catalog.is_empty() && home.databases.iter().any(|d| is(d, &target.schema)) {
+    if target.catalog.is_empty()
+        && home
+            .databases
+            .iter()
+            .any(|d| d.eq_ignore_ascii_case(&target.schema))
+    {
         target.catalog = std::mem::take(&mut target.schema);
         if s.object.as_deref() != Some("Schema") {
             target.schema = "main".into();
         }
     }
+    target
+}
+
+/// Whether the object is in the gateway's database (where the clients'
+/// schema is); the `temp` and `system` catalogs and a lake's metadata are
+/// refused, another attached catalog is its own `read_only`'s to decide.
+fn in_home_database(
+    target: &super::describe::Target,
+    kind: &str,
+    home: &ClientSchema,
+) -> Result<bool, Refusal> {
+    let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
     if is(&target.catalog, "temp") || is(&target.catalog, "system") {
         return Err(forbid(
             kind,
@@ -143,39 +194,31 @@ fn check_schema(
             "a lake's metadata is the gateway's; change a lake through its own name",
         ));
     }
-    if !target.catalog.is_empty() && !is(&target.catalog, &home.database) {
-        return Ok(());
-    }
-    let operator_refusal = |what: String| {
-        forbid(
-            kind,
-            format!(
-                "{what}; schema main holds the operator's objects, client objects live in \
-                 schema {}",
-                home.schema
-            ),
-        )
-    };
-    if s.object.as_deref() == Some("Schema") {
-        return if is(&target.name, "main") || is(&target.name, &home.schema) {
-            Err(forbid(
-                kind,
-                format!("schema {} belongs to the gateway", target.name),
-            ))
-        } else {
-            Ok(())
-        };
-    }
-    if is(&target.schema, "main") {
-        return Err(operator_refusal(format!(
-            "{} is in schema main",
-            target.name
-        )));
-    }
-    if !target.schema.is_empty() && !is(&target.schema, &home.schema) {
-        // A schema a client created: not on the search path, shadows nothing.
-        return Ok(());
-    }
+    Ok(target.catalog.is_empty() || is(&target.catalog, &home.database))
+}
+
+/// The refusal of a change to the operator's schema `main`, saying `what`.
+fn operator_refusal(kind: &str, home: &ClientSchema, what: String) -> Refusal {
+    forbid(
+        kind,
+        format!(
+            "{what}; schema main holds the operator's objects, client objects live in \
+             schema {}",
+            home.schema
+        ),
+    )
+}
+
+/// Refuses a client object that would shadow one of `main`'s, or a change
+/// that an unqualified name would make to `main`'s (DuckDB resolves it in
+/// the clients' schema first, then main), or a rename to one of its names.
+fn check_shadowing(
+    raw: &RawConnection,
+    s: &Statement,
+    kind: &str,
+    home: &ClientSchema,
+    target: &super::describe::Target,
+) -> Result<(), Refusal> {
     let has = |schema: &str, name: &str| {
         describe::schema_has(raw, schema, name).map_err(|e| {
             tracing::error!(error.cause = ?e, "the guard could not read DuckDB's catalog");
@@ -188,21 +231,33 @@ fn check_schema(
     let changed = s.on_table.as_deref().unwrap_or(&target.name);
     if !changed.is_empty() && has("main", changed)? {
         if creates {
-            return Err(operator_refusal(format!(
-                "main.{changed} exists and a client object of that name would shadow it for \
-                 every client"
-            )));
+            return Err(operator_refusal(
+                kind,
+                home,
+                format!(
+                    "main.{changed} exists and a client object of that name would shadow it for \
+                     every client"
+                ),
+            ));
         }
         if target.schema.is_empty() && !has(&home.schema, changed)? {
-            return Err(operator_refusal(format!("{changed} is main.{changed}")));
+            return Err(operator_refusal(
+                kind,
+                home,
+                format!("{changed} is main.{changed}"),
+            ));
         }
     }
     if let Some(new_name) = s.new_name.as_deref().filter(|n| !n.is_empty()) {
         if has("main", new_name)? {
-            return Err(operator_refusal(format!(
-                "main.{new_name} exists and a client object of that name would shadow it for \
-                 every client"
-            )));
+            return Err(operator_refusal(
+                kind,
+                home,
+                format!(
+                    "main.{new_name} exists and a client object of that name would shadow it for \
+                     every client"
+                ),
+            ));
         }
     }
     Ok(())

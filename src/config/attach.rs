@@ -248,98 +248,125 @@ fn parse(
     let file: FileConfig = config.parse()?;
     let mut out: Vec<AttachSpec> = Vec::new();
     for f in file.attach {
-        let err =
-            |m: String| ConfigError::new("DUCKGATE_CONFIG", format!("catalog `{}`: {m}", f.name));
-        if !plain_name(&f.name) || reserved(&f.name) {
-            return Err(err(
-                "not a usable catalog name (letters, digits and _, not starting with a digit \
-                 or __, not memory, system, temp or main)"
-                    .into(),
-            ));
-        }
-        if out.iter().any(|o| o.name.eq_ignore_ascii_case(&f.name)) {
-            return Err(err("declared twice".into()));
-        }
-        let kind = match f.kind.as_str() {
-            "ducklake" => CatalogKind::DuckLake,
-            "iceberg" => CatalogKind::Iceberg,
-            "delta" => CatalogKind::Delta,
-            "duckdb" => CatalogKind::DuckDb,
-            other => {
-                return Err(err(format!(
-                    "unknown type `{other}` (ducklake, iceberg, delta, duckdb)"
-                )))
-            }
-        };
-        if kind == CatalogKind::DuckLake {
-            if !f.path.starts_with("ducklake:") {
-                return Err(err(
-                    "a DuckLake `path` starts with `ducklake:` (e.g. ducklake:postgres:dbname=lake host=...)".into(),
-                ));
-            }
-            // The password goes through a secret, so that no SQL text, error
-            // message or duckdb_databases() row ever holds it.
-            if f.path.to_ascii_lowercase().contains("password") {
-                return Err(err(
-                    "`path` may not hold a password: put it in `password_file`".into(),
-                ));
-            }
-            if f.data_path.is_none() {
-                return Err(err("`data_path` is required for a DuckLake".into()));
-            }
-        } else {
-            if f.data_path.is_some() {
-                return Err(err("`data_path` applies to type ducklake only".into()));
-            }
-            if f.password_file.is_some() {
-                return Err(err("`password_file` applies to type ducklake only".into()));
-            }
-        }
-        if matches!(kind, CatalogKind::Iceberg | CatalogKind::Delta) && !f.read_only {
-            return Err(err(
-                "Iceberg and Delta tables are read-only through the gateway".into(),
-            ));
-        }
-        if f.password_file.is_some() && !f.path.starts_with("ducklake:postgres:") {
-            return Err(err(
-                "`password_file` applies to a DuckLake whose metadata is in PostgreSQL".into(),
-            ));
-        }
-        let spec = AttachSpec {
-            name: f.name.clone(),
-            kind,
-            path: f.path,
-            data_path: f.data_path,
-            password_file: f.password_file,
-            read_only: f.read_only,
-            sources: Vec::new(),
-        };
-        for location in spec.s3_locations() {
-            check_in_scope(location, s3_prefixes).map_err(err)?;
-        }
-        spec.password()?;
+        let spec = attach_spec(f, &out, s3_prefixes)?;
         out.push(spec);
     }
-    let sources = super::sources::sources_in(config, s3_prefixes)?;
-    if !sources.is_empty() {
-        let name = super::sources::CATALOG;
-        if out.iter().any(|o| o.name.eq_ignore_ascii_case(name)) {
-            return Err(ConfigError::new(
-                "DUCKGATE_CONFIG",
-                format!("catalog `{name}`: the name is the named sources' ([[source]])"),
-            ));
-        }
-        out.push(AttachSpec {
-            name: name.to_string(),
-            kind: CatalogKind::Sources,
-            path: String::new(),
-            data_path: None,
-            password_file: None,
-            read_only: true,
-            sources,
-        });
+    if let Some(sources) = sources_catalog(config, s3_prefixes, &out)? {
+        out.push(sources);
     }
     Ok(out)
+}
+
+/// One `[[attach]]` table checked (its name new and usable, its type
+/// known, its fields those of its type, its S3 locations in a secret's
+/// scope, its password readable) and made a spec.
+fn attach_spec(
+    f: FileAttach,
+    declared: &[AttachSpec],
+    s3_prefixes: &[String],
+) -> Result<AttachSpec, ConfigError> {
+    let err = |m: String| ConfigError::new("DUCKGATE_CONFIG", format!("catalog `{}`: {m}", f.name));
+    if !plain_name(&f.name) || reserved(&f.name) {
+        return Err(err(
+            "not a usable catalog name (letters, digits and _, not starting with a digit \
+             or __, not memory, system, temp or main)"
+                .into(),
+        ));
+    }
+    if declared
+        .iter()
+        .any(|o| o.name.eq_ignore_ascii_case(&f.name))
+    {
+        return Err(err("declared twice".into()));
+    }
+    let kind = match f.kind.as_str() {
+        "ducklake" => CatalogKind::DuckLake,
+        "iceberg" => CatalogKind::Iceberg,
+        "delta" => CatalogKind::Delta,
+        "duckdb" => CatalogKind::DuckDb,
+        other => {
+            return Err(err(format!(
+                "unknown type `{other}` (ducklake, iceberg, delta, duckdb)"
+            )))
+        }
+    };
+    check_fields(&f, kind).map_err(err)?;
+    let spec = AttachSpec {
+        name: f.name.clone(),
+        kind,
+        path: f.path,
+        data_path: f.data_path,
+        password_file: f.password_file,
+        read_only: f.read_only,
+        sources: Vec::new(),
+    };
+    for location in spec.s3_locations() {
+        check_in_scope(location, s3_prefixes).map_err(err)?;
+    }
+    spec.password()?;
+    Ok(spec)
+}
+
+/// The fields an `[[attach]]` table of `kind` may and must have.
+fn check_fields(f: &FileAttach, kind: CatalogKind) -> Result<(), String> {
+    if kind == CatalogKind::DuckLake {
+        if !f.path.starts_with("ducklake:") {
+            return Err(
+                "a DuckLake `path` starts with `ducklake:` (e.g. ducklake:postgres:dbname=lake host=...)".into(),
+            );
+        }
+        // The password goes through a secret, so that no SQL text, error
+        // message or duckdb_databases() row ever holds it.
+        if f.path.to_ascii_lowercase().contains("password") {
+            return Err("`path` may not hold a password: put it in `password_file`".into());
+        }
+        if f.data_path.is_none() {
+            return Err("`data_path` is required for a DuckLake".into());
+        }
+    } else {
+        if f.data_path.is_some() {
+            return Err("`data_path` applies to type ducklake only".into());
+        }
+        if f.password_file.is_some() {
+            return Err("`password_file` applies to type ducklake only".into());
+        }
+    }
+    if matches!(kind, CatalogKind::Iceberg | CatalogKind::Delta) && !f.read_only {
+        return Err("Iceberg and Delta tables are read-only through the gateway".into());
+    }
+    if f.password_file.is_some() && !f.path.starts_with("ducklake:postgres:") {
+        return Err("`password_file` applies to a DuckLake whose metadata is in PostgreSQL".into());
+    }
+    Ok(())
+}
+
+/// The catalog of the named sources (`[[source]]`), when there are any and
+/// no `[[attach]]` table took its name.
+fn sources_catalog(
+    config: &super::ConfigFile,
+    s3_prefixes: &[String],
+    declared: &[AttachSpec],
+) -> Result<Option<AttachSpec>, ConfigError> {
+    let sources = super::sources::sources_in(config, s3_prefixes)?;
+    if sources.is_empty() {
+        return Ok(None);
+    }
+    let name = super::sources::CATALOG;
+    if declared.iter().any(|o| o.name.eq_ignore_ascii_case(name)) {
+        return Err(ConfigError::new(
+            "DUCKGATE_CONFIG",
+            format!("catalog `{name}`: the name is the named sources' ([[source]])"),
+        ));
+    }
+    Ok(Some(AttachSpec {
+        name: name.to_string(),
+        kind: CatalogKind::Sources,
+        path: String::new(),
+        data_path: None,
+        password_file: None,
+        read_only: true,
+        sources,
+    }))
 }
 
 /// Refuses an S3 location that no configured secret's scope holds: the

@@ -137,6 +137,18 @@ fn internal(what: &str) -> QueryError {
 
 /// Prepares `sql` on `raw` and converts its result and parameter types.
 fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryError> {
+    let prepared = prepare(raw, sql)?;
+    let dataset = result_schema(raw, &prepared)?;
+    let parameters = parameter_schema(raw, &prepared)?;
+    Ok(Described {
+        dataset,
+        parameters,
+    })
+}
+
+/// `sql` prepared (parsed and bound, never executed) on `raw`; DuckDB's
+/// error if it does not prepare.
+fn prepare(raw: &RawConnection, sql: &str) -> Result<Prepared, QueryError> {
     let c_sql = CString::new(sql).map_err(|_| internal("a NUL byte in the SQL"))?;
     let mut handle: ffi::duckdb_prepared_statement = std::ptr::null_mut();
     // SAFETY: `raw` is a live connection this thread alone uses; `c_sql` is
@@ -161,6 +173,15 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
             at: None,
         });
     }
+    Ok(prepared)
+}
+
+/// The Arrow schema of the prepared statement's result; `None` where
+/// DuckDB cannot tell it before execution.
+fn result_schema(
+    raw: &RawConnection,
+    prepared: &Prepared,
+) -> Result<Option<SchemaRef>, QueryError> {
     // SAFETY: `prepared.0` is a successfully prepared
     // statement; indexes are within the counts DuckDB reports; every type
     // and name DuckDB hands over is owned by `Types` or freed by
@@ -188,7 +209,7 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
         // its export of the result does not (a GEOMETRY with a CRS): then,
         // as for types that follow the parameters, the result's schema
         // comes with its execution.
-        let dataset = if known {
+        Ok(if known {
             to_arrow(raw, types, &names)
                 .inspect_err(|e| {
                     tracing::warn!(error.cause = %e, "the result's Arrow schema is left to its execution")
@@ -196,7 +217,17 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
                 .ok()
         } else {
             None
-        };
+        })
+    }
+}
+
+/// The Arrow schema of the prepared statement's parameters: one field per
+/// parameter, typed as the binder inferred it (Arrow's `Null` where it did
+/// not), UUIDs marked.
+fn parameter_schema(raw: &RawConnection, prepared: &Prepared) -> Result<SchemaRef, QueryError> {
+    // SAFETY: as in `result_schema`; a parameter type DuckDB does not know
+    // is destroyed here and replaced by one `Types` owns.
+    unsafe {
         let count = ffi::duckdb_nparams(prepared.0);
         let mut names = Vec::new();
         // Which parameters are UUIDs (their Arrow type is text).
@@ -228,11 +259,10 @@ fn prepare_schemas(raw: &RawConnection, sql: &str) -> Result<Described, QueryErr
             );
             types.0.push(t);
         }
-        let parameters = crate::encode::mark_uuids(&to_arrow(raw, types, &names)?, &uuids);
-        Ok(Described {
-            dataset,
-            parameters,
-        })
+        Ok(crate::encode::mark_uuids(
+            &to_arrow(raw, types, &names)?,
+            &uuids,
+        ))
     }
 }
 

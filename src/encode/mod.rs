@@ -29,7 +29,7 @@ use std::sync::Arc;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Decimal128Type, FieldRef, Schema, SchemaRef};
 use arrow::error::ArrowError;
-use arrow::json::writer::{make_encoder, EncoderOptions};
+use arrow::json::writer::{make_encoder, EncoderOptions, NullableEncoder};
 use serde::Serialize;
 
 /// A response format.
@@ -421,69 +421,9 @@ impl RowsEncoder {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        let encoders = || {
-            self.schema
-                .fields()
-                .iter()
-                .zip(batch.columns())
-                .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
-                .collect::<Result<Vec<_>, _>>()
-        };
         match self.format {
-            Format::Json => {
-                let mut encoders = encoders()?;
-                for row in 0..batch.num_rows() {
-                    if rows_before > 0 || row > 0 {
-                        out.push(b',');
-                    }
-                    out.push(b'[');
-                    for (i, enc) in encoders.iter_mut().enumerate() {
-                        if i > 0 {
-                            out.push(b',');
-                        }
-                        if enc.is_null(row) {
-                            out.extend_from_slice(b"null");
-                        } else {
-                            enc.encode(row, out);
-                        }
-                    }
-                    out.push(b']');
-                }
-            }
-            Format::Ndjson => {
-                // Row by row like JSON, each value after its key: the
-                // (deduplicated) names, JSON-escaped once per batch, not per
-                // row (as a struct encoder would).
-                let mut encoders = encoders()?;
-                let keys: Vec<Vec<u8>> = self
-                    .schema
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| {
-                        let mut key = Vec::with_capacity(f.name().len() + 4);
-                        key.push(if i == 0 { b'{' } else { b',' });
-                        serde_json::to_writer(&mut key, f.name())
-                            .map_err(|e| ArrowError::JsonError(e.to_string()))?;
-                        key.push(b':');
-                        Ok(key)
-                    })
-                    .collect::<Result<_, ArrowError>>()?;
-                for row in 0..batch.num_rows() {
-                    if encoders.is_empty() {
-                        out.push(b'{');
-                    }
-                    for (enc, key) in encoders.iter_mut().zip(&keys) {
-                        out.extend_from_slice(key);
-                        if enc.is_null(row) {
-                            out.extend_from_slice(b"null");
-                        } else {
-                            enc.encode(row, out);
-                        }
-                    }
-                    out.extend_from_slice(b"}\n");
-                }
-            }
+            Format::Json => self.json_rows(batch, rows_before, out)?,
+            Format::Ndjson => self.ndjson_rows(batch, out)?,
             Format::Csv if self.csv_text => csv::csv_text_rows(batch, out)?,
             Format::Csv => {
                 let converted = csv::csv_batch(batch, &self.options)?;
@@ -498,6 +438,85 @@ impl RowsEncoder {
                 ))
             }
             Format::Parquet => return Err(parquet_is_duckdbs()),
+        }
+        Ok(())
+    }
+
+    /// One JSON value encoder per column of `batch`.
+    fn encoders<'a>(
+        &'a self,
+        batch: &'a RecordBatch,
+    ) -> Result<Vec<NullableEncoder<'a>>, ArrowError> {
+        self.schema
+            .fields()
+            .iter()
+            .zip(batch.columns())
+            .map(|(f, c)| make_encoder(f, c.as_ref(), &self.options))
+            .collect::<Result<Vec<_>, _>>()
+    }
+
+    /// The batch's rows as JSON arrays, each after a comma unless it is the
+    /// answer's first.
+    fn json_rows(
+        &self,
+        batch: &RecordBatch,
+        rows_before: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ArrowError> {
+        let mut encoders = self.encoders(batch)?;
+        for row in 0..batch.num_rows() {
+            if rows_before > 0 || row > 0 {
+                out.push(b',');
+            }
+            out.push(b'[');
+            for (i, enc) in encoders.iter_mut().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                if enc.is_null(row) {
+                    out.extend_from_slice(b"null");
+                } else {
+                    enc.encode(row, out);
+                }
+            }
+            out.push(b']');
+        }
+        Ok(())
+    }
+
+    /// The batch's rows as NDJSON objects, one a line.
+    fn ndjson_rows(&self, batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), ArrowError> {
+        // Row by row like JSON, each value after its key: the
+        // (deduplicated) names, JSON-escaped once per batch, not per
+        // row (as a struct encoder would).
+        let mut encoders = self.encoders(batch)?;
+        let keys: Vec<Vec<u8>> = self
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let mut key = Vec::with_capacity(f.name().len() + 4);
+                key.push(if i == 0 { b'{' } else { b',' });
+                serde_json::to_writer(&mut key, f.name())
+                    .map_err(|e| ArrowError::JsonError(e.to_string()))?;
+                key.push(b':');
+                Ok(key)
+            })
+            .collect::<Result<_, ArrowError>>()?;
+        for row in 0..batch.num_rows() {
+            if encoders.is_empty() {
+                out.push(b'{');
+            }
+            for (enc, key) in encoders.iter_mut().zip(&keys) {
+                out.extend_from_slice(key);
+                if enc.is_null(row) {
+                    out.extend_from_slice(b"null");
+                } else {
+                    enc.encode(row, out);
+                }
+            }
+            out.extend_from_slice(b"}\n");
         }
         Ok(())
     }

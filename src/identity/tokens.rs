@@ -135,6 +135,31 @@ fn read(setting: &'static str, path: &std::path::Path) -> Result<String, ConfigE
 /// token (or its file). Every file is read now, so a reload calls this
 /// again.
 pub fn load(auth: &AuthConfig, addr: std::net::SocketAddr) -> Result<Tokens, ConfigError> {
+    let entries = query_entries(auth)?;
+    let loopback = addr.ip().is_loopback();
+    // With OIDC on, identities come from the issuer: no static token is needed.
+    let oidc = auth.oidc.enabled();
+    if entries.is_empty() && !loopback && !auth.allow_anonymous && !oidc {
+        return Err(ConfigError::new(
+            "DUCKGATE_QUERY_TOKENS",
+            format!(
+                "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
+            ),
+        ));
+    }
+    let query = query_tokens(&entries, addr)?;
+    let admin = admin_token(auth)?;
+    Ok(Tokens {
+        anonymous: query.is_empty() && !oidc,
+        query,
+        admin: admin.map(|(_, t)| SecretString::from(t)),
+    })
+}
+
+/// The query tokens' texts (`name:secret` or a bare secret) with the
+/// setting each came from: DUCKGATE_QUERY_TOKENS, then the lines of
+/// DUCKGATE_QUERY_TOKENS_FILE (blank lines and `#` comments skipped).
+fn query_entries(auth: &AuthConfig) -> Result<Vec<(&'static str, String)>, ConfigError> {
     let mut entries: Vec<(&'static str, String)> = auth
         .query_tokens
         .iter()
@@ -151,17 +176,16 @@ pub fn load(auth: &AuthConfig, addr: std::net::SocketAddr) -> Result<Tokens, Con
                 .map(|l| ("DUCKGATE_QUERY_TOKENS_FILE", l.to_string())),
         );
     }
+    Ok(entries)
+}
+
+/// The query tokens parsed, each long enough off loopback, their names
+/// unique.
+fn query_tokens(
+    entries: &[(&'static str, String)],
+    addr: std::net::SocketAddr,
+) -> Result<Vec<NamedToken>, ConfigError> {
     let loopback = addr.ip().is_loopback();
-    // With OIDC on, identities come from the issuer: no static token is needed.
-    let oidc = auth.oidc.enabled();
-    if entries.is_empty() && !loopback && !auth.allow_anonymous && !oidc {
-        return Err(ConfigError::new(
-            "DUCKGATE_QUERY_TOKENS",
-            format!(
-                "no query tokens and {addr} is not a loopback address: set DUCKGATE_QUERY_TOKENS (or _FILE), or pass --allow-anonymous to serve anonymous queries on purpose"
-            ),
-        ));
-    }
     let mut query = Vec::with_capacity(entries.len());
     for (i, (setting, text)) in entries.iter().enumerate() {
         let token = NamedToken::parse(text, i + 1).map_err(|e| ConfigError::new(setting, e))?;
@@ -187,6 +211,13 @@ pub fn load(auth: &AuthConfig, addr: std::net::SocketAddr) -> Result<Tokens, Con
             ),
         ));
     }
+    Ok(query)
+}
+
+/// The admin token with the setting it came from (its file wins over the
+/// variable), `None` when the admin API is off; an empty file or a short
+/// token is refused.
+fn admin_token(auth: &AuthConfig) -> Result<Option<(&'static str, String)>, ConfigError> {
     let admin = match &auth.admin_token_file {
         Some(path) => Some((
             "DUCKGATE_ADMIN_TOKEN_FILE",
@@ -216,11 +247,7 @@ pub fn load(auth: &AuthConfig, addr: std::net::SocketAddr) -> Result<Tokens, Con
             ));
         }
     }
-    Ok(Tokens {
-        anonymous: query.is_empty() && !oidc,
-        query,
-        admin: admin.map(|(_, t)| SecretString::from(t)),
-    })
+    Ok(admin)
 }
 
 #[cfg(test)]

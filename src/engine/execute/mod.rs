@@ -43,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::encode::Format;
 use crate::engine::admission::AcquireError;
-use crate::engine::pool::QueryPool;
+use crate::engine::pool::{Lease, Pooled, QueryPool};
 
 use control::{watchdog, CancelOnDrop, CancelReason, Phase, QueryControl};
 use sender::{error_record_for, record_failure, Msg};
@@ -65,18 +65,65 @@ pub async fn run(
         .as_ref()
         .map(|t| t.cancel.clone())
         .unwrap_or_default();
-    // A client waits the acquire timeout; a kept result (an async
-    // statement) waits as long as its own deadline allows.
+    // A new text is parsed here, once: the parse tells admission whether it
+    // reads S3 and goes on to the guard on the pooled connection.
+    let classified = pool.classify(&job.sql);
+    let s3 = classified.s3;
+    // A loan taken back stops the query (before its answer began; see
+    // `admission::Reclaim`): its caller runs it again.
+    let stops = Stops {
+        shutdown,
+        requested,
+        reclaimed: job.reclaim.as_ref().map(|r| r.token()).unwrap_or_default(),
+    };
+    let (slot, lease) = admit(pool, &job, deadline, s3, &stops).await?;
+    let lease = Arc::new(lease);
+    // A short read this connection ran before runs here, on the request's
+    // own thread: no hand-off to a blocking thread and back.
+    let slot = if inline::eligible(&job, &slot, s3) {
+        match inline::run(slot, &lease, &job, &stops.shutdown, &stops.requested) {
+            Ok((rx, control)) => {
+                let guard = CancelOnDrop(control.clone());
+                return answer(rx, control, guard, Reply::of(&job)).await;
+            }
+            Err(slot) => *slot,
+        }
+    } else {
+        slot
+    };
+    let reply = Reply::of(&job);
+    let (rx, control, guard) =
+        spawn_work(pool, slot, lease, job, classified.parsed, deadline, stops);
+    answer(rx, control, guard, reply).await
+}
+
+/// What stops a query before its end: the gateway shutting down, a cancel
+/// requested, its loan taken back.
+struct Stops {
+    /// The gateway's shutdown.
+    shutdown: CancellationToken,
+    /// A cancel the statement's owner requested.
+    requested: CancellationToken,
+    /// Admission taking its loan back.
+    reclaimed: CancellationToken,
+}
+
+/// A pooled connection for `job`, within its wait: a client waits the
+/// acquire timeout; a kept result (an async statement) waits as long as its
+/// own deadline allows.
+async fn admit(
+    pool: &QueryPool,
+    job: &QueryJob,
+    deadline: tokio::time::Instant,
+    s3: bool,
+    stops: &Stops,
+) -> Result<(Pooled, Lease), QueryError> {
     let owner = job.tracker.as_ref().map(|t| t.owner.clone());
     let role = job
         .rules
         .access
         .as_ref()
         .and_then(|a| a.quota(|l| l.queries_at_once));
-    // A new text is parsed here, once: the parse tells admission whether it
-    // reads S3 and goes on to the guard on the pooled connection.
-    let classified = pool.classify(&job.sql);
-    let s3 = classified.s3;
     let (wait, count_timeout) = match job.sink {
         None => (pool.acquire_timeout(), true),
         Some(_) => (
@@ -92,29 +139,26 @@ pub async fn run(
         s3,
         job.reclaim.as_ref(),
     );
-    // A loan taken back stops the query (before its answer began; see
-    // `admission::Reclaim`): its caller runs it again.
-    let reclaimed = job.reclaim.as_ref().map(|r| r.token()).unwrap_or_default();
-    let (slot, lease) = tokio::select! {
-        r = acquired => r.map_err(|e| not_admitted(e, &job, pool))?,
-        _ = shutdown.cancelled() => return Err(QueryError::ShuttingDown),
-        _ = requested.cancelled() => return Err(QueryError::CancelledByRequest),
-        _ = reclaimed.cancelled() => return Err(QueryError::TokenShare(job.timeout)),
-    };
-    let lease = Arc::new(lease);
-    // A short read this connection ran before runs here, on the request's
-    // own thread: no hand-off to a blocking thread and back.
-    let slot = if inline::eligible(&job, &slot, s3) {
-        match inline::run(slot, &lease, &job, &shutdown, &requested) {
-            Ok((rx, control)) => {
-                let guard = CancelOnDrop(control.clone());
-                return answer(rx, control, guard, Reply::of(&job)).await;
-            }
-            Err(slot) => *slot,
-        }
-    } else {
-        slot
-    };
+    tokio::select! {
+        r = acquired => r.map_err(|e| not_admitted(e, job, pool)),
+        _ = stops.shutdown.cancelled() => Err(QueryError::ShuttingDown),
+        _ = stops.requested.cancelled() => Err(QueryError::CancelledByRequest),
+        _ = stops.reclaimed.cancelled() => Err(QueryError::TokenShare(job.timeout)),
+    }
+}
+
+/// Hands the job and its connection to a blocking thread (with a CSV COPY
+/// place if one is free) under a watchdog of its deadline and stops; the
+/// answer's channel, its control and the guard that cancels it if dropped.
+fn spawn_work(
+    pool: &QueryPool,
+    slot: Pooled,
+    lease: Arc<Lease>,
+    job: QueryJob,
+    parsed: Option<crate::engine::guard::Parsed>,
+    deadline: tokio::time::Instant,
+    stops: Stops,
+) -> (mpsc::Receiver<Msg>, Arc<QueryControl>, CancelOnDrop) {
     let control = Arc::new(QueryControl::new(slot.interrupt.clone()));
     let guard = CancelOnDrop(control.clone());
     let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
@@ -122,25 +166,23 @@ pub async fn run(
         control.clone(),
         lease.clone(),
         deadline,
-        shutdown.clone(),
+        stops.shutdown.clone(),
         pool.spill_token(),
-        requested,
-        reclaimed,
+        stops.requested,
+        stops.reclaimed,
     ));
     // A CSV answer is DuckDB's COPY while a place for one is free.
     let csv_copy = (job.format == Format::Csv && job.sink.is_none())
         .then(|| pool.csv_copy())
         .flatten();
-    let reply = Reply::of(&job);
     {
         let control = control.clone();
         let runtime = tokio::runtime::Handle::current();
-        let parsed = classified.parsed;
         tokio::task::spawn_blocking(move || {
             work(slot, lease, job, parsed, tx, control, runtime, csv_copy)
         });
     }
-    answer(rx, control, guard, reply).await
+    (rx, control, guard)
 }
 
 /// The error of a query admission turned away: a client's waits are the

@@ -112,40 +112,9 @@ pub fn write_page(result: &SpoolResult, page: Page, dir: &Path) -> Result<PageFi
 /// Writes `page` of `result` as a Parquet file in `dir`, returning its path
 /// (the caller removes it). Runs on a blocking thread.
 fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, PageError> {
-    let internal =
-        |what: &str, e: &dyn std::fmt::Display| PageError::Internal(format!("{what}: {e}"));
-    // A VARIANT is spooled as DuckDB's JSON of it (Arrow has no VARIANT), and
-    // JSON does not say what DuckDB's VARIANT held (a DATE is a string, a
-    // DECIMAL a number): the Parquet file `/query` writes cannot be made
-    // again from it.
-    if let Some(name) = (0..result.layout.names.len())
-        .find(|&i| crate::encode::marks::field_holds(result.schema.field(i), "VARIANT"))
-        .map(|i| &result.layout.names[i])
-    {
-        return Err(PageError::Unrepresentable(format!(
-            "column {name} holds VARIANT values, which a statement's result keeps as their JSON: \
-             its Parquet pages cannot hold DuckDB's VARIANT; ask for json, ndjson, csv or arrow pages, \
-             or for Parquet from /query"
-        )));
-    }
+    refuse_variant(result)?;
     let (source, select) = select_list(result);
-    let schema: SchemaRef = Arc::new(Schema::new(
-        source
-            .iter()
-            .enumerate()
-            .map(|(i, &c)| {
-                Field::new(
-                    format!("c{i}"),
-                    result.schema.field(c).data_type().clone(),
-                    true,
-                )
-            })
-            .collect::<Vec<_>>(),
-    ));
-    let reader = PageReader::open(result, page, source, schema)
-        .map_err(|e| internal("reading the spool", &e))?;
-    let mut stream = Box::new(FFI_ArrowArrayStream::new(Box::new(reader)));
-
+    let mut stream = page_stream(result, page, source)?;
     let path = dir.join(format!(".page-{}.parquet", uuid::Uuid::new_v4().simple()));
     let copy = format!(
         "COPY (SELECT {select} FROM duckgate_page) TO '{}' (FORMAT parquet)",
@@ -177,6 +146,62 @@ fn write(result: &SpoolResult, page: Page, dir: &Path) -> Result<PathBuf, PageEr
     let outcome = run(&conn, &copy);
     drop(conn);
     drop(stream);
+    finish_file(outcome, path)
+}
+
+/// An error of the gateway's own in writing a page: what failed and why.
+fn internal(what: &str, e: &dyn std::fmt::Display) -> PageError {
+    PageError::Internal(format!("{what}: {e}"))
+}
+
+/// Refuses a page of a result with a VARIANT column, which Parquet cannot
+/// be given again from what the spool keeps.
+fn refuse_variant(result: &SpoolResult) -> Result<(), PageError> {
+    // A VARIANT is spooled as DuckDB's JSON of it (Arrow has no VARIANT), and
+    // JSON does not say what DuckDB's VARIANT held (a DATE is a string, a
+    // DECIMAL a number): the Parquet file `/query` writes cannot be made
+    // again from it.
+    if let Some(name) = (0..result.layout.names.len())
+        .find(|&i| crate::encode::marks::field_holds(result.schema.field(i), "VARIANT"))
+        .map(|i| &result.layout.names[i])
+    {
+        return Err(PageError::Unrepresentable(format!(
+            "column {name} holds VARIANT values, which a statement's result keeps as their JSON: \
+             its Parquet pages cannot hold DuckDB's VARIANT; ask for json, ndjson, csv or arrow pages, \
+             or for Parquet from /query"
+        )));
+    }
+    Ok(())
+}
+
+/// The page's rows as an Arrow stream DuckDB can scan: the spool's columns
+/// `source`, named `c0`, `c1`, ...
+fn page_stream(
+    result: &SpoolResult,
+    page: Page,
+    source: Vec<usize>,
+) -> Result<Box<FFI_ArrowArrayStream>, PageError> {
+    let schema: SchemaRef = Arc::new(Schema::new(
+        source
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| {
+                Field::new(
+                    format!("c{i}"),
+                    result.schema.field(c).data_type().clone(),
+                    true,
+                )
+            })
+            .collect::<Vec<_>>(),
+    ));
+    let reader = PageReader::open(result, page, source, schema)
+        .map_err(|e| internal("reading the spool", &e))?;
+    Ok(Box::new(FFI_ArrowArrayStream::new(Box::new(reader))))
+}
+
+/// The written file's path, made the gateway's user's only; or the COPY's
+/// error (a value Parquet cannot hold is the client's), the file removed.
+fn finish_file(outcome: Result<(), String>, path: PathBuf) -> Result<PathBuf, PageError> {
     match outcome {
         Ok(()) => {
             // Like the spool's own files: the gateway's user only.

@@ -231,7 +231,19 @@ pub fn check_parsed(
     parsed: Parsed,
     rules: &Rules,
 ) -> Result<Accepted, Refusal> {
-    let statements = parsed.statements.map_err(|e| match e {
+    let statements = parsed_statements(parsed, sql)?;
+    let [statement] = statements.as_slice() else {
+        return Err(Refusal::StatementCount(statements.len()));
+    };
+    check_binder_cost(statement)?;
+    let mut accepted = judge(statement, rules, 0)?;
+    bind_and_check(raw, sql, statement, rules, &mut accepted)?;
+    Ok(accepted)
+}
+
+/// The parse's statements, or why the text has none the guard can read.
+fn parsed_statements(parsed: Parsed, sql: &str) -> Result<Vec<Statement>, Refusal> {
+    parsed.statements.map_err(|e| match e {
         DescribeError::Parse { message, position } => Refusal::Parse {
             message,
             at: position.and_then(|p| place(sql, p)),
@@ -242,10 +254,13 @@ pub fn check_parsed(
             tracing::error!(error.cause = %msg, "the guard's parse shim answered unreadably");
             forbid("statement", "the guard could not read it")
         }
-    })?;
-    let [statement] = statements.as_slice() else {
-        return Err(Refusal::StatementCount(statements.len()));
-    };
+    })
+}
+
+/// Refuses, before DuckDB binds it, a statement whose binding would cost
+/// more time or memory than the gateway admits (nested subqueries, long
+/// chains of set operations).
+fn check_binder_cost(statement: &Statement) -> Result<(), Refusal> {
     let cost = statement_cost(statement);
     if cost > MAX_SUBQUERY_COST {
         return Err(unbindable(format!(
@@ -264,7 +279,18 @@ pub fn check_parsed(
              gateway's memory ceiling, and the gateway admits {MAX_SET_OPERATIONS}. Split it"
         )));
     }
-    let mut accepted = judge(statement, rules, 0)?;
+    Ok(())
+}
+
+/// Binds the statement on `raw` and checks its plan (and a write's names
+/// and schema), recording in `accepted` what it reads and returns.
+fn bind_and_check(
+    raw: &RawConnection,
+    sql: &str,
+    statement: &Statement,
+    rules: &Rules,
+    accepted: &mut Accepted,
+) -> Result<(), Refusal> {
     match statement.kind.as_str() {
         "SELECT" => {
             let plan = check_plan(raw, sql, rules)?;
@@ -309,7 +335,7 @@ pub fn check_parsed(
                 (plan.objects, plan.sources, plan.reads);
         }
     }
-    Ok(accepted)
+    Ok(())
 }
 
 /// The tables `sql` names as the client wrote them (CTE names included),

@@ -158,12 +158,7 @@ pub(super) fn load_extensions(
     config: &Config,
     needs_httpfs: bool,
 ) -> Result<Vec<&'static str>, EngineError> {
-    let setup = |step: &'static str, sql: &str| {
-        control.execute_batch(sql).map_err(|e| EngineError::Setup {
-            step,
-            message: e.to_string(),
-        })
-    };
+    let setup = |step: &'static str, sql: &str| setup_step(control, step, sql);
     let ext_dir = config.engine.extension_dir.clone().unwrap_or_else(|| {
         std::env::var_os("HOME")
             .map(PathBuf::from)
@@ -183,37 +178,7 @@ pub(super) fn load_extensions(
                 expected: file.display().to_string(),
             });
         }
-        setup("LOAD httpfs", "LOAD httpfs")?;
-        // httpfs copies AWS_ACCESS_KEY_ID and friends from the process
-        // environment into global settings that any query could read;
-        // the gateway's credentials live only in its secrets. URL query
-        // parameters (`?s3_endpoint=`) would let a path redirect signed
-        // requests: no path with a `?` reaches httpfs (the guard refuses
-        // it in what clients write, `s3_paths` in every path httpfs is
-        // asked for, a glob's listed keys included), so httpfs's
-        // URL-compatibility mode, which would also make glob characters
-        // literal, stays off.
-        // A hung S3 read does not see DuckDB's interrupt: bound it by
-        // httpfs's own inactivity timeout and retries, derived from the
-        // default query limit (the pool replaces a connection that stays
-        // stuck longer; this bounds how long the stuck one lives).
-        let http_timeout_s = (config.limits.default_query_timeout_ms() / 2000).clamp(2, 30);
-        setup(
-            "httpfs timeouts",
-            &format!("SET GLOBAL http_timeout = {http_timeout_s}; SET GLOBAL http_retries = 1"),
-        )?;
-        setup(
-            "httpfs lockdown",
-            "SET GLOBAL s3_access_key_id = ''; SET GLOBAL s3_secret_access_key = ''; \
-             SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = false",
-        )?;
-        if !s3_paths::guard(db) {
-            return Err(EngineError::Setup {
-                step: "S3 path guard",
-                message: "httpfs's S3 file system was not where DuckDB 1.5.5's httpfs has it"
-                    .into(),
-            });
-        }
+        load_httpfs(db, control, config)?;
         extensions.push("httpfs");
     }
     // Time zones: ICU ships like httpfs; without it TIMESTAMPTZ still
@@ -235,6 +200,56 @@ pub(super) fn load_extensions(
         );
     }
     Ok(extensions)
+}
+
+/// Runs one step of the engine's setup on the control connection; its
+/// error names the step.
+fn setup_step(control: &ffi::Connection, step: &'static str, sql: &str) -> Result<(), EngineError> {
+    control.execute_batch(sql).map_err(|e| EngineError::Setup {
+        step,
+        message: e.to_string(),
+    })
+}
+
+/// Loads httpfs, its timeouts bounded and its own credentials and URL
+/// options locked down, and puts the S3 path guard in place.
+fn load_httpfs(
+    db: &ffi::RawDatabase,
+    control: &ffi::Connection,
+    config: &Config,
+) -> Result<(), EngineError> {
+    let setup = |step: &'static str, sql: &str| setup_step(control, step, sql);
+    setup("LOAD httpfs", "LOAD httpfs")?;
+    // httpfs copies AWS_ACCESS_KEY_ID and friends from the process
+    // environment into global settings that any query could read;
+    // the gateway's credentials live only in its secrets. URL query
+    // parameters (`?s3_endpoint=`) would let a path redirect signed
+    // requests: no path with a `?` reaches httpfs (the guard refuses
+    // it in what clients write, `s3_paths` in every path httpfs is
+    // asked for, a glob's listed keys included), so httpfs's
+    // URL-compatibility mode, which would also make glob characters
+    // literal, stays off.
+    // A hung S3 read does not see DuckDB's interrupt: bound it by
+    // httpfs's own inactivity timeout and retries, derived from the
+    // default query limit (the pool replaces a connection that stays
+    // stuck longer; this bounds how long the stuck one lives).
+    let http_timeout_s = (config.limits.default_query_timeout_ms() / 2000).clamp(2, 30);
+    setup(
+        "httpfs timeouts",
+        &format!("SET GLOBAL http_timeout = {http_timeout_s}; SET GLOBAL http_retries = 1"),
+    )?;
+    setup(
+        "httpfs lockdown",
+        "SET GLOBAL s3_access_key_id = ''; SET GLOBAL s3_secret_access_key = ''; \
+         SET GLOBAL s3_session_token = ''; SET GLOBAL s3_url_compatibility_mode = false",
+    )?;
+    if !s3_paths::guard(db) {
+        return Err(EngineError::Setup {
+            step: "S3 path guard",
+            message: "httpfs's S3 file system was not where DuckDB 1.5.5's httpfs has it".into(),
+        });
+    }
+    Ok(())
 }
 
 /// The schema read-write clients create their objects in, under a

@@ -263,6 +263,8 @@ async fn answer(state: AppState, auth: Identity, headers: HeaderMap, source: Sou
     }
 }
 
+/// Runs one `/query` request (its body, or its URL for a GET) through the
+/// core and answers with the result's body and headers.
 async fn run_query(
     state: &AppState,
     auth: &Identity,
@@ -283,39 +285,8 @@ async fn run_query(
             "wait_ms belongs to POST /statements; /query always waits for the result",
         ));
     }
-    let RequestParts {
-        sql,
-        params,
-        format,
-        arrow_compression,
-        timeout_ms,
-        max_rows,
-        read_only,
-        ..
-    } = request;
-    let ran = state
-        .core()
-        .run(
-            auth,
-            crate::core::Request {
-                sql,
-                params,
-                timeout_ms,
-                max_rows,
-                // A GET runs only statements that read, whatever the
-                // policy: proxies, browsers and tools repeat GETs.
-                read_only: by_url || read_only,
-                id: Some(id.to_string()),
-                client_chose_id: headers.contains_key(QUERY_ID_HEADER),
-                door: "query",
-                started,
-            },
-            match arrow_compression {
-                Some(codec) => crate::core::Leave::CompressedArrow(codec),
-                None => crate::core::Leave::Encoded(format),
-            },
-        )
-        .await?;
+    let (request, leave) = core_request(request, by_url, id, &headers, started);
+    let ran = state.core().run(auth, request, leave).await?;
     let tracker = ran.registration.running.clone();
     let (output, epoch, retried) = (ran.output, ran.epoch, ran.retried);
     *registration = Some(ran.registration);
@@ -327,15 +298,70 @@ async fn run_query(
             cancelled: Box::pin(tracker.cancel.clone().cancelled_owned()),
         }),
     };
+    Ok(ok_response(
+        body,
+        output.content_type,
+        &output.kind,
+        epoch,
+        retried,
+    ))
+}
+
+/// The core's request of a `/query` request, and how its answer leaves:
+/// encoded in its format, or as Arrow IPC compressed with its codec.
+fn core_request(
+    request: RequestParts,
+    by_url: bool,
+    id: &str,
+    headers: &HeaderMap,
+    started: Instant,
+) -> (crate::core::Request, crate::core::Leave) {
+    let RequestParts {
+        sql,
+        params,
+        format,
+        arrow_compression,
+        timeout_ms,
+        max_rows,
+        read_only,
+        ..
+    } = request;
+    (
+        crate::core::Request {
+            sql,
+            params,
+            timeout_ms,
+            max_rows,
+            // A GET runs only statements that read, whatever the
+            // policy: proxies, browsers and tools repeat GETs.
+            read_only: by_url || read_only,
+            id: Some(id.to_string()),
+            client_chose_id: headers.contains_key(QUERY_ID_HEADER),
+            door: "query",
+            started,
+        },
+        match arrow_compression {
+            Some(codec) => crate::core::Leave::CompressedArrow(codec),
+            None => crate::core::Leave::Encoded(format),
+        },
+    )
+}
+
+/// The 200 answer: the body with its content type, the statement's kind,
+/// the credentials epoch it ran under and whether it was retried.
+fn ok_response(
+    body: Body,
+    content_type: &'static str,
+    kind: &str,
+    epoch: u64,
+    retried: bool,
+) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(output.content_type),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    if let Ok(v) = HeaderValue::from_str(&output.kind) {
+    if let Ok(v) = HeaderValue::from_str(kind) {
         h.insert(STATEMENT_HEADER, v);
     }
     h.insert(EPOCH_HEADER, HeaderValue::from(epoch));
@@ -345,7 +371,7 @@ async fn run_query(
             HeaderValue::from_static("expired-credentials"),
         );
     }
-    Ok(response.into_response())
+    response.into_response()
 }
 
 /// A whole answer, sent with its length, that keeps its query registered

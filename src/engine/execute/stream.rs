@@ -272,37 +272,11 @@ fn write_result(
     let mut serial_batches = 0usize;
 
     encoder.begin(columns, &mut body.buf).map_err(encoding)?;
-    loop {
-        if control.reason().is_some() {
-            break;
-        }
-        let batch = match stmt.step() {
-            Ok(Some(sa)) => RecordBatch::from(&sa),
-            Ok(None) => break,
-            Err(e) => return Err(run_error(&e, control, job).into()),
-        };
-        if batch.num_rows() == 0 {
-            continue;
-        }
-        // One huge value would be copied again by every encoder: refuse it
-        // before anything is buffered.
-        if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
-            return Err(QueryError::ValueTooLarge {
-                size,
-                limit: job.max_value_bytes,
-            }
-            .into());
-        }
-        let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
+    while let Some(batch) = next_batch(stmt, job, control)? {
+        let Some((part, cut)) = within_limits(batch, rows, job)? else {
             truncated = true;
-            if !job.rows_asked {
-                return Err(row_cap(job).into());
-            }
             break;
         };
-        if cut && !job.rows_asked {
-            return Err(row_cap(job).into());
-        }
         truncated = cut;
         let before = body.len();
         rows += part.num_rows() as u64;
@@ -326,14 +300,7 @@ fn write_result(
             break;
         }
         if bytes >= job.max_bytes {
-            // Cut at the byte limit; whether more rows existed is unknown
-            // without reading them, so say truncated only if one more row does.
-            if let Ok(Some(sa)) = stmt.step() {
-                truncated = sa.len() > 0;
-            }
-            if truncated {
-                return Err(byte_cap(job).into());
-            }
+            end_at_byte_limit(stmt, job)?;
             break;
         }
         // The first batch goes out at once (time to first byte); later ones
@@ -357,6 +324,70 @@ fn write_result(
     encoder.finish(summary, &mut body.buf).map_err(encoding)?;
     body.flush()?;
     Ok(!truncated)
+}
+
+/// The executed statement's next batch with rows; `None` at its end or
+/// once the query is stopped.
+fn next_batch(
+    stmt: &mut duckdb::Statement<'_>,
+    job: &QueryJob,
+    control: &QueryControl,
+) -> Result<Option<RecordBatch>, Stop> {
+    loop {
+        if control.reason().is_some() {
+            return Ok(None);
+        }
+        let batch = match stmt.step() {
+            Ok(Some(sa)) => RecordBatch::from(&sa),
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(run_error(&e, control, job).into()),
+        };
+        if batch.num_rows() > 0 {
+            return Ok(Some(batch));
+        }
+    }
+}
+
+/// The part of `batch` within the row limit, after the `rows` already
+/// written, and whether the limit cut it; `None` when the limit was reached
+/// before it. A value over the value limit, or a cut the client did not
+/// ask for (`rows`), is refused.
+fn within_limits(
+    batch: RecordBatch,
+    rows: u64,
+    job: &QueryJob,
+) -> Result<Option<(RecordBatch, bool)>, Stop> {
+    // One huge value would be copied again by every encoder: refuse it
+    // before anything is buffered.
+    if let Some(size) = oversized_value(&batch, job.max_value_bytes) {
+        return Err(QueryError::ValueTooLarge {
+            size,
+            limit: job.max_value_bytes,
+        }
+        .into());
+    }
+    let Some((part, cut)) = within_row_limit(batch, rows, job.max_rows) else {
+        if !job.rows_asked {
+            return Err(row_cap(job).into());
+        }
+        return Ok(None);
+    };
+    if cut && !job.rows_asked {
+        return Err(row_cap(job).into());
+    }
+    Ok(Some((part, cut)))
+}
+
+/// The answer reached the byte limit: cut there. Whether more rows existed
+/// is unknown without reading them, so it is refused as truncated only if
+/// one more row does.
+fn end_at_byte_limit(stmt: &mut duckdb::Statement<'_>, job: &QueryJob) -> Result<(), Stop> {
+    if let Ok(Some(sa)) = stmt.step() {
+        if sa.len() > 0 {
+            return Err(byte_cap(job).into());
+        }
+    }
+    Ok(())
 }
 
 /// The row cap the client did not ask for (the gateway's or a role's).

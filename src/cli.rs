@@ -30,6 +30,10 @@ async fn serve() -> std::process::ExitCode {
         println!("{}", crate::api::docs::spec_json());
         return std::process::ExitCode::SUCCESS;
     }
+    if let Some(Command::SettingsDoc) = cli.command {
+        print!("{}", crate::config::reference::markdown());
+        return std::process::ExitCode::SUCCESS;
+    }
     let config = cli.serve_config();
     let format = config.server.log_format;
     crate::telemetry::init(format);

@@ -15,6 +15,7 @@ mod file;
 pub mod grants;
 mod limits;
 pub mod oidc;
+pub mod reference;
 pub mod roles;
 pub mod s3;
 mod server;
@@ -63,6 +64,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document of the HTTP API as JSON and exit.
     Openapi,
+    /// Print the settings reference (docs/configuration.md) and exit.
+    #[command(hide = true)]
+    SettingsDoc,
 }
 
 /// `duckgate serve`: the same settings as `duckgate` alone.

@@ -1,7 +1,8 @@
 //! The settings reference (docs/configuration.md) is what the command line
-//! says: generated from `duckgate --help` by scripts/settings-doc, and
-//! checked here against the binary under test, so a new or changed setting
-//! without its documentation fails.
+//! says: rendered from clap's model of it by `duckgate settings-doc`
+//! (src/config/reference.rs), written by scripts/settings-doc, and checked
+//! here against the binary under test, so a new or changed setting without
+//! its documentation fails.
 
 #[test]
 fn the_settings_reference_is_generated_from_the_command_line() {

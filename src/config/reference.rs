@@ -519,9 +519,10 @@ mod tests {
 
     #[test]
     fn every_setting_has_a_group() {
-        let cmd = Cli::command();
-        let lost: Vec<&str> = cmd
-            .get_arguments()
+        let mut cmd = Cli::command();
+        cmd.build();
+        let lost: Vec<&str> = help_order(&cmd)
+            .into_iter()
             .filter_map(Arg::get_long)
             .filter(|n| !SKIP.contains(n) && group_of(n) == OTHER)
             .collect();

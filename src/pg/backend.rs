@@ -260,33 +260,39 @@ pub async fn keys(state: &State, who: &Identity) -> Result<Vec<Key>, Failure> {
     })?;
     let mut keys = resolve_references(rows);
     if let Some(access) = &who.access {
-        let readable = |database: &str, schema: &str, table: &str, columns: &[String]| {
-            access.sees(database, schema, table)
-                && columns
-                    .iter()
-                    .all(|c| access.may_read_column(database, schema, table, c))
-        };
-        let visible: Vec<bool> = keys
-            .iter()
-            .map(|k| readable(&k.database, &k.schema, &k.table, &k.columns))
-            .collect();
-        // A foreign key stays only beside the key it references.
-        let referenced_visible = |k: &Key| {
-            k.references.as_ref().is_none_or(|r| {
-                keys.iter()
-                    .zip(&visible)
-                    .any(|(t, &v)| v && t.table_oid == r.table_oid && t.index == r.key_index)
-            })
-        };
-        let keep: Vec<bool> = keys
-            .iter()
-            .zip(&visible)
-            .map(|(k, &v)| v && referenced_visible(k))
-            .collect();
-        let mut keep = keep.into_iter();
-        keys.retain(|_| keep.next().unwrap_or(false));
+        confine(&mut keys, access);
     }
     Ok(keys)
+}
+
+/// Keeps the keys over tables and columns `access` may read, and the
+/// foreign keys whose referenced key stays too.
+fn confine(keys: &mut Vec<Key>, access: &crate::engine::guard::access::Access) {
+    let readable = |database: &str, schema: &str, table: &str, columns: &[String]| {
+        access.sees(database, schema, table)
+            && columns
+                .iter()
+                .all(|c| access.may_read_column(database, schema, table, c))
+    };
+    let visible: Vec<bool> = keys
+        .iter()
+        .map(|k| readable(&k.database, &k.schema, &k.table, &k.columns))
+        .collect();
+    // A foreign key stays only beside the key it references.
+    let referenced_visible = |k: &Key| {
+        k.references.as_ref().is_none_or(|r| {
+            keys.iter()
+                .zip(&visible)
+                .any(|(t, &v)| v && t.table_oid == r.table_oid && t.index == r.key_index)
+        })
+    };
+    let keep: Vec<bool> = keys
+        .iter()
+        .zip(&visible)
+        .map(|(k, &v)| v && referenced_visible(k))
+        .collect();
+    let mut keep = keep.into_iter();
+    keys.retain(|_| keep.next().unwrap_or(false));
 }
 
 /// A key as read, and for a foreign key the table and columns it names.

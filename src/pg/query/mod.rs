@@ -10,22 +10,17 @@
 //! its `COPY n` tag, and an `Execute` that asks for every row streams them
 //! (pgwire's collects them all before sending the first).
 
+mod extended;
+mod simple;
+
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 use futures::{Sink, SinkExt};
-use pgwire::api::portal::{Format, Portal, PortalExecutionState};
-use pgwire::api::query::{
-    send_execution_response, send_query_response, send_ready_for_query, ExtendedQueryHandler,
-    SimpleQueryHandler,
-};
-use pgwire::api::results::{
-    DataRowEncoder, DescribePortalResponse, DescribeResponse as _, DescribeStatementResponse,
-    FieldFormat, FieldInfo, QueryResponse, Response, Tag,
-};
-use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::portal::PortalExecutionState;
+use pgwire::api::query::{send_execution_response, send_query_response};
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{ClientInfo, ClientPortalStore, PgWireConnectionState, Type, DEFAULT_NAME};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -33,7 +28,6 @@ use pgwire::messages::copy::{CopyData, CopyDone, CopyOutResponse};
 use pgwire::messages::data::DataRow;
 use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
-use pgwire::messages::simplequery::Query;
 use pgwire::messages::PgWireBackendMessage;
 
 use crate::pg::backend::{self, Started};
@@ -44,6 +38,9 @@ use crate::pg::keys;
 use crate::pg::session::{self, Command, Copy, Session};
 use crate::pg::types;
 use crate::pg::Door;
+
+pub use extended::Parser;
+use extended::{key, params};
 
 /// A statement parsed by `Parse`: its text, what it asks of the door, and
 /// the parameter types a `Describe` found (for the binds that follow).
@@ -483,339 +480,4 @@ fn tag_of(sql: &str) -> &'static str {
         "ATTACH" | "DETACH" | "USE" | "SET" | "RESET" | "CHECKPOINT" | "LOAD" | "INSTALL" => "SET",
         _ => "SELECT",
     }
-}
-
-#[async_trait]
-impl SimpleQueryHandler for Queries {
-    /// pgwire's `on_query`, but each statement's answer is sent before the
-    /// next starts (so two never hold connections at once) and a COPY is
-    /// sent by the door ([`Queries::send_copy`]).
-    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
-            return Err(PgWireError::NotReadyForQuery);
-        }
-        let mut status = client.transaction_status();
-        client.set_state(PgWireConnectionState::QueryInProgress);
-        let session = session(client)?;
-        let text = query.query;
-        let pieces = session::split(&text);
-        if pieces.is_empty() {
-            client
-                .feed(PgWireBackendMessage::EmptyQueryResponse(
-                    EmptyQueryResponse::new(),
-                ))
-                .await?;
-        }
-        for sql in &pieces {
-            match self.simple(client, &session, sql).await {
-                Ok(Some(response)) => status = send(client, response, status).await?,
-                Ok(None) => {}
-                // PostgreSQL stops a simple query at its first error.
-                Err(PgWireError::UserError(mut info)) => {
-                    // The position is in the statement; the client counts
-                    // from the start of the text it sent.
-                    let before = sql.as_ptr() as usize - text.as_ptr() as usize;
-                    info.position = info
-                        .position
-                        .as_deref()
-                        .and_then(|p| p.parse::<usize>().ok())
-                        .map(|p| (p + text[..before].chars().count()).to_string());
-                    status = send(client, Response::Error(info), status).await?;
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        client.set_state(PgWireConnectionState::ReadyForQuery);
-        client.set_transaction_status(status);
-        send_ready_for_query(client, status).await
-    }
-
-    /// Not called: [`Self::on_query`] runs and sends each statement.
-    async fn do_query<C>(&self, _client: &mut C, _query: &str) -> PgWireResult<Vec<Response>>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        Err(errors::error(
-            code::PROTOCOL,
-            "the door answers a simple query in on_query",
-        ))
-    }
-}
-
-/// Parses nothing: the statement is DuckDB's to parse when it runs or is
-/// described; the door only sorts out its own commands.
-pub struct Parser;
-
-#[async_trait]
-impl QueryParser for Parser {
-    type Statement = Prepared;
-
-    async fn parse_sql<C>(
-        &self,
-        _client: &C,
-        sql: &str,
-        _types: &[Option<Type>],
-    ) -> PgWireResult<Option<Prepared>>
-    where
-        C: ClientInfo + Unpin + Send + Sync,
-    {
-        let pieces = session::split(sql);
-        if pieces.len() > 1 {
-            return Err(errors::error(
-                code::SYNTAX,
-                "cannot insert multiple commands into a prepared statement",
-            ));
-        }
-        Ok(Some(Prepared {
-            command: Arc::new(session::classify(sql)),
-            described: Arc::default(),
-        }))
-    }
-
-    fn get_parameter_types(&self, _stmt: &Prepared) -> PgWireResult<Vec<Type>> {
-        Ok(Vec::new())
-    }
-
-    fn get_result_schema(
-        &self,
-        _stmt: &Prepared,
-        _column_format: Option<&Format>,
-    ) -> PgWireResult<Vec<FieldInfo>> {
-        Ok(Vec::new())
-    }
-}
-
-/// The values a portal binds, by the types the client declared or the
-/// statement's description found.
-fn params(portal: &Portal<Prepared>) -> PgWireResult<Vec<backend::Param>> {
-    let described = portal
-        .statement
-        .statement
-        .described
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .unwrap_or_default();
-    portal
-        .parameters
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let declared = portal
-                .statement
-                .parameter_types
-                .get(i)
-                .cloned()
-                .flatten()
-                .filter(|t| *t != Type::UNKNOWN);
-            let ty = declared.or_else(|| described.get(i).cloned());
-            types::param(
-                v.as_deref(),
-                ty.as_ref(),
-                portal.parameter_format.is_binary(i),
-            )
-            .map_err(|why| errors::error("22P02", format!("parameter ${}: {why}", i + 1)))
-        })
-        .collect()
-}
-
-#[async_trait]
-impl ExtendedQueryHandler for Queries {
-    type Statement = Prepared;
-    type QueryParser = Parser;
-
-    fn query_parser(&self) -> Arc<Parser> {
-        Arc::new(Parser)
-    }
-
-    /// A portal's every row streamed as it comes ([`Queries::execute_whole`]);
-    /// else pgwire's own handling.
-    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Prepared>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        if self.execute_whole(client, &message).await? {
-            return Ok(());
-        }
-        self._on_execute(client, message).await
-    }
-
-    async fn do_describe_statement<C>(
-        &self,
-        client: &mut C,
-        target: &StoredStatement<Prepared>,
-    ) -> PgWireResult<DescribeStatementResponse>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Prepared>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let session = session(client)?;
-        let sql = match target.statement.command.as_ref() {
-            Command::Query(sql) => sql,
-            Command::Show(name) => {
-                let column = session::setting(name).map_or(name.as_str(), |s| s.name);
-                return Ok(DescribeStatementResponse::new(
-                    Vec::new(),
-                    vec![FieldInfo::new(
-                        column.to_ascii_lowercase(),
-                        None,
-                        None,
-                        Type::TEXT,
-                        FieldFormat::Text,
-                    )],
-                ));
-            }
-            Command::Fixed(column, _) => {
-                return Ok(DescribeStatementResponse::new(
-                    Vec::new(),
-                    vec![FieldInfo::new(
-                        column.to_string(),
-                        None,
-                        None,
-                        Type::TEXT,
-                        FieldFormat::Text,
-                    )],
-                ));
-            }
-            _ => return Ok(DescribeStatementResponse::no_data()),
-        };
-        let text = self.catalog_text(&session, sql).await?;
-        let described = backend::describe(
-            &self.door.state,
-            &session.identity,
-            text.to_string(),
-            session.statement_timeout_ms(),
-        )
-        .await
-        .map_err(|f| errors::of_problem(&f.problem, &text))?;
-        let found: Vec<Type> = described
-            .parameters
-            .fields()
-            .iter()
-            .map(|f| types::param_type(f))
-            .collect();
-        let parameters: Vec<Type> = found
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                target
-                    .parameter_types
-                    .get(i)
-                    .cloned()
-                    .flatten()
-                    .filter(|t| *t != Type::UNKNOWN)
-                    .unwrap_or_else(|| t.clone())
-            })
-            .collect();
-        *target
-            .statement
-            .described
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(parameters.clone());
-        let fields = described
-            .dataset
-            .as_ref()
-            .map(types::described)
-            .unwrap_or_default();
-        Ok(DescribeStatementResponse::new(parameters, fields))
-    }
-
-    async fn do_describe_portal<C>(
-        &self,
-        client: &mut C,
-        portal: &Portal<Prepared>,
-    ) -> PgWireResult<DescribePortalResponse>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Prepared>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let session = session(client)?;
-        let format = |i: usize| portal.result_column_format.format_for(i);
-        match portal.statement.statement.command.as_ref() {
-            Command::Query(sql) => {
-                // The columns are known once the statement runs: it starts
-                // now, and its Execute reads it.
-                let started = self.start(&session, sql, params(portal)?).await?;
-                let fields = types::fields(&started.schema, format);
-                *session.pending.lock().await = Some((key(portal), started));
-                Ok(DescribePortalResponse::new(fields))
-            }
-            Command::Show(name) => {
-                let column = session::setting(name).map_or(name.as_str(), |s| s.name);
-                Ok(DescribePortalResponse::new(vec![FieldInfo::new(
-                    column.to_ascii_lowercase(),
-                    None,
-                    None,
-                    Type::TEXT,
-                    format(0),
-                )]))
-            }
-            Command::Fixed(column, _) => Ok(DescribePortalResponse::new(vec![FieldInfo::new(
-                column.to_string(),
-                None,
-                None,
-                Type::TEXT,
-                format(0),
-            )])),
-            _ => Ok(DescribePortalResponse::no_data()),
-        }
-    }
-
-    async fn do_query<C>(
-        &self,
-        client: &mut C,
-        portal: &Portal<Prepared>,
-        _max_rows: usize,
-    ) -> PgWireResult<Response>
-    where
-        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
-        C::PortalStore: PortalStore<Statement = Prepared>,
-        C::Error: Debug,
-        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
-    {
-        let session = session(client)?;
-        let format = |i: usize| portal.result_column_format.format_for(i);
-        let command = portal.statement.statement.command.clone();
-        let pending = session.pending.lock().await.take();
-        if let Some(r) = self.command(&session, &command, format)? {
-            return Ok(r);
-        }
-        match command.as_ref() {
-            // Sent by `on_execute`.
-            Command::CopyOut(_) => Err(errors::error(
-                code::PROTOCOL,
-                "the door answers a COPY in on_execute",
-            )),
-            Command::Query(sql) => {
-                let started = match pending {
-                    Some((k, started)) if k == key(portal) => started,
-                    _ => self.start(&session, sql, params(portal)?).await?,
-                };
-                self.answer(started, sql, &session, format).await
-            }
-            _ => Ok(Response::EmptyQuery),
-        }
-    }
-}
-
-/// A portal's identity while it lives (its address).
-fn key(portal: &Portal<Prepared>) -> usize {
-    portal as *const Portal<Prepared> as usize
 }

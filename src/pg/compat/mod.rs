@@ -103,179 +103,285 @@ pub fn rewrite_with<'a>(sql: &'a str, keys: Option<&str>) -> Cow<'a, str> {
     Cow::Owned(rewrite_all(sql, keys))
 }
 
+/// The rewrite of `sql`: each place is, in this order, a catalog table's
+/// name cast to `regclass`, quoted text or a comment, `OPERATOR(...)`,
+/// `COLLATE pg_catalog.default`, a cast, a word, or one character.
 fn rewrite_all(sql: &str, keys: Option<&str>) -> String {
-    let mut out = String::with_capacity(sql.len() + 64);
-    let mut rest = sql;
-    // Whether the previous character continues a name (a word, a quoted
-    // name, a dot): a word starting here is then not a name of its own.
-    let mut after_name = false;
-    while !rest.is_empty() {
+    let mut r = Rewriter {
+        out: String::with_capacity(sql.len() + 64),
+        rest: sql,
+        after_name: false,
+        keys,
+    };
+    while !r.rest.is_empty() {
         // Quoted text and comments pass unchanged.
-        let skip = quoted_len(rest);
-        if let Some((oid, used)) = catalog_oid(rest, skip) {
-            out.push_str(oid);
-            rest = &rest[used..];
-            after_name = true;
-            continue;
+        let skip = quoted_len(r.rest);
+        let done = r.catalog_oid(skip)
+            || r.quoted(skip)
+            || r.operator()
+            || r.collate()
+            || r.cast()
+            || r.bare_word();
+        if !done {
+            r.character();
         }
-        if skip > 0 {
-            out.push_str(&rest[..skip]);
-            after_name = rest.starts_with('"');
-            rest = &rest[skip..];
-            continue;
+    }
+    r.out
+}
+
+/// A rewrite under way. Each step reads the text at `rest`: when it is its
+/// spelling, the step writes the replacement, moves `rest` past what it
+/// read and says `true`; otherwise it changes nothing and says `false`.
+struct Rewriter<'a> {
+    /// The text written so far.
+    out: String,
+    /// The client's text not read yet.
+    rest: &'a str,
+    /// Whether the previous character continues a name (a word, a quoted
+    /// name, a dot): a word starting here is then not a name of its own.
+    after_name: bool,
+    /// The keys relation ([`rewrite_with`]).
+    keys: Option<&'a str>,
+}
+
+impl<'a> Rewriter<'a> {
+    /// Goes on reading at `rest`, which the text written ends a name or not.
+    fn advance(&mut self, rest: &'a str, after_name: bool) {
+        self.rest = rest;
+        self.after_name = after_name;
+    }
+
+    /// `'pg_class'::regclass` (the literal is `skip` long): the oid.
+    fn catalog_oid(&mut self, skip: usize) -> bool {
+        let Some((oid, used)) = catalog_oid(self.rest, skip) else {
+            return false;
+        };
+        self.out.push_str(oid);
+        self.advance(&self.rest[used..], true);
+        true
+    }
+
+    /// Quoted text or a comment (`skip` long), unchanged.
+    fn quoted(&mut self, skip: usize) -> bool {
+        if skip == 0 {
+            return false;
         }
+        self.out.push_str(&self.rest[..skip]);
+        self.advance(&self.rest[skip..], self.rest.starts_with('"'));
+        true
+    }
+
+    /// `OPERATOR(pg_catalog.~)`: the operator.
+    fn operator(&mut self) -> bool {
+        let rest = self.rest;
         if let Some(n) = strip_ci(rest, "operator(pg_catalog.") {
             if let Some(close) = rest[n..].find(')') {
-                out.push_str(rest[n..n + close].trim());
-                rest = &rest[n + close + 1..];
-                after_name = false;
-                continue;
+                self.out.push_str(rest[n..n + close].trim());
+                self.advance(&rest[n + close + 1..], false);
+                return true;
             }
         }
-        if let Some(n) = strip_ci(rest, "collate pg_catalog.default") {
-            rest = &rest[n..];
-            continue;
-        }
-        // Casts to PostgreSQL's object-name types DuckDB lacks read as
-        // text; `::pg_catalog.text` is `::text`.
-        if let Some(n) = strip_ci(rest, "::") {
-            let after = &rest[n..];
-            let after = strip_ci(after, "pg_catalog.").map_or(after, |m| &after[m..]);
-            let w = word(after);
-            // A column of the keys cast to `regclass` (psql's
-            // `conrelid::pg_catalog.regclass`): the table's name.
-            if let (Some(k), Some(start)) = (keys, trailing_name(&out)) {
-                if w.eq_ignore_ascii_case("regclass") {
-                    let column = out.split_off(start);
-                    out.push_str(&keys::relname(k, &column));
-                    rest = &after[w.len()..];
-                    after_name = true;
-                    continue;
-                }
-            }
-            out.push_str("::");
-            if is_reg_type(w) {
-                out.push_str("VARCHAR");
-            } else {
-                out.push_str(w);
-            }
-            rest = &after[w.len()..];
-            after_name = true;
-            continue;
-        }
-        let c = rest.chars().next().unwrap_or(' ');
-        if !after_name && (c.is_ascii_alphabetic() || c == '_') {
-            let w = word(rest);
-            let after = &rest[w.len()..];
-            // `CAST(x AS REGCLASS)`: as text.
-            if w.eq_ignore_ascii_case("as") {
-                let t = after.trim_start();
-                let target = word(t);
-                if !target.is_empty()
-                    && is_reg_type(target)
-                    && t[target.len()..].trim_start().starts_with(')')
-                {
-                    // `CAST($1 AS REGCLASS)`: a name bound as a parameter,
-                    // made an oid (SQLAlchemy compares
-                    // `pg_description.classoid` with one).
-                    if let Some(param) = cast_parameter(&out) {
-                        if target.eq_ignore_ascii_case("regclass") {
-                            out.truncate(out.len() - param.len());
-                            out.push_str(&regclass_oid(&param));
-                            rest = &t[target.len()..].trim_start()[1..];
-                            after_name = true;
-                            continue;
-                        }
-                    }
-                    out.push_str(w);
-                    out.push_str(&after[..after.len() - t.len()]);
-                    out.push_str("VARCHAR");
-                    rest = &t[target.len()..];
-                    after_name = true;
-                    continue;
-                }
-            }
-            if w.eq_ignore_ascii_case("information_schema") && after.starts_with('.') {
-                let name = word(&after[1..]);
-                let tail = &after[1 + name.len()..];
-                if name.eq_ignore_ascii_case("_pg_expandarray") {
-                    if let Some((text, used)) = function(name, tail, keys) {
-                        out.push_str(&text);
-                        rest = &tail[used..];
-                        after_name = false;
-                        continue;
-                    }
-                }
-            }
-            if w.eq_ignore_ascii_case("pg_catalog") && after.starts_with('.') {
-                let name = word(&after[1..]);
-                let tail = &after[1 + name.len()..];
-                if !name.is_empty() {
-                    if tail.trim_start().starts_with('(') {
-                        if let Some((text, used)) = series(name, tail, keys) {
-                            out.push_str(&text);
-                            rest = &tail[used..];
-                            after_name = true;
-                            continue;
-                        }
-                        if let Some((text, used)) = function(name, tail, keys) {
-                            out.push_str(&text);
-                            rest = &tail[used..];
-                            after_name = false;
-                            continue;
-                        }
-                        if !PG_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(name)) {
-                            out.push_str(name);
-                            rest = tail;
-                            after_name = true;
-                            continue;
-                        }
-                    } else if let Some(shim) = keys::table(name, keys).or_else(|| {
-                        TABLES
-                            .iter()
-                            .find(|(t, _)| t.eq_ignore_ascii_case(name))
-                            .map(|(_, shim)| Cow::Borrowed(*shim))
-                    }) {
-                        if tail.starts_with('.') {
-                            // A column's qualifier: the shim's alias.
-                            out.push_str(name);
-                        } else {
-                            out.push('(');
-                            out.push_str(&shim);
-                            out.push(')');
-                            if !has_alias(tail) {
-                                out.push_str(" AS ");
-                                out.push_str(name);
-                            }
-                        }
-                        rest = tail;
-                        after_name = true;
-                        continue;
-                    }
-                }
-                out.push_str(&rest[..w.len() + 1 + name.len()]);
-                rest = tail;
-                after_name = true;
-                continue;
-            }
-            if after.trim_start().starts_with('(') {
-                if let Some((text, used)) = function(w, after, keys) {
-                    out.push_str(&text);
-                    rest = &after[used..];
-                    after_name = false;
-                    continue;
-                }
-            }
-            out.push_str(w);
-            rest = after;
-            after_name = true;
-            continue;
-        }
-        out.push(c);
-        after_name = is_ident(c) || c == '.' || c == '"';
-        rest = &rest[c.len_utf8()..];
+        false
     }
-    out
+
+    /// `COLLATE pg_catalog.default`: nothing.
+    fn collate(&mut self) -> bool {
+        let Some(n) = strip_ci(self.rest, "collate pg_catalog.default") else {
+            return false;
+        };
+        self.rest = &self.rest[n..];
+        true
+    }
+
+    /// A cast: to PostgreSQL's object-name types DuckDB lacks, as text;
+    /// `::pg_catalog.text` is `::text`.
+    fn cast(&mut self) -> bool {
+        let Some(n) = strip_ci(self.rest, "::") else {
+            return false;
+        };
+        let after = &self.rest[n..];
+        let after = strip_ci(after, "pg_catalog.").map_or(after, |m| &after[m..]);
+        let w = word(after);
+        // A column of the keys cast to `regclass` (psql's
+        // `conrelid::pg_catalog.regclass`): the table's name.
+        if let (Some(k), Some(start)) = (self.keys, trailing_name(&self.out)) {
+            if w.eq_ignore_ascii_case("regclass") {
+                let column = self.out.split_off(start);
+                self.out.push_str(&keys::relname(k, &column));
+                self.advance(&after[w.len()..], true);
+                return true;
+            }
+        }
+        self.out.push_str("::");
+        if is_reg_type(w) {
+            self.out.push_str("VARCHAR");
+        } else {
+            self.out.push_str(w);
+        }
+        self.advance(&after[w.len()..], true);
+        true
+    }
+
+    /// A word that is not part of a name before it: `AS` of a cast, a
+    /// qualified name, a function's call, or the word itself.
+    fn bare_word(&mut self) -> bool {
+        let c = self.rest.chars().next().unwrap_or(' ');
+        if self.after_name || !(c.is_ascii_alphabetic() || c == '_') {
+            return false;
+        }
+        let w = word(self.rest);
+        let after = &self.rest[w.len()..];
+        if self.cast_as(w, after)
+            || self.expandarray(w, after)
+            || self.pg_catalog(w, after)
+            || self.call(w, after)
+        {
+            return true;
+        }
+        self.out.push_str(w);
+        self.advance(after, true);
+        true
+    }
+
+    /// `CAST(x AS REGCLASS)`, `w` the `AS`: as text.
+    fn cast_as(&mut self, w: &str, after: &'a str) -> bool {
+        if !w.eq_ignore_ascii_case("as") {
+            return false;
+        }
+        let t = after.trim_start();
+        let target = word(t);
+        if target.is_empty()
+            || !is_reg_type(target)
+            || !t[target.len()..].trim_start().starts_with(')')
+        {
+            return false;
+        }
+        // `CAST($1 AS REGCLASS)`: a name bound as a parameter, made an oid
+        // (SQLAlchemy compares `pg_description.classoid` with one).
+        if let Some(param) = cast_parameter(&self.out) {
+            if target.eq_ignore_ascii_case("regclass") {
+                self.out.truncate(self.out.len() - param.len());
+                self.out.push_str(&regclass_oid(&param));
+                self.advance(&t[target.len()..].trim_start()[1..], true);
+                return true;
+            }
+        }
+        self.out.push_str(w);
+        self.out.push_str(&after[..after.len() - t.len()]);
+        self.out.push_str("VARCHAR");
+        self.advance(&t[target.len()..], true);
+        true
+    }
+
+    /// `information_schema._pg_expandarray(...)`, `w` the schema: its
+    /// rewrite.
+    fn expandarray(&mut self, w: &str, after: &'a str) -> bool {
+        if !w.eq_ignore_ascii_case("information_schema") || !after.starts_with('.') {
+            return false;
+        }
+        let name = word(&after[1..]);
+        let tail = &after[1 + name.len()..];
+        if name.eq_ignore_ascii_case("_pg_expandarray") {
+            if let Some((text, used)) = function(name, tail, self.keys) {
+                self.out.push_str(&text);
+                self.advance(&tail[used..], false);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// `pg_catalog.name`, `w` the schema: a call or a table the door
+    /// rewrites, else the name as written.
+    fn pg_catalog(&mut self, w: &str, after: &'a str) -> bool {
+        if !w.eq_ignore_ascii_case("pg_catalog") || !after.starts_with('.') {
+            return false;
+        }
+        let name = word(&after[1..]);
+        let tail = &after[1 + name.len()..];
+        if !name.is_empty() {
+            if tail.trim_start().starts_with('(') {
+                if self.pg_catalog_call(name, tail) {
+                    return true;
+                }
+            } else if self.pg_catalog_table(name, tail) {
+                return true;
+            }
+        }
+        self.out.push_str(&self.rest[..w.len() + 1 + name.len()]);
+        self.advance(tail, true);
+        true
+    }
+
+    /// `pg_catalog.name(...)`: a series named by its alias, a function the
+    /// door rewrites, or one DuckDB has outside its `pg_catalog`.
+    fn pg_catalog_call(&mut self, name: &str, tail: &'a str) -> bool {
+        if let Some((text, used)) = series(name, tail, self.keys) {
+            self.out.push_str(&text);
+            self.advance(&tail[used..], true);
+            return true;
+        }
+        if let Some((text, used)) = function(name, tail, self.keys) {
+            self.out.push_str(&text);
+            self.advance(&tail[used..], false);
+            return true;
+        }
+        if !PG_FUNCTIONS.iter().any(|f| f.eq_ignore_ascii_case(name)) {
+            self.out.push_str(name);
+            self.advance(tail, true);
+            return true;
+        }
+        false
+    }
+
+    /// `pg_catalog.name` of a table the door stands in for: its shim.
+    fn pg_catalog_table(&mut self, name: &str, tail: &'a str) -> bool {
+        let Some(shim) = keys::table(name, self.keys).or_else(|| {
+            TABLES
+                .iter()
+                .find(|(t, _)| t.eq_ignore_ascii_case(name))
+                .map(|(_, shim)| Cow::Borrowed(*shim))
+        }) else {
+            return false;
+        };
+        if tail.starts_with('.') {
+            // A column's qualifier: the shim's alias.
+            self.out.push_str(name);
+        } else {
+            self.out.push('(');
+            self.out.push_str(&shim);
+            self.out.push(')');
+            if !has_alias(tail) {
+                self.out.push_str(" AS ");
+                self.out.push_str(name);
+            }
+        }
+        self.advance(tail, true);
+        true
+    }
+
+    /// `w(...)` of a function the door rewrites.
+    fn call(&mut self, w: &str, after: &'a str) -> bool {
+        if !after.trim_start().starts_with('(') {
+            return false;
+        }
+        let Some((text, used)) = function(w, after, self.keys) else {
+            return false;
+        };
+        self.out.push_str(&text);
+        self.advance(&after[used..], false);
+        true
+    }
+
+    /// One character, unchanged.
+    fn character(&mut self) {
+        let c = self.rest.chars().next().unwrap_or(' ');
+        self.out.push(c);
+        self.advance(
+            &self.rest[c.len_utf8()..],
+            is_ident(c) || c == '.' || c == '"',
+        );
+    }
 }
 
 /// PostgreSQL's oids of its catalog tables, for `'pg_class'::regclass`.

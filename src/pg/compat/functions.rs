@@ -124,28 +124,30 @@ pub(super) fn series(name: &str, tail: &str, keys: Option<&str>) -> Option<(Stri
     ))
 }
 
+/// The functions [`function`] rewrites (their arguments are read only for
+/// these).
+const REWRITTEN: &[&str] = &[
+    "json_build_object",
+    "array_upper",
+    "pg_get_indexdef",
+    "pg_get_serial_sequence",
+    "pg_get_statisticsobjdef_columns",
+    "pg_relation_is_publishable",
+    "pg_get_expr",
+    "format_type",
+    "to_regtype",
+    "pg_get_userbyid",
+    "pg_get_constraintdef",
+    "_pg_expandarray",
+    "pg_partition_ancestors",
+    "pg_get_triggerdef",
+];
+
 /// A call of a function the door rewrites: `name` followed by `tail`
 /// (`(args) ...`); its replacement and the length of `tail` it used.
 pub(super) fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(String, usize)> {
     let lower = name.to_ascii_lowercase();
-    if ![
-        "json_build_object",
-        "array_upper",
-        "pg_get_indexdef",
-        "pg_get_serial_sequence",
-        "pg_get_statisticsobjdef_columns",
-        "pg_relation_is_publishable",
-        "pg_get_expr",
-        "format_type",
-        "to_regtype",
-        "pg_get_userbyid",
-        "pg_get_constraintdef",
-        "_pg_expandarray",
-        "pg_partition_ancestors",
-        "pg_get_triggerdef",
-    ]
-    .contains(&lower.as_str())
-    {
+    if !REWRITTEN.contains(&lower.as_str()) {
         return None;
     }
     let open = tail.find('(')?;
@@ -154,42 +156,22 @@ pub(super) fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(St
         .into_iter()
         .map(|a| rewrite_all(a, keys))
         .collect();
+    let (text, dropped) = replacement(&lower, &args, keys)?;
+    Some((keep_parameters(text, &dropped, &args), close + 1))
+}
+
+/// What stands for the call of `lower` with `args` (rewritten), and the
+/// arguments it no longer reads; `None` for a call left as it is.
+fn replacement(lower: &str, args: &[String], keys: Option<&str>) -> Option<(String, Vec<usize>)> {
     let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("NULL");
-    // What stands for the call, and the arguments it no longer reads (a
-    // parameter among them must still be there: the client binds it).
-    let (text, dropped): (String, Vec<usize>) = match lower.as_str() {
+    Some(match lower {
         "json_build_object" => (format!("json_object({})", args.join(",")), vec![]),
         "array_upper" => (format!("len({})", arg(0)), vec![1]),
-        "pg_get_indexdef" => {
-            if args.len() >= 2 && arg(1).trim() != "0" {
-                ("NULL::VARCHAR".to_string(), vec![0, 1, 2])
-            } else {
-                let index = format!(
-                    "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
-                    arg(0)
-                );
-                let text = match keys {
-                    Some(k) => format!("coalesce({index}, {})", keys::indexdef(k, arg(0))),
-                    None => index,
-                };
-                (text, vec![1, 2])
-            }
-        }
+        "pg_get_indexdef" => indexdef(args, keys),
         // A key's definition, as PostgreSQL writes it (`PRIMARY KEY (id)`);
         // without the keys (not confined to them), DuckDB's own.
-        "pg_get_constraintdef" => match keys {
-            Some(k) => (keys::constraintdef(k, arg(0)), vec![1]),
-            None => return None,
-        },
-        // PostgreSQL's `(i, n)` rows of an array's elements and places
-        // (pgjdbc's `getPrimaryKeys`): a struct per element, unnested.
-        "_pg_expandarray" => {
-            let a = arg(0);
-            (
-                format!("unnest(list_transform(generate_series(1, len({a})), lambda n: {{'x': ({a})[n], 'n': n}}))"),
-                vec![],
-            )
-        }
+        "pg_get_constraintdef" => (keys::constraintdef(keys?, arg(0)), vec![1]),
+        "_pg_expandarray" => (expandarray(arg(0)), vec![]),
         // A relation and the tables it is a partition of: DuckDB has no
         // partitions, so the relation alone (psql's `\d` "Referenced by").
         "pg_partition_ancestors" => (format!("unnest([({})::BIGINT])", arg(0)), vec![]),
@@ -201,26 +183,7 @@ pub(super) fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(St
             format!("pg_catalog.pg_get_expr({},{})", arg(0), arg(1)),
             vec![2],
         ),
-        // PostgreSQL's oids by PostgreSQL's names (`pg_attribute`'s shim
-        // gives them), a numeric's typmod as PostgreSQL encodes it; a type
-        // PostgreSQL has no oid for by DuckDB's id, as DuckDB names it.
-        "format_type" => {
-            let (t, m) = (arg(0), arg(1));
-            let mut case = format!("(CASE ({t})");
-            for (oid, pg) in PG_TYPE_NAMES {
-                case.push_str(&format!(" WHEN {oid} THEN '{pg}'"));
-            }
-            case.push_str(&format!(
-                " WHEN 1700 THEN 'numeric' || CASE WHEN ({m}) > 4 THEN '(' || ((({m}) - 4) >> 16) || ',' || ((({m}) - 4) & 65535) || ')' ELSE '' END"
-            ));
-            let call = format!("pg_catalog.format_type({t},{m})");
-            case.push_str(&format!(" ELSE (CASE {call}"));
-            for (duck, pg) in TYPE_NAMES {
-                case.push_str(&format!(" WHEN '{duck}' THEN '{pg}'"));
-            }
-            case.push_str(&format!(" ELSE {call} END) END)"));
-            (case, vec![])
-        }
+        "format_type" => (format_type(arg(0), arg(1)), vec![]),
         // The type's oid, or NULL (psycopg's type lookups, SQLAlchemy's
         // hstore check).
         "to_regtype" => (
@@ -232,22 +195,74 @@ pub(super) fn function(name: &str, tail: &str, keys: Option<&str>) -> Option<(St
         ),
         "pg_get_userbyid" => ("'duckdb'".to_string(), vec![0]),
         _ => return None,
+    })
+}
+
+/// `pg_get_indexdef(index [, column, pretty])`: DuckDB's index as
+/// PostgreSQL writes one (else the keys' index of that oid); a column's
+/// definition is NULL.
+fn indexdef(args: &[String], keys: Option<&str>) -> (String, Vec<usize>) {
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("NULL");
+    if args.len() >= 2 && arg(1).trim() != "0" {
+        return ("NULL::VARCHAR".to_string(), vec![0, 1, 2]);
+    }
+    let index = format!(
+        "(SELECT 'CREATE ' || CASE WHEN is_unique THEN 'UNIQUE ' ELSE '' END || 'INDEX ' || index_name || ' ON ' || schema_name || '.' || table_name || ' USING art (' || trim(expressions, '[]') || ')' FROM duckdb_indexes() WHERE index_oid = ({}))",
+        arg(0)
+    );
+    let text = match keys {
+        Some(k) => format!("coalesce({index}, {})", keys::indexdef(k, arg(0))),
+        None => index,
     };
+    (text, vec![1, 2])
+}
+
+/// `_pg_expandarray(a)`: PostgreSQL's `(i, n)` rows of an array's elements
+/// and places (pgjdbc's `getPrimaryKeys`), a struct per element, unnested.
+fn expandarray(a: &str) -> String {
+    format!(
+        "unnest(list_transform(generate_series(1, len({a})), lambda n: {{'x': ({a})[n], 'n': n}}))"
+    )
+}
+
+/// `format_type(t, m)`: PostgreSQL's oids by PostgreSQL's names
+/// (`pg_attribute`'s shim gives them), a numeric's typmod as PostgreSQL
+/// encodes it; a type PostgreSQL has no oid for by DuckDB's id, as DuckDB
+/// names it.
+fn format_type(t: &str, m: &str) -> String {
+    let mut case = format!("(CASE ({t})");
+    for (oid, pg) in PG_TYPE_NAMES {
+        case.push_str(&format!(" WHEN {oid} THEN '{pg}'"));
+    }
+    case.push_str(&format!(
+        " WHEN 1700 THEN 'numeric' || CASE WHEN ({m}) > 4 THEN '(' || ((({m}) - 4) >> 16) || ',' || ((({m}) - 4) & 65535) || ')' ELSE '' END"
+    ));
+    let call = format!("pg_catalog.format_type({t},{m})");
+    case.push_str(&format!(" ELSE (CASE {call}"));
+    for (duck, pg) in TYPE_NAMES {
+        case.push_str(&format!(" WHEN '{duck}' THEN '{pg}'"));
+    }
+    case.push_str(&format!(" ELSE {call} END) END)"));
+    case
+}
+
+/// `text`, still reading the parameters among the `dropped` arguments
+/// (the client binds them: a statement must keep every `$n` it had).
+fn keep_parameters(text: String, dropped: &[usize], args: &[String]) -> String {
     let kept: Vec<String> = dropped
         .iter()
         .filter_map(|&i| args.get(i))
         .filter(|a| a.contains('$') || a.contains('?'))
         .map(|a| format!("CAST(({a}) AS VARCHAR)"))
         .collect();
-    let text = if kept.is_empty() {
+    if kept.is_empty() {
         text
     } else {
         format!(
             "coalesce({text}, CASE WHEN {} IS NULL THEN NULL END)",
             kept.join(" || ")
         )
-    };
-    Some((text, close + 1))
+    }
 }
 
 #[cfg(test)]

@@ -14,17 +14,20 @@ use anyhow::Context as _;
 use futures::{SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::PgWireError;
-use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use pgwire::tokio::server::{
+    negotiate_tls, process_error, process_message, MaybeTls, PgWireMessageServerCodec,
+};
 use pgwire::tokio::TlsAcceptor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
+use tokio_util::codec::Framed;
 use tokio_util::sync::CancellationToken;
 
 use crate::pg::auth::Startup;
 use crate::pg::backend::State;
 use crate::pg::errors::{self, code};
-use crate::pg::query::Queries;
+use crate::pg::query::{Prepared, Queries};
 use crate::pg::{Door, Limits};
 
 /// The door's handlers, shared by every connection.
@@ -230,6 +233,9 @@ enum Next {
     Refused(PgWireError, &'static str),
 }
 
+/// A client's connection, framed by pgwire's codec.
+type Connection = Framed<MaybeTls, PgWireMessageServerCodec<Prepared>>;
+
 /// Serves one connection: TLS negotiation and authentication within the
 /// startup timeout, then its messages, each idle wait within the idle
 /// timeout, each message within the size cap.
@@ -241,103 +247,22 @@ async fn serve(
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let startup_deadline = tokio::time::Instant::now() + door.limits.startup_timeout;
-    let negotiated = tokio::time::timeout_at(startup_deadline, negotiate_tls(socket, tls)).await;
-    let mut socket = match negotiated {
-        Ok(Ok(Some(s))) => s,
-        Ok(Ok(None)) => return Ok(()),
-        Ok(Err(e)) => return Err(e),
-        Err(_) => {
-            metrics::counter!("duckgate_pg_connections_refused_total", "reason" => "startup_timeout")
-                .increment(1);
-            return Ok(());
-        }
+    let Some(mut socket) = negotiate(socket, tls, startup_deadline).await? else {
+        return Ok(());
     };
-    let startup = handlers.startup_handler();
-    let simple = handlers.simple_query_handler();
-    let extended = handlers.extended_query_handler();
+    // The door's own handlers by their types (the trait's methods hide the
+    // statement type `Connection` names); pgwire's no-op copy handler.
+    let startup = handlers.startup.clone();
+    let simple = handlers.queries.clone();
+    let extended = handlers.queries.clone();
     let copy = handlers.copy_handler();
-    let cancel = handlers.cancel_handler();
-    let cap = door.limits.max_message_bytes;
+    let cancel = handlers.cancel.clone();
     loop {
-        let starting = matches!(
-            socket.state(),
-            PgWireConnectionState::AwaitingStartup
-                | PgWireConnectionState::AuthenticationInProgress
-        );
-        let idle = matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
-        let read = async {
-            let next = futures::future::poll_fn(|cx| match socket.poll_next_unpin(cx) {
-                std::task::Poll::Pending if !starting && too_large(socket.read_buffer(), cap) => {
-                    std::task::Poll::Ready(Err(()))
-                }
-                polled => polled.map(Ok),
-            });
-            let too_large = || {
-                Next::Refused(
-                    errors::fatal(
-                        code::LIMIT,
-                        format!(
-                            "a message larger than DUCKGATE_PG_MAX_MESSAGE_BYTES ({cap} bytes)"
-                        ),
-                    ),
-                    "message_too_large",
-                )
-            };
-            match next.await {
-                Err(()) | Ok(Some(Err(PgWireError::MessageTooLarge(..)))) => too_large(),
-                // A message that arrived whole in one read never left the
-                // decoder pending: its size is checked now.
-                Ok(Some(Ok(m))) if size(&m) > cap => too_large(),
-                Ok(Some(Ok(m))) => Next::Message(m),
-                Ok(Some(Err(e))) => Next::Refused(e, ""),
-                Ok(None) => Next::Closed,
-            }
-        };
-        let next = if starting {
-            match tokio::time::timeout_at(startup_deadline, read).await {
-                Ok(n) => n,
-                Err(_) => Next::Refused(
-                    errors::fatal(
-                        code::PROTOCOL,
-                        "the startup took longer than DUCKGATE_PG_STARTUP_TIMEOUT_MS",
-                    ),
-                    "startup_timeout",
-                ),
-            }
-        } else if let (true, Some(limit)) = (idle, door.limits.idle_timeout) {
-            tokio::select! {
-                r = tokio::time::timeout(limit, read) => match r {
-                    Ok(n) => n,
-                    Err(_) => Next::Refused(
-                        errors::fatal(code::IDLE_TIMEOUT, "terminating connection due to idle-session timeout (DUCKGATE_PG_IDLE_TIMEOUT_MS)"),
-                        "idle_timeout",
-                    ),
-                },
-                _ = stop.cancelled() => Next::Refused(
-                    errors::fatal(code::SHUTDOWN, "terminating connection: the gateway is shutting down"),
-                    "",
-                ),
-            }
-        } else if idle {
-            tokio::select! {
-                n = read => n,
-                _ = stop.cancelled() => Next::Refused(
-                    errors::fatal(code::SHUTDOWN, "terminating connection: the gateway is shutting down"),
-                    "",
-                ),
-            }
-        } else {
-            read.await
-        };
-        let message = match next {
+        let message = match next_message(&mut socket, door, &stop, startup_deadline).await {
             Next::Message(m) => m,
             Next::Closed => break,
             Next::Refused(e, reason) => {
-                if !reason.is_empty() {
-                    metrics::counter!("duckgate_pg_connections_refused_total", "reason" => reason)
-                        .increment(1);
-                }
-                let _ = process_error(&mut socket, e, false).await;
+                report_refusal(&mut socket, e, reason).await;
                 break;
             }
         };
@@ -378,6 +303,115 @@ async fn serve(
     }
     let _ = socket.close().await;
     Ok(())
+}
+
+/// The connection once TLS is negotiated, by the startup deadline; `None`
+/// when the client went away or the deadline passed (counted).
+async fn negotiate(
+    socket: TcpStream,
+    tls: Option<TlsAcceptor>,
+    startup_deadline: tokio::time::Instant,
+) -> std::io::Result<Option<Connection>> {
+    let negotiated = tokio::time::timeout_at(startup_deadline, negotiate_tls(socket, tls)).await;
+    match negotiated {
+        Ok(socket) => socket,
+        Err(_) => {
+            metrics::counter!("duckgate_pg_connections_refused_total", "reason" => "startup_timeout")
+                .increment(1);
+            Ok(None)
+        }
+    }
+}
+
+/// The connection's next message, waited for as its state allows: by the
+/// startup deadline while it starts; within the idle timeout, and until
+/// the gateway stops, while it waits for a query; else as long as it takes.
+async fn next_message(
+    socket: &mut Connection,
+    door: &Door,
+    stop: &CancellationToken,
+    startup_deadline: tokio::time::Instant,
+) -> Next {
+    let starting = matches!(
+        socket.state(),
+        PgWireConnectionState::AwaitingStartup | PgWireConnectionState::AuthenticationInProgress
+    );
+    let idle = matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
+    let read = read_message(socket, starting, door.limits.max_message_bytes);
+    if starting {
+        match tokio::time::timeout_at(startup_deadline, read).await {
+            Ok(n) => n,
+            Err(_) => Next::Refused(
+                errors::fatal(
+                    code::PROTOCOL,
+                    "the startup took longer than DUCKGATE_PG_STARTUP_TIMEOUT_MS",
+                ),
+                "startup_timeout",
+            ),
+        }
+    } else if let (true, Some(limit)) = (idle, door.limits.idle_timeout) {
+        tokio::select! {
+            r = tokio::time::timeout(limit, read) => match r {
+                Ok(n) => n,
+                Err(_) => Next::Refused(
+                    errors::fatal(code::IDLE_TIMEOUT, "terminating connection due to idle-session timeout (DUCKGATE_PG_IDLE_TIMEOUT_MS)"),
+                    "idle_timeout",
+                ),
+            },
+            _ = stop.cancelled() => Next::Refused(
+                errors::fatal(code::SHUTDOWN, "terminating connection: the gateway is shutting down"),
+                "",
+            ),
+        }
+    } else if idle {
+        tokio::select! {
+            n = read => n,
+            _ = stop.cancelled() => Next::Refused(
+                errors::fatal(code::SHUTDOWN, "terminating connection: the gateway is shutting down"),
+                "",
+            ),
+        }
+    } else {
+        read.await
+    }
+}
+
+/// The next message read, refused once it says or proves it is larger
+/// than `cap` bytes (not while `starting`: pgwire caps the startup).
+async fn read_message(socket: &mut Connection, starting: bool, cap: usize) -> Next {
+    let next = futures::future::poll_fn(|cx| match socket.poll_next_unpin(cx) {
+        std::task::Poll::Pending if !starting && too_large(socket.read_buffer(), cap) => {
+            std::task::Poll::Ready(Err(()))
+        }
+        polled => polled.map(Ok),
+    });
+    let too_large = || {
+        Next::Refused(
+            errors::fatal(
+                code::LIMIT,
+                format!("a message larger than DUCKGATE_PG_MAX_MESSAGE_BYTES ({cap} bytes)"),
+            ),
+            "message_too_large",
+        )
+    };
+    match next.await {
+        Err(()) | Ok(Some(Err(PgWireError::MessageTooLarge(..)))) => too_large(),
+        // A message that arrived whole in one read never left the
+        // decoder pending: its size is checked now.
+        Ok(Some(Ok(m))) if size(&m) > cap => too_large(),
+        Ok(Some(Ok(m))) => Next::Message(m),
+        Ok(Some(Err(e))) => Next::Refused(e, ""),
+        Ok(None) => Next::Closed,
+    }
+}
+
+/// Tells the client why its connection ends, counting the refusal by
+/// `reason` (empty: not counted).
+async fn report_refusal(socket: &mut Connection, e: PgWireError, reason: &'static str) {
+    if !reason.is_empty() {
+        metrics::counter!("duckgate_pg_connections_refused_total", "reason" => reason).increment(1);
+    }
+    let _ = process_error(socket, e, false).await;
 }
 
 /// The bytes of what a client sent in a message (its text, parameters or

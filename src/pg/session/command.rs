@@ -167,51 +167,77 @@ fn set_parts(text: &str) -> Option<(String, Option<String>)> {
 /// `COPY (query) TO STDOUT [WITH] [(options) | CSV [HEADER]]` or
 /// `COPY table [(columns)] TO STDOUT ...`.
 fn copy(text: &str) -> Command {
-    let rest = skip_blank(text)[4..].trim_start();
-    let (query, after) = if rest.starts_with('(') {
-        match matching_paren(rest) {
-            Some(end) => (rest[1..end].to_string(), rest[end + 1..].trim_start()),
-            None => return Command::Query(text.to_string()),
-        }
-    } else {
-        // A table name, possibly with a column list.
-        let lower = rest.to_ascii_lowercase();
-        let Some(to) = lower.find(" to ") else {
-            return if lower.contains(" from ") {
-                Command::Unsupported("COPY ... FROM STDIN is not supported: the door only reads")
-            } else {
-                Command::Query(text.to_string())
-            };
-        };
-        let target = rest[..to].trim();
-        let (table, columns) = match target.find('(') {
-            Some(p) => (
-                target[..p].trim(),
-                target[p + 1..].trim_end_matches(')').trim(),
-            ),
-            None => (target, "*"),
-        };
-        (
-            format!("SELECT {columns} FROM {table}"),
-            rest[to..].trim_start(),
-        )
+    let (query, after) = match copy_source(text) {
+        Ok(source) => source,
+        Err(command) => return command,
     };
-    let lower = after.to_ascii_lowercase();
-    let Some(tail) = lower.strip_prefix("to") else {
-        return if lower.starts_with("from") {
+    let options = match stdout_options(text, after) {
+        Ok(options) => options,
+        Err(command) => return command,
+    };
+    match copy_with_options(query, options) {
+        Ok(c) => Command::CopyOut(c),
+        Err(why) => Command::Unsupported(why),
+    }
+}
+
+/// The query a `COPY` copies (its own, or one reading the table it names)
+/// and the text after it; else what the statement is instead.
+fn copy_source(text: &str) -> Result<(String, &str), Command> {
+    let rest = skip_blank(text)[4..].trim_start();
+    if rest.starts_with('(') {
+        return match matching_paren(rest) {
+            Some(end) => Ok((rest[1..end].to_string(), rest[end + 1..].trim_start())),
+            None => Err(Command::Query(text.to_string())),
+        };
+    }
+    // A table name, possibly with a column list.
+    let lower = rest.to_ascii_lowercase();
+    let Some(to) = lower.find(" to ") else {
+        return Err(if lower.contains(" from ") {
             Command::Unsupported("COPY ... FROM STDIN is not supported: the door only reads")
         } else {
             Command::Query(text.to_string())
-        };
+        });
+    };
+    let target = rest[..to].trim();
+    let (table, columns) = match target.find('(') {
+        Some(p) => (
+            target[..p].trim(),
+            target[p + 1..].trim_end_matches(')').trim(),
+        ),
+        None => (target, "*"),
+    };
+    Ok((
+        format!("SELECT {columns} FROM {table}"),
+        rest[to..].trim_start(),
+    ))
+}
+
+/// The options of `TO STDOUT` (`after` is the text after the source), in
+/// the client's case for their quoted values; else what the statement is
+/// instead.
+fn stdout_options<'a>(text: &str, after: &'a str) -> Result<&'a str, Command> {
+    let lower = after.to_ascii_lowercase();
+    let Some(tail) = lower.strip_prefix("to") else {
+        return Err(if lower.starts_with("from") {
+            Command::Unsupported("COPY ... FROM STDIN is not supported: the door only reads")
+        } else {
+            Command::Query(text.to_string())
+        });
     };
     let tail = tail.trim_start();
     let Some(options) = tail.strip_prefix("stdout") else {
-        return Command::Unsupported(
+        return Err(Command::Unsupported(
             "COPY to a file is not supported: copy TO STDOUT (psql's \\copy)",
-        );
+        ));
     };
-    // Options keep the client's case for their quoted values.
-    let options_raw = after[after.len() - options.len()..].trim();
+    Ok(after[after.len() - options.len()..].trim())
+}
+
+/// The copy of `query` with `options`: the format's delimiter and NULL
+/// text unless the options name their own; else why it is not done.
+fn copy_with_options(query: String, options: &str) -> Result<Copy, &'static str> {
     let mut c = Copy {
         query,
         csv: false,
@@ -219,9 +245,28 @@ fn copy(text: &str) -> Command {
         delimiter: '\t',
         null: "\\N".into(),
     };
+    let (delimiter, null) = read_copy_options(&mut c, &copy_options(options))?;
+    if c.csv {
+        c.delimiter = ',';
+        c.null = String::new();
+    }
+    if let Some(d) = delimiter {
+        c.delimiter = d;
+    }
+    if let Some(n) = null {
+        c.null = n;
+    }
+    Ok(c)
+}
+
+/// COPY's option words read into `c`'s format and header; the delimiter
+/// and NULL text they name. An option the door does not do: why.
+fn read_copy_options(
+    c: &mut Copy,
+    tokens: &[String],
+) -> Result<(Option<char>, Option<String>), &'static str> {
     let mut delimiter = None;
     let mut null = None;
-    let tokens = copy_options(options_raw);
     let mut i = 0;
     while i < tokens.len() {
         let t = tokens[i].to_ascii_lowercase();
@@ -229,11 +274,7 @@ fn copy(text: &str) -> Command {
         match t.as_str() {
             "with" => {}
             "csv" => c.csv = true,
-            "binary" => {
-                return Command::Unsupported(
-                    "COPY in the binary format is not supported: use text or CSV",
-                )
-            }
+            "binary" => return Err("COPY in the binary format is not supported: use text or CSV"),
             "header" => {
                 if next.as_deref().is_some_and(|n| {
                     matches!(
@@ -255,11 +296,9 @@ fn copy(text: &str) -> Command {
                     Some("csv") => c.csv = true,
                     Some("text") => c.csv = false,
                     Some("binary") => {
-                        return Command::Unsupported(
-                            "COPY in the binary format is not supported: use text or CSV",
-                        )
+                        return Err("COPY in the binary format is not supported: use text or CSV")
                     }
-                    _ => return Command::Unsupported("COPY's FORMAT must be text or csv"),
+                    _ => return Err("COPY's FORMAT must be text or csv"),
                 }
                 i += 1;
             }
@@ -272,25 +311,15 @@ fn copy(text: &str) -> Command {
                 i += 1;
             }
             "quote" | "escape" | "force_quote" | "encoding" => {
-                return Command::Unsupported(
+                return Err(
                     "COPY's QUOTE, ESCAPE, FORCE_QUOTE and ENCODING options are not supported",
                 );
             }
-            _ => return Command::Unsupported("an unknown COPY option"),
+            _ => return Err("an unknown COPY option"),
         }
         i += 1;
     }
-    if c.csv {
-        c.delimiter = ',';
-        c.null = String::new();
-    }
-    if let Some(d) = delimiter {
-        c.delimiter = d;
-    }
-    if let Some(n) = null {
-        c.null = n;
-    }
-    Command::CopyOut(c)
+    Ok((delimiter, null))
 }
 
 /// COPY's option words: parentheses and commas dropped, quoted values

@@ -17,27 +17,39 @@ pub fn param(value: Option<&[u8]>, ty: Option<&Type>, binary: bool) -> Result<Pa
         return Ok(Param::Null);
     };
     let ty = ty.unwrap_or(&Type::UNKNOWN);
-    if !binary {
-        let s = std::str::from_utf8(v).map_err(|_| "a text parameter is not UTF-8".to_string())?;
-        return Ok(match *ty {
-            Type::INT2 | Type::INT4 | Type::INT8 => s
-                .trim()
-                .parse::<i64>()
-                .map(Param::Int)
-                .map_err(|_| format!("invalid input syntax for type {}: \"{s}\"", ty.name()))?,
-            Type::FLOAT4 | Type::FLOAT8 => {
-                Param::Float(float_text(s).ok_or_else(|| {
-                    format!("invalid input syntax for type {}: \"{s}\"", ty.name())
-                })?)
-            }
-            Type::BOOL => Param::Bool(
-                bool_text(s)
-                    .ok_or_else(|| format!("invalid input syntax for type boolean: \"{s}\""))?,
-            ),
-            Type::BYTEA => Param::Blob(bytea_from_text(s)?),
-            _ => Param::Text(s.to_string()),
-        });
+    if binary {
+        binary_param(v, ty)
+    } else {
+        text_param(v, ty)
     }
+}
+
+/// A parameter sent as text: numbers and booleans parsed, bytes decoded,
+/// the rest text.
+fn text_param(v: &[u8], ty: &Type) -> Result<Param, String> {
+    let s = std::str::from_utf8(v).map_err(|_| "a text parameter is not UTF-8".to_string())?;
+    Ok(match *ty {
+        Type::INT2 | Type::INT4 | Type::INT8 => s
+            .trim()
+            .parse::<i64>()
+            .map(Param::Int)
+            .map_err(|_| format!("invalid input syntax for type {}: \"{s}\"", ty.name()))?,
+        Type::FLOAT4 | Type::FLOAT8 => Param::Float(
+            float_text(s)
+                .ok_or_else(|| format!("invalid input syntax for type {}: \"{s}\"", ty.name()))?,
+        ),
+        Type::BOOL => Param::Bool(
+            bool_text(s)
+                .ok_or_else(|| format!("invalid input syntax for type boolean: \"{s}\""))?,
+        ),
+        Type::BYTEA => Param::Blob(bytea_from_text(s)?),
+        _ => Param::Text(s.to_string()),
+    })
+}
+
+/// A parameter sent in PostgreSQL's binary format of `ty`: numbers,
+/// booleans and bytes as themselves, other types as DuckDB's text of them.
+fn binary_param(v: &[u8], ty: &Type) -> Result<Param, String> {
     let fixed = |n: usize| -> Result<&[u8], String> {
         if v.len() == n {
             Ok(v)

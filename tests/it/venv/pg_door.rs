@@ -872,21 +872,48 @@ print(json.dumps({"plain": plain, "params": params, "err": "42P01"}))
     assert_eq!(got, want);
 }
 
+/// The output of the pgjdbc program `source` (its class `class`), run by
+/// the JDK's source launcher in `dir` with the door's `port`, `user` and
+/// `secret` as its arguments; the run must succeed.
+pub(super) fn pgjdbc(
+    dir: &Path,
+    class: &str,
+    source: &str,
+    port: &str,
+    user: &str,
+    secret: &str,
+) -> String {
+    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
+        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
+    let main = dir.join(format!("{class}.java"));
+    std::fs::write(&main, source).unwrap();
+    let out = Command::new("java")
+        .args(["-cp", &jar])
+        .arg(&main)
+        .args([port, user, secret])
+        .output()
+        .expect("java");
+    assert!(
+        out.status.success(),
+        "{class} as {user}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[tokio::test]
 #[ignore = "tier venv: needs a JDK and pgjdbc (scripts/test-env installs them)"]
 async fn pgjdbc_matches_duckdb() {
     let d = door(&[]).await;
-    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
-        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
-    let main = d.dir.path().join("Main.java");
-    std::fs::write(
-        &main,
+    let got = pgjdbc(
+        d.dir.path(),
+        "Main",
         r#"
 import java.sql.*;
 public class Main {
   public static void main(String[] a) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + a[0] + "/ops?sslmode=disable";
-    try (Connection c = DriverManager.getConnection(url, "alice", a[1])) {
+    try (Connection c = DriverManager.getConnection(url, a[1], a[2])) {
       StringBuilder out = new StringBuilder();
       try (PreparedStatement p = c.prepareStatement("SELECT id, tenant, amount, placed FROM orders WHERE id > ? AND tenant = ? ORDER BY id")) {
         p.setInt(1, 25);
@@ -905,18 +932,9 @@ public class Main {
   }
 }
 "#,
-    )
-    .unwrap();
-    let out = Command::new("java")
-        .args(["-cp", &jar])
-        .arg(&main)
-        .args([d.port(), ALICE_SECRET])
-        .output()
-        .expect("java");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        d.port(),
+        "alice",
+        ALICE_SECRET,
     );
     let want = python(
         r#"
@@ -928,7 +946,7 @@ print("product|PostgreSQL")
 "#,
         &[d.reference.to_str().unwrap()],
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert_eq!(got, want);
 }
 
 /// DatabaseMetaData as DBeaver's navigator reads it through pgjdbc
@@ -992,10 +1010,6 @@ for t in ("orders", "events", "secret_stuff"):
 #[ignore = "tier venv: needs a JDK and pgjdbc (scripts/test-env installs them)"]
 async fn pgjdbc_metadata_as_dbeaver_reads_it_matches_duckdb() {
     let d = door(&[]).await;
-    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
-        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
-    let main = d.dir.path().join("Meta.java");
-    std::fs::write(&main, JDBC_METADATA).unwrap();
     for (user, secret, tables) in [
         (
             "alice",
@@ -1004,17 +1018,7 @@ async fn pgjdbc_metadata_as_dbeaver_reads_it_matches_duckdb() {
         ),
         ("carol", CAROL_SECRET, &["orders"][..]),
     ] {
-        let out = Command::new("java")
-            .args(["-cp", &jar])
-            .arg(&main)
-            .args([d.port(), user, secret])
-            .output()
-            .expect("java");
-        assert!(
-            out.status.success(),
-            "{user}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let got = pgjdbc(d.dir.path(), "Meta", JDBC_METADATA, d.port(), user, secret);
         let want = python(
             JDBC_METADATA_REFERENCE,
             &[
@@ -1022,7 +1026,6 @@ async fn pgjdbc_metadata_as_dbeaver_reads_it_matches_duckdb() {
                 &serde_json::to_string(tables).unwrap(),
             ],
         );
-        let got = String::from_utf8_lossy(&out.stdout);
         assert_eq!(got, want, "{user}");
         // The hidden table, and its key, are not there for carol (alice,
         // the control, lists them).

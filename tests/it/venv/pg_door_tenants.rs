@@ -27,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 
 use super::oidc::{Issuer, AUDIENCE};
-use super::pg_door::{certificates, pg_addr, PRELUDE};
+use super::pg_door::{certificates, pg_addr, pgjdbc, PRELUDE};
 use crate::common::{python, App, Gateway};
 
 const ACME: &str = "acme-pg-token-0123456789abcdef";
@@ -732,23 +732,8 @@ print(c.execute("""SELECT '"' || constraint_name || '" ' || constraint_text FROM
         ],
     );
     assert_eq!(settings.trim(), "max_index_keys|32", "{err}");
-    let jar = std::env::var("DUCKGATE_TEST_PGJDBC")
-        .expect("DUCKGATE_TEST_PGJDBC: eval \"$(scripts/test-env venv)\"");
-    let main = d.dir.path().join("Fks.java");
-    std::fs::write(&main, JDBC_KEYS).unwrap();
     for (user, token) in [("acme", ACME), ("bob", BOB)] {
-        let out = Command::new("java")
-            .args(["-cp", &jar])
-            .arg(&main)
-            .args([d.port.as_str(), user, token])
-            .output()
-            .expect("java");
-        assert!(
-            out.status.success(),
-            "{user}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = String::from_utf8_lossy(&out.stdout).to_string();
+        let got = pgjdbc(d.dir.path(), "Fks", JDBC_KEYS, &d.port, user, token);
         let tables: Vec<&str> = if user == "bob" {
             GRANTED
                 .iter()

@@ -23,6 +23,7 @@
 
 use crate::common::Gateway;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 
 const ALICE: &str = "alice-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdef01";
@@ -131,33 +132,82 @@ fn last_part(spelled: &str) -> String {
         .to_string()
 }
 
-#[tokio::test]
-async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ops.duckdb");
-    operator_database(&db);
-    let copy = dir.path().join("reference.duckdb");
-    std::fs::copy(&db, &copy).unwrap();
-    // DuckDB over a copy, under the gateway's name for the database.
-    let reference_db = duckdb::Connection::open_in_memory().unwrap();
-    reference_db
-        .execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", copy.display()))
-        .unwrap();
-    let config = dir.path().join("roles.toml");
+/// The gateway over the operator's database in `dir`, alice confined by
+/// [`ROLES`] and bob holding no role.
+fn serve(dir: &std::path::Path, db: &std::path::Path) -> Gateway {
+    let config = dir.join("roles.toml");
     std::fs::write(&config, ROLES).unwrap();
-    let g = Gateway::builder()
+    Gateway::builder()
         .env("DUCKGATE_POLICY", "read-write")
         .env("DUCKGATE_DATABASE", db.display())
         .env("DUCKGATE_CONFIG", config.display())
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
-        .start();
-    let mut attempts = 0;
+        .start()
+}
 
-    // What she may read equals DuckDB's answer, in every spelling.
+/// DuckDB over a copy of the database at `path`, under the gateway's name
+/// for it (`ops`).
+fn duckdb_over(path: &std::path::Path) -> duckdb::Connection {
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    conn.execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", path.display()))
+        .unwrap();
+    conn
+}
+
+/// The gateway serving the operator's database and DuckDB over a copy of
+/// it: what each step asks both.
+struct Ops {
+    /// The gateway, alice and bob its callers.
+    g: Gateway,
+    /// DuckDB over a copy of the database; alice's writes are replayed here.
+    reference_db: duckdb::Connection,
+    /// Holds the database files.
+    _dir: tempfile::TempDir,
+}
+
+impl Ops {
+    fn start() -> Ops {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ops.duckdb");
+        operator_database(&db);
+        let copy = dir.path().join("reference.duckdb");
+        std::fs::copy(&db, &copy).unwrap();
+        let reference_db = duckdb_over(&copy);
+        let g = serve(dir.path(), &db);
+        Ops {
+            g,
+            reference_db,
+            _dir: dir,
+        }
+    }
+}
+
+/// One gateway for the whole corpus: later steps read earlier state (the
+/// catalog lists the table alice creates, the decisions counted are every
+/// step's) and the attempts are counted over all of them.
+#[tokio::test]
+async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
+    let ops = Ops::start();
+    let mut attempts = 0;
+    attempts += what_she_may_read_equals_duckdbs_answer(&ops).await;
+    attempts += what_she_may_not_see_is_a_missing_table(&ops).await;
+    attempts += a_hint_names_nothing(&ops).await;
+    attempts += refusals_are_403_naming_what(&ops).await;
+    attempts += she_changes_her_schemas_tables(&ops).await;
+    attempts += the_catalog_lists_what_she_may_read(&ops).await;
+    decisions_count_by_role(&ops).await;
+    assert!(attempts >= 200, "{attempts} attempts");
+    eprintln!("grants corpus: {attempts} attempts");
+}
+
+/// What she may read equals DuckDB's answer, in every spelling.
+async fn what_she_may_read_equals_duckdbs_answer(ops: &Ops) -> usize {
+    let (g, reference_db) = (&ops.g, &ops.reference_db);
+    let mut attempts = 0;
     for (o, c) in spellings("orders").iter().zip(spellings("customers")) {
         for template in READS {
             let sql = template.replace("{o}", o).replace("{c}", &c);
-            let want = reference(&reference_db, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let want = reference(reference_db, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
             let (status, body) = g.run_sql(ALICE, &sql).await;
             assert_eq!(status, 200, "{sql}: {body}");
             assert_eq!(body["rows"], want, "{sql}");
@@ -166,10 +216,15 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
     }
     let (status, body) = g.run_sql(ALICE, "EXPLAIN SELECT * FROM orders").await;
     assert_eq!(status, 200, "{body}");
-    attempts += 1;
+    attempts + 1
+}
 
-    // What she may not see is a missing table: the gateway's answer to her
-    // for a name that exists nowhere, and DuckDB's own message for it.
+/// What she may not see is a missing table: the gateway's answer to her
+/// for a name that exists nowhere, and DuckDB's own message for it; bob,
+/// who holds no role, reads it.
+async fn what_she_may_not_see_is_a_missing_table(ops: &Ops) -> usize {
+    let (g, reference_db) = (&ops.g, &ops.reference_db);
+    let mut attempts = 0;
     for name in hidden_names() {
         let missing_name = format!("{}_{}", "nosuch", last_part(&name).len());
         let missing = name.replace(&last_part(&name), &missing_name);
@@ -194,7 +249,7 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
                 "{sql}: {detail} vs {expected}"
             );
             // DuckDB's own message for the missing name, its hints dropped.
-            let duckdb = reference(&reference_db, &control).unwrap_err();
+            let duckdb = reference(reference_db, &control).unwrap_err();
             let first = duckdb.lines().next().unwrap();
             assert!(
                 first.ends_with(want["detail"].as_str().unwrap().lines().next().unwrap()),
@@ -208,19 +263,23 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
             let sql = format!("SELECT count(*) FROM {name}");
             let (status, body) = g.run_sql(BOB, &sql).await;
             assert_eq!(status, 200, "{sql}: {body}");
-            assert_eq!(body["rows"], reference(&reference_db, &sql).unwrap());
+            assert_eq!(body["rows"], reference(reference_db, &sql).unwrap());
             attempts += 1;
         }
     }
+    attempts
+}
 
-    // A hint DuckDB would give her names nothing: `ordrs` is close to a
-    // table she reads and to none she cannot, and no candidate is listed.
+/// A hint DuckDB would give her names nothing: `ordrs` is close to a
+/// table she reads and to none she cannot, and no candidate is listed.
+async fn a_hint_names_nothing(ops: &Ops) -> usize {
+    let mut attempts = 0;
     for sql in [
         "SELECT * FROM payrol",
         "SELECT salary FROM orders",
         "SELECT * FROM deal",
     ] {
-        let (status, body) = g.run_sql(ALICE, sql).await;
+        let (status, body) = ops.g.run_sql(ALICE, sql).await;
         assert_eq!(status, 400, "{sql}: {body}");
         let text = body.to_string();
         assert!(
@@ -229,13 +288,16 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
                 && !text.contains("payroll"),
             "{sql}: {body}"
         );
-        assert!(reference(&reference_db, sql).is_err());
+        assert!(reference(&ops.reference_db, sql).is_err());
         attempts += 1;
     }
+    attempts
+}
 
-    // Refused with a 403 naming what: columns outside her grant, a view
-    // over what she may not read, DuckDB's catalog, files, writes outside
-    // her grant, DDL but CREATE TABLE/VIEW. Bob runs each (or DuckDB does).
+/// Refused with a 403 naming what: columns outside her grant, a view
+/// over what she may not read, DuckDB's catalog, files, writes outside
+/// her grant, DDL but CREATE TABLE/VIEW. Bob runs each (or DuckDB does).
+async fn refusals_are_403_naming_what(ops: &Ops) -> usize {
     let refused = [
         ("SELECT email FROM customers", "column email"),
         ("SELECT * FROM customers", "column email"),
@@ -260,8 +322,9 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         ("DELETE FROM customers", "table ops.main.customers"),
         ("CREATE SEQUENCE client.s", "DDL"),
     ];
+    let mut attempts = 0;
     for (sql, what) in refused {
-        let (status, body) = g.run_sql(ALICE, sql).await;
+        let (status, body) = ops.g.run_sql(ALICE, sql).await;
         assert_eq!(status, 403, "{sql}: {body}");
         assert!(
             body["detail"].as_str().unwrap().contains(what),
@@ -270,12 +333,18 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         attempts += 1;
     }
     for (sql, _) in &refused[..10] {
-        let (status, body) = g.run_sql(BOB, sql).await;
+        let (status, body) = ops.g.run_sql(BOB, sql).await;
         assert_eq!(status, 200, "bob: {sql}: {body}");
         attempts += 1;
     }
+    attempts
+}
 
-    // What she may change: her schema's tables, and she reads them.
+/// What she may change: her schema's tables, and she reads them (each
+/// change replayed on DuckDB's copy).
+async fn she_changes_her_schemas_tables(ops: &Ops) -> usize {
+    let (g, reference_db) = (&ops.g, &ops.reference_db);
+    let mut attempts = 0;
     for sql in [
         "CREATE TABLE client.mine AS SELECT id, amount FROM orders WHERE id < 4",
         "INSERT INTO client.mine VALUES (99, 1)",
@@ -290,11 +359,15 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
     let sql = "SELECT * FROM client.mine ORDER BY ALL";
     let (status, body) = g.run_sql(ALICE, sql).await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body["rows"], reference(&reference_db, sql).unwrap());
-    attempts += 1;
+    assert_eq!(body["rows"], reference(reference_db, sql).unwrap());
+    attempts + 1
+}
 
-    // The catalog lists what she may read, nothing else; a table she may
-    // not see is as missing there as one that does not exist.
+/// The catalog lists what she may read (her table made above included),
+/// nothing else; a table she may not see is as missing there as one that
+/// does not exist.
+async fn the_catalog_lists_what_she_may_read(ops: &Ops) -> usize {
+    let g = &ops.g;
     let catalog = g.get("/catalog", ALICE).await.1;
     let mut listed = Vec::new();
     for d in catalog["databases"].as_array().unwrap() {
@@ -340,10 +413,13 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(columns, ["id", "name", "tenant_id"]);
-    attempts += 4;
+    4
+}
 
-    // Decisions count by role.
-    let scrape = g.get_text("/metrics").await;
+/// Decisions count by role: the steps above were each allowed and refused
+/// at least 20 times.
+async fn decisions_count_by_role(ops: &Ops) {
+    let scrape = ops.g.get_text("/metrics").await;
     for decision in ["allowed", "refused"] {
         let count: f64 = scrape
             .lines()
@@ -357,9 +433,6 @@ async fn a_role_reads_what_it_is_granted_and_nothing_else_exists_for_it() {
             .unwrap_or(0.0);
         assert!(count >= 20.0, "{decision}: {count}");
     }
-
-    assert!(attempts >= 200, "{attempts} attempts");
-    eprintln!("grants corpus: {attempts} attempts");
 }
 
 /// What alice's part of the catalog is, made by DuckDB: the operator's
@@ -373,70 +446,95 @@ fn alices_part(path: &std::path::Path) {
     .unwrap();
 }
 
+/// The gateway serving the operator's database, and DuckDB over two copies
+/// of it: the whole (what bob sees) and alice's part.
+struct Listings {
+    /// The gateway, alice and bob its callers.
+    g: Gateway,
+    /// DuckDB over a copy of the whole database.
+    whole_db: duckdb::Connection,
+    /// DuckDB over a copy holding only alice's part.
+    part_db: duckdb::Connection,
+    /// Holds the database files.
+    _dir: tempfile::TempDir,
+}
+
+impl Listings {
+    fn start() -> Listings {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("ops.duckdb");
+        operator_database(&db);
+        let whole = dir.path().join("whole.duckdb");
+        std::fs::copy(&db, &whole).unwrap();
+        let part = dir.path().join("part.duckdb");
+        std::fs::copy(&db, &part).unwrap();
+        alices_part(&part);
+        let (whole_db, part_db) = (duckdb_over(&whole), duckdb_over(&part));
+        let g = serve(dir.path(), &db);
+        Listings {
+            g,
+            whole_db,
+            part_db,
+            _dir: dir,
+        }
+    }
+}
+
 /// Catalog listings: DuckDB's `duckdb_tables()`, `duckdb_columns()`,
 /// `information_schema`, `SHOW` and `DESCRIBE` answer a confined caller
 /// from its part of the catalog: each answer equals DuckDB's over a copy
 /// of the database holding only that part, and bob's over the whole one.
 #[tokio::test]
 async fn an_identity_lists_only_what_it_may_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("ops.duckdb");
-    operator_database(&db);
-    let whole = dir.path().join("whole.duckdb");
-    std::fs::copy(&db, &whole).unwrap();
-    let part = dir.path().join("part.duckdb");
-    std::fs::copy(&db, &part).unwrap();
-    alices_part(&part);
-    let open = |path: &std::path::Path| {
-        let conn = duckdb::Connection::open_in_memory().unwrap();
-        conn.execute_batch(&format!("ATTACH '{}' AS ops; USE ops;", path.display()))
-            .unwrap();
-        conn
-    };
-    let (whole_db, part_db) = (open(&whole), open(&part));
-    let config = dir.path().join("roles.toml");
-    std::fs::write(&config, ROLES).unwrap();
-    let g = Gateway::builder()
-        .env("DUCKGATE_POLICY", "read-write")
-        .env("DUCKGATE_DATABASE", db.display())
-        .env("DUCKGATE_CONFIG", config.display())
-        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
-        .start();
-    // Each listing, restricted to database ops where DuckDB's own answer
-    // has more (its in-memory database): alice's answer has nothing else.
-    let listings = [
-        "SELECT database_name, schema_name, table_name, estimated_size, has_primary_key \
-         FROM duckdb_tables() {where} ORDER BY ALL",
-        "SELECT table_name, column_count FROM duckdb_tables() {where} \
-         AND table_name <> 'customers' ORDER BY ALL",
-        "SELECT database_name, schema_name, view_name, comment FROM duckdb_views() \
-         {where} AND NOT internal ORDER BY ALL",
-        "SELECT database_name, schema_name, table_name, column_name, data_type, is_nullable \
-         FROM duckdb_columns() {where} ORDER BY ALL",
-        "SELECT table_name, column_name FROM duckdb_columns() {where} \
-         ORDER BY table_name, column_index",
-        "SELECT database_name, schema_name FROM duckdb_schemas() {where} AND NOT internal \
-         ORDER BY ALL",
-        "SELECT table_catalog, table_schema, table_name, table_type FROM \
-         information_schema.tables {where_tc} ORDER BY ALL",
-        "SELECT table_schema, table_name, column_name, data_type FROM \
-         information_schema.columns {where_tc} ORDER BY ALL",
-        "SELECT catalog_name, schema_name FROM information_schema.schemata \
-         WHERE catalog_name = 'ops' ORDER BY ALL",
-        "SELECT schemaname, tablename FROM pg_catalog.pg_tables ORDER BY ALL",
-        "SELECT t.table_name, count(*) FROM duckdb_tables() t JOIN duckdb_columns() c \
-         USING (table_oid) {where_t} GROUP BY ALL ORDER BY ALL",
-        "SELECT o.id, t.table_name FROM orders o, duckdb_tables() t {where_t} \
-         AND o.id < 2 ORDER BY ALL",
-        "SELECT database_name, schema_name, index_name, table_name, is_unique \
-         FROM duckdb_indexes() {where} ORDER BY ALL",
-        "SELECT database_name, schema_name, sequence_name, start_value \
-         FROM duckdb_sequences() {where} ORDER BY ALL",
-        "SELECT database_name, schema_name, type_name, logical_type \
-         FROM duckdb_types() {where} AND NOT internal ORDER BY ALL",
-    ];
+    let l = Listings::start();
     let mut attempts = 0;
-    for template in listings {
+    attempts += each_listing_is_duckdbs_over_her_part(&l).await;
+    attempts += no_definition_reads_but_null(&l).await;
+    attempts += show_and_describe_answer_from_her_part(&l).await;
+    attempts += a_hidden_table_described_is_missing(&l).await;
+    assert!(attempts >= 28, "{attempts} attempts");
+    eprintln!("listing corpus: {attempts} attempts");
+}
+
+/// Each listing, restricted to database ops where DuckDB's own answer
+/// has more (its in-memory database): alice's answer has nothing else.
+const LISTINGS: &[&str] = &[
+    "SELECT database_name, schema_name, table_name, estimated_size, has_primary_key \
+     FROM duckdb_tables() {where} ORDER BY ALL",
+    "SELECT table_name, column_count FROM duckdb_tables() {where} \
+     AND table_name <> 'customers' ORDER BY ALL",
+    "SELECT database_name, schema_name, view_name, comment FROM duckdb_views() \
+     {where} AND NOT internal ORDER BY ALL",
+    "SELECT database_name, schema_name, table_name, column_name, data_type, is_nullable \
+     FROM duckdb_columns() {where} ORDER BY ALL",
+    "SELECT table_name, column_name FROM duckdb_columns() {where} \
+     ORDER BY table_name, column_index",
+    "SELECT database_name, schema_name FROM duckdb_schemas() {where} AND NOT internal \
+     ORDER BY ALL",
+    "SELECT table_catalog, table_schema, table_name, table_type FROM \
+     information_schema.tables {where_tc} ORDER BY ALL",
+    "SELECT table_schema, table_name, column_name, data_type FROM \
+     information_schema.columns {where_tc} ORDER BY ALL",
+    "SELECT catalog_name, schema_name FROM information_schema.schemata \
+     WHERE catalog_name = 'ops' ORDER BY ALL",
+    "SELECT schemaname, tablename FROM pg_catalog.pg_tables ORDER BY ALL",
+    "SELECT t.table_name, count(*) FROM duckdb_tables() t JOIN duckdb_columns() c \
+     USING (table_oid) {where_t} GROUP BY ALL ORDER BY ALL",
+    "SELECT o.id, t.table_name FROM orders o, duckdb_tables() t {where_t} \
+     AND o.id < 2 ORDER BY ALL",
+    "SELECT database_name, schema_name, index_name, table_name, is_unique \
+     FROM duckdb_indexes() {where} ORDER BY ALL",
+    "SELECT database_name, schema_name, sequence_name, start_value \
+     FROM duckdb_sequences() {where} ORDER BY ALL",
+    "SELECT database_name, schema_name, type_name, logical_type \
+     FROM duckdb_types() {where} AND NOT internal ORDER BY ALL",
+];
+
+/// Each of [`LISTINGS`] answers alice as DuckDB does over her part, bob as
+/// over the whole, and the two differ.
+async fn each_listing_is_duckdbs_over_her_part(l: &Listings) -> usize {
+    let mut attempts = 0;
+    for template in LISTINGS {
         let alice_sql = template
             .replace("{where}", "WHERE true")
             .replace("{where_tc}", "")
@@ -445,18 +543,18 @@ async fn an_identity_lists_only_what_it_may_read() {
             .replace("{where}", "WHERE database_name = 'ops'")
             .replace("{where_tc}", "WHERE table_catalog = 'ops'")
             .replace("{where_t}", "WHERE t.database_name = 'ops'");
-        let (status, body) = g.run_sql(ALICE, &alice_sql).await;
+        let (status, body) = l.g.run_sql(ALICE, &alice_sql).await;
         assert_eq!(status, 200, "{alice_sql}: {body}");
-        let want = reference(&part_db, &ops_sql).unwrap_or_else(|e| panic!("{ops_sql}: {e}"));
+        let want = reference(&l.part_db, &ops_sql).unwrap_or_else(|e| panic!("{ops_sql}: {e}"));
         assert_eq!(body["rows"], want, "alice: {alice_sql}");
         let text = body.to_string();
         assert!(
             !text.contains("\"payroll\"") && !text.contains(" payroll"),
             "{alice_sql}: {body}"
         );
-        let (status, body) = g.run_sql(BOB, &ops_sql).await;
+        let (status, body) = l.g.run_sql(BOB, &ops_sql).await;
         assert_eq!(status, 200, "{ops_sql}: {body}");
-        let whole_rows = reference(&whole_db, &ops_sql).unwrap();
+        let whole_rows = reference(&l.whole_db, &ops_sql).unwrap();
         assert_eq!(body["rows"], whole_rows, "bob: {ops_sql}");
         assert_ne!(
             whole_rows, want,
@@ -464,9 +562,14 @@ async fn an_identity_lists_only_what_it_may_read() {
         );
         attempts += 2;
     }
-    // A table narrowed to some columns has no column count (it would count
-    // the others; its columns keep their positions), and no definition reads anything but NULL (a view's
-    // query or a key may name what she cannot see).
+    attempts
+}
+
+/// A table narrowed to some columns has no column count (it would count
+/// the others; its columns keep their positions), and no definition reads anything but NULL (a view's
+/// query or a key may name what she cannot see).
+async fn no_definition_reads_but_null(l: &Listings) -> usize {
+    let mut attempts = 0;
     for (sql, nulls) in [
         (
             "SELECT column_count FROM duckdb_tables() WHERE table_name = 'customers'",
@@ -489,16 +592,21 @@ async fn an_identity_lists_only_what_it_may_read() {
             json!([[0]]),
         ),
     ] {
-        let (status, body) = g.run_sql(ALICE, sql).await;
+        let (status, body) = l.g.run_sql(ALICE, sql).await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["rows"], nulls, "{sql}");
-        let (_, body) = g.run_sql(BOB, sql).await;
-        let bobs = reference(&whole_db, sql).unwrap();
+        let (_, body) = l.g.run_sql(BOB, sql).await;
+        let bobs = reference(&l.whole_db, sql).unwrap();
         assert_eq!(body["rows"], bobs, "bob: {sql}");
         assert_ne!(bobs, nulls, "{sql}");
         attempts += 2;
     }
-    // SHOW and DESCRIBE, sent alone, in their parts of the catalog.
+    attempts
+}
+
+/// SHOW and DESCRIBE, sent alone, in their parts of the catalog.
+async fn show_and_describe_answer_from_her_part(l: &Listings) -> usize {
+    let mut attempts = 0;
     for sql in [
         "SHOW TABLES",
         "SHOW ALL TABLES",
@@ -510,7 +618,7 @@ async fn an_identity_lists_only_what_it_may_read() {
         "SUMMARIZE orders",
         "SUMMARIZE SELECT id, name FROM customers",
     ] {
-        let (status, body) = g.run_sql(ALICE, sql).await;
+        let (status, body) = l.g.run_sql(ALICE, sql).await;
         assert_eq!(status, 200, "{sql}: {body}");
         let rows = |v: &Value| -> Value {
             // SHOW ALL TABLES lists DuckDB's in-memory database too.
@@ -523,13 +631,17 @@ async fn an_identity_lists_only_what_it_may_read() {
                     .collect(),
             )
         };
-        let want = reference(&part_db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let want = reference(&l.part_db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
         assert_eq!(rows(&body["rows"]), rows(&want), "{sql}");
         attempts += 1;
     }
-    // A hidden table described is as missing as one that does not exist.
-    let (status, body) = g.run_sql(ALICE, "DESCRIBE payroll").await;
-    let (_, control) = g.run_sql(ALICE, "DESCRIBE nosuch_7").await;
+    attempts
+}
+
+/// A hidden table described is as missing as one that does not exist.
+async fn a_hidden_table_described_is_missing(l: &Listings) -> usize {
+    let (status, body) = l.g.run_sql(ALICE, "DESCRIBE payroll").await;
+    let (_, control) = l.g.run_sql(ALICE, "DESCRIBE nosuch_7").await;
     assert_eq!(status, 400, "{body}");
     assert_eq!(
         body["detail"]
@@ -538,9 +650,7 @@ async fn an_identity_lists_only_what_it_may_read() {
             .replace("payroll", "nosuch_7"),
         control["detail"].as_str().unwrap()
     );
-    attempts += 1;
-    assert!(attempts >= 28, "{attempts} attempts");
-    eprintln!("listing corpus: {attempts} attempts");
+    1
 }
 
 #[tokio::test]
@@ -581,49 +691,54 @@ async fn a_grant_that_names_nothing_stops_start_up_naming_it() {
     }
 }
 
+/// What `/catalog/functions` offers the caller of `token`: each name with
+/// its kinds.
+async fn offered(g: &Gateway, token: &str) -> HashMap<String, Vec<String>> {
+    let (status, body) = g.get("/catalog/functions", token).await;
+    assert_eq!(status, 200, "{body}");
+    body["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["kinds"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// GET /catalog/functions (the console's autocompletion): alice, confined
+/// by her role, is offered the generators but no reader, and what she is
+/// offered runs while what she is not is refused; bob, holding no role,
+/// is offered the readers too. Refused names are offered to no one.
 #[tokio::test]
 async fn the_functions_listed_are_the_ones_each_caller_may_call() {
-    // GET /catalog/functions (the console's autocompletion): alice, confined
-    // by her role, is offered the generators but no reader, and what she is
-    // offered runs while what she is not is refused; bob, holding no role,
-    // is offered the readers too. Refused names are offered to no one.
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ops.duckdb");
     operator_database(&db);
-    let config = dir.path().join("roles.toml");
-    std::fs::write(&config, ROLES).unwrap();
-    let g = Gateway::builder()
-        .env("DUCKGATE_POLICY", "read-write")
-        .env("DUCKGATE_DATABASE", db.display())
-        .env("DUCKGATE_CONFIG", config.display())
-        .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
-        .start();
-    let listed = |body: Value| -> std::collections::HashMap<String, Vec<String>> {
-        body["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| {
-                (
-                    f["name"].as_str().unwrap().to_string(),
-                    f["kinds"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|k| k.as_str().unwrap().to_string())
-                        .collect(),
-                )
-            })
-            .collect()
-    };
-    let (status, body) = g.get("/catalog/functions", ALICE).await;
-    assert_eq!(status, 200, "{body}");
-    let alice = listed(body);
-    let (status, body) = g.get("/catalog/functions", BOB).await;
-    assert_eq!(status, 200, "{body}");
-    let bob = listed(body);
+    let g = serve(dir.path(), &db);
+    let alice = offered(&g, ALICE).await;
+    let bob = offered(&g, BOB).await;
     assert_eq!(g.get("/catalog/functions", "wrong-token").await.0, 401);
+    a_confined_caller_is_offered_no_reader(&alice, &bob);
+    refused_names_are_offered_to_no_one(&g, &alice, &bob).await;
+    what_alice_is_offered_runs_and_the_rest_is_refused(&g, dir.path()).await;
+    the_listing_is_sorted_and_holds_no_helper(&g).await;
+}
 
+/// Both are offered the scalars, aggregates and generators; only bob a
+/// reader.
+fn a_confined_caller_is_offered_no_reader(
+    alice: &HashMap<String, Vec<String>>,
+    bob: &HashMap<String, Vec<String>>,
+) {
     for name in ["upper", "sum", "range"] {
         assert!(alice.contains_key(name) && bob.contains_key(name), "{name}");
     }
@@ -637,6 +752,14 @@ async fn the_functions_listed_are_the_ones_each_caller_may_call() {
         !alice.contains_key("read_parquet"),
         "a reader offered to a confined caller"
     );
+}
+
+/// A name refused to everyone is offered to no one, and refused to bob.
+async fn refused_names_are_offered_to_no_one(
+    g: &Gateway,
+    alice: &HashMap<String, Vec<String>>,
+    bob: &HashMap<String, Vec<String>>,
+) {
     for (refused, sql) in [
         ("current_setting", "SELECT current_setting('threads')"),
         ("duckdb_secrets", "SELECT * FROM duckdb_secrets()"),
@@ -652,7 +775,10 @@ async fn the_functions_listed_are_the_ones_each_caller_may_call() {
         let (status, body) = g.run_sql(BOB, sql).await;
         assert_eq!(status, 403, "{sql}: {body}");
     }
-    // What each is offered runs; what alice is not offered is refused her.
+}
+
+/// What each is offered runs; what alice is not offered is refused her.
+async fn what_alice_is_offered_runs_and_the_rest_is_refused(g: &Gateway, dir: &std::path::Path) {
     let (status, body) = g
         .run_sql(
             ALICE,
@@ -660,7 +786,7 @@ async fn the_functions_listed_are_the_ones_each_caller_may_call() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    let parquet = dir.path().join("t.parquet");
+    let parquet = dir.join("t.parquet");
     duckdb::Connection::open_in_memory()
         .unwrap()
         .execute_batch(&format!("COPY (SELECT 1 AS x) TO '{}'", parquet.display()))
@@ -672,7 +798,10 @@ async fn the_functions_listed_are_the_ones_each_caller_may_call() {
         )
         .await;
     assert_eq!(status, 403, "alice read a file: {body}");
-    // The listing is sorted and holds no operator or internal helper.
+}
+
+/// The listing is sorted and holds no operator or internal helper.
+async fn the_listing_is_sorted_and_holds_no_helper(g: &Gateway) {
     let (_, body) = g.get("/catalog/functions", BOB).await;
     let names: Vec<&str> = body["functions"]
         .as_array()

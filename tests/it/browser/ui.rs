@@ -18,6 +18,7 @@
 //! passes (the HTTP checks of the console's headers still run).
 
 use crate::common;
+use crate::core::whoami::{now, LocalIssuer};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -612,6 +613,23 @@ async fn the_console_in_a_real_browser() {
     let Some(b) = Browser::start(downloads.path()).await else {
         return;
     };
+    let g = a_gateway_with_a_table_to_scan().await;
+    the_console_asks_for_a_token_and_keeps_it_out_of_the_url(&b, &g).await;
+    a_querys_cells_equal_duckdbs(&b).await;
+    each_download_is_the_querys_answer(&b, &g, &downloads).await;
+    a_hundred_thousand_rows_page_in_with_a_small_dom(&b).await;
+    a_chart_is_drawn(&b).await;
+    let bad = a_bad_query_shows_its_problem_at_duckdbs_place(&b, &g).await;
+    a_long_error_shows_its_first_line_and_folds_the_rest(&b, &g).await;
+    a_long_query_shows_progress_and_cancel_stops_it(&b, &g).await;
+    a_shared_link_runs_and_the_history_lists_what_ran(&b, &g, bad).await;
+    the_api_docs_render(&b, &g).await;
+    nothing_but_the_gateway_was_asked_and_nothing_threw(&b, &g).await;
+    let _ = b.cmd("DELETE", "", json!({})).await;
+}
+
+/// A gateway holding `big`, a table DuckDB reports scan progress for.
+async fn a_gateway_with_a_table_to_scan() -> common::Gateway {
     let g = common::Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", TOKEN)
         .env("DUCKGATE_POLICY", "read-write")
@@ -627,8 +645,14 @@ async fn the_console_in_a_real_browser() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    g
+}
 
-    // `/` leads to the console, which asks for a token first.
+/// `/` leads to the console, which asks for a token first.
+async fn the_console_asks_for_a_token_and_keeps_it_out_of_the_url(
+    b: &Browser,
+    g: &common::Gateway,
+) {
     b.goto(&g.url("/")).await;
     let url = b.js("return location.pathname", json!([])).await;
     assert_eq!(url, "/ui");
@@ -673,8 +697,10 @@ async fn the_console_in_a_real_browser() {
         Duration::from_secs(30),
     )
     .await;
+}
 
-    // A query run with Ctrl+Enter; the table's cells equal DuckDB's.
+/// A query run with Ctrl+Enter; the table's cells equal DuckDB's.
+async fn a_querys_cells_equal_duckdbs(b: &Browser) {
     b.set_sql(TYPED_SQL).await;
     b.keys("#sql", "\u{E009}\u{E007}\u{E000}").await;
     assert_eq!(b.wait_end().await, "succeeded");
@@ -712,10 +738,16 @@ async fn the_console_in_a_real_browser() {
     // must hold both for that to mean anything.
     assert_eq!(want_rows[1][3].as_deref(), Some("NULL"));
     assert_eq!(want_rows[3][3], None);
+}
 
-    // Downloads: each format fetched with the token and saved; the file
-    // equals /query's answer (JSON but its elapsed_ms; Parquet as DuckDB
-    // reads it back: the same columns, types and values as the query).
+/// Downloads: each format fetched with the token and saved; the file
+/// equals /query's answer (JSON but its elapsed_ms; Parquet as DuckDB
+/// reads it back: the same columns, types and values as the query).
+async fn each_download_is_the_querys_answer(
+    b: &Browser,
+    g: &common::Gateway,
+    downloads: &tempfile::TempDir,
+) {
     for (format, ext) in [
         ("csv", "csv"),
         ("ndjson", "ndjson"),
@@ -749,9 +781,11 @@ async fn the_console_in_a_real_browser() {
             assert_eq!(got, want, "{format} download differs from /query's answer");
         }
     }
+}
 
-    // 100,000 rows: all paged in, a bounded number of rows in the DOM, and
-    // a jump to the middle renders that row.
+/// 100,000 rows: all paged in, a bounded number of rows in the DOM, and
+/// a jump to the middle renders that row.
+async fn a_hundred_thousand_rows_page_in_with_a_small_dom(b: &Browser) {
     let t = Instant::now();
     assert_eq!(
         b.run("SELECT i, i * 2 AS twice, 'row ' || i AS s FROM range(100000) t(i)")
@@ -795,8 +829,10 @@ async fn the_console_in_a_real_browser() {
     eprintln!(
         "100,000 rows: run and paged in {load:?}; 50 scroll jumps {timing} ms; {dom_rows} rows in the DOM"
     );
+}
 
-    // A chart of one category and two numbers.
+/// A chart of one category and two numbers.
+async fn a_chart_is_drawn(b: &Browser) {
     assert_eq!(
         b.run("SELECT 'region ' || (i % 7) AS region, sum(i * (i % 7 + 1)) AS total, sum(i * (7 - i % 7)) AS other FROM range(7000) t(i) GROUP BY 1 ORDER BY 1")
             .await,
@@ -817,10 +853,15 @@ async fn the_console_in_a_real_browser() {
     );
     b.screenshot("chart").await;
     b.click(".tab[data-tab=\"table\"]").await;
+}
 
-    // A bad query: the problem's title and DuckDB's class, as /query says
-    // them, and the place DuckDB gives marked in the SQL: the `channel` of
-    // line 3 that DuckDB stopped at, not the first one.
+/// A bad query: the problem's title and DuckDB's class, as /query says
+/// them, and the place DuckDB gives marked in the SQL: the `channel` of
+/// line 3 that DuckDB stopped at, not the first one.
+async fn a_bad_query_shows_its_problem_at_duckdbs_place(
+    b: &Browser,
+    g: &common::Gateway,
+) -> &'static str {
     let bad = "SELECT channel, count(*)\nFROM (SELECT 'web' AS channel)\nGROUPBY channel";
     assert_eq!(b.run(bad).await, "failed");
     let shown = b
@@ -861,9 +902,12 @@ async fn the_console_in_a_real_browser() {
     );
     assert_eq!(shown[6], problem["excerpt"]);
     b.screenshot("error").await;
+    bad
+}
 
-    // A long error (DuckDB's candidate functions): its first line shows,
-    // the rest is folded until opened.
+/// A long error (DuckDB's candidate functions): its first line shows,
+/// the rest is folded until opened.
+async fn a_long_error_shows_its_first_line_and_folds_the_rest(b: &Browser, g: &common::Gateway) {
     let long = "SELECT substr(1, 2, 3, 4, 5)";
     assert_eq!(b.run(long).await, "failed");
     let shown = b
@@ -893,8 +937,10 @@ async fn the_console_in_a_real_browser() {
         "folded"
     );
     assert_eq!(shown[4], "substr");
+}
 
-    // A long query: progress moves, Cancel stops it, the connection is back.
+/// A long query: progress moves, Cancel stops it, the connection is back.
+async fn a_long_query_shows_progress_and_cancel_stops_it(b: &Browser, g: &common::Gateway) {
     b.set_sql("SELECT sum(hash(i::VARCHAR || 'x')) FROM big")
         .await;
     b.click("#run").await;
@@ -945,8 +991,14 @@ async fn the_console_in_a_real_browser() {
     )
     .await;
     eprintln!("progress seen on the page: {seen:?}");
+}
 
-    // A shared link opens with its SQL and runs it (the token from this tab).
+/// A shared link opens with its SQL and runs it (the token from this tab).
+async fn a_shared_link_runs_and_the_history_lists_what_ran(
+    b: &Browser,
+    g: &common::Gateway,
+    bad: &str,
+) {
     let shared = "SELECT 'shared' AS how, 7 AS n";
     let link = format!(
         "{}#sql={}",
@@ -976,8 +1028,10 @@ async fn the_console_in_a_real_browser() {
         hist.as_array().unwrap().iter().any(|h| h == bad),
         "history: {hist}"
     );
+}
 
-    // The API docs render from the embedded document.
+/// The API docs render from the embedded document.
+async fn the_api_docs_render(b: &Browser, g: &common::Gateway) {
     b.goto(&g.url("/docs")).await;
     b.wait_for(
         "the docs render",
@@ -986,9 +1040,11 @@ async fn the_console_in_a_real_browser() {
     )
     .await;
     b.screenshot("docs").await;
+}
 
-    // Nothing but the gateway was asked for anything, and nothing broke
-    // the CSP or threw.
+/// Nothing but the gateway was asked for anything, and nothing broke
+/// the CSP or threw.
+async fn nothing_but_the_gateway_was_asked_and_nothing_threw(b: &Browser, g: &common::Gateway) {
     let mut urls = Vec::new();
     for e in b.log("performance").await {
         let m: Value =
@@ -1042,7 +1098,6 @@ async fn the_console_in_a_real_browser() {
         })
         .collect();
     assert!(severe.is_empty(), "console errors: {severe:?}");
-    let _ = b.cmd("DELETE", "", json!({})).await;
 }
 
 #[tokio::test]
@@ -1409,8 +1464,27 @@ async fn the_console_for_a_working_day() {
     let Some(b) = Browser::start(downloads.path()).await else {
         return;
     };
-    // An attached catalog (a DuckDB file) beside the gateway's database.
     let dir = tempfile::tempdir().unwrap();
+    let g = a_gateway_beside_an_attached_catalog(&dir).await;
+    b.goto(&g.url("/ui")).await;
+    b.sign_in(TOKEN).await;
+    let catalog = the_catalog_panel_is_get_catalogs(&b, &g).await;
+    let functions = tables_complete_as_get_catalog_lists_them(&b, &g, &catalog).await;
+    columns_complete_after_a_table_and_esc_closes_the_list(&b, &g, &catalog).await;
+    the_functions_offered_are_the_ones_the_guard_allows(&b, &functions).await;
+    let first_sql = enter_takes_a_function_and_its_sql_runs(&b, &g).await;
+    result_tabs_keep_replace_and_close(&b, first_sql).await;
+    the_cell_viewer_shows_a_cell_whole_and_copies_it(&b, &g).await;
+    let chart_sql = the_charts_tooltip_shows_the_chosen_columns(&b).await;
+    no_estimate_shows_a_spinner_not_a_bar(&b, &g).await;
+    history_is_kept_per_identity_across_sessions(&b, &g, chart_sql).await;
+    the_browser_logged_no_error(&b).await;
+    let _ = b.cmd("DELETE", "", json!({})).await;
+}
+
+/// An attached catalog (a DuckDB file) beside the gateway's database,
+/// which holds two tables of sales.
+async fn a_gateway_beside_an_attached_catalog(dir: &tempfile::TempDir) -> common::Gateway {
     let file = dir.path().join("warehouse.duckdb");
     {
         let conn = duckdb::Connection::open(&file).unwrap();
@@ -1449,13 +1523,13 @@ async fn the_console_for_a_working_day() {
         "CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount, 'note ' || i AS remark FROM range(12) t(i)",
     )
     .await;
+    g
+}
 
-    b.goto(&g.url("/ui")).await;
-    b.sign_in(TOKEN).await;
-
-    // The catalog panel: the gateway's database and the attached catalog in
-    // their own groups, each schema with its table count in words, the
-    // same databases, kinds, schemas and tables as GET /catalog.
+/// The catalog panel: the gateway's database and the attached catalog in
+/// their own groups, each schema with its table count in words, the
+/// same databases, kinds, schemas and tables as GET /catalog.
+async fn the_catalog_panel_is_get_catalogs(b: &Browser, g: &common::Gateway) -> Value {
     b.wait_for(
         "the catalog shows sales_monthly",
         "return [...document.querySelectorAll('#catalog .table-node')].some(t => t.dataset.table === 'sales_monthly')",
@@ -1528,9 +1602,17 @@ async fn the_console_for_a_working_day() {
         }
     }
     b.screenshot("catalog").await;
+    catalog
+}
 
-    // Autocompletion of tables: typing offers exactly the tables GET
-    // /catalog lists under that prefix; ↓ then Tab takes the second.
+/// Autocompletion of tables: typing offers exactly the tables GET
+/// /catalog lists under that prefix; ↓ then Tab takes the second.
+async fn tables_complete_as_get_catalog_lists_them(
+    b: &Browser,
+    g: &common::Gateway,
+    catalog: &Value,
+) -> Vec<String> {
+    let dbs = catalog["databases"].as_array().unwrap();
     let (_, functions) = g.get("/catalog/functions", TOKEN).await;
     let functions: Vec<String> = functions["functions"]
         .as_array()
@@ -1563,7 +1645,16 @@ async fn the_console_for_a_working_day() {
     b.keys("#sql", "\u{E015}\u{E004}").await; // ↓, Tab
     assert_eq!(b.sql().await, format!("SELECT * FROM {}", items[1].0));
     assert!(!b.completion_open().await, "accepting closes the list");
-    // Columns after `table.`: those GET /catalog/{db}/{schema}/{table} lists.
+    functions
+}
+
+/// Columns after `table.`: those GET /catalog/{db}/{schema}/{table} lists.
+async fn columns_complete_after_a_table_and_esc_closes_the_list(
+    b: &Browser,
+    g: &common::Gateway,
+    catalog: &Value,
+) {
+    let dbs = catalog["databases"].as_array().unwrap();
     b.keys("#sql", " WHERE sales_monthly.").await;
     let items = b.completion_list("the column list").await;
     // Where the gateway put the table (`client` under the read-write policy).
@@ -1600,10 +1691,12 @@ async fn the_console_for_a_working_day() {
     b.keys("#sql", "\u{E00C}").await;
     assert!(!b.completion_open().await, "Esc closes the list");
     assert_eq!(b.sql().await, before);
+}
 
-    // Functions: the names GET /catalog/functions lists, every one allowed
-    // by the guard's allow-list; refused ones of the same prefix are not
-    // offered.
+/// Functions: the names GET /catalog/functions lists, every one allowed
+/// by the guard's allow-list; refused ones of the same prefix are not
+/// offered.
+async fn the_functions_offered_are_the_ones_the_guard_allows(b: &Browser, functions: &[String]) {
     let verdicts: std::collections::HashMap<String, String> = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine/guard/functions.tsv"),
     )
@@ -1616,7 +1709,7 @@ async fn the_console_for_a_working_day() {
         Some((c.next()?.to_ascii_lowercase(), c.nth(1)?.to_string()))
     })
     .collect();
-    for f in &functions {
+    for f in functions {
         assert!(
             ["allow", "table", "reader"].contains(&verdicts[f].as_str()),
             "{f} is listed but the guard's verdict is {}",
@@ -1640,8 +1733,11 @@ async fn the_console_for_a_working_day() {
         assert_eq!(items, want);
         assert!(!items.iter().any(|i| i.0 == refused), "{refused} offered");
     }
-    // Enter takes a function (with its parenthesis); the SQL runs, and its
-    // answer is /query's.
+}
+
+/// Enter takes a function (with its parenthesis); the SQL runs, and its
+/// answer is /query's.
+async fn enter_takes_a_function_and_its_sql_runs(b: &Browser, g: &common::Gateway) -> &'static str {
     b.set_sql("").await;
     b.keys("#sql", "SELECT uppe").await;
     let items = b.completion_list("upper").await;
@@ -1656,9 +1752,12 @@ async fn the_console_for_a_working_day() {
     let answer = query_as(&g, TOKEN, first_sql).await;
     let (_, rows) = b.table().await;
     assert_eq!(rows[0].1[0], answer["rows"][0][0].as_str().unwrap());
+    first_sql
+}
 
-    // Result tabs: a run in a new tab keeps the first; a run replaces the
-    // current tab's result; closing a tab shows its neighbour.
+/// Result tabs: a run in a new tab keeps the first; a run replaces the
+/// current tab's result; closing a tab shows its neighbour.
+async fn result_tabs_keep_replace_and_close(b: &Browser, first_sql: &str) {
     let second_sql = "SELECT 2 AS second, 'b' AS letter";
     b.set_sql(second_sql).await;
     b.click("#run-new").await;
@@ -1702,9 +1801,11 @@ async fn the_console_for_a_working_day() {
         vec![(true, third_sql)]
     );
     assert_table_is(&b, third_sql).await;
+}
 
-    // The cell viewer: a JSON cell opens pretty-printed (the same value as
-    // /query's), a long text whole; Copy puts it on the clipboard.
+/// The cell viewer: a JSON cell opens pretty-printed (the same value as
+/// /query's), a long text whole; Copy puts it on the clipboard.
+async fn the_cell_viewer_shows_a_cell_whole_and_copies_it(b: &Browser, g: &common::Gateway) {
     let cell_sql =
         "SELECT json_object('b', [1, 2, json_object('c', 'x')], 'a', repeat('long ', 20)) AS doc, \
                     repeat('word ', 60) || 'end' AS prose";
@@ -1781,9 +1882,11 @@ async fn the_console_for_a_working_day() {
         }
     }
     b.click("#cell-close").await;
+}
 
-    // The chart: x and y chosen; the tooltip over a bar shows that row's
-    // values of exactly the chosen columns.
+/// The chart: x and y chosen; the tooltip over a bar shows that row's
+/// values of exactly the chosen columns.
+async fn the_charts_tooltip_shows_the_chosen_columns(b: &Browser) -> &'static str {
     let chart_sql = "SELECT 'r' || i AS region, i * 10 AS total, i * i AS other, i % 3 AS bucket \
                      FROM range(1, 8) t(i) ORDER BY i";
     assert_eq!(b.run(chart_sql).await, "succeeded");
@@ -1835,9 +1938,12 @@ async fn the_console_for_a_working_day() {
     let tip = b.js(&hover(5), json!([])).await;
     assert_eq!(tip, json!([cell(5, 1), [["bucket", cell(5, 3)]]]));
     b.click(".tab[data-tab=\"table\"]").await;
+    chart_sql
+}
 
-    // A query DuckDB cannot estimate (a recursive CTE): a spinner, not a
-    // bar at 0%; the gateway's own progress for it has no percentage.
+/// A query DuckDB cannot estimate (a recursive CTE): a spinner, not a
+/// bar at 0%; the gateway's own progress for it has no percentage.
+async fn no_estimate_shows_a_spinner_not_a_bar(b: &Browser, g: &common::Gateway) {
     b.set_sql(
         "WITH RECURSIVE t(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM t WHERE i < 50000000) SELECT count(*) FROM t",
     )
@@ -1875,10 +1981,16 @@ async fn the_console_for_a_working_day() {
     b.screenshot("progress-unknown").await;
     b.click("#cancel").await;
     assert_eq!(b.wait_end().await, "cancelled");
+}
 
-    // History: in local storage under a hash of the identity's name (the
-    // token is stored nowhere there), kept across sessions, one per
-    // identity; beside it the identity's workspace.
+/// History: in local storage under a hash of the identity's name (the
+/// token is stored nowhere there), kept across sessions, one per
+/// identity; beside it the identity's workspace.
+async fn history_is_kept_per_identity_across_sessions(
+    b: &Browser,
+    g: &common::Gateway,
+    chart_sql: &str,
+) {
     let mine = b.history().await;
     assert_eq!(mine.len(), 6, "{mine:?}");
     assert_eq!(mine[1], chart_sql);
@@ -1936,7 +2048,10 @@ async fn the_console_for_a_working_day() {
     b.click("#signout").await;
     b.sign_in(TOKEN).await;
     assert_eq!(b.history().await, mine);
+}
 
+/// The browser logged no error.
+async fn the_browser_logged_no_error(b: &Browser) {
     let severe: Vec<Value> = b
         .log("browser")
         .await
@@ -1944,7 +2059,6 @@ async fn the_console_for_a_working_day() {
         .filter(|e| e["level"] == "SEVERE")
         .collect();
     assert!(severe.is_empty(), "console errors: {severe:?}");
-    let _ = b.cmd("DELETE", "", json!({})).await;
 }
 
 /// Where screenshots go: `docs/screenshots/` when asked for
@@ -2075,13 +2189,139 @@ impl Browser {
     }
 }
 
+/// What the workspace tabs read (beside `LARGE_SQL` and `JSON_SQL`).
+const READS: &str = "SELECT * FROM sales_monthly ORDER BY month";
+/// The measures, in order: the tab the digits and the profile are checked on.
+const MEASURES: &str = "SELECT * FROM measures ORDER BY id";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "tier browser: needs chromium and chromedriver; scripts/test installs it"]
 async fn the_console_keeps_its_workspace() {
-    use crate::core::whoami::{now, LocalIssuer};
-
     let issuer = LocalIssuer::new();
     let dir = tempfile::tempdir().unwrap();
+    let g = a_gateway_where_first_holds_two_roles(&dir, &issuer).await;
+    let duck = duckdb_over_the_same_rows();
+    let (_, who) = g.get("/whoami", TOKEN).await;
+    assert_eq!(who["name"], "first", "{who}");
+    assert_eq!(who["roles"], json!(["analyst", "viewer"]), "{who}");
+
+    for (round, window) in [
+        Window {
+            width: 1400,
+            height: 757,
+            locale: "en-US",
+        },
+        Window {
+            width: 1920,
+            height: 1080,
+            locale: "de-DE",
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let downloads = tempfile::tempdir().unwrap();
+        let Some(b) = Browser::start_with(downloads.path(), window).await else {
+            return;
+        };
+        // Each step leaves the page as the next one expects it.
+        let r = Round::new(b, &g, &duck, window, round);
+        the_page_has_the_windows_viewport_and_locale(&r).await;
+        the_header_shows_whoami(&r, &who).await;
+        let tabs = tabs_are_titled_by_what_they_read_and_duckdbs_count(&r).await;
+        the_cell_viewer_stays_on_top_and_in_view(&r).await;
+        let head = digits_are_grouped_and_copied_as_duckdbs_text(&r, &tabs).await;
+        the_profile_is_duckdbs(&r, &head).await;
+        let before = a_reload_restores_the_draft_and_every_tab(&r, &head).await;
+        let (id, kept) = a_large_result_is_kept_in_part(&r, &before).await;
+        the_rest_loads_or_runs_again_on_demand(&r, &before, &id, kept).await;
+        an_expired_token_is_said_and_a_new_one_carries_on(&r, &issuer).await;
+        nothing_was_missing_and_nothing_broke(&r).await;
+        the_browser_leaves_nothing_behind(r.b);
+    }
+}
+
+/// One round of the workspace scenario: a browser in one window and
+/// locale, against the gateway and DuckDB over the same rows.
+struct Round<'a> {
+    /// This round's browser.
+    b: Browser,
+    /// The gateway, the same for every round.
+    g: &'a common::Gateway,
+    /// DuckDB over the gateway's rows.
+    duck: &'a duckdb::Connection,
+    /// The window and locale of this round.
+    window: Window,
+    /// The round's number: screenshots are taken in round 0 only.
+    round: usize,
+    /// The locale's decimal separator.
+    decimal: &'static str,
+    /// The locale's digit group separator.
+    group: &'static str,
+}
+
+impl<'a> Round<'a> {
+    fn new(
+        b: Browser,
+        g: &'a common::Gateway,
+        duck: &'a duckdb::Connection,
+        window: Window,
+        round: usize,
+    ) -> Round<'a> {
+        let (decimal, group) = if window.locale == "de-DE" {
+            (",", ".")
+        } else {
+            (".", ",")
+        };
+        Round {
+            b,
+            g,
+            duck,
+            window,
+            round,
+            decimal,
+            group,
+        }
+    }
+
+    /// The screenshot's name, in the first round only.
+    fn shot(&self, name: &str) -> Option<String> {
+        (self.round == 0).then(|| name.to_string())
+    }
+
+    /// DuckDB's count of `sql`'s rows.
+    fn count(&self, sql: &str) -> String {
+        duck_text(self.duck, &format!("SELECT count(*) FROM ({sql})"))[0][0]
+            .clone()
+            .unwrap()
+    }
+
+    /// A count grouped as DuckDB's `format('{:,}')` groups it, with the
+    /// locale's separator.
+    fn grouped(&self, n: String) -> String {
+        duck_text(self.duck, &format!("SELECT format('{{:,}}', {n}::HUGEINT)"))[0][0]
+            .clone()
+            .unwrap()
+            .replace(',', self.group)
+    }
+
+    /// `sql`'s row count as a tab's title says it.
+    fn rows(&self, sql: &str) -> String {
+        let n = self.count(sql);
+        format!(
+            "{} {}",
+            self.grouped(n.clone()),
+            if n == "1" { "row" } else { "rows" }
+        )
+    }
+}
+
+/// The gateway: `first` holds two roles, `second` none, and JWTs of
+/// `issuer` are taken; it holds the measures and the monthly sales.
+async fn a_gateway_where_first_holds_two_roles(
+    dir: &tempfile::TempDir,
+    issuer: &LocalIssuer,
+) -> common::Gateway {
     let config = dir.path().join("roles.toml");
     std::fs::write(
         &config,
@@ -2113,556 +2353,578 @@ async fn the_console_keeps_its_workspace() {
         "CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount FROM range(12) t(i)",
     )
     .await;
-    // DuckDB's own answers over the same rows.
+    g
+}
+
+/// DuckDB's own answers over the same rows.
+fn duckdb_over_the_same_rows() -> duckdb::Connection {
     let duck = duckdb::Connection::open_in_memory().unwrap();
     duck.execute_batch(&format!(
         "CREATE TABLE measures AS {MEASURES_SQL}; \
          CREATE TABLE sales_monthly AS SELECT i AS month, i * 100 AS amount FROM range(12) t(i)"
     ))
     .unwrap();
-    let (_, who) = g.get("/whoami", TOKEN).await;
-    assert_eq!(who["name"], "first", "{who}");
-    assert_eq!(who["roles"], json!(["analyst", "viewer"]), "{who}");
+    duck
+}
 
-    for (round, window) in [
-        Window {
-            width: 1400,
-            height: 757,
-            locale: "en-US",
-        },
-        Window {
-            width: 1920,
-            height: 1080,
-            locale: "de-DE",
-        },
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let downloads = tempfile::tempdir().unwrap();
-        let Some(b) = Browser::start_with(downloads.path(), window).await else {
-            return;
-        };
-        let size = b
-            .js(
-                "return [innerWidth, innerHeight, Intl.NumberFormat().resolvedOptions().locale]",
-                json!([]),
-            )
-            .await;
-        eprintln!(
-            "window {}x{} ({}): the page's viewport and locale {size}",
-            window.width, window.height, window.locale
-        );
-        assert_eq!(size[2], window.locale);
-        let (decimal, group) = if window.locale == "de-DE" {
-            (",", ".")
-        } else {
-            (".", ",")
-        };
-        let shot = |name: &str| (round == 0).then(|| name.to_string());
-        b.goto(&g.url("/ui")).await;
-        b.sign_in(TOKEN).await;
+/// The page has the round's viewport and locale; it signs in.
+async fn the_page_has_the_windows_viewport_and_locale(r: &Round<'_>) {
+    let (b, g, window) = (&r.b, r.g, r.window);
+    let size = b
+        .js(
+            "return [innerWidth, innerHeight, Intl.NumberFormat().resolvedOptions().locale]",
+            json!([]),
+        )
+        .await;
+    eprintln!(
+        "window {}x{} ({}): the page's viewport and locale {size}",
+        window.width, window.height, window.locale
+    );
+    assert_eq!(size[2], window.locale);
+    b.goto(&g.url("/ui")).await;
+    b.sign_in(TOKEN).await;
+}
 
-        // Who is signed in: /whoami's name and roles.
-        let shown = b
-            .wait_for(
-                "the identity in the header",
-                "const n = document.querySelector('#who .who-name');
-                 return n && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent)]",
-                Duration::from_secs(10),
-            )
-            .await;
-        assert_eq!(shown, json!([who["name"], who["roles"]]));
+/// Who is signed in: /whoami's name and roles.
+async fn the_header_shows_whoami(r: &Round<'_>, who: &Value) {
+    let b = &r.b;
+    let shown = b
+        .wait_for(
+            "the identity in the header",
+            "const n = document.querySelector('#who .who-name');
+             return n && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent)]",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(shown, json!([who["name"], who["roles"]]));
+}
 
-        // Tabs titled by their result: the table read and DuckDB's count.
-        let reads = "SELECT * FROM sales_monthly ORDER BY month";
-        let measures = "SELECT * FROM measures ORDER BY id";
-        assert_eq!(b.run(reads).await, "succeeded");
-        assert_eq!(b.run_in_new_tab(measures).await, "succeeded");
-        assert_eq!(b.run_in_new_tab(LARGE_SQL).await, "succeeded");
+/// Tabs titled by their result: the table read and DuckDB's count.
+async fn tabs_are_titled_by_what_they_read_and_duckdbs_count(
+    r: &Round<'_>,
+) -> Vec<(u64, bool, String, String)> {
+    let b = &r.b;
+    let (reads, measures) = (READS, MEASURES);
+    let rows = |sql: &str| r.rows(sql);
+    assert_eq!(b.run(reads).await, "succeeded");
+    assert_eq!(b.run_in_new_tab(measures).await, "succeeded");
+    assert_eq!(b.run_in_new_tab(LARGE_SQL).await, "succeeded");
+    assert_eq!(
+        b.run_in_new_tab("SELECT upper('tab one') AS first").await,
+        "succeeded"
+    );
+    assert_eq!(b.run_in_new_tab(JSON_SQL).await, "succeeded");
+    let tabs = b.tab_strip().await;
+    let titles: Vec<(String, String)> = tabs.iter().map(|t| (t.2.clone(), t.3.clone())).collect();
+    assert_eq!(
+        titles,
+        vec![
+            (
+                format!("sales_monthly · {}", rows(reads)),
+                reads.to_string()
+            ),
+            (
+                format!("measures · {}", rows(measures)),
+                measures.to_string()
+            ),
+            (
+                format!("range() · {}", rows(LARGE_SQL)),
+                LARGE_SQL.to_string()
+            ),
+            (
+                format!("first · {}", rows("SELECT 1")),
+                "SELECT upper('tab one') AS first".to_string()
+            ),
+            (
+                format!("range() · {}", rows(JSON_SQL)),
+                JSON_SQL.to_string()
+            ),
+        ],
+        "titled by what they read and how many rows DuckDB counts"
+    );
+    tabs
+}
+
+/// The cell viewer over everything: a long JSON value opened in a
+/// short window keeps its title, Copy and Close on top, in view.
+async fn the_cell_viewer_stays_on_top_and_in_view(r: &Round<'_>) {
+    let (b, window) = (&r.b, r.window);
+    let shot = |name: &str| r.shot(name);
+    b.click(".grid-row[data-row=\"3\"] .cell[data-col=\"1\"]")
+        .await;
+    let placed = b
+        .wait_for(
+            "the cell viewer",
+            "const v = document.getElementById('cell-viewer');
+             if (v.hidden) return null;
+             const grid = document.querySelector('.grid-viewport').getBoundingClientRect();
+             const box = v.getBoundingClientRect();
+             return {
+               parts: ['cell-title', 'cell-copy', 'cell-close'].map(id => {
+                 const r = document.getElementById(id).getBoundingClientRect();
+                 const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                 return [id, !!top && (top.id === id || document.getElementById(id).contains(top)),
+                         r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight];
+               }),
+               over_table: box.top < grid.bottom && box.bottom > grid.top && box.left < grid.right && box.right > grid.left,
+               inside: box.left >= 0 && box.top >= 0 && box.right <= innerWidth && box.bottom <= innerHeight,
+             };",
+            Duration::from_secs(10),
+        )
+        .await;
+    for part in placed["parts"].as_array().unwrap() {
         assert_eq!(
-            b.run_in_new_tab("SELECT upper('tab one') AS first").await,
-            "succeeded"
+            (part[1].as_bool(), part[2].as_bool()),
+            (Some(true), Some(true)),
+            "{} at {}x{}: on top and in view ({placed})",
+            part[0],
+            window.width,
+            window.height
         );
-        assert_eq!(b.run_in_new_tab(JSON_SQL).await, "succeeded");
-        let count = |sql: &str| {
-            duck_text(&duck, &format!("SELECT count(*) FROM ({sql})"))[0][0]
-                .clone()
-                .unwrap()
-        };
-        // A count grouped as DuckDB's `format('{:,}')` groups it, with the
-        // locale's separator.
-        let grouped = |n: String| {
-            duck_text(&duck, &format!("SELECT format('{{:,}}', {n}::HUGEINT)"))[0][0]
-                .clone()
-                .unwrap()
-                .replace(',', group)
-        };
-        let rows = |sql: &str| {
-            let n = count(sql);
-            format!(
-                "{} {}",
-                grouped(n.clone()),
-                if n == "1" { "row" } else { "rows" }
-            )
-        };
-        let tabs = b.tab_strip().await;
-        let titles: Vec<(String, String)> =
-            tabs.iter().map(|t| (t.2.clone(), t.3.clone())).collect();
-        assert_eq!(
-            titles,
-            vec![
-                (
-                    format!("sales_monthly · {}", rows(reads)),
-                    reads.to_string()
-                ),
-                (
-                    format!("measures · {}", rows(measures)),
-                    measures.to_string()
-                ),
-                (
-                    format!("range() · {}", rows(LARGE_SQL)),
-                    LARGE_SQL.to_string()
-                ),
-                (
-                    format!("first · {}", rows("SELECT 1")),
-                    "SELECT upper('tab one') AS first".to_string()
-                ),
-                (
-                    format!("range() · {}", rows(JSON_SQL)),
-                    JSON_SQL.to_string()
-                ),
-            ],
-            "titled by what they read and how many rows DuckDB counts"
-        );
+    }
+    assert_eq!(placed["inside"], true, "{placed}");
+    assert_eq!(
+        placed["over_table"], true,
+        "the viewer lies over the table: {placed}"
+    );
+    if let Some(name) = shot("cell-viewer-over-table") {
+        b.screenshot(&name).await;
+    }
+    b.click("#cell-close").await;
+}
 
-        // The cell viewer over everything: a long JSON value opened in a
-        // short window keeps its title, Copy and Close on top, in view.
-        b.click(".grid-row[data-row=\"3\"] .cell[data-col=\"1\"]")
-            .await;
-        let placed = b
-            .wait_for(
-                "the cell viewer",
-                "const v = document.getElementById('cell-viewer');
-                 if (v.hidden) return null;
-                 const grid = document.querySelector('.grid-viewport').getBoundingClientRect();
-                 const box = v.getBoundingClientRect();
-                 return {
-                   parts: ['cell-title', 'cell-copy', 'cell-close'].map(id => {
-                     const r = document.getElementById(id).getBoundingClientRect();
-                     const top = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-                     return [id, !!top && (top.id === id || document.getElementById(id).contains(top)),
-                             r.left >= 0 && r.top >= 0 && r.right <= innerWidth && r.bottom <= innerHeight];
-                   }),
-                   over_table: box.top < grid.bottom && box.bottom > grid.top && box.left < grid.right && box.right > grid.left,
-                   inside: box.left >= 0 && box.top >= 0 && box.right <= innerWidth && box.bottom <= innerHeight,
-                 };",
-                Duration::from_secs(10),
-            )
-            .await;
-        for part in placed["parts"].as_array().unwrap() {
+/// Digits grouped in the locale, DuckDB's text kept for copying.
+async fn digits_are_grouped_and_copied_as_duckdbs_text(
+    r: &Round<'_>,
+    tabs: &[(u64, bool, String, String)],
+) -> Head {
+    let (b, duck, window) = (&r.b, r.duck, r.window);
+    let (decimal, group, measures) = (r.decimal, r.group, MEASURES);
+    b.show_tab(tabs[1].0).await;
+    let (_, shown_rows) = b.shown_table().await;
+    let (_, raw_rows) = b.table().await;
+    let (head, want_rows) = duckdb_reference_on(&duck, measures);
+    compare_rows(&want_rows, &raw_rows);
+    for (c, (name, _)) in head.iter().enumerate().filter(|(_, (_, t))| {
+        ["BIGINT", "DOUBLE"].contains(&t.as_str()) || t.starts_with("DECIMAL")
+    }) {
+        let want = grouped_reference(&duck, name, decimal, group);
+        for (i, cells, nulls) in &shown_rows {
+            if nulls[c] {
+                assert_eq!(want[*i as usize], None);
+                continue;
+            }
             assert_eq!(
-                (part[1].as_bool(), part[2].as_bool()),
-                (Some(true), Some(true)),
-                "{} at {}x{}: on top and in view ({placed})",
-                part[0],
-                window.width,
-                window.height
+                Some(&cells[c]),
+                want[*i as usize].as_ref(),
+                "row {i} column {name}: grouped as {} groups",
+                window.locale
             );
         }
-        assert_eq!(placed["inside"], true, "{placed}");
-        assert_eq!(
-            placed["over_table"], true,
-            "the viewer lies over the table: {placed}"
-        );
-        if let Some(name) = shot("cell-viewer-over-table") {
-            b.screenshot(&name).await;
-        }
-        b.click("#cell-close").await;
+    }
+    assert!(
+        shown_rows
+            .iter()
+            .any(|(_, cells, _)| cells[1].contains(group)),
+        "some number is grouped: {shown_rows:?}"
+    );
+    let copied = b
+        .js(
+            "const a = document.querySelector('.grid-row[data-row=\"3\"] .cell[data-col=\"1\"]');
+             const z = document.querySelector('.grid-row[data-row=\"4\"] .cell[data-col=\"2\"]');
+             const copy = (start, end) => {
+               const r = document.createRange(); r.setStart(start, 0); r.setEnd(end, end.childNodes.length);
+               const sel = getSelection(); sel.removeAllRanges(); sel.addRange(r);
+               const dt = new DataTransfer();
+               a.dispatchEvent(new ClipboardEvent('copy', {clipboardData: dt, bubbles: true, cancelable: true}));
+               sel.removeAllRanges();
+               return dt.getData('text/plain');
+             };
+             return [a.textContent, copy(a, a), copy(a, z)];",
+            json!([]),
+        )
+        .await;
+    // A copy across rows: from row 3's second cell to row 4's third,
+    // as the selection runs (a line per row, a tab between cells).
+    let line = |r: usize, cols: std::ops::RangeInclusive<usize>| {
+        cols.map(|c| want_rows[r][c].clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\t")
+    };
+    assert_eq!(
+        copied,
+        json!([
+            grouped_reference(&duck, "big", decimal, group)[3],
+            line(3, 1..=1),
+            format!("{}\n{}", line(3, 1..=head.len() - 1), line(4, 0..=2))
+        ]),
+        "a copy holds DuckDB's text, not the grouped one"
+    );
+    head
+}
 
-        // Digits grouped in the locale, DuckDB's text kept for copying.
-        b.show_tab(tabs[1].0).await;
-        let (_, shown_rows) = b.shown_table().await;
-        let (_, raw_rows) = b.table().await;
-        let (head, want_rows) = duckdb_reference_on(&duck, measures);
-        compare_rows(&want_rows, &raw_rows);
-        for (c, (name, _)) in head.iter().enumerate().filter(|(_, (_, t))| {
-            ["BIGINT", "DOUBLE"].contains(&t.as_str()) || t.starts_with("DECIMAL")
-        }) {
-            let want = grouped_reference(&duck, name, decimal, group);
-            for (i, cells, nulls) in &shown_rows {
-                if nulls[c] {
-                    assert_eq!(want[*i as usize], None);
-                    continue;
-                }
-                assert_eq!(
-                    Some(&cells[c]),
-                    want[*i as usize].as_ref(),
-                    "row {i} column {name}: grouped as {} groups",
-                    window.locale
-                );
-            }
-        }
-        assert!(
-            shown_rows
+/// The profile: DuckDB's counts, extremes and bins over the same rows.
+async fn the_profile_is_duckdbs(r: &Round<'_>, head: &Head) {
+    let (b, duck, measures) = (&r.b, r.duck, MEASURES);
+    let count = |sql: &str| r.count(sql);
+    let shot = |name: &str| r.shot(name);
+    b.click(".tab[data-tab=\"profile\"]").await;
+    let profile = b
+        .wait_for(
+            "the profile",
+            "const rows = [...document.querySelectorAll('#profile-pane .prof-row')];
+             return rows.length && [document.getElementById('profile-pane').dataset.rows,
+               rows.map(r => ({...r.dataset, type: r.children[1].textContent}))]",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(profile[0], count(measures));
+    let cols = profile[1].as_array().unwrap();
+    assert_eq!(cols.len(), head.len());
+    for (c, (name, ty)) in head.iter().enumerate() {
+        let p = &cols[c];
+        let q =
+            |sql: &str| duck_text(&duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone();
+        assert_eq!(p["type"], ty.as_str(), "{name}");
+        assert_eq!(
+            p["nulls"].as_str(),
+            q("SELECT count(*) - count({c}) FROM measures").as_deref(),
+            "{name}: NULLs"
+        );
+        assert_eq!(
+            p["distinct"].as_str(),
+            q("SELECT count(DISTINCT {c}) FROM measures").as_deref(),
+            "{name}: distinct"
+        );
+        assert_eq!(
+            p["min"].as_str(),
+            q("SELECT CAST(min({c}) AS VARCHAR) FROM measures").as_deref(),
+            "{name}: min"
+        );
+        assert_eq!(
+            p["max"].as_str(),
+            q("SELECT CAST(max({c}) AS VARCHAR) FROM measures").as_deref(),
+            "{name}: max"
+        );
+        bins_or_top_values_are_duckdbs(duck, name, p);
+    }
+    if let Some(name) = shot("profile") {
+        b.screenshot(&name).await;
+    }
+}
+
+/// A column with bins: DuckDB's histogram over the page's bounds; one
+/// without: DuckDB's most frequent values.
+fn bins_or_top_values_are_duckdbs(duck: &duckdb::Connection, name: &str, p: &Value) {
+    let q = |sql: &str| duck_text(duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone();
+    if let Some(bounds) = p["bounds"].as_str() {
+        // DuckDB's histogram over the page's bins (each bin: the
+        // values above the previous bound up to its own). The
+        // bounds go to DuckDB as the page's text: serde_json's f64
+        // parse may land one ulp off (999.9919852379381 read as
+        // 999.991985237938), DuckDB's is exact.
+        let bounds: Vec<&serde_json::value::RawValue> = serde_json::from_str(bounds).unwrap();
+        let counts: Vec<u64> = serde_json::from_str(p["counts"].as_str().unwrap()).unwrap();
+        let list = bounds
+            .iter()
+            .map(|b| format!("'{}'::DOUBLE", b.get()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let map = q(&format!(
+            "SELECT CAST(map_values(histogram(CAST({{c}} AS DOUBLE), [{list}])) AS VARCHAR) FROM measures"
+        ))
+        .unwrap();
+        let want = format!(
+            "[{}]",
+            counts
                 .iter()
-                .any(|(_, cells, _)| cells[1].contains(group)),
-            "some number is grouped: {shown_rows:?}"
-        );
-        let copied = b
-            .js(
-                "const a = document.querySelector('.grid-row[data-row=\"3\"] .cell[data-col=\"1\"]');
-                 const z = document.querySelector('.grid-row[data-row=\"4\"] .cell[data-col=\"2\"]');
-                 const copy = (start, end) => {
-                   const r = document.createRange(); r.setStart(start, 0); r.setEnd(end, end.childNodes.length);
-                   const sel = getSelection(); sel.removeAllRanges(); sel.addRange(r);
-                   const dt = new DataTransfer();
-                   a.dispatchEvent(new ClipboardEvent('copy', {clipboardData: dt, bubbles: true, cancelable: true}));
-                   sel.removeAllRanges();
-                   return dt.getData('text/plain');
-                 };
-                 return [a.textContent, copy(a, a), copy(a, z)];",
-                json!([]),
-            )
-            .await;
-        // A copy across rows: from row 3's second cell to row 4's third,
-        // as the selection runs (a line per row, a tab between cells).
-        let line = |r: usize, cols: std::ops::RangeInclusive<usize>| {
-            cols.map(|c| want_rows[r][c].clone().unwrap_or_default())
+                .map(u64::to_string)
                 .collect::<Vec<_>>()
-                .join("\t")
-        };
-        assert_eq!(
-            copied,
-            json!([
-                grouped_reference(&duck, "big", decimal, group)[3],
-                line(3, 1..=1),
-                format!("{}\n{}", line(3, 1..=head.len() - 1), line(4, 0..=2))
-            ]),
-            "a copy holds DuckDB's text, not the grouped one"
+                .join(", ")
         );
+        assert_eq!(map, want, "{name}: histogram over {bounds:?}");
+        assert_eq!(bounds.len(), counts.len());
+        assert!(bounds.len() > 1, "{name}: bins");
+    } else {
+        let top: Vec<(String, u64)> = serde_json::from_str(p["top"].as_str().unwrap()).unwrap();
+        let want: Vec<(String, u64)> = duck_text(
+            &duck,
+            &format!(
+                "SELECT CAST(\"{name}\" AS VARCHAR), CAST(count(*) AS VARCHAR) FROM measures \
+                 WHERE \"{name}\" IS NOT NULL GROUP BY \"{name}\" ORDER BY count(*) DESC, \"{name}\" LIMIT {}",
+                top.len().max(1)
+            ),
+        )
+        .into_iter()
+        .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
+        .collect();
+        assert_eq!(top, want, "{name}: most frequent values");
+    }
+}
 
-        // The profile: DuckDB's counts, extremes and bins over the same rows.
-        b.click(".tab[data-tab=\"profile\"]").await;
-        let profile = b
-            .wait_for(
-                "the profile",
-                "const rows = [...document.querySelectorAll('#profile-pane .prof-row')];
-                 return rows.length && [document.getElementById('profile-pane').dataset.rows,
-                   rows.map(r => ({...r.dataset, type: r.children[1].textContent}))]",
-                Duration::from_secs(30),
-            )
-            .await;
-        assert_eq!(profile[0], count(measures));
-        let cols = profile[1].as_array().unwrap();
-        assert_eq!(cols.len(), head.len());
-        for (c, (name, ty)) in head.iter().enumerate() {
-            let p = &cols[c];
-            let q = |sql: &str| {
-                duck_text(&duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone()
-            };
-            assert_eq!(p["type"], ty.as_str(), "{name}");
-            assert_eq!(
-                p["nulls"].as_str(),
-                q("SELECT count(*) - count({c}) FROM measures").as_deref(),
-                "{name}: NULLs"
-            );
-            assert_eq!(
-                p["distinct"].as_str(),
-                q("SELECT count(DISTINCT {c}) FROM measures").as_deref(),
-                "{name}: distinct"
-            );
-            assert_eq!(
-                p["min"].as_str(),
-                q("SELECT CAST(min({c}) AS VARCHAR) FROM measures").as_deref(),
-                "{name}: min"
-            );
-            assert_eq!(
-                p["max"].as_str(),
-                q("SELECT CAST(max({c}) AS VARCHAR) FROM measures").as_deref(),
-                "{name}: max"
-            );
-            if let Some(bounds) = p["bounds"].as_str() {
-                // DuckDB's histogram over the page's bins (each bin: the
-                // values above the previous bound up to its own). The
-                // bounds go to DuckDB as the page's text: serde_json's f64
-                // parse may land one ulp off (999.9919852379381 read as
-                // 999.991985237938), DuckDB's is exact.
-                let bounds: Vec<&serde_json::value::RawValue> =
-                    serde_json::from_str(bounds).unwrap();
-                let counts: Vec<u64> = serde_json::from_str(p["counts"].as_str().unwrap()).unwrap();
-                let list = bounds
-                    .iter()
-                    .map(|b| format!("'{}'::DOUBLE", b.get()))
-                    .collect::<Vec<_>>()
-                    .join(", ");
-                let map = q(&format!(
-                    "SELECT CAST(map_values(histogram(CAST({{c}} AS DOUBLE), [{list}])) AS VARCHAR) FROM measures"
-                ))
-                .unwrap();
-                let want = format!(
-                    "[{}]",
-                    counts
-                        .iter()
-                        .map(u64::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                );
-                assert_eq!(map, want, "{name}: histogram over {bounds:?}");
-                assert_eq!(bounds.len(), counts.len());
-                assert!(bounds.len() > 1, "{name}: bins");
-            } else {
-                let top: Vec<(String, u64)> =
-                    serde_json::from_str(p["top"].as_str().unwrap()).unwrap();
-                let want: Vec<(String, u64)> = duck_text(
-                    &duck,
-                    &format!(
-                        "SELECT CAST(\"{name}\" AS VARCHAR), CAST(count(*) AS VARCHAR) FROM measures \
-                         WHERE \"{name}\" IS NOT NULL GROUP BY \"{name}\" ORDER BY count(*) DESC, \"{name}\" LIMIT {}",
-                        top.len().max(1)
-                    ),
-                )
-                .into_iter()
-                .map(|r| (r[0].clone().unwrap(), r[1].clone().unwrap().parse().unwrap()))
-                .collect();
-                assert_eq!(top, want, "{name}: most frequent values");
-            }
-        }
-        if let Some(name) = shot("profile") {
-            b.screenshot(&name).await;
-        }
+/// A draft in the editor; then a reload brings back the draft and
+/// every tab (its title, SQL, selection, the view it showed).
+async fn a_reload_restores_the_draft_and_every_tab(
+    r: &Round<'_>,
+    head: &Head,
+) -> Vec<(u64, bool, String, String)> {
+    let (b, duck, reads) = (&r.b, r.duck, READS);
+    let draft = "-- a draft, never run\nSELECT month FROM sales_monthly WHERE amount > 300";
+    b.set_sql(draft).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let before = b.tab_strip().await;
+    b.reload().await;
+    assert_eq!(b.sql().await, draft, "the editor's text is restored");
+    assert_eq!(b.tab_strip().await, before, "the tabs are restored");
+    let view = b
+        .wait_for(
+            "the profile shown again",
+            "const p = document.getElementById('profile-pane');
+             return !p.hidden && p.querySelectorAll('.prof-row').length",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(view, json!(head.len()));
+    // Each restored table equals DuckDB's answer.
+    b.show_tab(before[0].0).await;
+    b.click(".tab[data-tab=\"table\"]").await;
+    assert_table_is_on(&b, &duck, reads).await;
+    b.show_tab(before[3].0).await;
+    assert_table_is(&b, "SELECT upper('tab one') AS first").await;
+    before
+}
 
-        // A draft in the editor; then a reload brings back the draft and
-        // every tab (its title, SQL, selection, the view it showed).
-        let draft = "-- a draft, never run\nSELECT month FROM sales_monthly WHERE amount > 300";
-        b.set_sql(draft).await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        let before = b.tab_strip().await;
-        b.reload().await;
-        assert_eq!(b.sql().await, draft, "the editor's text is restored");
-        assert_eq!(b.tab_strip().await, before, "the tabs are restored");
-        let view = b
-            .wait_for(
-                "the profile shown again",
-                "const p = document.getElementById('profile-pane');
-                 return !p.hidden && p.querySelectorAll('.prof-row').length",
-                Duration::from_secs(10),
-            )
-            .await;
-        assert_eq!(view, json!(head.len()));
-        // Each restored table equals DuckDB's answer.
-        b.show_tab(before[0].0).await;
-        b.click(".tab[data-tab=\"table\"]").await;
-        assert_table_is_on(&b, &duck, reads).await;
-        b.show_tab(before[3].0).await;
-        assert_table_is(&b, "SELECT upper('tab one') AS first").await;
-        // Bounded: the stored workspace, the large result kept in part.
-        let stored = b
-            .js(
-                "return Object.keys(localStorage).map(k => [k, localStorage.getItem(k)])",
-                json!([]),
-            )
-            .await;
-        let stored: Vec<(String, String)> = serde_json::from_value(stored).unwrap();
-        let (_, doc) = stored
-            .iter()
-            .find(|(k, _)| *k == workspace_key("first"))
-            .expect("the workspace under the identity's hash");
-        assert!(doc.len() <= 1_000_000, "{} characters stored", doc.len());
-        for (k, v) in &stored {
-            assert!(
-                !k.contains(TOKEN) && !v.contains(TOKEN),
-                "the token is stored"
-            );
-        }
-        let doc: Value = serde_json::from_str(doc).unwrap();
-        let large = doc["tabs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["sql"] == LARGE_SQL)
-            .unwrap();
-        let kept = large["result"]["rows"].as_array().unwrap().len();
+/// Bounded: the stored workspace, the large result kept in part.
+async fn a_large_result_is_kept_in_part(
+    r: &Round<'_>,
+    before: &[(u64, bool, String, String)],
+) -> (String, usize) {
+    let b = &r.b;
+    let grouped = |n: String| r.grouped(n);
+    let shot = |name: &str| r.shot(name);
+    let stored = b
+        .js(
+            "return Object.keys(localStorage).map(k => [k, localStorage.getItem(k)])",
+            json!([]),
+        )
+        .await;
+    let stored: Vec<(String, String)> = serde_json::from_value(stored).unwrap();
+    let (_, doc) = stored
+        .iter()
+        .find(|(k, _)| *k == workspace_key("first"))
+        .expect("the workspace under the identity's hash");
+    assert!(doc.len() <= 1_000_000, "{} characters stored", doc.len());
+    for (k, v) in &stored {
         assert!(
-            kept > 0 && kept < 300_000,
-            "{kept} rows of the large result kept"
+            !k.contains(TOKEN) && !v.contains(TOKEN),
+            "the token is stored"
         );
-        b.show_tab(before[2].0).await;
-        let note = b
-            .js(
-                "const n = document.getElementById('restored');
-                 return [n.hidden, document.getElementById('restored-text').textContent, document.getElementById('restored-load').textContent]",
-                json!([]),
-            )
-            .await;
-        let fmt = |n: usize| grouped(n.to_string());
-        assert_eq!(
-            note,
-            json!([
-                false,
-                format!(
-                    "Restored from this browser: the first {} of {} rows (a large result is not kept whole).",
-                    fmt(kept),
-                    fmt(300_000)
-                ),
-                "Load all rows"
-            ])
-        );
-        compare_rows(&duckdb_reference(LARGE_SQL).1, &b.table().await.1);
-        if let Some(name) = shot("restored-tabs") {
-            b.screenshot(&name).await;
-        }
-        // The rest comes from the gateway, which still holds the statement.
-        b.click("#restored-load").await;
-        b.wait_for(
-            "all rows loaded",
-            "return document.getElementById('table-pane').dataset.loaded === '300000' && document.getElementById('restored').hidden",
-            Duration::from_secs(60),
+    }
+    let doc: Value = serde_json::from_str(doc).unwrap();
+    let large = doc["tabs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["sql"] == LARGE_SQL)
+        .unwrap();
+    let kept = large["result"]["rows"].as_array().unwrap().len();
+    assert!(
+        kept > 0 && kept < 300_000,
+        "{kept} rows of the large result kept"
+    );
+    b.show_tab(before[2].0).await;
+    let note = b
+        .js(
+            "const n = document.getElementById('restored');
+             return [n.hidden, document.getElementById('restored-text').textContent, document.getElementById('restored-load').textContent]",
+            json!([]),
         )
         .await;
-        // Once the gateway no longer holds it: run again, on demand.
-        let id = large["result"]["id"].as_str().unwrap();
-        let (status, _) = g.delete(&format!("/statements/{id}"), TOKEN).await;
-        assert_eq!(status, 200);
-        b.reload().await;
-        b.show_tab(before[2].0).await;
-        b.click("#restored-load").await;
-        let gone = b
-            .wait_for(
-                "the marker says the result is gone",
-                "const t = document.getElementById('restored-text').textContent;
-                 return t.includes('no longer holds') && [t, document.getElementById('restored-load').textContent]",
-                Duration::from_secs(20),
-            )
-            .await;
-        assert_eq!(gone[1], "Run again", "{gone}");
-        assert_eq!(
-            b.js(
-                "return document.getElementById('table-pane').dataset.loaded",
-                json!([])
-            )
-            .await,
-            json!(kept.to_string()),
-            "nothing ran unasked"
-        );
-        b.click("#restored-load").await;
-        assert_eq!(b.wait_end().await, "succeeded");
-        b.wait_for(
-            "the large result run again",
-            "return document.getElementById('table-pane').dataset.loaded === '300000'",
-            Duration::from_secs(60),
-        )
-        .await;
+    let fmt = |n: usize| grouped(n.to_string());
+    assert_eq!(
+        note,
+        json!([
+            false,
+            format!(
+                "Restored from this browser: the first {} of {} rows (a large result is not kept whole).",
+                fmt(kept),
+                fmt(300_000)
+            ),
+            "Load all rows"
+        ])
+    );
+    compare_rows(&duckdb_reference(LARGE_SQL).1, &b.table().await.1);
+    if let Some(name) = shot("restored-tabs") {
+        b.screenshot(&name).await;
+    }
+    (large["result"]["id"].as_str().unwrap().to_string(), kept)
+}
 
-        // An expired token: the dialog says so, and when.
-        b.click("#signout").await;
-        let exp = now() + 15;
-        b.sign_in(&issuer.mint("carol", &["analyst"], exp)).await;
-        let (_, carol) = g
-            .get("/whoami", &issuer.mint("carol", &["analyst"], now() + 60))
-            .await;
-        let shown = b
-            .wait_for(
-                "the JWT's identity",
-                "const n = document.querySelector('#who .who-name');
-                 return n && n.textContent.startsWith('oidc:') && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent),
-                   !!document.querySelector('#who .who-exp')]",
-                Duration::from_secs(10),
-            )
-            .await;
-        assert_eq!(shown, json!([carol["name"], carol["roles"], true]));
-        // Past its `exp` (no leeway configured), the next run is refused.
-        let wait = Duration::from_secs(exp + 1).saturating_sub(Duration::from_secs(now()));
-        tokio::time::sleep(wait).await;
-        b.set_sql("SELECT 1 AS after_expiry").await;
-        b.click("#run").await;
-        let said = b
-            .wait_for(
-                "the expiry in the dialog",
-                "const d = document.getElementById('login'); const e = document.getElementById('login-error');
-                 return d.open && !e.hidden && [e.textContent, e.dataset.slug]",
-                Duration::from_secs(20),
-            )
-            .await;
-        let at = b
-            .js(
-                "return new Date(arguments[0] * 1000).toLocaleTimeString()",
-                json!([exp]),
-            )
-            .await;
-        assert_eq!(
-            said,
-            json!([
-                format!(
-                    "Your token expired at {}. Paste a new one to carry on: your tabs and the editor stay as they are.",
-                    at.as_str().unwrap()
-                ),
-                "token-expired"
-            ])
-        );
-        if let Some(name) = shot("expired-token") {
-            b.screenshot(&name).await;
-        }
-        // A new token of the same identity: the same tabs, and it runs.
-        let tabs_then = b.tab_strip().await;
-        b.keys("#token", &issuer.mint("carol", &["analyst"], now() + 600))
-            .await;
-        b.click("#connect").await;
-        b.wait_for(
-            "the dialog closes",
-            "return !document.getElementById('login').open",
+/// The rest comes from the gateway, which still holds the statement.
+async fn the_rest_loads_or_runs_again_on_demand(
+    r: &Round<'_>,
+    before: &[(u64, bool, String, String)],
+    id: &str,
+    kept: usize,
+) {
+    let (b, g) = (&r.b, r.g);
+    b.click("#restored-load").await;
+    b.wait_for(
+        "all rows loaded",
+        "return document.getElementById('table-pane').dataset.loaded === '300000' && document.getElementById('restored').hidden",
+        Duration::from_secs(60),
+    )
+    .await;
+    // Once the gateway no longer holds it: run again, on demand.
+    let (status, _) = g.delete(&format!("/statements/{id}"), TOKEN).await;
+    assert_eq!(status, 200);
+    b.reload().await;
+    b.show_tab(before[2].0).await;
+    b.click("#restored-load").await;
+    let gone = b
+        .wait_for(
+            "the marker says the result is gone",
+            "const t = document.getElementById('restored-text').textContent;
+             return t.includes('no longer holds') && [t, document.getElementById('restored-load').textContent]",
             Duration::from_secs(20),
         )
         .await;
-        assert_eq!(b.tab_strip().await, tabs_then);
-        assert_eq!(b.run("SELECT 1 AS after_expiry").await, "succeeded");
+    assert_eq!(gone[1], "Run again", "{gone}");
+    assert_eq!(
+        b.js(
+            "return document.getElementById('table-pane').dataset.loaded",
+            json!([])
+        )
+        .await,
+        json!(kept.to_string()),
+        "nothing ran unasked"
+    );
+    b.click("#restored-load").await;
+    assert_eq!(b.wait_end().await, "succeeded");
+    b.wait_for(
+        "the large result run again",
+        "return document.getElementById('table-pane').dataset.loaded === '300000'",
+        Duration::from_secs(60),
+    )
+    .await;
+}
 
-        // Nothing the page asked for was missing (no 404: not the polls,
-        // not an icon) and nothing broke but the refused tokens' 401s.
-        let mut asked = Vec::new();
-        for e in b.log("performance").await {
-            let m: Value =
-                serde_json::from_str(e["message"].as_str().unwrap_or("{}")).unwrap_or_default();
-            if m["message"]["method"] == "Network.responseReceived" {
-                let r = &m["message"]["params"]["response"];
-                asked.push((
-                    r["url"].as_str().unwrap_or("").to_string(),
-                    r["status"].as_u64().unwrap_or(0),
-                ));
-            }
-        }
-        assert!(
-            asked
-                .iter()
-                .any(|(u, s)| u.ends_with("/ui/favicon.svg") && *s == 200),
-            "{asked:?}"
-        );
-        let missing: Vec<_> = asked.iter().filter(|(_, s)| *s == 404).collect();
-        assert!(missing.is_empty(), "404s: {missing:?}");
-        let severe: Vec<Value> = b
-            .log("browser")
-            .await
-            .into_iter()
-            .filter(|e| e["level"] == "SEVERE")
-            .filter(|e| {
-                !e["message"]
-                    .as_str()
-                    .unwrap_or("")
-                    .contains("status of 401")
-            })
-            .collect();
-        assert!(severe.is_empty(), "console errors: {severe:?}");
-
-        // The browser leaves nothing behind.
-        let tree = b.processes();
-        assert!(!tree.is_empty(), "chromium runs under chromedriver");
-        let driver = b.driver.id();
-        drop(b);
-        let left: Vec<u32> = tree
-            .into_iter()
-            .chain([driver])
-            .filter(|p| alive(*p))
-            .collect();
-        assert!(left.is_empty(), "processes left behind: {left:?}");
+/// An expired token: the dialog says so, and when.
+async fn an_expired_token_is_said_and_a_new_one_carries_on(r: &Round<'_>, issuer: &LocalIssuer) {
+    let (b, g) = (&r.b, r.g);
+    let shot = |name: &str| r.shot(name);
+    b.click("#signout").await;
+    let exp = now() + 15;
+    b.sign_in(&issuer.mint("carol", &["analyst"], exp)).await;
+    let (_, carol) = g
+        .get("/whoami", &issuer.mint("carol", &["analyst"], now() + 60))
+        .await;
+    let shown = b
+        .wait_for(
+            "the JWT's identity",
+            "const n = document.querySelector('#who .who-name');
+             return n && n.textContent.startsWith('oidc:') && [n.textContent, [...document.querySelectorAll('#who .who-role')].map(r => r.textContent),
+               !!document.querySelector('#who .who-exp')]",
+            Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(shown, json!([carol["name"], carol["roles"], true]));
+    // Past its `exp` (no leeway configured), the next run is refused.
+    let wait = Duration::from_secs(exp + 1).saturating_sub(Duration::from_secs(now()));
+    tokio::time::sleep(wait).await;
+    b.set_sql("SELECT 1 AS after_expiry").await;
+    b.click("#run").await;
+    let said = b
+        .wait_for(
+            "the expiry in the dialog",
+            "const d = document.getElementById('login'); const e = document.getElementById('login-error');
+             return d.open && !e.hidden && [e.textContent, e.dataset.slug]",
+            Duration::from_secs(20),
+        )
+        .await;
+    let at = b
+        .js(
+            "return new Date(arguments[0] * 1000).toLocaleTimeString()",
+            json!([exp]),
+        )
+        .await;
+    assert_eq!(
+        said,
+        json!([
+            format!(
+                "Your token expired at {}. Paste a new one to carry on: your tabs and the editor stay as they are.",
+                at.as_str().unwrap()
+            ),
+            "token-expired"
+        ])
+    );
+    if let Some(name) = shot("expired-token") {
+        b.screenshot(&name).await;
     }
+    // A new token of the same identity: the same tabs, and it runs.
+    let tabs_then = b.tab_strip().await;
+    b.keys("#token", &issuer.mint("carol", &["analyst"], now() + 600))
+        .await;
+    b.click("#connect").await;
+    b.wait_for(
+        "the dialog closes",
+        "return !document.getElementById('login').open",
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(b.tab_strip().await, tabs_then);
+    assert_eq!(b.run("SELECT 1 AS after_expiry").await, "succeeded");
+}
+
+/// Nothing the page asked for was missing (no 404: not the polls,
+/// not an icon) and nothing broke but the refused tokens' 401s.
+async fn nothing_was_missing_and_nothing_broke(r: &Round<'_>) {
+    let b = &r.b;
+    let mut asked = Vec::new();
+    for e in b.log("performance").await {
+        let m: Value =
+            serde_json::from_str(e["message"].as_str().unwrap_or("{}")).unwrap_or_default();
+        if m["message"]["method"] == "Network.responseReceived" {
+            let r = &m["message"]["params"]["response"];
+            asked.push((
+                r["url"].as_str().unwrap_or("").to_string(),
+                r["status"].as_u64().unwrap_or(0),
+            ));
+        }
+    }
+    assert!(
+        asked
+            .iter()
+            .any(|(u, s)| u.ends_with("/ui/favicon.svg") && *s == 200),
+        "{asked:?}"
+    );
+    let missing: Vec<_> = asked.iter().filter(|(_, s)| *s == 404).collect();
+    assert!(missing.is_empty(), "404s: {missing:?}");
+    let severe: Vec<Value> = b
+        .log("browser")
+        .await
+        .into_iter()
+        .filter(|e| e["level"] == "SEVERE")
+        .filter(|e| {
+            !e["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("status of 401")
+        })
+        .collect();
+    assert!(severe.is_empty(), "console errors: {severe:?}");
+}
+
+/// The browser leaves nothing behind.
+fn the_browser_leaves_nothing_behind(b: Browser) {
+    let tree = b.processes();
+    assert!(!tree.is_empty(), "chromium runs under chromedriver");
+    let driver = b.driver.id();
+    drop(b);
+    let left: Vec<u32> = tree
+        .into_iter()
+        .chain([driver])
+        .filter(|p| alive(*p))
+        .collect();
+    assert!(left.is_empty(), "processes left behind: {left:?}");
 }

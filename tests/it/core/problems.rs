@@ -11,7 +11,7 @@
 //! the same SQL's error with `errors_as_json` (its message and `position`)
 //! and without (the excerpt DuckDB appends).
 
-use crate::common::Gateway;
+use crate::common::{App, Gateway};
 
 use std::io::{Read, Write};
 
@@ -274,22 +274,33 @@ fn decoded(value: &str) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// The token of the problems' caller.
+const HEADER_TOKEN: &str = "header-token-8c2e";
+
 #[tokio::test]
 async fn every_problem_names_itself_in_a_header_and_its_status_line() {
     let g = Gateway::builder()
-        .env("DUCKGATE_QUERY_TOKENS", "analyst:header-token-8c2e")
+        .env("DUCKGATE_QUERY_TOKENS", format!("analyst:{HEADER_TOKEN}"))
         .env("DUCKGATE_MAX_BODY_BYTES", 4096)
         .env("DUCKGATE_MAX_SQL_BYTES", 4096)
         .spawn_app()
         .await;
-    let token = "header-token-8c2e";
+    for (what, r) in problem_answers(&g).await {
+        its_header_says_its_title_and_first_line(what, r).await;
+    }
+    the_status_line_says_the_title(&g);
+}
+
+/// One answer of each kind of problem, named: a table of requests.
+async fn problem_answers(g: &App) -> Vec<(&'static str, reqwest::Response)> {
+    let token = HEADER_TOKEN;
     let post = |sql: &str| {
         g.client
             .post(g.url("/query"))
             .bearer_auth(token)
             .json(&json!({ "sql": sql }))
     };
-    let answers = vec![
+    vec![
         (
             "a SQL error",
             post("SELECT\n  nope FROM range(3)").send().await.unwrap(),
@@ -357,35 +368,44 @@ async fn every_problem_names_itself_in_a_header_and_its_status_line() {
                 .await
                 .unwrap(),
         ),
-    ];
-    for (what, r) in answers {
-        let status = r.status();
-        assert!(status.is_client_error(), "{what}: {status}");
-        let header = r.headers()["duckgate-error"].to_str().unwrap().to_string();
-        let p: Value = r.json().await.unwrap();
-        let title = p["title"].as_str().unwrap();
-        let first = p["detail"].as_str().unwrap().lines().next().unwrap();
-        let whole = format!("{title}: {first}");
-        assert!(header.len() <= 300, "{what}: {} bytes", header.len());
+    ]
+}
+
+/// A client error whose `duckgate-error` header holds the title and the
+/// detail's first line, percent-encoded ASCII, cut at 300 bytes with
+/// `...`, and no token.
+async fn its_header_says_its_title_and_first_line(what: &str, r: reqwest::Response) {
+    let token = HEADER_TOKEN;
+    let status = r.status();
+    assert!(status.is_client_error(), "{what}: {status}");
+    let header = r.headers()["duckgate-error"].to_str().unwrap().to_string();
+    let p: Value = r.json().await.unwrap();
+    let title = p["title"].as_str().unwrap();
+    let first = p["detail"].as_str().unwrap().lines().next().unwrap();
+    let whole = format!("{title}: {first}");
+    assert!(header.len() <= 300, "{what}: {} bytes", header.len());
+    assert!(
+        header.bytes().all(|b| (b' '..=b'~').contains(&b)),
+        "{what}: {header}"
+    );
+    if whole.len() < 250 {
+        assert_eq!(decoded(&header), whole, "{what}");
+    } else {
+        let kept = decoded(header.trim_end_matches("..."));
         assert!(
-            header.bytes().all(|b| (b' '..=b'~').contains(&b)),
-            "{what}: {header}"
-        );
-        if whole.len() < 250 {
-            assert_eq!(decoded(&header), whole, "{what}");
-        } else {
-            let kept = decoded(header.trim_end_matches("..."));
-            assert!(
-                header.ends_with("...") && whole.starts_with(&kept),
-                "{what}: {header}"
-            );
-        }
-        assert!(
-            !header.contains(token) && !header.contains("wrong-token-1"),
+            header.ends_with("...") && whole.starts_with(&kept),
             "{what}: {header}"
         );
     }
-    // The status line says the title (HTTP/1.1 has a reason phrase).
+    assert!(
+        !header.contains(token) && !header.contains("wrong-token-1"),
+        "{what}: {header}"
+    );
+}
+
+/// The status line says the title (HTTP/1.1 has a reason phrase).
+fn the_status_line_says_the_title(g: &App) {
+    let token = HEADER_TOKEN;
     let head = raw_head(
         &g.base,
         "GET /nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",

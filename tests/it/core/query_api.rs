@@ -30,12 +30,8 @@ async fn select_42_has_the_contract_shape() {
     assert!(v["elapsed_ms"].as_f64().unwrap() >= 0.0);
 }
 
-#[tokio::test]
-async fn every_type_is_valid_lossless_json() {
-    let g = Gateway::builder().spawn_app().await;
-    let v = g
-        .query_ok(
-            "SELECT
+/// One value of every type DuckDB answers with, named.
+const EVERY_TYPE_SQL: &str = "SELECT
                 9007199254740993::BIGINT AS big,
                 42::BIGINT AS small_big,
                 170141183460469231731687303715884105727::HUGEINT AS huge,
@@ -63,9 +59,12 @@ async fn every_type_is_valid_lossless_json() {
                 0.1::FLOAT AS flt,
                 1e300::DOUBLE AS huge_dbl,
                 true AS bool,
-                'héllo \"quoted\"' AS txt",
-        )
-        .await;
+                'héllo \"quoted\"' AS txt";
+
+#[tokio::test]
+async fn every_type_is_valid_lossless_json() {
+    let g = Gateway::builder().spawn_app().await;
+    let v = g.query_ok(EVERY_TYPE_SQL).await;
     let row = &v["rows"][0];
     let col = |name: &str| {
         let idx = v["columns"]
@@ -346,26 +345,9 @@ async fn errors_are_problem_documents() {
     assert_eq!(r.status(), 400);
 }
 
-#[tokio::test]
-async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
-    let g = Gateway::builder()
-        .env("DUCKGATE_MAX_BODY_BYTES", 4096)
-        .env("DUCKGATE_MAX_SQL_BYTES", 2048)
-        .spawn_app()
-        .await;
-    let post = |ct: &'static str, body: Vec<u8>| {
-        let c = g.client.clone();
-        let url = g.url("/query");
-        async move {
-            c.post(url)
-                .header("content-type", ct)
-                .body(body)
-                .send()
-                .await
-                .unwrap()
-        }
-    };
-    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+/// Bodies /query refuses: content type, body and the status it answers.
+fn bad_bodies() -> Vec<(&'static str, Vec<u8>, u16)> {
+    vec![
         ("application/json", b"{\"sql\": ".to_vec(), 400),
         ("application/json", b"".to_vec(), 400),
         ("application/json", b"[1,2]".to_vec(), 400),
@@ -400,8 +382,29 @@ async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
             b"{\"sql\": \"SELECT \\u0000\"}".to_vec(),
             400,
         ),
-    ];
-    for (ct, body, want) in cases {
+    ]
+}
+
+#[tokio::test]
+async fn bad_input_gets_4xx_and_the_server_keeps_serving() {
+    let g = Gateway::builder()
+        .env("DUCKGATE_MAX_BODY_BYTES", 4096)
+        .env("DUCKGATE_MAX_SQL_BYTES", 2048)
+        .spawn_app()
+        .await;
+    let post = |ct: &'static str, body: Vec<u8>| {
+        let c = g.client.clone();
+        let url = g.url("/query");
+        async move {
+            c.post(url)
+                .header("content-type", ct)
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for (ct, body, want) in bad_bodies() {
         let shown = String::from_utf8_lossy(&body[..body.len().min(40)]).into_owned();
         let r = post(ct, body).await;
         assert_eq!(r.status().as_u16(), want, "{ct} {shown:?}");

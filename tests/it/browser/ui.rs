@@ -770,7 +770,7 @@ async fn each_download_is_the_querys_answer(
             );
             continue;
         }
-        let want = query_bytes(&g, TYPED_SQL, format).await;
+        let want = query_bytes(g, TYPED_SQL, format).await;
         if format == "json" {
             let mut a: Value = serde_json::from_slice(&got).unwrap();
             let mut w: Value = serde_json::from_slice(&want).unwrap();
@@ -1208,19 +1208,34 @@ async fn no_page_writes_through_an_anonymous_gateway_unasked() {
     let g = common::Gateway::builder()
         .env("DUCKGATE_POLICY", "read-write")
         .start();
-    let tables = |name: &'static str| {
-        let g = &g;
-        async move {
-            g.query_ok(&format!(
-                "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = '{name}'"
-            ))
-            .await["rows"][0][0]
-                .as_i64()
-                .unwrap()
-        }
-    };
-    // Another site's page fires every kind of request a page may send
-    // without a preflight, as a form and as fetch.
+    another_sites_page_writes_nothing(&b, &g).await;
+    a_shared_link_that_writes_asks_first(&b, &g).await;
+    accepted_a_shared_write_runs(&b, &g).await;
+    a_shared_read_runs_at_once(&b, &g).await;
+}
+
+/// How many tables named `name` the gateway holds.
+async fn tables(g: &common::Gateway, name: &str) -> i64 {
+    g.query_ok(&format!(
+        "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = '{name}'"
+    ))
+    .await["rows"][0][0]
+        .as_i64()
+        .unwrap()
+}
+
+/// The console's link that opens with `sql` in the editor.
+fn shared_link(g: &common::Gateway, sql: &str) -> String {
+    format!(
+        "{}#sql={}",
+        g.url("/ui"),
+        form_urlencoded::byte_serialize(sql.as_bytes()).collect::<String>()
+    )
+}
+
+/// Another site's page fires every kind of request a page may send
+/// without a preflight, as a form and as fetch.
+async fn another_sites_page_writes_nothing(b: &Browser, g: &common::Gateway) {
     let target = g.url("/query");
     let page = format!(
         r#"<!doctype html><form id="f" method="POST" action="{target}" enctype="text/plain">
@@ -1233,23 +1248,21 @@ fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": 
     let port = serve_page(page).await;
     b.goto(&format!("http://127.0.0.1:{port}/")).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(tables("pwned_fetch").await, 0, "the page's fetch wrote");
-    assert_eq!(tables("pwned_form").await, 0, "the page's form wrote");
+    assert_eq!(tables(g, "pwned_fetch").await, 0, "the page's fetch wrote");
+    assert_eq!(tables(g, "pwned_form").await, 0, "the page's form wrote");
     // Control: the gateway writes what the same statement asks of it
     // directly, so the refusal above is the origin's.
     g.query_ok("CREATE TABLE direct AS SELECT 1 AS x").await;
-    assert_eq!(tables("direct").await, 1);
+    assert_eq!(tables(g, "direct").await, 1);
+}
 
-    // A shared link that writes asks first; declined, nothing runs.
-    let link = |sql: &str| {
-        format!(
-            "{}#sql={}",
-            g.url("/ui"),
-            form_urlencoded::byte_serialize(sql.as_bytes()).collect::<String>()
-        )
-    };
-    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
-        .await;
+/// A shared link that writes asks first; declined, nothing runs.
+async fn a_shared_link_that_writes_asks_first(b: &Browser, g: &common::Gateway) {
+    b.goto(&shared_link(
+        g,
+        "CREATE TABLE shared_write AS SELECT 1 AS x",
+    ))
+    .await;
     b.wait_for(
         "the token dialog",
         "return document.getElementById('login').open",
@@ -1265,14 +1278,24 @@ fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": 
         )
         .await;
     assert_eq!(kind, "CREATE TABLE");
-    assert_eq!(tables("shared_write").await, 0, "it ran before the answer");
+    assert_eq!(
+        tables(g, "shared_write").await,
+        0,
+        "it ran before the answer"
+    );
     b.click("#confirm-write-cancel").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(tables("shared_write").await, 0, "declined, it ran");
-    // Accepted, it runs.
+    assert_eq!(tables(g, "shared_write").await, 0, "declined, it ran");
+}
+
+/// Accepted, a shared write runs.
+async fn accepted_a_shared_write_runs(b: &Browser, g: &common::Gateway) {
     b.goto("about:blank").await;
-    b.goto(&link("CREATE TABLE shared_write AS SELECT 1 AS x"))
-        .await;
+    b.goto(&shared_link(
+        g,
+        "CREATE TABLE shared_write AS SELECT 1 AS x",
+    ))
+    .await;
     b.wait_for(
         "the confirmation again",
         "return document.getElementById('confirm-write').open",
@@ -1281,10 +1304,13 @@ fetch("{target}", {{method: "POST", mode: "no-cors", headers: {{"content-type": 
     .await;
     b.click("#confirm-write-run").await;
     assert_eq!(b.wait_end().await, "succeeded");
-    assert_eq!(tables("shared_write").await, 1);
-    // A shared read runs at once, no question asked.
+    assert_eq!(tables(g, "shared_write").await, 1);
+}
+
+/// A shared read runs at once, no question asked.
+async fn a_shared_read_runs_at_once(b: &Browser, g: &common::Gateway) {
     b.goto("about:blank").await;
-    b.goto(&link("SELECT 42 AS answer")).await;
+    b.goto(&shared_link(g, "SELECT 42 AS answer")).await;
     assert_eq!(b.wait_end().await, "succeeded");
     let open = b
         .js(
@@ -1749,7 +1775,7 @@ async fn enter_takes_a_function_and_its_sql_runs(b: &Browser, g: &common::Gatewa
     assert_eq!(b.wait_end().await, "succeeded");
     let first_sql = "SELECT upper('tab one') AS first";
     assert_eq!(b.sql().await, first_sql);
-    let answer = query_as(&g, TOKEN, first_sql).await;
+    let answer = query_as(g, TOKEN, first_sql).await;
     let (_, rows) = b.table().await;
     assert_eq!(rows[0].1[0], answer["rows"][0][0].as_str().unwrap());
     first_sql
@@ -1767,13 +1793,13 @@ async fn result_tabs_keep_replace_and_close(b: &Browser, first_sql: &str) {
         tabs.iter().map(|t| (t.1, t.2.as_str())).collect::<Vec<_>>(),
         vec![(false, first_sql), (true, second_sql)]
     );
-    assert_table_is(&b, second_sql).await;
+    assert_table_is(b, second_sql).await;
     b.click(&format!(
         "#result-tabs .rtab[data-n=\"{}\"] .rtab-name",
         tabs[0].0
     ))
     .await;
-    assert_table_is(&b, first_sql).await;
+    assert_table_is(b, first_sql).await;
     let third_sql = "SELECT i AS third FROM range(3) t(i)";
     assert_eq!(b.run(third_sql).await, "succeeded");
     let tabs = b.result_tabs().await;
@@ -1782,13 +1808,13 @@ async fn result_tabs_keep_replace_and_close(b: &Browser, first_sql: &str) {
         vec![(true, third_sql), (false, second_sql)],
         "the run replaced the current tab's result"
     );
-    assert_table_is(&b, third_sql).await;
+    assert_table_is(b, third_sql).await;
     b.click(&format!(
         "#result-tabs .rtab[data-n=\"{}\"] .rtab-name",
         tabs[1].0
     ))
     .await;
-    assert_table_is(&b, second_sql).await;
+    assert_table_is(b, second_sql).await;
     b.screenshot("result-tabs").await;
     b.click(&format!(
         "#result-tabs .rtab[data-n=\"{}\"] .rtab-close",
@@ -1800,7 +1826,7 @@ async fn result_tabs_keep_replace_and_close(b: &Browser, first_sql: &str) {
         left.iter().map(|t| (t.1, t.2.as_str())).collect::<Vec<_>>(),
         vec![(true, third_sql)]
     );
-    assert_table_is(&b, third_sql).await;
+    assert_table_is(b, third_sql).await;
 }
 
 /// The cell viewer: a JSON cell opens pretty-printed (the same value as
@@ -1810,7 +1836,7 @@ async fn the_cell_viewer_shows_a_cell_whole_and_copies_it(b: &Browser, g: &commo
         "SELECT json_object('b', [1, 2, json_object('c', 'x')], 'a', repeat('long ', 20)) AS doc, \
                     repeat('word ', 60) || 'end' AS prose";
     assert_eq!(b.run(cell_sql).await, "succeeded");
-    let answer = query_as(&g, TOKEN, cell_sql).await;
+    let answer = query_as(g, TOKEN, cell_sql).await;
     let long = b
         .js(
             "return document.querySelector('.grid-row[data-row=\"0\"] .cell[data-col=\"1\"]').classList.contains('cell-long')",
@@ -2503,12 +2529,12 @@ async fn digits_are_grouped_and_copied_as_duckdbs_text(
     b.show_tab(tabs[1].0).await;
     let (_, shown_rows) = b.shown_table().await;
     let (_, raw_rows) = b.table().await;
-    let (head, want_rows) = duckdb_reference_on(&duck, measures);
+    let (head, want_rows) = duckdb_reference_on(duck, measures);
     compare_rows(&want_rows, &raw_rows);
     for (c, (name, _)) in head.iter().enumerate().filter(|(_, (_, t))| {
         ["BIGINT", "DOUBLE"].contains(&t.as_str()) || t.starts_with("DECIMAL")
     }) {
-        let want = grouped_reference(&duck, name, decimal, group);
+        let want = grouped_reference(duck, name, decimal, group);
         for (i, cells, nulls) in &shown_rows {
             if nulls[c] {
                 assert_eq!(want[*i as usize], None);
@@ -2554,7 +2580,7 @@ async fn digits_are_grouped_and_copied_as_duckdbs_text(
     assert_eq!(
         copied,
         json!([
-            grouped_reference(&duck, "big", decimal, group)[3],
+            grouped_reference(duck, "big", decimal, group)[3],
             line(3, 1..=1),
             format!("{}\n{}", line(3, 1..=head.len() - 1), line(4, 0..=2))
         ]),
@@ -2584,7 +2610,7 @@ async fn the_profile_is_duckdbs(r: &Round<'_>, head: &Head) {
     for (c, (name, ty)) in head.iter().enumerate() {
         let p = &cols[c];
         let q =
-            |sql: &str| duck_text(&duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone();
+            |sql: &str| duck_text(duck, &sql.replace("{c}", &format!("\"{name}\"")))[0][0].clone();
         assert_eq!(p["type"], ty.as_str(), "{name}");
         assert_eq!(
             p["nulls"].as_str(),
@@ -2648,7 +2674,7 @@ fn bins_or_top_values_are_duckdbs(duck: &duckdb::Connection, name: &str, p: &Val
     } else {
         let top: Vec<(String, u64)> = serde_json::from_str(p["top"].as_str().unwrap()).unwrap();
         let want: Vec<(String, u64)> = duck_text(
-            &duck,
+            duck,
             &format!(
                 "SELECT CAST(\"{name}\" AS VARCHAR), CAST(count(*) AS VARCHAR) FROM measures \
                  WHERE \"{name}\" IS NOT NULL GROUP BY \"{name}\" ORDER BY count(*) DESC, \"{name}\" LIMIT {}",
@@ -2688,9 +2714,9 @@ async fn a_reload_restores_the_draft_and_every_tab(
     // Each restored table equals DuckDB's answer.
     b.show_tab(before[0].0).await;
     b.click(".tab[data-tab=\"table\"]").await;
-    assert_table_is_on(&b, &duck, reads).await;
+    assert_table_is_on(b, duck, reads).await;
     b.show_tab(before[3].0).await;
-    assert_table_is(&b, "SELECT upper('tab one') AS first").await;
+    assert_table_is(b, "SELECT upper('tab one') AS first").await;
     before
 }
 

@@ -137,6 +137,35 @@ impl Endpoint {
     pub async fn delete(&self, path: &str, token: &str) -> (u16, serde_json::Value) {
         self.call(reqwest::Method::DELETE, path, token).await
     }
+
+    /// Polls `GET /statements/{id}` (with `token`, if the gateway has
+    /// tokens) until its state is one of `states`: that document. What a
+    /// test waits for instead of sleeping while a statement starts.
+    pub async fn statement_in(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        states: &[&str],
+        within: Duration,
+    ) -> serde_json::Value {
+        let what = format!("statement {id} {states:?}");
+        eventually(&what, within, || async {
+            let mut r = self.client.get(self.url(&format!("/statements/{id}")));
+            if let Some(token) = token {
+                r = r.bearer_auth(token);
+            }
+            let v: serde_json::Value = match r.send().await {
+                Ok(r) => r.json().await.unwrap_or(serde_json::Value::Null),
+                Err(e) => return Err(e.to_string()),
+            };
+            if states.iter().any(|s| v["state"] == *s) {
+                Ok(v)
+            } else {
+                Err(v.to_string())
+            }
+        })
+        .await
+    }
 }
 
 /// A running gateway process.
@@ -217,7 +246,7 @@ impl GatewayBuilder {
         let stderr = child.stderr.take().expect("stderr");
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel::<String>();
-        {
+        let reader = {
             let log = log.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -234,8 +263,8 @@ impl GatewayBuilder {
                     }
                     log.lock().unwrap().push(line);
                 }
-            });
-        }
+            })
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(addr) = rx.recv_timeout(Duration::from_millis(50)) {
@@ -247,7 +276,12 @@ impl GatewayBuilder {
                 });
             }
             if let Ok(Some(status)) = child.try_wait() {
-                std::thread::sleep(Duration::from_millis(100));
+                // Its last lines: the reader ends at the pipe's end (what
+                // it read by then, if a child of it holds the pipe).
+                let read_by = Instant::now() + BUSY_MARGIN;
+                while !reader.is_finished() && Instant::now() < read_by {
+                    std::thread::sleep(POLL);
+                }
                 let lines = log.lock().unwrap().clone();
                 return Err((status.code(), lines));
             }
@@ -700,7 +734,24 @@ impl Drop for S3Server {
     }
 }
 
-/// Polls `probe` every 20 ms until it gives `Ok`, and returns that; fails
+/// What a machine busy with other work (two cores, several test
+/// processes) may add to any wait for an event: the margin every deadline
+/// derived from a configured interval or timeout carries. A wait that a
+/// loaded machine outlasts fails a run (issue 56); a longer one costs
+/// nothing when the event comes on time, since waits poll.
+pub const BUSY_MARGIN: Duration = Duration::from_secs(10);
+
+/// How long to wait for an event that a configured `interval` drives (a
+/// refresh, a heartbeat, a sweep, a timeout firing): ten such intervals
+/// and [`BUSY_MARGIN`].
+pub fn intervals(interval: Duration) -> Duration {
+    interval * 10 + BUSY_MARGIN
+}
+
+/// How often [`eventually`] and its blocking twin look again.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// Polls `probe` every [`POLL`] until it gives `Ok`, and returns that; fails
 /// the test after `within`, naming `what` it waited for and what the last
 /// probe saw (its `Err`).
 pub async fn eventually<T, E: std::fmt::Display, Fut>(
@@ -720,7 +771,27 @@ where
                 "no {what} within {within:?}; last seen: {seen}"
             ),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// [`eventually`] for a thread that is not on a runtime (a blocking task,
+/// a helper thread).
+pub fn eventually_blocking<T, E: std::fmt::Display>(
+    what: &str,
+    within: Duration,
+    mut probe: impl FnMut() -> Result<T, E>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match probe() {
+            Ok(t) => return t,
+            Err(seen) => assert!(
+                Instant::now() < deadline,
+                "no {what} within {within:?}; last seen: {seen}"
+            ),
+        }
+        std::thread::sleep(POLL);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The statements' drain of one process (issue 57): on SIGTERM the gateway
 //! refuses new work with 503 `shutting-down` but keeps answering polls and
-//! pages, so a statement submitted a second before the signal still
+//! pages, so a statement running at the signal still
 //! succeeds and its result is read during the drain; one that outlives the
 //! grace period ends with the documented answer (`failed`, problem
 //! `shutting-down`), read before the process exits. Before, SIGTERM
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{sleeping_sql, Gateway};
+use crate::common::{eventually, sleeping_sql, Gateway, BUSY_MARGIN};
 
 fn sigterm(g: &Gateway) {
     let status = Command::new("kill")
@@ -90,7 +90,9 @@ async fn a_statement_submitted_before_sigterm_succeeds_and_is_read_during_the_dr
     let (sql, reference_sql) = (sql(4000), sql(0));
     let (status, v) = submit(&g, "before-term", &sql).await;
     assert_eq!(status, 202, "{v}");
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The signal comes while it runs (it sleeps 4 s).
+    g.statement_in("before-term", None, &["running"], BUSY_MARGIN)
+        .await;
     sigterm(&g);
     let signalled = Instant::now();
 
@@ -101,7 +103,7 @@ async fn a_statement_submitted_before_sigterm_succeeds_and_is_read_during_the_dr
     assert_eq!(r.2["type"], "urn:duckgate:problem:shutting-down", "{}", r.2);
 
     // The statement runs on, and its result is read during the drain.
-    let done = until_ended(&g, "before-term", Duration::from_secs(30)).await;
+    let done = until_ended(&g, "before-term", grace + BUSY_MARGIN).await;
     assert_eq!(done["state"], "succeeded", "{done}");
     let r = g
         .client
@@ -116,7 +118,7 @@ async fn a_statement_submitted_before_sigterm_succeeds_and_is_read_during_the_dr
 
     // Read: nothing is left to drain, and the process exits well before
     // the grace period is over.
-    let (code, g) = exit_code(g, grace + Duration::from_secs(10)).await;
+    let (code, g) = exit_code(g, grace + BUSY_MARGIN).await;
     assert_eq!(code, Some(0), "{}", g.log_text());
     let exited = signalled.elapsed();
     assert!(
@@ -134,10 +136,11 @@ async fn a_statement_outliving_the_grace_period_ends_with_the_documented_answer(
         .start();
     let (status, v) = submit(&g, "too-long", &sleeping_sql(Duration::from_secs(30))).await;
     assert_eq!(status, 202, "{v}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    g.statement_in("too-long", None, &["running"], BUSY_MARGIN)
+        .await;
     sigterm(&g);
     let signalled = Instant::now();
-    let done = until_ended(&g, "too-long", Duration::from_secs(20)).await;
+    let done = until_ended(&g, "too-long", grace + BUSY_MARGIN).await;
     assert_eq!(done["state"], "failed", "{done}");
     assert_eq!(
         done["problem"]["type"], "urn:duckgate:problem:shutting-down",
@@ -148,14 +151,14 @@ async fn a_statement_outliving_the_grace_period_ends_with_the_documented_answer(
         "ended {:?} after SIGTERM, before the grace period",
         signalled.elapsed()
     );
-    let (code, g) = exit_code(g, Duration::from_secs(20)).await;
+    let (code, g) = exit_code(g, grace + BUSY_MARGIN).await;
     assert_eq!(code, Some(0), "{}", g.log_text());
 }
 
 /// POST /query until the drain refuses it: status, whether Retry-After
 /// came, the problem.
 async fn eventually_refused(g: &Gateway) -> (u16, bool, Value) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + BUSY_MARGIN;
     loop {
         let r = g
             .client
@@ -292,11 +295,23 @@ async fn flight_sql_statements_drain_as_http_queries_do() {
     let (go, wait) = tokio::sync::oneshot::channel();
     let running = tokio::spawn(flight_rows(client.clone(), sql, wait));
     // The statement is running (its GetFlightInfo returns once DuckDB has
-    // its first rows) when the signal comes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // its first rows, after the 4 s sleep) when the signal comes: listed
+    // among its identity's queries.
+    eventually("the Flight statement running", BUSY_MARGIN, || async {
+        let (status, v) = g.get("/queries", FLIGHT_SECRET).await;
+        match v["queries"].as_array() {
+            Some(q) if status == 200 && !q.is_empty() => Ok(()),
+            _ => Err(v),
+        }
+    })
+    .await;
+    assert!(
+        !running.is_finished(),
+        "GetFlightInfo returned before the signal: the statement was not running at it"
+    );
     sigterm(&g);
     let signalled = Instant::now();
-    crate::common::eventually("the drain's start", Duration::from_secs(5), || {
+    eventually("the drain's start", BUSY_MARGIN, || {
         let log = g.log_text();
         async move {
             log.contains("shutting down: new work refused")
@@ -348,7 +363,7 @@ async fn flight_sql_statements_drain_as_http_queries_do() {
     assert_eq!(rows, reference(&reference_sql));
     let fetched = signalled.elapsed();
 
-    let (code, g) = exit_code(g, grace + Duration::from_secs(10)).await;
+    let (code, g) = exit_code(g, grace + BUSY_MARGIN).await;
     assert_eq!(code, Some(0), "{}", g.log_text());
     let exited = signalled.elapsed();
     assert!(

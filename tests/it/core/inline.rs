@@ -150,9 +150,9 @@ async fn duckdb_threads(g: &common::Endpoint) -> f64 {
     metric(&g.get_text("/metrics").await, "duckgate_duckdb_threads")
 }
 
-/// Waits up to `secs` for `duckgate_duckdb_threads` to read `n`.
-async fn threads_become(g: &common::Endpoint, what: &str, secs: u64, n: f64) {
-    common::eventually(what, Duration::from_secs(secs), || async {
+/// Waits up to `within` for `duckgate_duckdb_threads` to read `n`.
+async fn threads_become(g: &common::Endpoint, what: &str, within: Duration, n: f64) {
+    common::eventually(what, within, || async {
         match duckdb_threads(g).await {
             seen if seen == n => Ok(()),
             seen => Err(format!("{seen} threads")),
@@ -204,24 +204,32 @@ async fn duckdbs_threads_stop_while_only_short_reads_run() {
         );
         assert!(rounds < 40, "{rounds} rounds, in each a read moved");
     }
-    // A new text runs on a blocking thread: the threads run while it does.
+    // A new text runs on a blocking thread: the threads run while it does
+    // (seen while it runs: it lasts as long as the wait for them may).
+    let runs = common::BUSY_MARGIN;
     let long = {
         let endpoint_url = g.url("/query");
         let client = g.client.clone();
         tokio::spawn(async move {
             let r = client
                 .post(endpoint_url)
-                .json(&json!({"sql": common::sleeping_sql(Duration::from_secs(4))}))
+                .json(&json!({"sql": common::sleeping_sql(runs)}))
                 .send()
                 .await
                 .unwrap();
             r.status().as_u16()
         })
     };
-    threads_become(&g, "the background thread running", 3, 2.0).await;
+    threads_become(&g, "the background thread running", runs, 2.0).await;
     assert_eq!(long.await.unwrap(), 200);
-    // And stop again after it.
-    threads_become(&g, "the background thread stopped again", 20, 1.0).await;
+    // And stop again after it, once they have lingered.
+    threads_become(
+        &g,
+        "the background thread stopped again",
+        common::intervals(linger),
+        1.0,
+    )
+    .await;
     assert_eq!(
         ndjson_rows(&ndjson(&g, "SELECT $1 + 1 AS n", 41).await),
         want

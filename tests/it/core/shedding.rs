@@ -99,6 +99,7 @@ async fn load(g: &Gateway, clients: usize, window: Duration) -> Seen {
                             Some(secs) if honour => {
                                 tokio::time::sleep(Duration::from_secs(secs)).await
                             }
+                            // The clients' own pace, on purpose.
                             _ => tokio::time::sleep(BACKOFF).await,
                         }
                     }

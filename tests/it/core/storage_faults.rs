@@ -228,6 +228,8 @@ async fn slow_body_start(addr: &str) -> (TcpStream, Instant) {
 async fn trickle((stream, started): (TcpStream, Instant)) -> (String, Duration) {
     let (mut rd, mut wr) = stream.into_split();
     let trickle = tokio::spawn(async move {
+        // The client's pace, on purpose: a byte far more often than any
+        // per-read wait, so that only the body's whole timeout can end it.
         for _ in 0..90 {
             tokio::time::sleep(Duration::from_millis(300)).await;
             if wr.write_all(b" ").await.is_err() {
@@ -264,6 +266,9 @@ async fn a_slow_body_is_408_at_its_timeout_and_gives_its_permit_back() {
     }
     // Both requests' headers are sent: let the gateway dispatch them
     // before another client asks (loopback takes well under a millisecond).
+    // A sleep, for want of anything to watch: the gateway counts no
+    // requests in flight, and a probe sent now could take the permit a
+    // slow body is about to (the eventually below then waits for both).
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Control: while the bodies trickle in, they hold both permits.
     let refused = eventually("both permits held", Duration::from_secs(6), || async {

@@ -121,21 +121,18 @@ async fn csv_is_byte_for_byte_what_duckdb_copy_writes() {
                 let body = json!({"sql": "SELECT sum(hash(i)) AS s FROM range(100000000000) t(i)", "format": "csv", "timeout_ms": 120000});
                 client.post(url).json(&body).send().await
             }));
-            let listed = async {
-                loop {
+            crate::common::eventually(
+                "the long CSV query running",
+                crate::common::BUSY_MARGIN,
+                || async {
                     let v = g.get_json("/queries").await;
-                    if v["queries"]
-                        .as_array()
-                        .is_some_and(|q| q.iter().any(|q| q["state"] == "running"))
-                    {
-                        break;
+                    match v["queries"].as_array() {
+                        Some(q) if q.iter().any(|q| q["state"] == "running") => Ok(()),
+                        _ => Err(v),
                     }
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
-            };
-            tokio::time::timeout(std::time::Duration::from_secs(20), listed)
-                .await
-                .expect("the long CSV query runs");
+                },
+            )
+            .await;
         }
         let want = &reference[*q];
         let r = g

@@ -519,7 +519,15 @@ async fn each_refusal_says_what_was_wrong() {
 #[ignore = "tier venv: needs the test venv (Python DuckDB, PyJWT); scripts/test installs it"]
 async fn an_unknown_kid_is_fetched_and_rotated_keys_hold_without_restart() {
     let issuer = Issuer::start();
-    let g = gateway(&issuer, &[("DUCKGATE_OIDC_JWKS_COOLDOWN_MS", "500")]).await;
+    let cooldown = Duration::from_millis(500);
+    let g = gateway(
+        &issuer,
+        &[(
+            "DUCKGATE_OIDC_JWKS_COOLDOWN_MS",
+            &cooldown.as_millis().to_string(),
+        )],
+    )
+    .await;
     let old = issuer.mint("rsa-1", "RS256", issuer.claims("alice")).await;
     assert_eq!(query(&g, &old, "SELECT 1").await.0, 200);
     issuer
@@ -527,8 +535,9 @@ async fn an_unknown_kid_is_fetched_and_rotated_keys_hold_without_restart() {
         .await;
     let new = issuer.mint("rsa-2", "RS256", issuer.claims("alice")).await;
     // Not published yet: the gateway asks the issuer again (the cooldown
-    // since start-up has passed) and still finds no such key.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    // since start-up has passed) and still finds no such key. A sleep on
+    // purpose: the fetch counted below happens only past the cooldown.
+    tokio::time::sleep(cooldown + Duration::from_millis(100)).await;
     let before = issuer.jwks_fetches().await;
     let (status, _, body) = query(&g, &new, "SELECT 1").await;
     assert_eq!((status, slug(&body)), (401, "token-unknown-key"), "{body}");
@@ -544,7 +553,7 @@ async fn an_unknown_kid_is_fetched_and_rotated_keys_hold_without_restart() {
         .await;
     eventually(
         "the rotated key accepted",
-        Duration::from_secs(5),
+        crate::common::intervals(cooldown),
         || async {
             match query(&g, &new, "SELECT 2 AS two").await {
                 (200, _, body) => Ok(body),
@@ -562,11 +571,18 @@ async fn an_unknown_kid_is_fetched_and_rotated_keys_hold_without_restart() {
 #[ignore = "tier venv: needs the test venv (Python DuckDB, PyJWT); scripts/test installs it"]
 async fn a_jwks_that_goes_down_keeps_the_last_keys_and_turns_stale() {
     let issuer = Issuer::start();
+    let (refresh, stale) = (Duration::from_millis(300), Duration::from_millis(1500));
     let g = gateway(
         &issuer,
         &[
-            ("DUCKGATE_OIDC_JWKS_REFRESH_MS", "300"),
-            ("DUCKGATE_OIDC_JWKS_STALE_MS", "1500"),
+            (
+                "DUCKGATE_OIDC_JWKS_REFRESH_MS",
+                &refresh.as_millis().to_string(),
+            ),
+            (
+                "DUCKGATE_OIDC_JWKS_STALE_MS",
+                &stale.as_millis().to_string(),
+            ),
             ("DUCKGATE_OIDC_JWKS_COOLDOWN_MS", "200"),
         ],
     )
@@ -583,14 +599,15 @@ async fn a_jwks_that_goes_down_keeps_the_last_keys_and_turns_stale() {
     assert_eq!(oidc(&ready).expect("the oidc dependency")["up"], true);
 
     issuer.post("/control/down", json!({})).await;
-    // Refreshes fail; the last good keys still verify.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Refreshes fail; the last good keys still verify. A sleep on purpose:
+    // two refreshes must have failed first.
+    tokio::time::sleep(refresh * 2 + Duration::from_millis(100)).await;
     assert_eq!(query(&g, &token, "SELECT 1").await.0, 200);
     // Past the staleness bound: degraded, naming oidc; the gateway stays
     // ready (query tokens and the last keys still serve) and alive.
     let stale = eventually(
         "readyz degraded by oidc",
-        Duration::from_secs(5),
+        stale + crate::common::BUSY_MARGIN,
         || async {
             let r = g.client.get(g.url("/readyz")).send().await.unwrap();
             let status = r.status().as_u16();
@@ -626,14 +643,18 @@ async fn a_jwks_that_goes_down_keeps_the_last_keys_and_turns_stale() {
     assert_eq!((status, slug(&body)), (503, "issuer-unavailable"), "{body}");
 
     issuer.post("/control/up", json!({})).await;
-    eventually("readyz ok again", Duration::from_secs(10), || async {
-        let h = g.get_json("/readyz").await;
-        if h["status"] == "ok" {
-            Ok(())
-        } else {
-            Err(h.to_string())
-        }
-    })
+    eventually(
+        "readyz ok again",
+        crate::common::intervals(refresh),
+        || async {
+            let h = g.get_json("/readyz").await;
+            if h["status"] == "ok" {
+                Ok(())
+            } else {
+                Err(h.to_string())
+            }
+        },
+    )
     .await;
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::S3Server;
+use crate::common::{eventually, S3Server, BUSY_MARGIN};
 use serde_json::json;
 
 const S3_SQL: &str = "SELECT count(*) AS n FROM read_csv('s3://duckgate-test/data/small.csv')";
@@ -16,10 +16,11 @@ const S3_SQL: &str = "SELECT count(*) AS n FROM read_csv('s3://duckgate-test/dat
 /// statuses of the S3 queries that were refused, and `/readyz`'s status.
 async fn local_while_s3_stalls(max_s3: Option<u32>) -> (usize, Vec<u16>, u16) {
     let s3 = S3Server::start(&[]);
+    let acquire = Duration::from_millis(1500);
     let mut b = s3
         .app(3600)
         .env("DUCKGATE_POOL_SIZE", 2)
-        .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", 1500)
+        .env("DUCKGATE_ACQUIRE_TIMEOUT_MS", acquire.as_millis())
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 120_000);
 
     if let Some(n) = max_s3 {
@@ -47,11 +48,23 @@ async fn local_while_s3_stalls(max_s3: Option<u32>) -> (usize, Vec<u16>, u16) {
     g.health_until(
         "S3 queries hold their share",
         |h| h["pool"]["s3_in_use"] == share,
-        Duration::from_secs(10),
+        BUSY_MARGIN,
     )
     .await;
-    // Those beyond the share wait the acquire timeout for it, then 503.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // Those beyond the share wait the acquire timeout for it, then 503
+    // (the others wait for S3's 20 s, longer than this wait).
+    let beyond = 3 - share as usize;
+    eventually(
+        "the S3 queries beyond the share answered",
+        acquire + BUSY_MARGIN,
+        || async {
+            match stalled.iter().filter(|t| t.is_finished()).count() {
+                n if n >= beyond => Ok(()),
+                n => Err(format!("{n} of {beyond}")),
+            }
+        },
+    )
+    .await;
     let mut refused = Vec::new();
     let mut stuck = Vec::new();
     for t in stalled {

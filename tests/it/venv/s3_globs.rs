@@ -158,6 +158,8 @@ async fn a_listed_key_with_url_parameters_redirects_nothing() {
     let sql = format!("SELECT * FROM read_csv('s3://duckgate-test/{evil}')");
     let r = g.query(json!({ "sql": sql })).await;
     assert_eq!(r.status(), 403);
+    // A sleep on purpose: an absence is proved by waiting, here for a
+    // request a redirected read would have sent after the answer.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(
         hits.load(Ordering::SeqCst),

@@ -8,8 +8,6 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use crate::common::{Endpoint, Gateway, S3Server};
 use serde_json::{json, Value};
 
@@ -139,7 +137,6 @@ async fn a_toml_file_configures_several_scoped_secrets() {
     assert_eq!(test_epoch, 1);
     let h = g.health().await;
     assert_eq!(h["credential_epoch"], 3);
-    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 #[tokio::test]

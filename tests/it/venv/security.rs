@@ -283,7 +283,9 @@ async fn a_query_token_reaches_no_credential_and_nothing_outside_its_scope() {
         body["type"]
     );
 
-    // Nothing was sent where the attacks pointed.
+    // Nothing was sent where the attacks pointed. A sleep on purpose: an
+    // absence is proved by waiting, here for a connection a redirected
+    // read would have opened after its query was answered.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(
         cap.hits.load(Ordering::SeqCst),

@@ -116,9 +116,18 @@ async fn a_signed_url_reads_its_statement_without_a_header_and_nothing_else() {
     assert_eq!(mint(&g, ALICE, "report-1", "?format=xml").await.0, 400);
 
     // It stops at its expiry.
-    let (_, short) = mint(&g, ALICE, "report-1", "?expires_in_s=1").await;
+    let expires_in = Duration::from_secs(1);
+    let (_, short) = mint(
+        &g,
+        ALICE,
+        "report-1",
+        &format!("?expires_in_s={}", expires_in.as_secs()),
+    )
+    .await;
     let short = short["url"].as_str().unwrap().to_string();
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    // A sleep on purpose: the link must outlive its expiry (whole seconds,
+    // so a second more, and a little for the clock's rounding).
+    tokio::time::sleep(expires_in + Duration::from_millis(1100)).await;
     let (status, body) = get(&g, &short).await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("expired"), "{body}");

@@ -402,6 +402,8 @@ async fn lake_reads(
         } else {
             failed.push(format!("{status} {v}"));
         }
+        // The readers' pace, on purpose: ten reads a second across the
+        // writer's commits and the credentials' expiries.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let n = commits.join().unwrap();

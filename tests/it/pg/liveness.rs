@@ -205,7 +205,8 @@ async fn a_slow_postgresql_behind_an_idle_cutting_middlebox_loses_no_live_statem
     // The schema first, directly (a start-up's migration through the slow
     // link would take most of a minute).
     drop(start_all(vec![replica(&s3, pg.dsn(), stale)]).await);
-    let link = SlowLink::start(pg.port, Duration::from_millis(750), Duration::from_secs(5)).await;
+    let idle_cut = Duration::from_secs(5);
+    let link = SlowLink::start(pg.port, Duration::from_millis(750), idle_cut).await;
     // One at a time: a start-up waiting for the other's migration lock
     // says nothing for 5 s, and the middlebox cuts it.
     let mut g = start_all(vec![replica(&s3, pg.dsn_via(link.port), stale)]).await;
@@ -221,8 +222,9 @@ async fn a_slow_postgresql_behind_an_idle_cutting_middlebox_loses_no_live_statem
         assert!(status == 202 || status == 200, "{id}: {status} {v}");
         ids.push(id);
     }
-    // A quiet while: the pooled sessions idle past the middlebox's limit.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // A quiet while: the pooled sessions idle past the middlebox's limit
+    // (a sleep on purpose: the idleness is the scenario).
+    tokio::time::sleep(idle_cut + Duration::from_secs(3)).await;
 
     // Both replicas are asked about every statement until each is seen
     // succeeded on both; none may ever be lost.
@@ -452,7 +454,10 @@ async fn a_frozen_replica_is_taken_for_dead_and_an_admin_call_says_so() {
         },
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A sleep on purpose: an absence is proved by waiting, here a full
+    // staleness (five of its heartbeats, each a chance to act on the
+    // withdrawn command).
+    tokio::time::sleep(stale).await;
     assert_eq!(
         rotations(a).await,
         a_rotations,

@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 const ALICE: &str = "alice-token-0123456789";
 const BOB: &str = "bob-token-0123456789ab";
 const PASSWORD: &str = "state-pw-3f9a0c";
+/// `DUCKGATE_REPLICA_STALE_MS`: how long a killed replica's ids stay held.
+const STALE: Duration = Duration::from_millis(2000);
 /// Runs until cancelled.
 const LONG: &str = "SELECT sum(hash(i)) FROM range(100000000000) t(i)";
 
@@ -21,7 +23,7 @@ fn replica(pg: &Postgres) -> Gateway {
     Gateway::builder()
         .env("DUCKGATE_QUERY_TOKENS", format!("alice:{ALICE},bob:{BOB}"))
         .env("DUCKGATE_STATE_DSN", pg.dsn())
-        .env("DUCKGATE_REPLICA_STALE_MS", 2000)
+        .env("DUCKGATE_REPLICA_STALE_MS", STALE.as_millis())
         .env("DUCKGATE_MAX_QUERY_TIMEOUT_MS", 60000)
         .env("DUCKGATE_POOL_SIZE", 3)
         .start()
@@ -220,7 +222,10 @@ async fn query_ids_are_unique_across_replicas() {
     a.child.kill().unwrap();
     let killed = Instant::now();
     let (status, v) = query_on(&b, ALICE, "job-d", "SELECT 1 AS one").await;
-    if killed.elapsed() < Duration::from_millis(1500) {
+    // Still held only if asked well inside the staleness (a busy machine
+    // may answer later: then the id may be free already, and nothing is
+    // asserted of it).
+    if killed.elapsed() < STALE * 3 / 4 {
         taken(status, &v);
     }
     let free = until_accepted(&b, "job-d").await;

@@ -621,8 +621,26 @@ async fn one_admin_call_reaches_every_replica() {
     for g in [&a, &b, &c] {
         names.push(g.health().await["replica"].as_str().unwrap().to_string());
     }
-    // Each replica has joined the shared state once its heartbeat ran.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Each replica has joined the shared state once its heartbeat ran
+    // (every fifth of DUCKGATE_REPLICA_STALE_MS, 2 s here).
+    let beat = Duration::from_millis(2000) / 5;
+    common::eventually(
+        "three replicas in the shared state",
+        common::intervals(beat),
+        || async {
+            let out = pg
+                .psql_session(PASSWORD, "state")
+                .args(["-tAc", "SELECT count(*) FROM duckgate_replicas"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            match text.parse::<u32>() {
+                Ok(n) if n >= 3 => Ok(()),
+                _ => Err(format!("{text} {}", String::from_utf8_lossy(&out.stderr))),
+            }
+        },
+    )
+    .await;
     let before = [
         rotations(&a).await,
         rotations(&b).await,

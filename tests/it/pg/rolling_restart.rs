@@ -199,6 +199,9 @@ async fn a_rolling_restart_under_load_loses_no_acknowledged_statement() {
         .map(|n| tokio::spawn(client(n, live.clone(), seen.clone(), stop.clone())))
         .collect();
     let started = Instant::now();
+    // The clients' load runs a while before the first restart (a sleep on
+    // purpose: the restarts must come under load, and the statements
+    // acknowledged meanwhile count toward the run's total).
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     // Each replica in turn: two statements of 2-3 s acknowledged by it,
@@ -249,6 +252,7 @@ async fn a_rolling_restart_under_load_loses_no_acknowledged_statement() {
             live.push(new.base.clone());
         }
         replicas.push(new);
+        // The new replica takes load before the next restart (on purpose).
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     stop.cancel();

@@ -119,7 +119,14 @@ fn run_soak_as(
             let _ = Command::new("kill")
                 .args(["-TERM", "--", &format!("-{pgid}")])
                 .status();
-            std::thread::sleep(Duration::from_secs(25));
+            // Up to 25 s for the script to stop what it started, then
+            // whatever is left is killed.
+            let stopping = Instant::now();
+            while child.try_wait().unwrap().is_none()
+                && stopping.elapsed() < Duration::from_secs(25)
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
             let _ = Command::new("kill")
                 .args(["-KILL", "--", &format!("-{pgid}")])
                 .status();

@@ -839,12 +839,17 @@ print(json.dumps(out))
 #[tokio::test]
 #[ignore = "tier venv: needs the test venv (Python DuckDB, ADBC's Flight SQL driver); scripts/test installs it"]
 async fn flight_limits_fail_visibly_and_timeouts_cancel() {
+    // The default and the cap far enough apart, and from the header's
+    // 500 ms, the client's 1 s deadline and the 30 s sleeps, that each
+    // bound below has a busy machine's margin and still tells which limit
+    // ended a call.
+    let (default, cap) = (6.0, 12.0);
     let (app, uri) = gateway(&[
         ("DUCKGATE_POOL_SIZE", "1"),
         ("DUCKGATE_MAX_RESULT_BYTES", "1000000"),
         ("DUCKGATE_MAX_ROWS", "100000"),
-        ("DUCKGATE_QUERY_TIMEOUT_MS", "2000"),
-        ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", "4000"),
+        ("DUCKGATE_QUERY_TIMEOUT_MS", &(default * 1000.0).to_string()),
+        ("DUCKGATE_MAX_QUERY_TIMEOUT_MS", &(cap * 1000.0).to_string()),
     ])
     .await;
     let v = run(
@@ -897,12 +902,12 @@ out["max_rows_over_cap"] = error_of(lambda: table(with_headers(max_rows=500000),
 out["max_rows_bad"] = error_of(lambda: table(with_headers(max_rows=0), "SELECT 1"))
 out["timeout_bad"] = error_of(lambda: table(with_headers(timeout_ms="soon"), "SELECT 1"))
 
-# timeout_ms: the header's limit, not the default's 2 s; the connection
+# timeout_ms: the header's limit, not the default's 6 s; the connection
 # (the pool's only one) serves the next query at once.
 sleepy = "SELECT sleep_ms(30000) IS NULL AS slept"
 out["timeout"] = timed(lambda: table(with_headers(timeout_ms=500), sleepy))
 out["after_timeout"] = timed(lambda: table(plain, "SELECT 7 AS seven").to_pylist())
-# Clamped by DUCKGATE_MAX_QUERY_TIMEOUT_MS (4 s), not the default's 2 s.
+# Clamped by DUCKGATE_MAX_QUERY_TIMEOUT_MS (12 s), not the default's 6 s.
 out["clamped"] = timed(lambda: table(with_headers(timeout_ms=600000), sleepy))
 # The client's own gRPC deadline (ADBC's query timeout): the query stops.
 deadline = fs.connect(URI, db_kwargs={
@@ -956,14 +961,19 @@ print(json.dumps(out))
         e.contains("(DeadlineExceeded;") && e.contains("Query timed out"),
         "{t:#}"
     );
-    assert!(t["s"].as_f64().unwrap() < 1.5, "{t:#}");
+    // Half the default: the header's 500 ms, not the default, ended it.
+    assert!(t["s"].as_f64().unwrap() < default / 2.0, "{t:#}");
     assert_eq!(
         v["after_timeout"]["error"],
         Value::Null,
         "{:#}",
         v["after_timeout"]
     );
-    assert!(v["after_timeout"]["s"].as_f64().unwrap() < 1.0, "{v:#}");
+    // The only connection was free at once (the 30 s sleep would hold it).
+    assert!(
+        v["after_timeout"]["s"].as_f64().unwrap() < default / 2.0,
+        "{v:#}"
+    );
     let c = &v["clamped"];
     assert!(
         c["error"]
@@ -972,8 +982,9 @@ print(json.dumps(out))
             .contains("(DeadlineExceeded;"),
         "{c:#}"
     );
+    // The cap, not the default, and not the 30 s sleep's end.
     let s = c["s"].as_f64().unwrap();
-    assert!((3.5..8.0).contains(&s), "{c:#}");
+    assert!((cap - 0.5..cap + default).contains(&s), "{c:#}");
     let d = &v["deadline"];
     // The client's own deadline ends the call: ADBC's Go driver says
     // DeadlineExceeded, or Canceled ("Timeout expired") when its context's
@@ -983,9 +994,12 @@ print(json.dumps(out))
         e.contains("DeadlineExceeded") || e.contains("Timeout expired"),
         "{d:#}"
     );
-    assert!(d["s"].as_f64().unwrap() < 2.5, "{d:#}");
+    assert!(d["s"].as_f64().unwrap() < default / 2.0, "{d:#}");
     assert_eq!(v["after_deadline"]["error"], Value::Null, "{v:#}");
-    assert!(v["after_deadline"]["s"].as_f64().unwrap() < 1.0, "{v:#}");
+    assert!(
+        v["after_deadline"]["s"].as_f64().unwrap() < default / 2.0,
+        "{v:#}"
+    );
     // Nothing waited for the 30 s sleeps: each call's own time above says
     // so (the script's whole time would add only the machine's speed).
     // The audit lines say what ended the timed-out queries.

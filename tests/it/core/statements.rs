@@ -574,6 +574,12 @@ async fn statements_never_take_the_interactive_share_of_the_pool() {
     for id in ["s1", "s2"] {
         g.delete(&format!("/statements/{id}"), ALICE).await;
     }
+    g.health_until(
+        "the cancelled statement's connection back",
+        |h| h["pool"]["in_use"] == 0,
+        BUSY_MARGIN,
+    )
+    .await;
     let mut hogs = Vec::new();
     for _ in 0..2 {
         let (client, url) = (g.client.clone(), g.url("/query"));

@@ -351,68 +351,87 @@ async fn each_refusal_says_what_was_wrong() {
         .await;
     let good = issuer.claims("alice");
     let n = now();
+    let mut cases = claims_wrong(&issuer, &good, n).await;
+    cases.extend(signed_or_shaped_wrong(&issuer, &good).await);
+    let refused_tokens = each_is_refused_naming_its_reason(&g, &issuer, &cases).await;
+    no_token_is_refused(&g).await;
+    a_jwt_never_opens_the_admin_routes(&g, &issuer).await;
+    refusals_are_counted_by_reason_never_logging_tokens(&g, &refused_tokens).await;
+}
+
+/// A bad token (what is wrong, the token, the slug wanted or "ok").
+type Case = (&'static str, String, &'static str);
+
+/// Tokens whose claims are wrong (or inside the leeway, or an accepted shape).
+async fn claims_wrong(issuer: &Issuer, good: &Value, n: i64) -> Vec<Case> {
     let rs = |claims: Value| issuer.mint("rsa-1", "RS256", claims);
-    let cases: Vec<(&str, String, &str)> = vec![
+    vec![
         (
             "expired",
-            rs(with(&good, json!({"exp": n - 120}))).await,
+            rs(with(good, json!({"exp": n - 120}))).await,
             "token-expired",
         ),
         (
             "not yet valid",
-            rs(with(&good, json!({"nbf": n + 120}))).await,
+            rs(with(good, json!({"nbf": n + 120}))).await,
             "token-not-yet-valid",
         ),
         (
             "expired, inside the leeway",
-            rs(with(&good, json!({"exp": n - 10}))).await,
+            rs(with(good, json!({"exp": n - 10}))).await,
             "ok",
         ),
         (
             "not yet valid, inside the leeway",
-            rs(with(&good, json!({"nbf": n + 10}))).await,
+            rs(with(good, json!({"nbf": n + 10}))).await,
             "ok",
         ),
         (
             "wrong audience",
-            rs(with(&good, json!({"aud": "another-app"}))).await,
+            rs(with(good, json!({"aud": "another-app"}))).await,
             "token-wrong-audience",
         ),
         (
             "no audience",
-            rs(with(&good, json!({"aud": null}))).await,
+            rs(with(good, json!({"aud": null}))).await,
             "token-wrong-audience",
         ),
         (
             "an audience list naming ours",
-            rs(with(&good, json!({"aud": ["another-app", AUDIENCE]}))).await,
+            rs(with(good, json!({"aud": ["another-app", AUDIENCE]}))).await,
             "ok",
         ),
         (
             "wrong issuer",
-            rs(with(&good, json!({"iss": "http://127.0.0.1:1"}))).await,
+            rs(with(good, json!({"iss": "http://127.0.0.1:1"}))).await,
             "token-wrong-issuer",
         ),
         (
             "no expiry",
-            rs(with(&good, json!({"exp": null}))).await,
+            rs(with(good, json!({"exp": null}))).await,
             "token-malformed",
         ),
         (
             "no subject",
-            rs(with(&good, json!({"sub": null}))).await,
+            rs(with(good, json!({"sub": null}))).await,
             "token-malformed",
         ),
         (
             "roles that are not names",
-            rs(with(&good, json!({"roles": 5}))).await,
+            rs(with(good, json!({"roles": 5}))).await,
             "token-malformed",
         ),
         (
             "roles as a space-separated string",
-            rs(with(&good, json!({"roles": "a b"}))).await,
+            rs(with(good, json!({"roles": "a b"}))).await,
             "ok",
         ),
+    ]
+}
+
+/// Tokens signed with a refused algorithm or key, or not JWTs at all.
+async fn signed_or_shaped_wrong(issuer: &Issuer, good: &Value) -> Vec<Case> {
+    vec![
         (
             "alg none",
             issuer.forge("none", "rsa-1", good.clone()).await,
@@ -457,10 +476,19 @@ async fn each_refusal_says_what_was_wrong() {
             "static-token-nope-1234".to_string(),
             "unauthorized",
         ),
-    ];
+    ]
+}
+
+/// Each bad token is a 401 naming its reason in slug and challenge, echoing
+/// neither its signature nor the issuer; the refused tokens returned.
+async fn each_is_refused_naming_its_reason(
+    g: &App,
+    issuer: &Issuer,
+    cases: &[Case],
+) -> Vec<String> {
     let mut refused_tokens = Vec::new();
-    for (what, token, want) in &cases {
-        let (status, challenge, body) = query(&g, token, "SELECT 1 AS one").await;
+    for (what, token, want) in cases {
+        let (status, challenge, body) = query(g, token, "SELECT 1 AS one").await;
         if *want == "ok" {
             assert_eq!(status, 200, "{what}: {body}");
             continue;
@@ -479,7 +507,11 @@ async fn each_refusal_says_what_was_wrong() {
         );
         refused_tokens.push(token.clone());
     }
-    // No token at all.
+    refused_tokens
+}
+
+/// No token at all is refused.
+async fn no_token_is_refused(g: &App) {
     let r = g
         .client
         .post(g.url("/query"))
@@ -488,10 +520,16 @@ async fn each_refusal_says_what_was_wrong() {
         .await
         .unwrap();
     assert_eq!(r.status(), 401);
-    // A valid JWT never opens the admin routes.
+}
+
+/// A valid JWT never opens the admin routes.
+async fn a_jwt_never_opens_the_admin_routes(g: &App, issuer: &Issuer) {
     let alice = issuer.mint("rsa-1", "RS256", issuer.claims("alice")).await;
     assert!(g.get("/admin/pool", &alice).await.0 >= 401);
-    // Refusals are counted by reason; the log names reasons, never tokens.
+}
+
+/// Refusals are counted by reason; the log names reasons, never tokens.
+async fn refusals_are_counted_by_reason_never_logging_tokens(g: &App, refused_tokens: &[String]) {
     let m = g.get_text("/metrics").await;
     for reason in [
         "jwt_expired",
@@ -507,7 +545,7 @@ async fn each_refusal_says_what_was_wrong() {
         assert!(v >= 1.0, "{line} {v}");
     }
     let log = g.log_text();
-    for t in &refused_tokens {
+    for t in refused_tokens {
         let signature = t.rsplit('.').next().unwrap();
         if signature.len() > 8 {
             assert!(!log.contains(signature), "a token reached the log");

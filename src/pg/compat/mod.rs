@@ -31,6 +31,7 @@
 mod functions;
 mod lex;
 mod shims;
+mod tools;
 
 use std::borrow::Cow;
 
@@ -39,6 +40,7 @@ use crate::pg::keys;
 use functions::{function, series, PG_FUNCTIONS};
 use lex::{contains_ignore_case, is_ident, quoted_len, strip_ci, word};
 use shims::TABLES;
+pub use tools::tools;
 
 /// Words after a table's name that are not its alias.
 const NOT_ALIAS: &[&str] = &[

@@ -91,6 +91,11 @@ pub(super) const TABLES: &[(&str, &str)] = &[
         "pg_partitioned_table",
         "SELECT NULL::BIGINT AS partrelid, NULL::VARCHAR AS partstrat, NULL::SMALLINT AS partnatts WHERE false",
     ),
+    // No PostgreSQL extensions (Grafana looks for TimescaleDB here).
+    (
+        "pg_extension",
+        "SELECT NULL::BIGINT AS oid, NULL::VARCHAR AS extname, NULL::BIGINT AS extowner, NULL::BIGINT AS extnamespace, NULL::BOOLEAN AS extrelocatable, NULL::VARCHAR AS extversion, NULL::BIGINT[] AS extconfig, NULL::VARCHAR[] AS extcondition WHERE false",
+    ),
     (
         "pg_foreign_table",
         "SELECT NULL::BIGINT AS ftrelid, NULL::BIGINT AS ftserver WHERE false",

@@ -109,6 +109,22 @@ impl Queries {
         session: &Arc<Session>,
         sql: &'a str,
     ) -> PgWireResult<std::borrow::Cow<'a, str>> {
+        // BI tools' spellings first, `current_setting` answered from the
+        // session's own settings ([`compat::tools`]).
+        let setting = |name: &str| session.get(name, &self.door.defaults);
+        if let std::borrow::Cow::Owned(text) = compat::tools(sql, &setting) {
+            let keyed = self.keyed_text(session, &text).await?;
+            return Ok(std::borrow::Cow::Owned(keyed.into_owned()));
+        }
+        self.keyed_text(session, sql).await
+    }
+
+    /// [`Self::catalog_text`] after the tools' spellings.
+    async fn keyed_text<'a>(
+        &self,
+        session: &Arc<Session>,
+        sql: &'a str,
+    ) -> PgWireResult<std::borrow::Cow<'a, str>> {
         if !keys::needed(sql) {
             return Ok(compat::rewrite(sql));
         }

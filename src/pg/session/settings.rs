@@ -229,6 +229,14 @@ const SETTINGS: &[Setting] = &[
         read_only: true,
         check: any,
     },
+    // PostgreSQL's own (SQLAlchemy's reflection compares a table's access
+    // method with it).
+    Setting {
+        name: "default_table_access_method",
+        default: "heap",
+        read_only: true,
+        check: any,
+    },
     Setting {
         name: "max_identifier_length",
         default: "63",

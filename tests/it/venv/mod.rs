@@ -17,6 +17,7 @@ mod oidc_outage;
 mod openapi_client;
 mod parquet;
 mod pg_door;
+mod pg_door_bi;
 mod pg_door_tenants;
 mod pg_door_types;
 mod replay;

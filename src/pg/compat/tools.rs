@@ -64,6 +64,33 @@ pub fn tools<'a>(sql: &'a str, setting: &dyn Fn(&str) -> Option<String>) -> Cow<
 /// The calls of `sql` rewritten (their arguments too), and a bare
 /// `pg_extension` after FROM or JOIN qualified.
 fn calls(sql: &str, setting: &dyn Fn(&str) -> Option<String>) -> String {
+    each_word(sql, |w, rest, out| {
+        let after = &rest[w.len()..];
+        let (name, tail) = match after.strip_prefix('.') {
+            Some(t) if w.eq_ignore_ascii_case("pg_catalog") => (word(t), &t[word(t).len()..]),
+            _ => (w, after),
+        };
+        if let Some((text, used)) = call(name, tail, setting) {
+            out.push_str(&text);
+            (&tail[used..], true)
+        } else if w.eq_ignore_ascii_case("pg_extension") && follows_from(out) {
+            out.push_str("pg_catalog.pg_extension");
+            (after, true)
+        } else {
+            out.push_str(w);
+            (after, true)
+        }
+    })
+}
+
+/// `sql` copied outside quoted text and outside the words that follow a
+/// name; at each other word, `at_word(word, the text from it, out)` writes
+/// what the word stands for and returns the text after what it used and
+/// whether that ended a name.
+fn each_word<'a>(
+    sql: &'a str,
+    mut at_word: impl FnMut(&'a str, &'a str, &mut String) -> (&'a str, bool),
+) -> String {
     let mut out = String::with_capacity(sql.len() + 64);
     let mut rest = sql;
     let mut after_name = false;
@@ -82,22 +109,7 @@ fn calls(sql: &str, setting: &dyn Fn(&str) -> Option<String>) -> String {
             continue;
         }
         let w = word(rest);
-        let after = &rest[w.len()..];
-        let (name, tail) = match after.strip_prefix('.') {
-            Some(t) if w.eq_ignore_ascii_case("pg_catalog") => (word(t), &t[word(t).len()..]),
-            _ => (w, after),
-        };
-        if let Some((text, used)) = call(name, tail, setting) {
-            out.push_str(&text);
-            rest = &tail[used..];
-        } else if w.eq_ignore_ascii_case("pg_extension") && follows_from(&out) {
-            out.push_str("pg_catalog.pg_extension");
-            rest = after;
-        } else {
-            out.push_str(w);
-            rest = after;
-        }
-        after_name = true;
+        (rest, after_name) = at_word(w, rest, &mut out);
     }
     out
 }
@@ -240,35 +252,16 @@ const CLAUSE_END: &[&str] = &[
 /// `sql` with each FROM clause holding `string_to_array(...)` as an item
 /// rewritten (see the module's documentation).
 fn from_items(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 64);
-    let mut rest = sql;
-    let mut after_name = false;
-    while let Some(c) = rest.chars().next() {
-        let skip = quoted_len(rest);
-        if skip > 0 {
-            out.push_str(&rest[..skip]);
-            after_name = rest.starts_with('"');
-            rest = &rest[skip..];
-            continue;
-        }
-        if after_name || !(c.is_ascii_alphabetic() || c == '_') {
-            out.push(c);
-            after_name = is_ident(c) || c == '.' || c == '"';
-            rest = &rest[c.len_utf8()..];
-            continue;
-        }
-        let w = word(rest);
+    each_word(sql, |w, rest, out| {
         out.push_str(w);
-        rest = &rest[w.len()..];
-        after_name = true;
-        if w.eq_ignore_ascii_case("from") {
-            let end = clause_end(rest);
-            out.push_str(&from_clause(&rest[..end]));
-            rest = &rest[end..];
-            after_name = false;
+        let rest = &rest[w.len()..];
+        if !w.eq_ignore_ascii_case("from") {
+            return (rest, true);
         }
-    }
-    out
+        let end = clause_end(rest);
+        out.push_str(&from_clause(&rest[..end]));
+        (&rest[end..], false)
+    })
 }
 
 /// Where the FROM clause `s` starts ends: a clause's word, a `;` or a

@@ -117,6 +117,10 @@ pub fn describe() {
         "Queries run inline on the request's worker."
     );
     metrics::describe_counter!(
+        "duckgate_describes_remembered_total",
+        "Statements described (a Flight SQL prepare, a PostgreSQL Describe) from what the connection found describing the same text before, not planned again."
+    );
+    metrics::describe_counter!(
         "duckgate_queries_total",
         "Queries (POST /query) ended, by outcome."
     );
@@ -301,6 +305,7 @@ pub fn register_zeroes(secrets: &[String]) {
     metrics::counter!("duckgate_query_cancellations_total").increment(0);
     metrics::counter!("duckgate_pool_connections_replaced_total").increment(0);
     metrics::counter!("duckgate_queries_inline_total").increment(0);
+    metrics::counter!("duckgate_describes_remembered_total").increment(0);
     metrics::counter!("duckgate_share_loans_total").increment(0);
     metrics::counter!("duckgate_share_reclaims_total").increment(0);
     for reason in ["answer_size", "budget"] {

@@ -81,6 +81,12 @@ pub struct Verdict {
     /// The text's last run here was short and its answer small: the next
     /// may run on the request's own thread (see `execute::inline`).
     pub quick: bool,
+    /// What describing the text found (its Arrow answer's columns and its
+    /// parameters): a prepared statement's describe is DuckDB's whole
+    /// planning, and drivers that prepare every statement they run (ADBC's
+    /// cursor) describe the same text again and again. Judged with the
+    /// verdict, so it is as current as the verdict.
+    pub described: Option<crate::engine::execute::describe::Described>,
 }
 
 impl Slot {

@@ -41,37 +41,40 @@ pub struct Described {
 /// Where a describe job leaves its answer.
 pub type DescribeSlot = Arc<OnceLock<Described>>;
 
-/// Describes the accepted statement into `out` and ends the answer with an
-/// empty body. `sql` is what an Arrow answer runs (the statement, or its
-/// wrapper), `marks` where that wrapper leaves values DuckDB rendered for
-/// want of an Arrow type.
-pub(super) fn describe(
+/// Describes the accepted statement: `sql` is what an Arrow answer runs
+/// (the statement, or its wrapper), `marks` where that wrapper leaves
+/// values DuckDB rendered for want of an Arrow type.
+pub(super) fn described(
     raw: &RawConnection,
     accepted: &guard::Accepted,
     sql: &str,
     marks: &[Vec<crate::encode::Mark>],
+) -> Result<Described, QueryError> {
+    let mut described = prepare_schemas(raw, sql)?;
+    if let Some(dataset) = described.dataset.take() {
+        let dataset = crate::encode::mark_schema(&dataset, marks);
+        described.dataset = Some(as_answered(dataset, accepted));
+    }
+    Ok(described)
+}
+
+/// Leaves `described` in `out` and ends the answer with an empty body.
+pub(super) fn answer(
+    described: Described,
+    accepted: &guard::Accepted,
     tx: &Sender,
     control: &QueryControl,
     out: &DescribeSlot,
 ) -> Result<(), QueryError> {
-    match prepare_schemas(raw, sql) {
-        Ok(mut described) => {
-            if let Some(dataset) = described.dataset.take() {
-                let dataset = crate::encode::mark_schema(&dataset, marks);
-                described.dataset = Some(as_answered(dataset, accepted));
-            }
-            let _ = out.set(described);
-            tx.try_send(Msg::Start {
-                kind: accepted.kind.clone(),
-                first: Bytes::new(),
-            });
-            control
-                .complete
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(())
-        }
-        Err(e) => tx.fail(e),
-    }
+    let _ = out.set(described);
+    tx.try_send(Msg::Start {
+        kind: accepted.kind.clone(),
+        first: Bytes::new(),
+    });
+    control
+        .complete
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
 }
 
 /// The schema as the gateway's Arrow answer carries it (UHUGEINT widened,

@@ -35,6 +35,7 @@ pub(super) fn verdict(
                 policy,
                 accepted: a.clone(),
                 quick: false,
+                described: None,
             };
             slot.verdicts.insert(job.sql.clone(), verdict);
             Ok(a)
@@ -77,6 +78,7 @@ pub(super) fn judged(slot: &mut Pooled, sql: &str, rules: &guard::Rules, epoch: 
                     policy: rules.policy,
                     accepted: Arc::new(a),
                     quick: false,
+                    described: None,
                 },
             );
             true

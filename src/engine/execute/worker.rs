@@ -220,7 +220,9 @@ fn grant_and_install_policy(
 
 /// Describes the job's answer without running it: the schema an Arrow
 /// answer has, of its wrapper where DuckDB renders what its Arrow export
-/// has no type for.
+/// has no type for. Remembered with the text's verdict (current: `verdict`
+/// has just judged it or found it current), so a text described here
+/// before is not planned again.
 fn describe_job(
     slot: &mut Pooled,
     accepted: &guard::Accepted,
@@ -230,6 +232,13 @@ fn describe_job(
     out: &super::describe::DescribeSlot,
     epoch: u64,
 ) -> Result<(), QueryError> {
+    if let Some(d) = slot
+        .verdict(&job.sql, epoch, job.rules.policy)
+        .and_then(|v| v.described.clone())
+    {
+        metrics::counter!("duckgate_describes_remembered_total").increment(1);
+        return super::describe::answer(d, accepted, tx, control, out);
+    }
     let wrapper = arrow_text_sql(accepted)
         .filter(|sql| sql.len() <= MAX_WRAPPER_BYTES && judged(slot, sql, &job.rules, epoch));
     let marks = if wrapper.is_some() {
@@ -238,7 +247,17 @@ fn describe_job(
         Vec::new()
     };
     let sql = wrapper.as_deref().unwrap_or(&job.sql);
-    super::describe::describe(&slot.raw, accepted, sql, &marks, tx, control, out)
+    match super::describe::described(&slot.raw, accepted, sql, &marks) {
+        Ok(d) => {
+            if let Some(v) = slot.verdicts.get_mut(&job.sql) {
+                if v.epoch == epoch && v.policy == job.rules.policy {
+                    v.described = Some(d.clone());
+                }
+            }
+            super::describe::answer(d, accepted, tx, control, out)
+        }
+        Err(e) => tx.fail(e),
+    }
 }
 
 /// Writes a Parquet answer with DuckDB's own COPY writer, streamed (see

@@ -2,6 +2,7 @@
 
 mod auth;
 mod client_schema;
+mod described;
 mod dockerfile;
 mod docs;
 mod drain;

@@ -15,7 +15,6 @@ use std::sync::{Arc, OnceLock};
 
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::ffi::FFI_ArrowSchema;
-use bytes::Bytes;
 use duckdb::ffi;
 
 use crate::encode::{Format, ResultEncoder};
@@ -24,7 +23,7 @@ use crate::engine::guard;
 
 use super::control::QueryControl;
 use super::error::QueryError;
-use super::sender::{Msg, Sender};
+use super::sender::Sender;
 
 /// What a described statement returns and takes.
 #[derive(Debug, Clone)]
@@ -67,13 +66,7 @@ pub(super) fn answer(
     out: &DescribeSlot,
 ) -> Result<(), QueryError> {
     let _ = out.set(described);
-    tx.try_send(Msg::Start {
-        kind: accepted.kind.clone(),
-        first: Bytes::new(),
-    });
-    control
-        .complete
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    tx.start_empty(&accepted.kind, control);
     Ok(())
 }
 

@@ -49,6 +49,18 @@ pub(super) struct Sender {
 }
 
 impl Sender {
+    /// Ends an answer that has no body (a description, a result kept for
+    /// later): its kind and an empty start, the query complete.
+    pub(super) fn start_empty(&self, kind: &str, control: &QueryControl) {
+        self.try_send(Msg::Start {
+            kind: kind.to_string(),
+            first: Bytes::new(),
+        });
+        control
+            .complete
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Queues `msg`; false when the query was cancelled or the client
     /// stalled or left.
     pub(super) fn send(&self, msg: Msg) -> bool {

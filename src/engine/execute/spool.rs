@@ -1,7 +1,6 @@
 //! Keeping an async statement's result in its spool instead of sending it.
 
 use arrow::array::RecordBatch;
-use bytes::Bytes;
 
 use crate::engine::guard;
 use crate::engine::pool::Pooled;
@@ -10,7 +9,7 @@ use crate::engine::sink::{self, BatchSink, ResultLayout};
 use super::control::{cancel_error, QueryControl};
 use super::error::{error_class, run_error, QueryError};
 use super::job::QueryJob;
-use super::sender::{Msg, Sender};
+use super::sender::Sender;
 use super::stream::{oversized_value, row_cap, within_row_limit};
 use super::verdict::judged;
 use super::worker::{column_types, execute_arrow};
@@ -40,13 +39,7 @@ pub(super) fn spool_statement(
             if truncated {
                 stmt.discard();
             }
-            tx.try_send(Msg::Start {
-                kind: accepted.kind.clone(),
-                first: Bytes::new(),
-            });
-            control
-                .complete
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+            tx.start_empty(&accepted.kind, control);
             Ok(())
         }
         Err(e) => {

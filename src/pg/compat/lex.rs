@@ -39,6 +39,12 @@ pub(super) fn split_args(s: &str) -> Vec<&str> {
     out
 }
 
+/// Whether `s` holds any of `words`, in any case: a cheap look before a
+/// walk that only a text naming one of them needs.
+pub(super) fn mentions_any(s: &str, words: &[&str]) -> bool {
+    words.iter().any(|w| contains_ignore_case(s, w))
+}
+
 pub(super) fn contains_ignore_case(s: &str, needle: &str) -> bool {
     s.as_bytes()
         .windows(needle.len())

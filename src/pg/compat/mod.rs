@@ -38,7 +38,7 @@ use std::borrow::Cow;
 use crate::pg::keys;
 
 use functions::{function, series, PG_FUNCTIONS};
-use lex::{contains_ignore_case, is_ident, quoted_len, strip_ci, word};
+use lex::{is_ident, mentions_any, quoted_len, strip_ci, word};
 use shims::TABLES;
 pub use tools::tools;
 
@@ -86,20 +86,20 @@ pub fn rewrite(sql: &str) -> Cow<'_, str> {
 /// `pg_constraint` and completing `pg_index` and `pg_class` (a statement
 /// that names them: see [`keys::needed`]).
 pub fn rewrite_with<'a>(sql: &'a str, keys: Option<&str>) -> Cow<'a, str> {
-    if ![
-        "pg_catalog",
-        "pg_get_",
-        "to_regtype",
-        "::reg",
-        "regclass",
-        "json_build_object",
-        "array_upper",
-        "format_type",
-        "_pg_expandarray",
-    ]
-    .iter()
-    .any(|w| contains_ignore_case(sql, w))
-    {
+    if !mentions_any(
+        sql,
+        &[
+            "pg_catalog",
+            "pg_get_",
+            "to_regtype",
+            "::reg",
+            "regclass",
+            "json_build_object",
+            "array_upper",
+            "format_type",
+            "_pg_expandarray",
+        ],
+    ) {
         return Cow::Borrowed(sql);
     }
     Cow::Owned(rewrite_all(sql, keys))

@@ -31,23 +31,25 @@
 
 use std::borrow::Cow;
 
-use super::lex::{closing, contains_ignore_case, is_ident, quoted_len, split_args, word};
+use super::lex::{
+    closing, contains_ignore_case, is_ident, mentions_any, quoted_len, split_args, word,
+};
 
 /// `sql` with the tools' spellings rewritten; `setting` is the session's
 /// value of a setting it answers. The text itself when it holds none.
 pub fn tools<'a>(sql: &'a str, setting: &dyn Fn(&str) -> Option<String>) -> Cow<'a, str> {
-    if ![
-        "current_setting",
-        "quote_ident",
-        "parse_ident",
-        "array_lower",
-        "string_to_array",
-        "pg_extension",
-        "regclass",
-    ]
-    .iter()
-    .any(|w| contains_ignore_case(sql, w))
-    {
+    if !mentions_any(
+        sql,
+        &[
+            "current_setting",
+            "quote_ident",
+            "parse_ident",
+            "array_lower",
+            "string_to_array",
+            "pg_extension",
+            "regclass",
+        ],
+    ) {
         return Cow::Borrowed(sql);
     }
     let mut text = calls(sql, setting);

@@ -1,8 +1,9 @@
 """Flight SQL's small-query cost against POST /query, on one gateway process
 (issue 60): `SELECT 42` through ADBC's Flight SQL driver (which prepares every
 statement: CreatePreparedStatement, GetFlightInfo, DoGet, ClosePreparedStatement)
-and over HTTP/1.1 keep-alive (JSON), in interleaved halves; latency and the
-gateway's CPU per query from /proc/<pid>/stat. Bounded loops on loopback.
+and over HTTP/1.1 keep-alive (JSON), in interleaved halves; latency, the
+gateway's CPU per query from /proc/<pid>/stat and the client's own (this
+process, the driver's threads included). Bounded loops on loopback.
 
     bench/flight-small.py <duckgate binary> [queries]
 
@@ -87,17 +88,21 @@ try:
         for _ in range(50):
             run(sql)  # warm: the text is judged once, then runs inline
         lat = []
-        cpu0 = cpu_seconds(gw.pid)
+        cpu0, client0 = cpu_seconds(gw.pid), time.process_time()
         for _ in range(n):
             t = time.perf_counter()
             run(sql)
             lat.append(time.perf_counter() - t)
         cpu = cpu_seconds(gw.pid) - cpu0
+        # The client's own CPU (this process, the driver's threads included):
+        # what of the latency is the client's.
+        client = time.process_time() - client0
         lat.sort()
         return {
             "p50_us": round(statistics.median(lat) * 1e6),
             "p99_us": round(lat[int(len(lat) * 0.99)] * 1e6),
             "cpu_us_per_query": round(cpu / n * 1e6),
+            "client_cpu_us_per_query": round(client / n * 1e6),
         }
 
     out = {"queries": N}

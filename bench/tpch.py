@@ -5,8 +5,12 @@ library as the gateway, on a copy of the same file, with the same threads), by
 `POST /query` (Arrow IPC stream, whole answer read), by Flight SQL (ADBC,
 `fetch_arrow_table`) and by the PostgreSQL door (psycopg, rows fetched), in
 rounds whose side order rotates, so a slow moment falls on every side alike.
-Per query: the median client wall time per side and the ratio to in-process;
-per side: the geometric mean of those ratios and the queries over the goal.
+Per query: the median client wall time per side and the ratio to in-process,
+and the median CPU of the client (this process: the door's driver) and of the
+server (the gateway's process, or the in-process side's) per run; per side: the
+geometric mean of those ratios and the queries over the goal, each with its
+excess beside the extra CPU of the client and of the server (its cause: a
+client's own conversion shows as client CPU, the gateway's work as server CPU).
 
     bench/tpch.py --gateway BIN --example BIN [--suite tpch|tpcds] [--sf N]
         [--rounds N] [--threads T] [--busy] [--explain 7,14] [--explain-runs N]
@@ -248,6 +252,20 @@ def busy_core(seconds, own_session):
     )
 
 
+def cpu_seconds(pid):
+    """The CPU a process's live threads have run so far, in nanoseconds'
+    precision (each thread's schedstat; /proc/<pid>/stat counts 10 ms
+    ticks, too coarse for a 5 ms query)."""
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended between the listing and the read
+    return total / 1e9
+
+
 def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
@@ -287,6 +305,12 @@ def main():
     for d in doors:
         sides[d] = getattr(gw, f"run_{d}")
     times = {s: {q: [] for q, _ in queries} for s in sides}
+    # Per run, the CPU of the client (this process: http.client, ADBC's
+    # driver with its Go threads, psycopg) and of the server (the gateway's
+    # process, or the in-process side's): where a query's excess goes.
+    client_cpu = {s: {q: [] for q, _ in queries} for s in sides}
+    server_cpu = {s: {q: [] for q, _ in queries} for s in sides}
+    server_pid = {s: (inproc.p.pid if s == "in-process" else gw.p.pid) for s in sides}
     rows_seen = {}
     try:
         log(f"{a.suite} SF {sf}: {len(queries)} queries x {len(sides)} sides, warm-up + {a.rounds} rounds"
@@ -300,9 +324,12 @@ def main():
         for r in range(a.rounds):
             for nr, sql in queries:
                 for s in order:
+                    c, sc = time.process_time(), cpu_seconds(server_pid[s])
                     t = time.perf_counter()
                     sides[s](sql)
                     times[s][nr].append(time.perf_counter() - t)
+                    client_cpu[s][nr].append(time.process_time() - c)
+                    server_cpu[s][nr].append(cpu_seconds(server_pid[s]) - sc)
             order = order[1:] + order[:1]
             log(f"round {r + 1}/{a.rounds} done")
         explains = {}
@@ -321,6 +348,17 @@ def main():
             busy.kill()
             busy.wait()
     med = {s: {q: statistics.median(v) for q, v in d.items()} for s, d in times.items()}
+    ccpu = {s: {q: statistics.median(v) for q, v in d.items()} for s, d in client_cpu.items()}
+    scpu = {s: {q: statistics.median(v) for q, v in d.items()} for s, d in server_cpu.items()}
+
+    def cause(d, q):
+        """A query's excess over in-process against the extra CPU of the
+        client and of the server (medians of the runs)."""
+        return (
+            f"{(med[d][q] - base[q]) * 1e3:+.1f} ms; client {(ccpu[d][q] - ccpu['in-process'][q]) * 1e3:+.1f} ms CPU, "
+            f"server {(scpu[d][q] - scpu['in-process'][q]) * 1e3:+.1f} ms CPU"
+        )
+
     load = {
         "none": "quiet",
         "session": "one core busy (another session)",
@@ -333,7 +371,7 @@ def main():
         ratios = {q: med[d][q] / base[q] for q in base}
         over = sorted(((q, r) for q, r in ratios.items() if r > GOAL), key=lambda x: -x[1])
         gm = geomean(list(ratios.values()))
-        over_s = ", ".join(f"Q{q} {r:.2f}x" for q, r in over[:8]) + (" …" if len(over) > 8 else "")
+        over_s = ", ".join(f"Q{q} {r:.2f}x ({cause(d, q)})" for q, r in over[:8]) + (" …" if len(over) > 8 else "")
         door = {"http": "POST /query (Arrow)", "flight": "Flight SQL (ADBC)", "pg": "PostgreSQL door (psycopg)"}[d]
         print(
             f"| {a.row} | {label}: {door} | geomean {gm:.2f}x in-process, total {sum(med[d].values()):.2f} s; "
@@ -343,14 +381,28 @@ def main():
     if a.details:
         with open(a.details, "w") as f:
             f.write(f"{label}, DuckDB threads {a.threads}, medians of {a.rounds} rounds, ms\n\n")
-            f.write("| query | in-process | " + " | ".join(doors) + " | " + " | ".join(f"{d} ratio" for d in doors) + " |\n")
-            f.write("|---" * (2 + 2 * len(doors)) + "|\n")
+            f.write(
+                "| query | in-process | "
+                + " | ".join(doors)
+                + " | "
+                + " | ".join(f"{d} ratio" for d in doors)
+                + " | "
+                + " | ".join(f"{d} client CPU" for d in doors)
+                + " | in-process server CPU | "
+                + " | ".join(f"{d} server CPU" for d in doors)
+                + " |\n"
+            )
+            f.write("|---" * (3 + 4 * len(doors)) + "|\n")
             for q in base:
                 f.write(
                     f"| Q{q} | {base[q] * 1e3:.1f} | "
                     + " | ".join(f"{med[d][q] * 1e3:.1f}" for d in doors)
                     + " | "
                     + " | ".join(f"{med[d][q] / base[q]:.2f}" for d in doors)
+                    + " | "
+                    + " | ".join(f"{ccpu[d][q] * 1e3:.1f}" for d in doors)
+                    + f" | {scpu['in-process'][q] * 1e3:.1f} | "
+                    + " | ".join(f"{scpu[d][q] * 1e3:.1f}" for d in doors)
                     + " |\n"
                 )
             for nr, runs in explains.items():

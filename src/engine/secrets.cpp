@@ -77,17 +77,25 @@ char *duckgate_install_secret(void *connection, const char *type, const char *na
 }
 
 // NULL when DuckDB's logging is off (no log storage, no query log file), else
-// a malloc'd text naming what is on. Never throws.
+// a malloc'd text naming what is on. Never throws. The two settings are read
+// by name, as `duckdb_settings()` reports them to this connection: a scan of
+// every setting was half of a rotation's CPU (1.4 of 3 ms).
 char *duckgate_logging_off(void *connection) {
 	try {
 		auto conn = reinterpret_cast<Connection *>(connection);
-		auto result = conn->Query("SELECT name FROM duckdb_settings() WHERE (name = 'enable_logging' AND "
-		                          "value NOT IN ('0', 'false')) OR (name = 'log_query_path' AND value <> '')");
-		if (result->HasError()) {
+		auto &context = *conn->context;
+		Value logging, path;
+		if (!context.TryGetCurrentSetting("enable_logging", logging) ||
+		    !context.TryGetCurrentSetting("log_query_path", path) || logging.IsNull()) {
 			return Error("the logging settings could not be read");
 		}
-		if (result->RowCount() > 0) {
-			return Error(result->GetValue(0, 0).ToString() + " is on");
+		// What the scan's `value NOT IN ('0', 'false')` and `value <> ''`
+		// meant, on the settings' own types (a NULL path: none).
+		if (logging.DefaultCastAs(LogicalType::BOOLEAN).GetValue<bool>()) {
+			return Error("enable_logging is on");
+		}
+		if (!path.IsNull() && !path.ToString().empty()) {
+			return Error("log_query_path is on");
 		}
 	} catch (...) {
 		return Error("the logging settings could not be read");

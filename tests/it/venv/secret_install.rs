@@ -125,6 +125,19 @@ fn an_install_fails_while_logging_is_on_and_names_no_value() {
     conn.execute_batch("CALL enable_logging()").unwrap();
     let on = secrets::logging_off(&raw).unwrap_err();
     assert!(on.contains("enable_logging"), "{on}");
+    conn.execute_batch("CALL disable_logging()").unwrap();
+    assert_eq!(secrets::logging_off(&raw), Ok(()));
+    // The query log file, DuckDB's other record of statements (a global
+    // setting: set from another connection, seen on the control one).
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("queries.log");
+    conn.execute_batch(&format!("SET GLOBAL log_query_path = '{}'", log.display()))
+        .unwrap();
+    let on = secrets::logging_off(&raw).unwrap_err();
+    assert!(on.contains("log_query_path"), "{on}");
+    conn.execute_batch("RESET GLOBAL log_query_path").unwrap();
+    assert_eq!(secrets::logging_off(&raw), Ok(()));
+    conn.execute_batch("CALL enable_logging()").unwrap();
     // A refused install (an unknown option) names DuckDB's error class only.
     let err = secrets::install_s3(
         &raw,

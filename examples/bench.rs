@@ -830,9 +830,6 @@ fn gateway_cpu(
     Ok((u + s, u, s, load.requests))
 }
 
-/// DuckDB's own CPU per query in this process (µs, queries): one thread on
-/// one connection running `sql` back to back for `secs` (prepare, execute,
-/// fetch the Arrow result, as `inproc_load`).
 /// Waits (at most 30 s) until the process `pid` is idle: under 2% of a
 /// core over half a second.
 fn settle(pid: u32) -> Result<()> {
@@ -847,6 +844,9 @@ fn settle(pid: u32) -> Result<()> {
     Ok(())
 }
 
+/// DuckDB's own CPU per query in this process (µs, queries): one thread on
+/// one connection running `sql` back to back for `secs` (prepare, execute,
+/// fetch the Arrow result, as `inproc_load`).
 fn inproc_cpu(conn: &duckdb::Connection, sql: &str, secs: f64) -> Result<(f64, u64)> {
     let c = conn.try_clone()?;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);

@@ -188,7 +188,7 @@ pub(super) fn copy_csv(
         return Err(err);
     }
     if !out.flush(&mut st) {
-        return Err(QueryError::Cancelled);
+        return Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
     }
     control
         .complete

@@ -184,7 +184,7 @@ pub(super) fn copy_parquet(
         t.advance(crate::engine::queries::QueryState::Streaming);
     }
     if !out.flush(&mut st, 0) {
-        return Err(QueryError::Cancelled);
+        return Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
     }
     control
         .complete

@@ -124,7 +124,11 @@ pub(super) fn stream_statement(
                 .store(true, std::sync::atomic::Ordering::SeqCst);
             Ok(complete)
         }
-        Err(Stop::Undeliverable) => Err(QueryError::Cancelled),
+        // Why it could not be delivered (the client stalled, left, the
+        // deadline) is the query's outcome.
+        Err(Stop::Undeliverable) => {
+            Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled))
+        }
         // Before the body began, the answer is a problem document; after,
         // the body ends with the format's error record or an abort.
         Err(Stop::Failed(err)) if !body.started => tx.fail(err),

@@ -26,7 +26,13 @@ def flight_small(d):
             f"{f['cpu_us_per_query']} µs, p50 {f['p50_us']} µs, client CPU {f['client_cpu_us_per_query']} µs "
             f"({d['queries']} queries)",
             f"`POST /query` JSON: {h['cpu_us_per_query']} µs, p50 {h['p50_us']} µs, "
-            f"client CPU {h['client_cpu_us_per_query']} µs",
+            f"client CPU {h['client_cpu_us_per_query']} µs"
+            + (
+                f"; at Flight's pace (idle {f['p50_us'] - h['p50_us']} µs between queries): "
+                f"{p['cpu_us_per_query']} µs, {p['cpu_us_per_query'] / max(f['cpu_us_per_query'], 1):.2f} of Flight's"
+                if (p := d.get(f"{case}_http_paced"))
+                else ""
+            ),
             r,
             "≥ 1.0",
             r >= 1.0,

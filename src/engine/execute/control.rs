@@ -199,6 +199,12 @@ pub(super) async fn watchdog(
     }
 }
 
+/// The error of a query that stopped before its end: the reason it was
+/// stopped (the client stalled, the deadline, ...), else `Cancelled`.
+pub(super) fn stopped_error(control: &QueryControl, job: &QueryJob) -> QueryError {
+    cancel_error(control, job).unwrap_or(QueryError::Cancelled)
+}
+
 pub(super) fn cancel_error(control: &QueryControl, job: &QueryJob) -> Option<QueryError> {
     control.reason().map(|r| match r {
         CancelReason::Timeout => QueryError::Timeout(job.timeout),

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::engine::guard;
 use crate::engine::pipe;
 
-use super::control::{cancel_error, QueryControl};
+use super::control::{cancel_error, stopped_error, QueryControl};
 use super::error::QueryError;
 use super::job::QueryJob;
 use super::sender::{end_body, Msg, Sender, CHUNK_BYTES};
@@ -188,7 +188,7 @@ pub(super) fn copy_csv(
         return Err(err);
     }
     if !out.flush(&mut st) {
-        return Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+        return Err(stopped_error(control, job));
     }
     control
         .complete

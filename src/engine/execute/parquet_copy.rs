@@ -21,7 +21,7 @@ use bytes::Bytes;
 
 use crate::engine::pipe;
 
-use super::control::{cancel_error, QueryControl};
+use super::control::{cancel_error, stopped_error, QueryControl};
 use super::error::QueryError;
 use super::job::QueryJob;
 use super::sender::{end_body, Msg, Sender, CHUNK_BYTES};
@@ -184,7 +184,7 @@ pub(super) fn copy_parquet(
         t.advance(crate::engine::queries::QueryState::Streaming);
     }
     if !out.flush(&mut st, 0) {
-        return Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+        return Err(stopped_error(control, job));
     }
     control
         .complete

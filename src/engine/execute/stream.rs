@@ -7,7 +7,7 @@ use bytes::Bytes;
 use crate::encode::{self, Column, Format, ResultEncoder, Summary};
 use crate::engine::guard;
 
-use super::control::{cancel_error, QueryControl};
+use super::control::{cancel_error, stopped_error, QueryControl};
 use super::error::{run_error, QueryError};
 use super::job::QueryJob;
 use super::sender::{end_with_error, Msg, Sender, CHUNK_BYTES};
@@ -126,9 +126,7 @@ pub(super) fn stream_statement(
         }
         // Why it could not be delivered (the client stalled, left, the
         // deadline) is the query's outcome.
-        Err(Stop::Undeliverable) => {
-            Err(cancel_error(control, job).unwrap_or(QueryError::Cancelled))
-        }
+        Err(Stop::Undeliverable) => Err(stopped_error(control, job)),
         // Before the body began, the answer is a problem document; after,
         // the body ends with the format's error record or an abort.
         Err(Stop::Failed(err)) if !body.started => tx.fail(err),

@@ -13,7 +13,7 @@ use crate::engine::guard;
 use crate::engine::pipe;
 use crate::engine::pool::{Lease, Pooled};
 
-use super::control::{cancel_error, QueryControl};
+use super::control::{cancel_error, stopped_error, QueryControl};
 use super::csv_copy::copy_csv;
 use super::error::{error_class, run_error, QueryError};
 use super::job::{Param, QueryJob};
@@ -150,7 +150,7 @@ pub(super) fn work_inner(
     });
     if let Err(r) = control.start() {
         let _ = r;
-        return tx.fail(cancel_error(control, job).unwrap_or(QueryError::Cancelled));
+        return tx.fail(stopped_error(control, job));
     }
     if let Some(t) = &job.tracker {
         t.connection.store(slot.connection_id + 1, SeqCst);

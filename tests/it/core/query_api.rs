@@ -799,6 +799,111 @@ async fn large_results_arrive_whole_and_in_order_in_every_format() {
     assert_eq!(text.lines().count() as u64, n + 1);
 }
 
+/// Each IPC message of an Arrow stream: where it starts and ends, and its
+/// kind (read from its own header: the continuation, the length, the
+/// flatbuffer and the body it announces).
+fn ipc_messages(b: &[u8]) -> Vec<(usize, usize, arrow::ipc::MessageHeader)> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    while at + 8 <= b.len() {
+        assert_eq!(b[at..at + 4], [0xFF; 4], "a continuation at {at}");
+        let len = i32::from_le_bytes(b[at + 4..at + 8].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        let message = arrow::ipc::root_as_message(&b[at + 8..at + 8 + len]).unwrap();
+        let end = at + 8 + len + message.bodyLength() as usize;
+        out.push((at, end, message.header_type()));
+        at = end;
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_large_arrow_answer_is_every_row_and_ends_where_its_limits_say() {
+    // Past its first batches an Arrow answer is encoded on a thread of its
+    // own while DuckDB's reads on: the rows must be DuckDB's, in order, and
+    // a row or byte limit must end it as the one-thread loop does.
+    let n = 204_800usize;
+    let sql = format!("SELECT i, i * 0.5 AS half, 'r' || i AS s FROM range({n}) t(i) ORDER BY i");
+    let conn = duckdb::Connection::open_in_memory().unwrap();
+    let reference: Vec<arrow::record_batch::RecordBatch> = conn
+        .prepare(&sql)
+        .unwrap()
+        .query_arrow([])
+        .unwrap()
+        .collect();
+    let reference = arrow::compute::concat_batches(&reference[0].schema(), &reference).unwrap();
+    let rows = |body: &[u8]| {
+        let reader =
+            arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body.to_vec()), None)
+                .unwrap();
+        let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+        arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+    };
+    let same = |got: &arrow::record_batch::RecordBatch, len: usize, what: &str| {
+        assert_eq!(got.num_rows(), len, "{what}");
+        for (i, column) in got.columns().iter().enumerate() {
+            let want = arrow::compute::cast(&reference.column(i).slice(0, len), column.data_type())
+                .unwrap();
+            assert!(
+                column.as_ref() == want.as_ref(),
+                "{what}: column {i} differs"
+            );
+        }
+    };
+    let g = Gateway::builder().spawn_app().await;
+    let r = g
+        .query(json!({"sql": sql, "format": "arrow", "max_rows": n}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let (whole, failed) = common::body_and_failure(r).await;
+    assert!(!failed);
+    same(&rows(&whole), n, "whole");
+    let messages = ipc_messages(&whole);
+    let batches: Vec<_> = messages
+        .iter()
+        .filter(|m| m.2 == arrow::ipc::MessageHeader::RecordBatch)
+        .collect();
+    assert!(batches.len() > 20, "{} batches", batches.len());
+    // A cut the client asks for, inside a batch past the first ones.
+    let r = g
+        .query(json!({"sql": sql, "format": "arrow", "max_rows": 150_001}))
+        .await;
+    let (cut, failed) = common::body_and_failure(r).await;
+    assert!(!failed, "a cut asked for ends cleanly");
+    same(&rows(&cut), 150_001, "max_rows 150001");
+
+    // The byte cap counts the batches' messages: one byte more than all but
+    // the last lets the last one cross it with no row after it (whole); a
+    // cap the batch before the last reaches leaves rows unsent (refused).
+    let schema_end = messages[0].1;
+    let before_last = (batches[batches.len() - 1].0 - schema_end) as u64;
+    for (cap, whole_expected) in [(before_last + 1, true), (before_last, false)] {
+        let g = Gateway::builder()
+            .env("DUCKGATE_MAX_RESULT_BYTES", cap)
+            .env("DUCKGATE_MAX_ROWS", n)
+            .spawn_app()
+            .await;
+        let r = g.query(json!({"sql": sql, "format": "arrow"})).await;
+        assert_eq!(r.status(), 200, "cap {cap}");
+        let (body, failed) = common::body_and_failure(r).await;
+        if whole_expected {
+            assert!(
+                !failed,
+                "cap {cap}: the last batch crossed it, nothing after"
+            );
+            assert_eq!(body, whole, "cap {cap}");
+        } else {
+            assert!(
+                failed,
+                "cap {cap}: an answer cut at the byte cap arrived whole"
+            );
+            assert!(body.len() <= whole.len(), "cap {cap}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn serve_takes_every_flag_duckgate_takes() {
     // The Dockerfile and the Kubernetes manifests run `duckgate serve`.

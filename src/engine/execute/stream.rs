@@ -338,10 +338,12 @@ fn write_result(
             && bytes >= PIPELINE_BYTES
             && body.tx.inline.is_none()
         {
-            let rest = pipelined(stmt, encoder, body, job, control, rows, bytes)?;
-            rows = rest.rows;
-            truncated = rest.truncated;
-            break;
+            // `None`: no thread could be started; the rest stays here.
+            if let Some(rest) = pipelined(stmt, encoder, body, job, control, rows, bytes)? {
+                rows = rest.rows;
+                truncated = rest.truncated;
+                break;
+            }
         }
     }
     if let Some(err) = cancel_error(control, job) {
@@ -398,6 +400,8 @@ enum Read {
 /// query runs on. For 10M rows (611 MB) that thread was the bound: 550 ms
 /// of CPU for a 550 ms answer, about 70 ms of it the IPC encoding. The
 /// answer is byte for byte the serial loop's, ended where and as it ends.
+/// `Ok(None)`: no thread could be started and nothing was read; the serial
+/// loop goes on.
 fn pipelined(
     stmt: &mut duckdb::Statement<'_>,
     encoder: &mut ResultEncoder,
@@ -406,35 +410,42 @@ fn pipelined(
     control: &QueryControl,
     mut rows: u64,
     bytes: u64,
-) -> Result<Rest, Stop> {
+) -> Result<Option<Rest>, Stop> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let over = AtomicBool::new(false);
     let (batches, received) = std::sync::mpsc::sync_channel::<RecordBatch>(PIPELINE_DEPTH);
-    let (read, encoded) = std::thread::scope(|scope| {
+    let ran = std::thread::scope(|scope| {
         let over = &over;
-        let encoder_thread = scope.spawn(move || -> Result<bool, Stop> {
-            let mut bytes = bytes;
-            let mut last = 0usize;
-            // A batch read after the byte limit was reached: dropped.
-            let mut dropped = false;
-            for part in received {
-                if over.load(Ordering::SeqCst) {
-                    dropped = true;
-                    continue;
+        let spawned = std::thread::Builder::new()
+            .name("duckgate-encode".into())
+            .spawn_scoped(scope, move || -> Result<bool, Stop> {
+                let mut bytes = bytes;
+                let mut last = 0usize;
+                // A batch read after the byte limit was reached: dropped.
+                let mut dropped = false;
+                for part in received {
+                    if over.load(Ordering::SeqCst) {
+                        dropped = true;
+                        continue;
+                    }
+                    body.make_room(last)?;
+                    let at = body.buf.len();
+                    encoder.batch(&part, &mut body.buf).map_err(encoding)?;
+                    last = body.buf.len() - at;
+                    bytes += last as u64;
+                    if bytes >= job.max_bytes {
+                        over.store(true, Ordering::SeqCst);
+                    } else if body.buf.len() >= CHUNK_BYTES {
+                        body.flush()?;
+                    }
                 }
-                body.make_room(last)?;
-                let at = body.buf.len();
-                encoder.batch(&part, &mut body.buf).map_err(encoding)?;
-                last = body.buf.len() - at;
-                bytes += last as u64;
-                if bytes >= job.max_bytes {
-                    over.store(true, Ordering::SeqCst);
-                } else if body.buf.len() >= CHUNK_BYTES {
-                    body.flush()?;
-                }
-            }
-            Ok(dropped)
-        });
+                Ok(dropped)
+            });
+        // Spawning failed (the process is out of threads): nothing was
+        // sent, and the closure with its borrows is gone.
+        let Ok(encoder_thread) = spawned else {
+            return None;
+        };
         let read = loop {
             if over.load(Ordering::SeqCst) {
                 break Read::Told;
@@ -466,9 +477,12 @@ fn pipelined(
                 "the encoding thread panicked".into(),
             )))
         });
-        (read, encoded)
+        Some((read, encoded))
     });
-    let done = |truncated| Ok(Rest { rows, truncated });
+    let Some((read, encoded)) = ran else {
+        return Ok(None);
+    };
+    let done = |truncated| Ok(Some(Rest { rows, truncated }));
     // In the order the serial loop meets them: the encoding's failure, the
     // byte limit (after which it reads one batch more: rows there are
     // refused, an error there is not), then what reading met.

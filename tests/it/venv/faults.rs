@@ -47,8 +47,10 @@ async fn a_client_that_stops_reading_gives_its_connection_back() {
         .spawn_app()
         .await;
     // NDJSON streams Arrow batches from the worker; CSV is DuckDB's COPY
-    // writing through the pipe, blocked inside DuckDB's own threads.
-    for format in ["ndjson", "csv"] {
+    // writing through the pipe, blocked inside DuckDB's own threads; a large
+    // Arrow answer is encoded by a thread of its own, which blocks on the
+    // body while DuckDB's blocks on it.
+    for format in ["ndjson", "csv", "arrow"] {
         let body = json!({"sql": BIG_NDJSON, "format": format, "max_rows": 10_000_000, "timeout_ms": 60_000});
         let stalled_before = stalled_count(&g).await;
         let sent = Instant::now();
@@ -136,7 +138,7 @@ async fn the_time_limit_covers_sending_the_answer() {
             started.elapsed()
         );
     };
-    tokio::join!(stalled("ndjson"), stalled("csv"));
+    tokio::join!(stalled("ndjson"), stalled("csv"), stalled("arrow"));
 }
 
 /// Copies `from` to `to`, holding every chunk while `paused` is set.

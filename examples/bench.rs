@@ -797,7 +797,13 @@ fn own_cpu_secs() -> Result<f64> {
 /// (`/proc/<pid>/stat`: after the command, utime is the 14th field and
 /// stime the 15th).
 fn proc_cpu(pid: u32) -> Result<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    proc_cpu_at(&format!("/proc/{pid}/stat"))
+}
+
+/// The user and system CPU seconds in the stat file at `path` (a
+/// process's or one of its threads').
+fn proc_cpu_at(path: &str) -> Result<(f64, f64)> {
+    let stat = std::fs::read_to_string(path)?;
     let after = stat.rfind(')').ok_or_else(|| anyhow!("unreadable stat"))?;
     let f: Vec<&str> = stat[after + 2..].split_whitespace().collect();
     // SAFETY: sysconf reads a constant of the system.
@@ -1174,12 +1180,21 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
                 let mut ip_t = Vec::new();
                 let mut gw_bytes = 0;
                 let mut arrow_bytes = 0;
+                // Arrow: where the CPU goes (the gateway's, its busiest
+                // thread's, the in-process side's).
+                let (mut gw_cpu, mut gw_thread, mut ip_cpu) = (Vec::new(), Vec::new(), Vec::new());
                 for rep in 0..opts.reps {
+                    let pid = g.child.id();
+                    let (cpu0, threads0) = (cpu_secs(pid)?, thread_cpu(pid));
                     let (b, s) = fetch(&g.client, &g.url("/query"), &body).await?;
                     gw_bytes = b;
                     gw_t.push(s);
+                    gw_cpu.push(cpu_secs(pid)? - cpu0);
+                    gw_thread.push(busiest_thread(&threads0, &thread_cpu(pid)));
                     let secs = if format == "arrow" {
+                        let cpu0 = self_cpu();
                         let (s, b) = inproc_arrow(&conn, &select)?;
+                        ip_cpu.push(self_cpu() - cpu0);
                         arrow_bytes = b;
                         s
                     } else {
@@ -1205,16 +1220,28 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
                     "parquet" => "COPY … (FORMAT parquet) → /dev/null",
                     _ => "stream_arrow batches (no IPC)",
                 };
+                let (gw_cpu_note, ip_cpu_note) = if format == "arrow" {
+                    (
+                        format!(
+                            "; CPU {:.2} s, its busiest thread {:.2} s",
+                            median(gw_cpu),
+                            median(gw_thread)
+                        ),
+                        format!("; CPU {:.2} s", median(ip_cpu)),
+                    )
+                } else {
+                    (String::new(), String::new())
+                };
                 table.add(
                     "2",
                     name.clone(),
                     format!(
-                        "{gs:.2} s, {:.0} MB/s ({} MB)",
+                        "{gs:.2} s, {:.0} MB/s ({} MB){gw_cpu_note}",
                         mbps(gw_bytes, gs),
                         gw_bytes / 1_000_000
                     ),
                     format!(
-                        "{is:.2} s, {:.0} MB/s ({} MB); {what}",
+                        "{is:.2} s, {:.0} MB/s ({} MB); {what}{ip_cpu_note}",
                         mbps(ip_bytes, is),
                         ip_bytes / 1_000_000
                     ),
@@ -1305,6 +1332,55 @@ async fn fetch_encoded(
 /// User and system CPU seconds `pid` has used (`/proc/<pid>/stat`).
 fn cpu_secs(pid: u32) -> Result<f64> {
     proc_cpu(pid).map(|(u, s)| u + s)
+}
+
+/// User and system CPU seconds of each thread of `pid` so far, by thread
+/// id (`/proc/<pid>/task/<tid>/stat`); a thread that cannot be read is
+/// left out.
+fn thread_cpu(pid: u32) -> std::collections::HashMap<u32, f64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Ok((u, s)) = proc_cpu_at(&format!("/proc/{pid}/task/{tid}/stat")) {
+            out.insert(tid, u + s);
+        }
+    }
+    out
+}
+
+/// The most CPU one thread used between two [`thread_cpu`] readings (a
+/// thread that began between them counts from zero; one that ended is
+/// not seen).
+fn busiest_thread(
+    before: &std::collections::HashMap<u32, f64>,
+    after: &std::collections::HashMap<u32, f64>,
+) -> f64 {
+    after
+        .iter()
+        .map(|(tid, t)| t - before.get(tid).copied().unwrap_or(0.0))
+        .fold(0.0, f64::max)
+}
+
+/// User and system CPU seconds of this process so far (every thread).
+fn self_cpu() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct,
+    // and getrusage only writes into the one it is given.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 /// Runs `sql` over Flight SQL (GetFlightInfo, then DoGet of each endpoint)

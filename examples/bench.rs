@@ -1192,9 +1192,9 @@ async fn bench_large(opts: &Opts, table: &mut Table) -> Result<()> {
                     gw_cpu.push(cpu_secs(pid)? - cpu0);
                     gw_thread.push(busiest_thread(&threads0, &thread_cpu(pid)));
                     let secs = if format == "arrow" {
-                        let cpu0 = self_cpu();
+                        let cpu0 = own_cpu_secs()?;
                         let (s, b) = inproc_arrow(&conn, &select)?;
-                        ip_cpu.push(self_cpu() - cpu0);
+                        ip_cpu.push(own_cpu_secs()? - cpu0);
                         arrow_bytes = b;
                         s
                     } else {
@@ -1368,19 +1368,6 @@ fn busiest_thread(
         .iter()
         .map(|(tid, t)| t - before.get(tid).copied().unwrap_or(0.0))
         .fold(0.0, f64::max)
-}
-
-/// User and system CPU seconds of this process so far (every thread).
-fn self_cpu() -> f64 {
-    // SAFETY: an all-zero rusage is a valid value of the plain C struct,
-    // and getrusage only writes into the one it is given.
-    let u = unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut u);
-        u
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(u.ru_utime) + secs(u.ru_stime)
 }
 
 /// Runs `sql` over Flight SQL (GetFlightInfo, then DoGet of each endpoint)

@@ -242,6 +242,20 @@ impl Body<'_> {
         Ok(())
     }
 
+    /// Appends `batch` encoded, with room made for `room` bytes first (the
+    /// last batch's size); returns its size.
+    fn encode(
+        &mut self,
+        encoder: &mut ResultEncoder,
+        batch: &RecordBatch,
+        room: usize,
+    ) -> Result<usize, Stop> {
+        self.make_room(room)?;
+        let at = self.buf.len();
+        encoder.batch(batch, &mut self.buf).map_err(encoding)?;
+        Ok(self.buf.len() - at)
+    }
+
     /// Queues what is buffered.
     fn flush(&mut self) -> Result<(), Stop> {
         // A large answer keeps a chunk's buffer; a small one starts empty.
@@ -314,10 +328,7 @@ fn write_result(
             encode_window(&rows_encoder, std::mem::take(&mut window), body)?;
         } else {
             serial_batches += 1;
-            body.make_room(last_batch)?;
-            let at = body.buf.len();
-            encoder.batch(&part, &mut body.buf).map_err(encoding)?;
-            last_batch = body.buf.len() - at;
+            last_batch = body.encode(encoder, &part, last_batch)?;
         }
         bytes += body.len() - before;
         if truncated {
@@ -428,10 +439,7 @@ fn pipelined(
                         dropped = true;
                         continue;
                     }
-                    body.make_room(last)?;
-                    let at = body.buf.len();
-                    encoder.batch(&part, &mut body.buf).map_err(encoding)?;
-                    last = body.buf.len() - at;
+                    last = body.encode(encoder, &part, last)?;
                     bytes += last as u64;
                     if bytes >= job.max_bytes {
                         over.store(true, Ordering::SeqCst);

@@ -57,6 +57,10 @@ def log(*a):
     print("bench/tpch:", *a, file=sys.stderr, flush=True)
 
 
+# The in-process side that keeps each text's prepared statement.
+REUSED = "in-process, plans reused"
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,8 +105,8 @@ class InProcess:
             cmd = ["nice", "-n", str(nice)] + cmd
         self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def ask(self, sql, text=False):
-        self.p.stdin.write(json.dumps({"sql": sql, "text": text}) + "\n")
+    def ask(self, sql, text=False, reuse=False):
+        self.p.stdin.write(json.dumps({"sql": sql, "text": text, "reuse": reuse}) + "\n")
         self.p.stdin.flush()
         answer = json.loads(self.p.stdout.readline())
         if "error" in answer:
@@ -111,6 +115,11 @@ class InProcess:
 
     def run(self, sql):
         return self.ask(sql)["rows"]
+
+    def run_reused(self, sql):
+        # The text's prepared statement kept and run again, as the gateway
+        # keeps its connections' (the planning it saves a repeated text).
+        return self.ask(sql, reuse=True)["rows"]
 
     def close(self):
         self.p.stdin.close()
@@ -301,7 +310,7 @@ def main():
     busy = busy_core(3600, a.busy == "session") if a.busy != "none" else None
     inproc = InProcess(a.example, db, a.threads, os.environ.get("DUCKGATE_BENCH_INPROC_NICE"))
     gw = Gateway(a.gateway, gw_db, a.threads, work)
-    sides = {"in-process": inproc.run}
+    sides = {"in-process": inproc.run, REUSED: inproc.run_reused}
     for d in doors:
         sides[d] = getattr(gw, f"run_{d}")
     times = {s: {q: [] for q, _ in queries} for s in sides}
@@ -310,7 +319,7 @@ def main():
     # process, or the in-process side's): where a query's excess goes.
     client_cpu = {s: {q: [] for q, _ in queries} for s in sides}
     server_cpu = {s: {q: [] for q, _ in queries} for s in sides}
-    server_pid = {s: (inproc.p.pid if s == "in-process" else gw.p.pid) for s in sides}
+    server_pid = {s: (inproc.p.pid if s in ("in-process", REUSED) else gw.p.pid) for s in sides}
     rows_seen = {}
     try:
         log(f"{a.suite} SF {sf}: {len(queries)} queries x {len(sides)} sides, warm-up + {a.rounds} rounds"
@@ -371,10 +380,18 @@ def main():
         ratios = {q: med[d][q] / base[q] for q in base}
         over = sorted(((q, r) for q, r in ratios.items() if r > GOAL), key=lambda x: -x[1])
         gm = geomean(list(ratios.values()))
+        # Against the engine that reuses plans as the gateway does: what the
+        # door itself costs, the planning it saves set aside.
+        reused = {q: med[d][q] / med[REUSED][q] for q in base}
+        over_reused = [q for q, r in reused.items() if r > GOAL]
+        against_reused = (
+            f" ({geomean(list(reused.values())):.2f}x in-process reusing plans, "
+            f"{len(over_reused)} over {GOAL}x)"
+        )
         over_s = ", ".join(f"Q{q} {r:.2f}x ({cause(d, q)})" for q, r in over[:8]) + (" …" if len(over) > 8 else "")
         door = {"http": "POST /query (Arrow)", "flight": "Flight SQL (ADBC)", "pg": "PostgreSQL door (psycopg)"}[d]
         print(
-            f"| {a.row} | {label}: {door} | geomean {gm:.2f}x in-process, total {sum(med[d].values()):.2f} s; "
+            f"| {a.row} | {label}: {door} | geomean {gm:.2f}x in-process{against_reused}, total {sum(med[d].values()):.2f} s; "
             f"over {GOAL}x: {over_s or 'none'} | total {total_in:.2f} s (medians of {a.rounds}) | "
             f"{1 / gm:.2f} | each ≤ {GOAL}x | {'met' if not over else '**missed** (' + str(len(over)) + ')'} |"
         )
@@ -382,26 +399,26 @@ def main():
         with open(a.details, "w") as f:
             f.write(f"{label}, DuckDB threads {a.threads}, medians of {a.rounds} rounds, ms\n\n")
             f.write(
-                "| query | in-process | "
+                "| query | in-process | in-process, plans reused | "
                 + " | ".join(doors)
                 + " | "
                 + " | ".join(f"{d} ratio" for d in doors)
                 + " | "
                 + " | ".join(f"{d} client CPU" for d in doors)
-                + " | in-process server CPU | "
+                + " | in-process server CPU | plans reused server CPU | "
                 + " | ".join(f"{d} server CPU" for d in doors)
                 + " |\n"
             )
-            f.write("|---" * (3 + 4 * len(doors)) + "|\n")
+            f.write("|---" * (5 + 4 * len(doors)) + "|\n")
             for q in base:
                 f.write(
-                    f"| Q{q} | {base[q] * 1e3:.1f} | "
+                    f"| Q{q} | {base[q] * 1e3:.1f} | {med[REUSED][q] * 1e3:.1f} | "
                     + " | ".join(f"{med[d][q] * 1e3:.1f}" for d in doors)
                     + " | "
                     + " | ".join(f"{med[d][q] / base[q]:.2f}" for d in doors)
                     + " | "
                     + " | ".join(f"{ccpu[d][q] * 1e3:.1f}" for d in doors)
-                    + f" | {scpu['in-process'][q] * 1e3:.1f} | "
+                    + f" | {scpu['in-process'][q] * 1e3:.1f} | {scpu[REUSED][q] * 1e3:.1f} | "
                     + " | ".join(f"{scpu[d][q] * 1e3:.1f}" for d in doors)
                     + " |\n"
                 )

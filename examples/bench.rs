@@ -1901,11 +1901,15 @@ fn floor_server() -> Result<()> {
 /// The in-process side of the analytical rows (`bench/tpch.py`): DuckDB on
 /// one database file, linked the same way as the gateway, answering one
 /// statement per stdin line. Usage: `bench --sql-server FILE THREADS`; each
-/// line is a JSON object `{"sql": "...", "text": false}`; the answer is one
-/// line `{"ms": wall ms of prepare + execute + every batch, "rows": n}`, with
-/// `"text"` (the last column's values joined, for `EXPLAIN ANALYZE`) when
-/// asked, or `{"error": "..."}`. The file is opened read-only, so a gateway
-/// can hold a copy of it; exits at the end of stdin.
+/// line is a JSON object `{"sql": "...", "text": false, "reuse": false}`;
+/// the answer is one line `{"ms": wall ms of prepare + execute + every
+/// batch, "rows": n}`, with `"text"` (the last column's values joined, for
+/// `EXPLAIN ANALYZE`) when asked, or `{"error": "..."}`. With `"reuse"` a
+/// text's prepared statement is kept and run again, as the gateway keeps
+/// [`STATEMENT_CACHE`](duckgate::engine::pool::STATEMENT_CACHE) per
+/// connection: the engine without the planning the gateway saves. The file
+/// is opened read-only, so a gateway can hold a copy of it; exits at the
+/// end of stdin.
 fn sql_server() -> Result<()> {
     let mut args = std::env::args().skip(2);
     let path = PathBuf::from(args.next().context("--sql-server FILE THREADS")?);
@@ -1920,14 +1924,23 @@ fn sql_server() -> Result<()> {
         .enable_autoload_extension(false)?
         .with("autoinstall_known_extensions", "false")?;
     let conn = duckdb::Connection::open_with_flags(&path, config)?;
+    conn.set_prepared_statement_cache_capacity(duckgate::engine::pool::STATEMENT_CACHE);
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let request: Value = serde_json::from_str(&line?)?;
         let sql = request["sql"].as_str().context("sql")?;
         let text = request["text"].as_bool().unwrap_or(false);
+        let reuse = request["reuse"].as_bool().unwrap_or(false);
         let started = Instant::now();
         let answer = (|| -> Result<Value> {
-            let mut stmt = conn.prepare(sql)?;
+            let (mut cached, mut fresh);
+            let stmt: &mut duckdb::Statement = if reuse {
+                cached = conn.prepare_cached(sql)?;
+                &mut cached
+            } else {
+                fresh = conn.prepare(sql)?;
+                &mut fresh
+            };
             let batches: Vec<RecordBatch> = stmt.query_arrow([])?.collect();
             let ms = started.elapsed().as_secs_f64() * 1e3;
             let rows: usize = batches.iter().map(|b| b.num_rows()).sum();

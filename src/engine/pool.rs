@@ -170,8 +170,9 @@ pub enum PoolError {
 /// A rotation of more texts than this (a dashboard's, a benchmark's) finds
 /// none of them: at 64, TPC-DS's 99 queries were planned again on every run
 /// (17 of them over 1.1x in-process, against 0-1 at 128). DuckDB keeps a
-/// statement's plan in ordinary memory, outside its memory limit: the 99
-/// held on one connection took 19 MiB.
+/// statement's plan outside its buffer pool (what it holds beyond the pool
+/// is capped by `DUCKGATE_MAX_UNMANAGED_MEMORY`): the 99 held on one
+/// connection took 19 MiB.
 pub const STATEMENT_CACHE: usize = 128;
 
 /// Guard verdicts (and CSV COPYs) remembered per connection.

@@ -38,14 +38,16 @@ pub fn text(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<()
         DataType::Float64 => float(&mut w, a.as_primitive::<at::Float64Type>().value(i), false)?,
         // From the raw integer: DuckDB exports HUGEINT as DECIMAL(38, 0),
         // whose values may have 39 digits, which Arrow's own rendering cuts.
-        DataType::Decimal128(_, s) => w.write_str(&decimal_text(
-            &a.as_primitive::<at::Decimal128Type>().value(i).to_string(),
+        DataType::Decimal128(_, s) => decimal_text(
+            &mut w,
+            itoa::Buffer::new().format(a.as_primitive::<at::Decimal128Type>().value(i)),
             *s,
-        ))?,
-        DataType::Decimal256(_, s) => w.write_str(&decimal_text(
+        )?,
+        DataType::Decimal256(_, s) => decimal_text(
+            &mut w,
             &a.as_primitive::<at::Decimal256Type>().value(i).to_string(),
             *s,
-        ))?,
+        )?,
         DataType::Utf8 => w.write_str(a.as_string::<i32>().value(i))?,
         DataType::LargeUtf8 => w.write_str(a.as_string::<i64>().value(i))?,
         DataType::FixedSizeBinary(16) if *ty == Type::UUID => {
@@ -90,20 +92,45 @@ pub fn text(a: &dyn Array, i: usize, ty: &Type, out: &mut BytesMut) -> Result<()
     Ok(())
 }
 
-/// A decimal's text from its unscaled integer's and its scale.
-fn decimal_text(raw: &str, scale: i8) -> String {
+/// Writes a decimal's text from its unscaled integer's and its scale,
+/// piece by piece (a `COPY` writes one for every row: no string of its own).
+fn decimal_text(w: &mut impl std::fmt::Write, raw: &str, scale: i8) -> std::fmt::Result {
     let (sign, digits) = match raw.strip_prefix('-') {
         Some(d) => ("-", d),
         None => ("", raw),
     };
+    w.write_str(sign)?;
     if scale <= 0 {
-        let zeros = if digits == "0" { 0 } else { (-scale) as usize };
-        return format!("{sign}{digits}{}", "0".repeat(zeros));
+        w.write_str(digits)?;
+        if digits != "0" {
+            zeros(w, usize::from(scale.unsigned_abs()))?;
+        }
+        return Ok(());
     }
     let scale = scale as usize;
-    let padded = format!("{digits:0>width$}", width = scale + 1);
-    let (int, frac) = padded.split_at(padded.len() - scale);
-    format!("{sign}{int}.{frac}")
+    if digits.len() <= scale {
+        // Fewer digits than the scale: `0.` and the rest padded (`0.05`).
+        w.write_str("0.")?;
+        zeros(w, scale - digits.len())?;
+        return w.write_str(digits);
+    }
+    let (int, frac) = digits.split_at(digits.len() - scale);
+    w.write_str(int)?;
+    w.write_char('.')?;
+    w.write_str(frac)
+}
+
+/// `n` zeros.
+fn zeros(w: &mut impl std::fmt::Write, n: usize) -> std::fmt::Result {
+    const ZEROS: &str =
+        "00000000000000000000000000000000000000000000000000000000000000000000000000000";
+    let mut left = n;
+    while left > 0 {
+        let now = left.min(ZEROS.len());
+        w.write_str(&ZEROS[..now])?;
+        left -= now;
+    }
+    Ok(())
 }
 
 pub(super) struct Writer<'a>(&'a mut BytesMut);
@@ -125,16 +152,47 @@ fn float(w: &mut impl std::fmt::Write, v: f64, single: bool) -> std::fmt::Result
     if v.is_infinite() {
         return w.write_str(if v > 0.0 { "Infinity" } else { "-Infinity" });
     }
-    let s = if single {
-        format!("{:?}", v as f32)
+    // Rust's shortest text, into a buffer on the stack (a `COPY` writes one
+    // for every row): at most 24 bytes (`-2.2250738585072014e-308`).
+    use std::fmt::Write as _;
+    let mut buf = Stack::default();
+    if single {
+        write!(buf, "{:?}", v as f32)?;
     } else {
-        format!("{v:?}")
-    };
+        write!(buf, "{v:?}")?;
+    }
+    let s = buf.as_str();
     // Rust writes `1.0` and `1e20`; PostgreSQL `1` and `1e+20`.
-    let s = s.strip_suffix(".0").unwrap_or(&s);
+    let s = s.strip_suffix(".0").unwrap_or(s);
     match s.split_once('e') {
         Some((m, e)) if !e.starts_with('-') => write!(w, "{m}e+{e}"),
         _ => w.write_str(s),
+    }
+}
+
+/// A short text written on the stack.
+#[derive(Default)]
+struct Stack {
+    bytes: [u8; 32],
+    len: usize,
+}
+
+impl Stack {
+    fn as_str(&self) -> &str {
+        // Only whole `str`s are written into it.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Write for Stack {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.bytes
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
     }
 }
 
@@ -228,8 +286,16 @@ fn fraction(w: &mut impl std::fmt::Write, micros: i64) -> std::fmt::Result {
     if micros == 0 {
         return Ok(());
     }
-    let digits = format!("{:06}", micros.abs());
-    write!(w, ".{}", digits.trim_end_matches('0'))
+    let mut digits = [b'0'; 7];
+    digits[0] = b'.';
+    let mut rest = micros.unsigned_abs();
+    for d in digits[1..].iter_mut().rev() {
+        *d = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    let end = digits.iter().rposition(|&d| d != b'0').map_or(1, |i| i + 1);
+    // ASCII digits and a point.
+    w.write_str(std::str::from_utf8(&digits[..end]).unwrap_or_default())
 }
 
 pub(super) fn timestamp_text(w: &mut impl std::fmt::Write, micros: i64) -> std::fmt::Result {
@@ -362,16 +428,96 @@ pub(super) fn interval(a: &dyn Array, i: usize) -> (i32, i32, i64) {
 mod tests {
     use super::*;
 
+    fn decimal(raw: &str, scale: i8) -> String {
+        let mut s = String::new();
+        decimal_text(&mut s, raw, scale).unwrap();
+        s
+    }
+
     #[test]
     fn decimals_keep_every_digit() {
         // HUGEINT's largest value has 39 digits in a DECIMAL(38, 0).
         assert_eq!(
-            decimal_text("170141183460469231731687303715884105727", 0),
+            decimal("170141183460469231731687303715884105727", 0),
             "170141183460469231731687303715884105727"
         );
-        assert_eq!(decimal_text("-5", 2), "-0.05");
-        assert_eq!(decimal_text("12345", 2), "123.45");
-        assert_eq!(decimal_text("0", 3), "0.000");
+        assert_eq!(decimal("-5", 2), "-0.05");
+        assert_eq!(decimal("12345", 2), "123.45");
+        assert_eq!(decimal("0", 3), "0.000");
+        assert_eq!(decimal("0", -2), "0");
+        assert_eq!(decimal("-7", -2), "-700");
+    }
+
+    /// The text of every value equals DuckDB's own cast to VARCHAR, which
+    /// PostgreSQL's text matches for these types (numeric's digits to its
+    /// scale; a timestamp's fraction without trailing zeros): decimals of
+    /// every width and scale around their edges (cast from DECIMAL(38, s),
+    /// as DuckDB writes `-.9999` for a DECIMAL(4, 4) where PostgreSQL and
+    /// its wider decimals write `-0.9999`), timestamps over the years
+    /// 1-9999 with and without a fraction, times of day.
+    #[test]
+    fn decimals_and_timestamps_read_as_duckdb_casts_them() {
+        let conn = duckdb::Connection::open_in_memory().unwrap();
+        let mut checked = 0;
+        let mut check = |sql: &str, ty: &Type| {
+            let mut stmt = conn.prepare(sql).unwrap();
+            for batch in stmt.query_arrow([]).unwrap() {
+                let (values, texts) = (batch.column(0), batch.column(1).as_string::<i32>());
+                for i in 0..batch.num_rows() {
+                    let mut out = BytesMut::new();
+                    text(values.as_ref(), i, ty, &mut out).unwrap();
+                    assert_eq!(
+                        std::str::from_utf8(&out).unwrap(),
+                        texts.value(i),
+                        "{sql}, row {i}"
+                    );
+                    checked += 1;
+                }
+            }
+        };
+        for (width, scale) in [
+            (4, 0),
+            (4, 4),
+            (9, 2),
+            (18, 3),
+            (18, 18),
+            (38, 0),
+            (38, 10),
+            (38, 37),
+        ] {
+            let max = format!("{}::HUGEINT", "9".repeat(width));
+            // The unscaled integer times 10^-scale, exactly (a DECIMAL
+            // product's scale is its factors' together).
+            let unit = if scale == 0 {
+                "1".to_string()
+            } else {
+                format!("0.{}1", "0".repeat(scale - 1))
+            };
+            check(
+                &format!(
+                    "SELECT v, v::DECIMAL(38, {scale})::VARCHAR FROM (SELECT ((CASE \
+                       WHEN i % 7 = 0 THEN {max} - i WHEN i % 7 = 1 THEN (i % 10)::HUGEINT \
+                       ELSE hash(i)::HUGEINT % {max} END \
+                       * CASE WHEN i % 2 = 0 THEN -1 ELSE 1 END)::DECIMAL(38, 0) \
+                       * '{unit}'::DECIMAL(38, {scale}))::DECIMAL({width}, {scale}) AS v \
+                       FROM range(2000) t(i))"
+                ),
+                &Type::NUMERIC,
+            );
+        }
+        check(
+            "SELECT v, v::VARCHAR FROM (SELECT TIMESTAMP '0001-01-01 00:00:00' \
+               + to_microseconds(CASE WHEN i % 3 = 0 THEN (hash(i) % 315537897599)::BIGINT * 1000000 \
+               ELSE (hash(i) % 315537897599999999)::BIGINT END) AS v FROM range(5000) t(i))",
+            &Type::TIMESTAMP,
+        );
+        check(
+            "SELECT v, v::VARCHAR FROM (SELECT TIME '00:00:00' \
+               + to_microseconds((hash(i) % 86400000000)::BIGINT // (10 ** (i % 7))::BIGINT \
+               * (10 ** (i % 7))::BIGINT) AS v FROM range(2000) t(i))",
+            &Type::TIME,
+        );
+        assert!(checked > 20_000, "{checked} values checked");
     }
 
     #[test]

@@ -122,15 +122,7 @@ fn decimal_text(w: &mut impl std::fmt::Write, raw: &str, scale: i8) -> std::fmt:
 
 /// `n` zeros.
 fn zeros(w: &mut impl std::fmt::Write, n: usize) -> std::fmt::Result {
-    const ZEROS: &str =
-        "00000000000000000000000000000000000000000000000000000000000000000000000000000";
-    let mut left = n;
-    while left > 0 {
-        let now = left.min(ZEROS.len());
-        w.write_str(&ZEROS[..now])?;
-        left -= now;
-    }
-    Ok(())
+    (0..n).try_for_each(|_| w.write_char('0'))
 }
 
 pub(super) struct Writer<'a>(&'a mut BytesMut);
